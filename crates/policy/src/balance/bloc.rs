@@ -1,0 +1,3 @@
+// PLACEHOLDER: being written; replace this whole file.
+pub struct Bloc;
+pub struct BlocConfig;

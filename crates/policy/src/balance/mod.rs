@@ -1,0 +1,98 @@
+//! Load balancers: which endpoint receives the next attempt of a request.
+//!
+//! A [`Balancer`] lives in one caller (one sidecar, one simulated client replica) and sees only what
+//! that caller sees, except the [`Oracle`], which the simulator hands the true queue lengths.
+
+mod bloc;
+mod least_request;
+mod oracle;
+mod peak_ewma;
+mod random;
+mod round_robin;
+
+pub use bloc::{Bloc, BlocConfig};
+pub use least_request::LeastRequest;
+pub use oracle::Oracle;
+pub use peak_ewma::{PeakEwma, PeakEwmaConfig};
+pub use random::RandomBalancer;
+pub use round_robin::RoundRobin;
+
+use crate::{EndpointId, Feedback, Rng, Time};
+
+/// What a balancer is given to choose an endpoint for one attempt.
+pub struct Pick<'a> {
+    /// The current time.
+    pub now: Time,
+    /// The random source.
+    pub rng: Rng<'a>,
+    /// Endpoints this request already tried; avoid them when another is eligible.
+    pub exclude: &'a [EndpointId],
+    /// The true number of requests at each endpoint, known only to the simulator (for [`Oracle`]).
+    pub true_loads: Option<&'a [u32]>,
+}
+
+/// Chooses the endpoint for each attempt and learns from each attempt's outcome.
+pub trait Balancer: Send {
+    /// The endpoint for the next attempt, or `None` to drop the request (nothing is eligible).
+    fn pick(&mut self, pick: &mut Pick<'_>) -> Option<EndpointId>;
+
+    /// An attempt was sent to `endpoint`.
+    fn on_send(&mut self, endpoint: EndpointId, now: Time);
+
+    /// An attempt sent to `endpoint` ended (any outcome, including timeouts and cancellations).
+    fn on_feedback(&mut self, endpoint: EndpointId, now: Time, feedback: &Feedback);
+}
+
+/// The in-flight request count of each endpoint, kept by the balancers that need it.
+#[derive(Clone, Debug)]
+pub(crate) struct InFlight(Vec<u32>);
+
+impl InFlight {
+    pub(crate) fn new(endpoints: usize) -> Self {
+        InFlight(vec![0; endpoints])
+    }
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+    pub(crate) fn get(&self, endpoint: EndpointId) -> u32 {
+        self.0[endpoint]
+    }
+    pub(crate) fn inc(&mut self, endpoint: EndpointId) {
+        self.0[endpoint] += 1;
+    }
+    pub(crate) fn dec(&mut self, endpoint: EndpointId) {
+        self.0[endpoint] = self.0[endpoint].saturating_sub(1);
+    }
+}
+
+/// Power of two choices over `candidates`: two distinct candidates drawn at random, the one with
+/// the lower `cost` wins (ties go to the first drawn). Mitzenmacher's P2C, as Envoy and tower use it.
+pub(crate) fn p2c(
+    candidates: &[EndpointId],
+    rng: Rng<'_>,
+    mut cost: impl FnMut(EndpointId) -> f64,
+) -> Option<EndpointId> {
+    use rand::Rng as _;
+    match candidates.len() {
+        0 => None,
+        1 => Some(candidates[0]),
+        n => {
+            let i = rng.gen_range(0..n);
+            let mut j = rng.gen_range(0..n - 1);
+            if j >= i {
+                j += 1;
+            }
+            let (a, b) = (candidates[i], candidates[j]);
+            Some(if cost(b) < cost(a) { b } else { a })
+        }
+    }
+}
+
+/// Endpoints `0..n` not in `exclude`, or all of them when every endpoint is excluded.
+pub(crate) fn eligible(n: usize, exclude: &[EndpointId], out: &mut Vec<EndpointId>) {
+    out.clear();
+    out.extend((0..n).filter(|e| !exclude.contains(e)));
+    if out.is_empty() {
+        out.extend(0..n);
+    }
+}

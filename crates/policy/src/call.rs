@@ -1,0 +1,314 @@
+//! One request's life as its caller sees it: the first attempt, hedged attempts, retries, attempt
+//! timeouts and the request's deadline, driven by a [`ClientPolicy`].
+//!
+//! [`Call`] is sans-IO: the driver (the proxy, or the simulator) calls [`Call::start`],
+//! [`Call::on_attempt_end`] and [`Call::on_wake`], and carries out the [`Action`]s they push:
+//! send an attempt, stop waiting for one, wake the call at a time, or finish the request.
+//! Attempt timeouts are tracked here, so the driver needs one timer per call, not per attempt.
+
+use crate::balance::{Balancer, Pick};
+use crate::hedge::HedgePolicy;
+use crate::retry::RetryPolicy;
+use crate::timeout::{AttemptResult, TimeoutPolicy};
+use crate::{EndpointId, Feedback, Outcome, Rng, Time};
+use std::time::Duration;
+
+/// A caller's policies towards one upstream service.
+pub struct ClientPolicy {
+    /// Chooses the endpoint of each attempt.
+    pub balancer: Box<dyn Balancer>,
+    /// Sets each attempt's timeout.
+    pub timeout: Box<dyn TimeoutPolicy>,
+    /// Sends speculative attempts, if any.
+    pub hedge: Option<Box<dyn HedgePolicy>>,
+    /// Retries failed attempts.
+    pub retry: RetryPolicy,
+    /// The longest a request may take in all, from its start (its deadline), if any.
+    pub deadline: Option<Duration>,
+}
+
+/// What the driver must do for a call.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Action {
+    /// Send attempt number `attempt` of this call to `endpoint`, and report its end with
+    /// [`Call::on_attempt_end`]. The call enforces `timeout` itself (through a wake).
+    Send { attempt: u32, endpoint: EndpointId, timeout: Option<Duration> },
+    /// Stop waiting for attempt number `attempt` (it timed out, or another attempt won).
+    Cancel { attempt: u32, endpoint: EndpointId },
+    /// Call [`Call::on_wake`] at this time, unless the call has finished. Later wakes supersede
+    /// earlier ones only in being later: a wake that finds nothing due is harmless.
+    WakeAt(Time),
+    /// The request is over.
+    Finish(Finish),
+}
+
+/// How a request ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Finish {
+    /// `Success`, or the outcome of the failure that ended it (`TimedOut` when the deadline passed,
+    /// `Rejected` when no endpoint would take it).
+    pub outcome: Outcome,
+    /// Attempts sent in all (first try, retries and hedges).
+    pub attempts: u32,
+}
+
+#[derive(Clone, Debug)]
+struct Attempt {
+    endpoint: EndpointId,
+    /// The index the timeout policy got for it: 0 for the first try and its hedges, n for retry n.
+    index: u32,
+    sent: Time,
+    timeout: Option<Duration>,
+    live: bool,
+}
+
+/// The state of one request at its caller.
+#[derive(Clone, Debug)]
+pub struct Call {
+    start: Time,
+    idempotent: bool,
+    deadline: Option<Time>,
+    attempts: Vec<Attempt>,
+    tried: Vec<EndpointId>,
+    /// Retries sent so far; also the index the timeout policy gets for the next retry.
+    retries: u32,
+    retry_at: Option<Time>,
+    hedges: u32,
+    hedge_at: Option<Time>,
+    /// The earliest wake requested from the driver and not yet delivered.
+    armed: Option<Time>,
+    last_failure: Outcome,
+    finished: bool,
+}
+
+/// The inputs every step of a call needs besides the event itself.
+pub struct Ctx<'a> {
+    /// The current time.
+    pub now: Time,
+    /// The caller's policies towards the called service.
+    pub policy: &'a mut ClientPolicy,
+    /// The random source.
+    pub rng: Rng<'a>,
+    /// True queue lengths per endpoint (simulator only, for the oracle balancer).
+    pub true_loads: Option<&'a [u32]>,
+    /// Where the call pushes its actions.
+    pub out: &'a mut Vec<Action>,
+}
+
+impl Call {
+    /// Starts a request at `ctx.now`; `deadline` is the caller's own deadline, if it has one (for
+    /// example propagated from upstream), and is combined with the policy's.
+    pub fn start(ctx: &mut Ctx<'_>, idempotent: bool, deadline: Option<Time>) -> Call {
+        let now = ctx.now;
+        let own = ctx.policy.deadline.map(|d| now + d);
+        let deadline = match (deadline, own) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let mut call = Call {
+            start: now,
+            idempotent,
+            deadline,
+            attempts: Vec::new(),
+            tried: Vec::new(),
+            retries: 0,
+            retry_at: None,
+            hedges: 0,
+            hedge_at: None,
+            armed: None,
+            last_failure: Outcome::Rejected,
+            finished: false,
+        };
+        ctx.policy.retry.on_request(now);
+        if !call.send(ctx, 0) {
+            call.finish(ctx, Outcome::Rejected);
+            return call;
+        }
+        if call.may_hedge(ctx.policy) {
+            let hedge = ctx.policy.hedge.as_mut().expect("may_hedge checked it");
+            hedge.on_request(now);
+            call.hedge_at = hedge.delay(now, 1).map(|d| now + d);
+        }
+        call.arm(ctx);
+        call
+    }
+
+    /// Whether the call is over (its `Finish` action was pushed).
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// When the request started.
+    pub fn started(&self) -> Time {
+        self.start
+    }
+
+    /// The request's deadline, if any (for propagation to the next hop).
+    pub fn deadline(&self) -> Option<Time> {
+        self.deadline
+    }
+
+    /// Attempt number `attempt` ended with `feedback` (as the endpoint answered, or `Unavailable`
+    /// when it could not be reached). Ends of attempts the call stopped waiting for are ignored.
+    pub fn on_attempt_end(&mut self, ctx: &mut Ctx<'_>, attempt: u32, feedback: Feedback) {
+        let now = ctx.now;
+        let Some(a) = self.attempts.get_mut(attempt as usize) else { return };
+        if self.finished || !a.live {
+            return;
+        }
+        a.live = false;
+        let (endpoint, index, timeout) = (a.endpoint, a.index, a.timeout);
+        ctx.policy.balancer.on_feedback(endpoint, now, &feedback);
+        if matches!(feedback.outcome, Outcome::Success | Outcome::Error) {
+            ctx.policy.timeout.on_result(now, index, timeout, AttemptResult::Answered(feedback.rtt));
+        }
+        if feedback.outcome == Outcome::Success {
+            if let Some(hedge) = ctx.policy.hedge.as_mut() {
+                hedge.on_latency(now, feedback.rtt);
+            }
+            self.finish(ctx, Outcome::Success);
+            return;
+        }
+        self.on_failure(ctx, feedback.outcome);
+        self.arm(ctx);
+    }
+
+    /// A wake requested with [`Action::WakeAt`] is due: expire attempts, enforce the deadline,
+    /// send due retries and hedges.
+    pub fn on_wake(&mut self, ctx: &mut Ctx<'_>) {
+        let now = ctx.now;
+        if self.finished {
+            return;
+        }
+        if self.armed.is_some_and(|t| t <= now) {
+            self.armed = None;
+        }
+        if self.deadline.is_some_and(|d| d <= now) {
+            self.finish(ctx, Outcome::TimedOut);
+            return;
+        }
+        for i in 0..self.attempts.len() {
+            let a = &self.attempts[i];
+            let expired = a.live && a.timeout.is_some_and(|t| a.sent + t <= now);
+            if !expired {
+                continue;
+            }
+            let (endpoint, index) = (a.endpoint, a.index);
+            let timeout = a.timeout.expect("expired implies a timeout");
+            self.attempts[i].live = false;
+            ctx.out.push(Action::Cancel { attempt: i as u32, endpoint });
+            let feedback = Feedback::new(Outcome::TimedOut, timeout);
+            ctx.policy.balancer.on_feedback(endpoint, now, &feedback);
+            ctx.policy.timeout.on_result(now, index, Some(timeout), AttemptResult::TimedOut(timeout));
+            self.on_failure(ctx, Outcome::TimedOut);
+            if self.finished {
+                return;
+            }
+        }
+        if self.retry_at.is_some_and(|t| t <= now) {
+            self.retry_at = None;
+            self.retries += 1;
+            if !self.send(ctx, self.retries) && !self.any_live() {
+                self.finish(ctx, self.last_failure);
+                return;
+            }
+        }
+        if self.hedge_at.is_some_and(|t| t <= now) {
+            self.hedge_at = None;
+            let hedge = ctx.policy.hedge.as_mut().expect("hedge_at is set only with a hedge policy");
+            let n = self.hedges + 1;
+            if hedge.try_send(now, n) {
+                self.hedges = n;
+                self.send(ctx, self.retries);
+            }
+            let hedge = ctx.policy.hedge.as_mut().expect("checked above");
+            self.hedge_at = hedge.delay(now, self.hedges + 1).map(|d| self.start + d).map(|t| t.max(now));
+        }
+        self.arm(ctx);
+    }
+
+    fn may_hedge(&self, policy: &ClientPolicy) -> bool {
+        policy.hedge.is_some() && (self.idempotent || policy.retry.retry_non_idempotent)
+    }
+
+    fn any_live(&self) -> bool {
+        self.attempts.iter().any(|a| a.live)
+    }
+
+    /// An attempt failed: schedule a retry if the policy allows, else finish when nothing is left.
+    fn on_failure(&mut self, ctx: &mut Ctx<'_>, outcome: Outcome) {
+        self.last_failure = outcome;
+        if self.retry_at.is_none() {
+            let made = self.retries + 1;
+            let wait = ctx.policy.retry.retry(ctx.now, made, outcome, self.idempotent, &mut *ctx.rng);
+            match wait {
+                Some(w) if w.is_zero() => {
+                    self.retries += 1;
+                    if self.send(ctx, self.retries) {
+                        return;
+                    }
+                }
+                Some(w) => {
+                    self.retry_at = Some(ctx.now + w);
+                    return;
+                }
+                None => {}
+            }
+        }
+        if !self.any_live() && self.retry_at.is_none() {
+            self.finish(ctx, outcome);
+        }
+    }
+
+    /// Sends an attempt with timeout index `index`; false when the balancer found no endpoint.
+    fn send(&mut self, ctx: &mut Ctx<'_>, index: u32) -> bool {
+        let now = ctx.now;
+        let policy = &mut *ctx.policy;
+        let mut pick = Pick { now, rng: &mut *ctx.rng, exclude: &self.tried, true_loads: ctx.true_loads };
+        let Some(endpoint) = policy.balancer.pick(&mut pick) else { return false };
+        let own = policy.timeout.timeout(now, index, &mut *ctx.rng);
+        let remaining = self.deadline.map(|d| d.saturating_sub(now));
+        let timeout = match (own, remaining) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        policy.balancer.on_send(endpoint, now);
+        let attempt = self.attempts.len() as u32;
+        self.attempts.push(Attempt { endpoint, index, sent: now, timeout, live: true });
+        if !self.tried.contains(&endpoint) {
+            self.tried.push(endpoint);
+        }
+        ctx.out.push(Action::Send { attempt, endpoint, timeout });
+        true
+    }
+
+    fn finish(&mut self, ctx: &mut Ctx<'_>, outcome: Outcome) {
+        let now = ctx.now;
+        for (i, a) in self.attempts.iter_mut().enumerate() {
+            if a.live {
+                a.live = false;
+                ctx.out.push(Action::Cancel { attempt: i as u32, endpoint: a.endpoint });
+                let feedback = Feedback::new(Outcome::Cancelled, now.saturating_sub(a.sent));
+                ctx.policy.balancer.on_feedback(a.endpoint, now, &feedback);
+            }
+        }
+        self.finished = true;
+        let attempts = self.attempts.len() as u32;
+        ctx.out.push(Action::Finish(Finish { outcome, attempts }));
+    }
+
+    /// Asks the driver for a wake at the earliest pending time, unless one at or before it is due.
+    fn arm(&mut self, ctx: &mut Ctx<'_>) {
+        if self.finished {
+            return;
+        }
+        let timeouts = self.attempts.iter().filter(|a| a.live).filter_map(|a| a.timeout.map(|t| a.sent + t));
+        let next = [self.deadline, self.retry_at, self.hedge_at].into_iter().flatten().chain(timeouts).min();
+        if let Some(t) = next {
+            if self.armed.map_or(true, |armed| t < armed) {
+                self.armed = Some(t);
+                ctx.out.push(Action::WakeAt(t));
+            }
+        }
+    }
+}
