@@ -33,8 +33,9 @@ pub enum Action {
     /// Send attempt number `attempt` of this call to `endpoint`, and report its end with
     /// [`Call::on_attempt_end`]. The call enforces `timeout` itself (through a wake).
     Send { attempt: u32, endpoint: EndpointId, timeout: Option<Duration> },
-    /// Stop waiting for attempt number `attempt` (it timed out, or another attempt won).
-    Cancel { attempt: u32, endpoint: EndpointId },
+    /// Stop waiting for attempt number `attempt`: `reason` is `TimedOut` when its timeout fired,
+    /// `Cancelled` when another attempt won or the request ended.
+    Cancel { attempt: u32, endpoint: EndpointId, reason: Outcome },
     /// Call [`Call::on_wake`] at this time, unless the call has finished. Later wakes supersede
     /// earlier ones only in being later: a wake that finds nothing due is harmless.
     WakeAt(Time),
@@ -196,7 +197,7 @@ impl Call {
             let (endpoint, index) = (a.endpoint, a.index);
             let timeout = a.timeout.expect("expired implies a timeout");
             self.attempts[i].live = false;
-            ctx.out.push(Action::Cancel { attempt: i as u32, endpoint });
+            ctx.out.push(Action::Cancel { attempt: i as u32, endpoint, reason: Outcome::TimedOut });
             let feedback = Feedback::new(Outcome::TimedOut, timeout);
             ctx.policy.balancer.on_feedback(endpoint, now, &feedback);
             ctx.policy.timeout.on_result(now, index, Some(timeout), AttemptResult::TimedOut(timeout));
@@ -287,7 +288,7 @@ impl Call {
         for (i, a) in self.attempts.iter_mut().enumerate() {
             if a.live {
                 a.live = false;
-                ctx.out.push(Action::Cancel { attempt: i as u32, endpoint: a.endpoint });
+                ctx.out.push(Action::Cancel { attempt: i as u32, endpoint: a.endpoint, reason: Outcome::Cancelled });
                 let feedback = Feedback::new(Outcome::Cancelled, now.saturating_sub(a.sent));
                 ctx.policy.balancer.on_feedback(a.endpoint, now, &feedback);
             }

@@ -1,3 +1,358 @@
-// PLACEHOLDER: being written; replace this whole file.
-pub struct Bloc;
-pub struct BlocConfig;
+//! BLOC: spend confidence chips on Active endpoints, back off from endpoints that refuse, probe the
+//! rest after a reset interval, and drop the request when nothing may be tried.
+//!
+//! Follows bloc-load-balancing.txt §IV-B (Active and Inactive lists) and §IV-C (back-off, retries
+//! and probes). Per endpoint this caller keeps a chip count, the time of its last rejection and a
+//! probe timer (the time of its last probe or rejection). An endpoint is **Active** while it holds
+//! at least one chip and has not refused a request within the last `reset` interval; otherwise it is
+//! **Inactive**. A pick:
+//! 1. takes the Active endpoint with fewer requests in flight from this caller, of two drawn at
+//!    random (P2C least-request, as the paper routes among the Active list), and spends one chip;
+//! 2. else *probes* an Inactive endpoint whose probe timer has run for `reset`, drawn uniformly at
+//!    random: the probe restarts its timer and does not make it Active;
+//! 3. else returns `None`, and the request is dropped at once rather than queued past its SLO (the
+//!    paper's "form of AQM").
+//!
+//! Feedback: a response carrying a chip adds one (an endpoint with chips is Active again once any
+//! back-off is over); a 429 ([`Outcome::Rejected`]) drops all of the endpoint's chips and starts both
+//! its back-off and its probe timer at `now`. An unreachable endpoint ([`Outcome::Unavailable`]) is
+//! treated the same way. Every outcome ends one attempt in flight. Initially no endpoint has a chip
+//! and every probe timer has expired, so the first requests are probes.
+//!
+//! Where we differ from or fill in the paper:
+//! - **Chips arrive on every response.** A chip only helps if the caller sees it, so our replicas
+//!   decide the chip ([`Admission::grant_chip`](crate::admission::Admission::grant_chip)) and put it
+//!   on every response, success or error, before the response head is sent. The published BLOC
+//!   proxy sets its chip header after the response headers have gone out, so its callers never
+//!   receive a chip and its Active list stays empty.
+//! - A chip that arrives while the endpoint is backing off (a response to an attempt sent before the
+//!   429) is kept, but counts only once the back-off is over: a fresh refusal outweighs an older
+//!   grant.
+//! - Excluded endpoints (already tried by this request) are avoided as long as any other endpoint
+//!   is Active or may be probed, as the paper retries "on a different Active list server if
+//!   possible"; only then are the tried ones considered, in the same order (Active, then probes).
+
+use super::{p2c, Balancer, InFlight, Pick};
+use crate::{EndpointId, Feedback, Outcome, Rng, Time};
+use rand::Rng as _;
+use std::time::Duration;
+
+/// Settings of [`Bloc`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlocConfig {
+    /// How long an endpoint that refused a request is backed off from, and how long an Inactive
+    /// endpoint waits between probes (default 1 s).
+    pub reset: Duration,
+}
+
+impl Default for BlocConfig {
+    fn default() -> Self {
+        BlocConfig { reset: Duration::from_secs(1) }
+    }
+}
+
+/// What this caller knows of one endpoint.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Endpoint {
+    /// Confidence chips received and not yet spent.
+    chips: u32,
+    /// The last time the endpoint refused a request (429 or unreachable).
+    rejected: Option<Time>,
+    /// The last time it was probed or refused a request; the probe timer runs from here.
+    probed: Option<Time>,
+}
+
+/// Whether `since` is less than `reset` before `now`.
+fn within(since: Option<Time>, now: Time, reset: Duration) -> bool {
+    since.is_some_and(|t| now.saturating_sub(t) < reset)
+}
+
+impl Endpoint {
+    fn is_active(&self, now: Time, reset: Duration) -> bool {
+        self.chips > 0 && !within(self.rejected, now, reset)
+    }
+
+    fn may_probe(&self, now: Time, reset: Duration) -> bool {
+        !self.is_active(now, reset) && !within(self.probed, now, reset)
+    }
+}
+
+/// The BLOC balancer: confidence chips, Active/Inactive endpoints, back-off and probes.
+#[derive(Clone, Debug)]
+pub struct Bloc {
+    config: BlocConfig,
+    endpoints: Vec<Endpoint>,
+    in_flight: InFlight,
+    /// Reused buffer of candidates, so a pick does not allocate.
+    scratch: Vec<EndpointId>,
+}
+
+/// How a pick reached its endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Choice {
+    /// An Active endpoint, paid for with a chip.
+    Chip(EndpointId),
+    /// A probe of an Inactive endpoint whose probe timer had expired.
+    Probe(EndpointId),
+}
+
+impl Bloc {
+    /// A balancer over endpoints `0..endpoints`, all Inactive and ready to be probed.
+    pub fn new(endpoints: usize, config: BlocConfig) -> Self {
+        Bloc {
+            config,
+            endpoints: vec![Endpoint::default(); endpoints],
+            in_flight: InFlight::new(endpoints),
+            scratch: Vec::with_capacity(endpoints),
+        }
+    }
+
+    /// The choice among endpoints that are (`tried = true`) or are not in `exclude`: an Active one
+    /// by P2C least-request, else a probe drawn uniformly.
+    fn choose(&mut self, now: Time, rng: Rng<'_>, exclude: &[EndpointId], tried: bool) -> Option<Choice> {
+        let reset = self.config.reset;
+        let mut candidates = std::mem::take(&mut self.scratch);
+        self.collect(&mut candidates, exclude, tried, |s| s.is_active(now, reset));
+        let mut choice = p2c(&candidates, &mut *rng, |e| f64::from(self.in_flight.get(e))).map(Choice::Chip);
+        if choice.is_none() {
+            self.collect(&mut candidates, exclude, tried, |s| s.may_probe(now, reset));
+            choice = uniform(&candidates, rng).map(Choice::Probe);
+        }
+        self.scratch = candidates;
+        choice
+    }
+
+    /// Puts into `out` the endpoints that are (`tried = true`) or are not in `exclude` and `keep`.
+    fn collect(&self, out: &mut Vec<EndpointId>, exclude: &[EndpointId], tried: bool, keep: impl Fn(&Endpoint) -> bool) {
+        out.clear();
+        out.extend((0..self.endpoints.len()).filter(|e| exclude.contains(e) == tried && keep(&self.endpoints[*e])));
+    }
+
+    /// Pays for a pick: a chip for an Active endpoint, a restarted probe timer for a probe.
+    fn commit(&mut self, choice: Choice, now: Time) -> EndpointId {
+        match choice {
+            Choice::Chip(e) => {
+                self.endpoints[e].chips -= 1;
+                e
+            }
+            Choice::Probe(e) => {
+                self.endpoints[e].probed = Some(now);
+                e
+            }
+        }
+    }
+}
+
+/// One of `candidates`, uniformly at random.
+fn uniform(candidates: &[EndpointId], rng: Rng<'_>) -> Option<EndpointId> {
+    (!candidates.is_empty()).then(|| candidates[rng.gen_range(0..candidates.len())])
+}
+
+impl Balancer for Bloc {
+    fn pick(&mut self, pick: &mut Pick<'_>) -> Option<EndpointId> {
+        let now = pick.now;
+        let choice = self
+            .choose(now, &mut *pick.rng, pick.exclude, false)
+            .or_else(|| self.choose(now, &mut *pick.rng, pick.exclude, true))?;
+        Some(self.commit(choice, now))
+    }
+
+    fn on_send(&mut self, endpoint: EndpointId, _now: Time) {
+        self.in_flight.inc(endpoint);
+    }
+
+    fn on_feedback(&mut self, endpoint: EndpointId, now: Time, feedback: &Feedback) {
+        self.in_flight.dec(endpoint);
+        let state = &mut self.endpoints[endpoint];
+        if matches!(feedback.outcome, Outcome::Rejected | Outcome::Unavailable) {
+            *state = Endpoint { chips: 0, rejected: Some(now), probed: Some(now) };
+        } else if feedback.chip {
+            state.chips = state.chips.saturating_add(1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand_pcg::Pcg64Mcg;
+
+    const MS: Duration = Duration::from_millis(1);
+    const SEC: Duration = Duration::from_secs(1);
+
+    /// A BLOC balancer with the default 1 s reset, and its seeded rng.
+    fn bloc(endpoints: usize) -> (Bloc, Pcg64Mcg) {
+        (Bloc::new(endpoints, BlocConfig::default()), Pcg64Mcg::seed_from_u64(17))
+    }
+
+    fn pick_at(b: &mut Bloc, rng: &mut Pcg64Mcg, now: Time, exclude: &[EndpointId]) -> Option<EndpointId> {
+        b.pick(&mut Pick { now, rng, exclude, true_loads: None })
+    }
+
+    /// A successful answer from `endpoint` at `now`, carrying a chip or not.
+    fn answer(b: &mut Bloc, endpoint: EndpointId, now: Time, chip: bool) {
+        b.on_feedback(endpoint, now, &Feedback::success(MS).with_chip(chip));
+    }
+
+    /// Gives `endpoint` `chips` chips, through answers at `now`.
+    fn grant(b: &mut Bloc, endpoint: EndpointId, now: Time, chips: u32) {
+        (0..chips).for_each(|_| answer(b, endpoint, now, true));
+    }
+
+    #[test]
+    fn the_default_reset_is_one_second() {
+        assert_eq!(BlocConfig::default().reset, SEC);
+    }
+
+    #[test]
+    fn the_first_requests_probe_each_endpoint_once_then_drop() {
+        let (mut b, mut rng) = bloc(3);
+        // No chips anywhere, every probe timer expired: three picks probe three distinct endpoints.
+        let mut probed: Vec<_> = (0..3).filter_map(|_| pick_at(&mut b, &mut rng, Time::ZERO, &[])).collect();
+        probed.sort_unstable();
+        assert_eq!(probed, [0, 1, 2]);
+        // Every timer restarted at 0 and no chip came back: the fourth request is dropped.
+        assert_eq!(pick_at(&mut b, &mut rng, Time::ZERO, &[]), None);
+        assert_eq!(pick_at(&mut b, &mut rng, 999 * MS, &[]), None);
+        // One reset interval later the endpoints may be probed again.
+        assert!(pick_at(&mut b, &mut rng, SEC, &[]).is_some());
+    }
+
+    #[test]
+    fn a_chip_makes_an_endpoint_active_and_a_pick_spends_it() {
+        let (mut b, mut rng) = bloc(3);
+        // Probe all three at t = 0.
+        (0..3).for_each(|_| assert!(pick_at(&mut b, &mut rng, Time::ZERO, &[]).is_some()));
+        // Endpoint 1's probe comes back with a chip at 10 ms: 1 is Active.
+        answer(&mut b, 1, 10 * MS, true);
+        assert!(b.endpoints[1].is_active(10 * MS, SEC));
+        // The next request goes to 1, the only Active endpoint, and spends the chip.
+        assert_eq!(pick_at(&mut b, &mut rng, 20 * MS, &[]), Some(1));
+        assert_eq!(b.endpoints[1].chips, 0);
+        // Out of chips, and nothing may be probed before t = 1 s: dropped.
+        assert_eq!(pick_at(&mut b, &mut rng, 30 * MS, &[]), None);
+    }
+
+    #[test]
+    fn a_probe_does_not_make_an_endpoint_active() {
+        let (mut b, mut rng) = bloc(1);
+        // The probe at t = 0 succeeds at 5 ms, but without a chip.
+        assert_eq!(pick_at(&mut b, &mut rng, Time::ZERO, &[]), Some(0));
+        b.on_send(0, Time::ZERO);
+        answer(&mut b, 0, 5 * MS, false);
+        // Still Inactive, and its probe timer runs from the probe: nothing until t = 1 s.
+        assert_eq!(pick_at(&mut b, &mut rng, 500 * MS, &[]), None);
+        assert_eq!(pick_at(&mut b, &mut rng, SEC, &[]), Some(0));
+        assert_eq!(b.endpoints[0].probed, Some(SEC));
+    }
+
+    #[test]
+    fn active_endpoints_are_chosen_by_p2c_least_request() {
+        let (mut b, mut rng) = bloc(2);
+        // Both endpoints hold chips; 0 has two attempts in flight, 1 has one.
+        grant(&mut b, 0, Time::ZERO, 5);
+        grant(&mut b, 1, Time::ZERO, 5);
+        (0..2).for_each(|_| b.on_send(0, Time::ZERO));
+        b.on_send(1, Time::ZERO);
+        // P2C over two compares both: 1 wins, and pays a chip.
+        assert_eq!(pick_at(&mut b, &mut rng, Time::ZERO, &[]), Some(1));
+        assert_eq!((b.endpoints[0].chips, b.endpoints[1].chips), (5, 4));
+        // Both of 0's attempts end (without chips): 0 wins now.
+        (0..2).for_each(|_| answer(&mut b, 0, MS, false));
+        assert_eq!(pick_at(&mut b, &mut rng, MS, &[]), Some(0));
+        assert_eq!((b.endpoints[0].chips, b.endpoints[1].chips), (4, 4));
+    }
+
+    #[test]
+    fn active_endpoints_come_before_probes() {
+        let (mut b, mut rng) = bloc(3);
+        // 2 holds one chip; 0 and 1 are Inactive with expired probe timers.
+        grant(&mut b, 2, Time::ZERO, 1);
+        assert_eq!(pick_at(&mut b, &mut rng, Time::ZERO, &[]), Some(2));
+        // 2 is spent: now a probe of 0 or 1.
+        let probe = pick_at(&mut b, &mut rng, Time::ZERO, &[]).expect("two endpoints may be probed");
+        assert!(probe < 2);
+        assert_eq!(b.endpoints[probe].probed, Some(Time::ZERO));
+    }
+
+    #[test]
+    fn a_429_drops_the_chips_and_backs_off_for_the_reset_interval() {
+        let (mut b, mut rng) = bloc(2);
+        // 0 holds three chips, 1 none and was probed at t = 1.5 s.
+        grant(&mut b, 0, Time::ZERO, 3);
+        b.endpoints[1].probed = Some(1500 * MS);
+        // At t = 2 s, 0 answers 429: its chips are gone and its back-off and probe timer start.
+        b.on_send(0, 2 * SEC);
+        b.on_feedback(0, 2 * SEC, &Feedback::new(Outcome::Rejected, MS).with_chip(true));
+        assert_eq!(b.endpoints[0], Endpoint { chips: 0, rejected: Some(2 * SEC), probed: Some(2 * SEC) });
+        // Nothing Active and no probe timer expired: dropped.
+        assert_eq!(pick_at(&mut b, &mut rng, 2 * SEC, &[]), None);
+        // At 2.2 s a chip arrives from 0 on an older attempt: kept, but 0 is still backing off.
+        answer(&mut b, 0, 2200 * MS, true);
+        assert_eq!(b.endpoints[0].chips, 1);
+        // At 2.5 s, 1's probe timer has expired: 1 is probed, 0 is still avoided.
+        assert_eq!(pick_at(&mut b, &mut rng, 2500 * MS, &[]), Some(1));
+        assert_eq!(pick_at(&mut b, &mut rng, 2999 * MS, &[]), None);
+        // At 3 s the back-off is over and 0 holds a chip: Active again.
+        assert_eq!(pick_at(&mut b, &mut rng, 3 * SEC, &[]), Some(0));
+    }
+
+    #[test]
+    fn an_unreachable_endpoint_is_backed_off_like_a_429() {
+        let (mut b, mut rng) = bloc(1);
+        grant(&mut b, 0, Time::ZERO, 2);
+        b.on_feedback(0, SEC, &Feedback::new(Outcome::Unavailable, MS));
+        assert_eq!(b.endpoints[0], Endpoint { chips: 0, rejected: Some(SEC), probed: Some(SEC) });
+        assert_eq!(pick_at(&mut b, &mut rng, 1999 * MS, &[]), None);
+        // After the reset interval it is probed, not Active.
+        assert_eq!(pick_at(&mut b, &mut rng, 2 * SEC, &[]), Some(0));
+        assert_eq!(b.endpoints[0].chips, 0);
+    }
+
+    #[test]
+    fn errors_and_timeouts_keep_the_chips_and_errors_may_bring_one() {
+        let (mut b, _) = bloc(1);
+        grant(&mut b, 0, Time::ZERO, 2);
+        b.on_feedback(0, SEC, &Feedback::new(Outcome::TimedOut, SEC));
+        b.on_feedback(0, SEC, &Feedback::new(Outcome::Error, MS).with_chip(true));
+        assert_eq!(b.endpoints[0], Endpoint { chips: 3, rejected: None, probed: None });
+    }
+
+    #[test]
+    fn a_retry_prefers_an_untried_endpoint_even_a_probe() {
+        let (mut b, mut rng) = bloc(3);
+        // 0 and 1 Active, 2 Inactive with an expired probe timer.
+        grant(&mut b, 0, Time::ZERO, 2);
+        grant(&mut b, 1, Time::ZERO, 2);
+        // A retry after trying 0 goes to the other Active endpoint.
+        assert_eq!(pick_at(&mut b, &mut rng, Time::ZERO, &[0]), Some(1));
+        // After trying 0 and 1: a probe of 2 rather than a second try of an Active endpoint.
+        assert_eq!(pick_at(&mut b, &mut rng, Time::ZERO, &[0, 1]), Some(2));
+        // Tried everything, nothing to probe: back to a tried Active endpoint, 0 or 1.
+        let again = pick_at(&mut b, &mut rng, Time::ZERO, &[0, 1, 2]).expect("0 and 1 hold chips");
+        assert!(again < 2);
+        // Tried 0 only, 1 spent, 2 probed: 0 is the only option left.
+        b.endpoints[1].chips = 0;
+        b.endpoints[1].probed = Some(Time::ZERO);
+        b.endpoints[0].chips = 1;
+        assert_eq!(pick_at(&mut b, &mut rng, Time::ZERO, &[0]), Some(0));
+    }
+
+    #[test]
+    fn feedback_without_a_send_does_not_underflow() {
+        let (mut b, mut rng) = bloc(2);
+        grant(&mut b, 0, Time::ZERO, 5);
+        grant(&mut b, 1, Time::ZERO, 5);
+        // Those answers had no matching sends: both counts stay at 0.
+        assert_eq!((b.in_flight.get(0), b.in_flight.get(1)), (0, 0));
+        b.on_send(0, Time::ZERO);
+        assert_eq!(pick_at(&mut b, &mut rng, Time::ZERO, &[]), Some(1));
+    }
+
+    #[test]
+    fn no_endpoints_means_no_pick() {
+        let (mut b, mut rng) = bloc(0);
+        assert_eq!(pick_at(&mut b, &mut rng, Time::ZERO, &[]), None);
+    }
+}

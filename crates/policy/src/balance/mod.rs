@@ -4,6 +4,8 @@
 //! that caller sees, except the [`Oracle`], which the simulator hands the true queue lengths.
 
 mod bloc;
+#[cfg(test)]
+mod contract_tests;
 mod least_request;
 mod oracle;
 mod peak_ewma;

@@ -1,3 +1,248 @@
-// PLACEHOLDER: being written; replace this whole file.
-pub struct PeakEwma;
-pub struct PeakEwmaConfig;
+//! P2C peak-EWMA: of two endpoints drawn at random, the one with the lower `rtt × (pending + 1)`.
+//!
+//! Linkerd's default balancer, from Finagle's `PeakEwma` via tower's `load::PeakEwma`. Each endpoint
+//! keeps an RTT estimate that is *peak-sensitive*: a sample above the estimate replaces it at once,
+//! so one slow answer makes the endpoint look slow straight away, while a sample below it only pulls
+//! the estimate down exponentially, weighted by how long ago the estimate was last updated:
+//!
+//! ```text
+//! w = exp(-elapsed / decay);  estimate = w · estimate + (1 - w) · sample
+//! ```
+//!
+//! The cost of an endpoint is `estimate × (pending + 1)`, where `pending` counts this caller's
+//! attempts in flight to it, and two endpoints drawn at random are compared on it (P2C).
+//!
+//! Differences from the sources, on purpose:
+//! - time is the `now` passed in (linkerd2-proxy's own `ewma` does the same for testability), and
+//!   every endpoint starts as if `default_rtt` had been measured at the epoch (`Time::ZERO`), which is
+//!   what tower does when the balancer is built at the driver's epoch;
+//! - only answers (`Success`, `Error`) are RTT samples: a timeout, cancellation, 429 or unreachable
+//!   endpoint measures nothing about service time. Every outcome ends a pending attempt;
+//! - the estimate changes only on samples; tower and Finagle also decay it towards zero each time the
+//!   cost is read, which makes an idle endpoint look ever faster. Here an idle endpoint keeps its last
+//!   estimate and competes on `pending` alone.
+
+use super::{eligible, p2c, Balancer, InFlight, Pick};
+use crate::{EndpointId, Feedback, Outcome, Time};
+use std::time::Duration;
+
+/// Settings of [`PeakEwma`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PeakEwmaConfig {
+    /// The time constant with which the estimate decays towards lower samples (default 10 s,
+    /// Linkerd's).
+    pub decay: Duration,
+    /// The estimate an endpoint starts with, before its first answer (default 30 ms, Linkerd's).
+    pub default_rtt: Duration,
+}
+
+impl Default for PeakEwmaConfig {
+    fn default() -> Self {
+        PeakEwmaConfig { decay: Duration::from_secs(10), default_rtt: Duration::from_millis(30) }
+    }
+}
+
+/// A peak-sensitive exponentially weighted moving average of one endpoint's RTT.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct RttEstimate {
+    /// The estimate, in seconds.
+    secs: f64,
+    /// When it was last updated.
+    updated: Time,
+}
+
+impl RttEstimate {
+    /// Folds `sample` in at `now`: a new peak is taken as is, a lower sample is averaged in.
+    fn update(&mut self, now: Time, sample: Duration, decay: Duration) {
+        let sample = sample.as_secs_f64();
+        if sample >= self.secs {
+            self.secs = sample;
+        } else {
+            let w = decay_weight(now.saturating_sub(self.updated), decay);
+            self.secs = w * self.secs + (1.0 - w) * sample;
+        }
+        self.updated = now;
+    }
+}
+
+/// `exp(-elapsed / decay)`: how much of the old estimate survives `elapsed`. A zero `decay` keeps
+/// nothing of it, so the estimate follows every sample.
+fn decay_weight(elapsed: Duration, decay: Duration) -> f64 {
+    if decay.is_zero() {
+        return 0.0;
+    }
+    (-elapsed.as_secs_f64() / decay.as_secs_f64()).exp()
+}
+
+/// Power of two choices on peak-EWMA RTT × (pending + 1).
+#[derive(Clone, Debug)]
+pub struct PeakEwma {
+    config: PeakEwmaConfig,
+    rtt: Vec<RttEstimate>,
+    pending: InFlight,
+    /// Reused buffer of eligible endpoints, so a pick does not allocate.
+    scratch: Vec<EndpointId>,
+}
+
+impl PeakEwma {
+    /// A balancer over endpoints `0..endpoints`, each starting at `config.default_rtt`.
+    pub fn new(endpoints: usize, config: PeakEwmaConfig) -> Self {
+        let start = RttEstimate { secs: config.default_rtt.as_secs_f64(), updated: Time::ZERO };
+        PeakEwma {
+            config,
+            rtt: vec![start; endpoints],
+            pending: InFlight::new(endpoints),
+            scratch: Vec::with_capacity(endpoints),
+        }
+    }
+
+    /// `estimate × (pending + 1)`, in seconds.
+    fn cost(&self, endpoint: EndpointId) -> f64 {
+        self.rtt[endpoint].secs * (f64::from(self.pending.get(endpoint)) + 1.0)
+    }
+}
+
+impl Balancer for PeakEwma {
+    fn pick(&mut self, pick: &mut Pick<'_>) -> Option<EndpointId> {
+        let mut candidates = std::mem::take(&mut self.scratch);
+        eligible(self.rtt.len(), pick.exclude, &mut candidates);
+        let chosen = p2c(&candidates, &mut *pick.rng, |e| self.cost(e));
+        self.scratch = candidates;
+        chosen
+    }
+
+    fn on_send(&mut self, endpoint: EndpointId, _now: Time) {
+        self.pending.inc(endpoint);
+    }
+
+    fn on_feedback(&mut self, endpoint: EndpointId, now: Time, feedback: &Feedback) {
+        self.pending.dec(endpoint);
+        if matches!(feedback.outcome, Outcome::Success | Outcome::Error) {
+            self.rtt[endpoint].update(now, feedback.rtt, self.config.decay);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand_pcg::Pcg64Mcg;
+
+    const MS: Duration = Duration::from_millis(1);
+    const SEC: Duration = Duration::from_secs(1);
+
+    fn balancer(endpoints: usize) -> PeakEwma {
+        PeakEwma::new(endpoints, PeakEwmaConfig::default())
+    }
+
+    fn pick_with(b: &mut PeakEwma, rng: &mut Pcg64Mcg, exclude: &[EndpointId]) -> Option<EndpointId> {
+        b.pick(&mut Pick { now: Time::ZERO, rng, exclude, true_loads: None })
+    }
+
+    fn secs(b: &PeakEwma, endpoint: EndpointId) -> f64 {
+        b.rtt[endpoint].secs
+    }
+
+    #[test]
+    fn the_defaults_are_linkerds() {
+        let c = PeakEwmaConfig::default();
+        assert_eq!((c.decay, c.default_rtt), (10 * SEC, 30 * MS));
+        assert_eq!(secs(&balancer(1), 0), 0.030);
+    }
+
+    #[test]
+    fn a_new_peak_is_taken_at_once() {
+        let mut b = balancer(1);
+        // At t = 5 s an answer after 80 ms, above the 30 ms default: the estimate is 80 ms.
+        b.on_send(0, 5 * SEC);
+        b.on_feedback(0, 5 * SEC, &Feedback::success(80 * MS));
+        assert_eq!(secs(&b, 0), 0.080);
+        assert_eq!(b.rtt[0].updated, 5 * SEC);
+    }
+
+    #[test]
+    fn a_lower_sample_pulls_the_estimate_down_by_elapsed_time() {
+        let mut b = balancer(1);
+        // A 100 ms peak at t = 1 s.
+        b.on_feedback(0, SEC, &Feedback::success(100 * MS));
+        // One decay constant (10 s) later a 20 ms answer: w = e^-1, so the estimate becomes
+        // e^-1 · 100 ms + (1 - e^-1) · 20 ms.
+        b.on_feedback(0, 11 * SEC, &Feedback::success(20 * MS));
+        let w = (-1.0f64).exp();
+        assert_eq!(secs(&b, 0), w * 0.100 + (1.0 - w) * 0.020);
+        // Another 20 ms answer at the same instant: nothing elapsed, w = 1, the estimate stays.
+        let before = secs(&b, 0);
+        b.on_feedback(0, 11 * SEC, &Feedback::success(20 * MS));
+        assert_eq!(secs(&b, 0), before);
+    }
+
+    #[test]
+    fn the_default_decays_from_the_epoch() {
+        let mut b = balancer(1);
+        // The first answer, 10 ms at t = 20 s (two decay constants after the epoch):
+        // e^-2 · 30 ms + (1 - e^-2) · 10 ms.
+        b.on_feedback(0, 20 * SEC, &Feedback::success(10 * MS));
+        let w = (-2.0f64).exp();
+        assert_eq!(secs(&b, 0), w * 0.030 + (1.0 - w) * 0.010);
+    }
+
+    #[test]
+    fn only_answers_are_rtt_samples_but_every_outcome_ends_a_pending_attempt() {
+        let mut b = balancer(1);
+        for outcome in [Outcome::TimedOut, Outcome::Cancelled, Outcome::Rejected, Outcome::Unavailable] {
+            // A long "rtt" that is not an answer: pending goes up and back down, the estimate stays.
+            b.on_send(0, SEC);
+            assert_eq!(b.pending.get(0), 1);
+            b.on_feedback(0, SEC, &Feedback::new(outcome, 5 * SEC));
+            assert_eq!((b.pending.get(0), secs(&b, 0)), (0, 0.030), "{outcome:?}");
+        }
+        // An error answer is a sample: a 50 ms peak.
+        b.on_send(0, SEC);
+        b.on_feedback(0, SEC, &Feedback::new(Outcome::Error, 50 * MS));
+        assert_eq!((b.pending.get(0), secs(&b, 0)), (0, 0.050));
+    }
+
+    #[test]
+    fn cost_is_estimate_times_pending_plus_one() {
+        // Start every endpoint at 1 ms so that the first answers are peaks, taken as they are.
+        let config = PeakEwmaConfig { default_rtt: MS, ..PeakEwmaConfig::default() };
+        let mut b = PeakEwma::new(2, config);
+        let mut rng = Pcg64Mcg::seed_from_u64(9);
+        // Endpoint 0 answers in 10 ms, endpoint 1 in 40 ms.
+        b.on_feedback(0, SEC, &Feedback::success(10 * MS));
+        b.on_feedback(1, SEC, &Feedback::success(40 * MS));
+        assert_eq!((b.cost(0), b.cost(1)), (0.010, 0.040));
+        // Idle, 0 is cheaper (with two endpoints P2C always compares both).
+        assert_eq!(pick_with(&mut b, &mut rng, &[]), Some(0));
+        // Three attempts in flight to 0: 10 ms × 4 = 40 ms ties with 1; still 0 or 1 as drawn first.
+        (0..3).for_each(|_| b.on_send(0, SEC));
+        assert_eq!(b.cost(0), 0.040);
+        // A fourth: 10 ms × 5 = 50 ms > 40 ms, so 1 wins.
+        b.on_send(0, SEC);
+        assert_eq!(pick_with(&mut b, &mut rng, &[]), Some(1));
+        // One in flight to 1 as well: 50 ms vs 80 ms, so 0 wins again.
+        b.on_send(1, SEC);
+        assert_eq!(pick_with(&mut b, &mut rng, &[]), Some(0));
+        // Unless this request already tried 0.
+        assert_eq!(pick_with(&mut b, &mut rng, &[0]), Some(1));
+    }
+
+    #[test]
+    fn zero_decay_follows_every_sample() {
+        let mut b = PeakEwma::new(1, PeakEwmaConfig { decay: Duration::ZERO, ..PeakEwmaConfig::default() });
+        b.on_feedback(0, SEC, &Feedback::success(100 * MS));
+        b.on_feedback(0, SEC, &Feedback::success(7 * MS));
+        assert_eq!(secs(&b, 0), 0.007);
+    }
+
+    #[test]
+    fn feedback_without_a_send_does_not_underflow() {
+        let mut b = balancer(2);
+        let mut rng = Pcg64Mcg::seed_from_u64(4);
+        b.on_feedback(0, Time::ZERO, &Feedback::new(Outcome::Cancelled, Duration::ZERO));
+        assert_eq!(b.pending.get(0), 0);
+        b.on_send(0, Time::ZERO);
+        assert_eq!(pick_with(&mut b, &mut rng, &[]), Some(1));
+    }
+}

@@ -1,0 +1,182 @@
+//! Collects what a run measures and turns it into a [`RunResult`].
+
+use crate::results::{Latency, RunResult};
+use hdrhistogram::Histogram;
+use std::time::Duration;
+use tailguard_policy::Outcome;
+
+/// Counters and histograms of one run, fed by the world as requests and attempts end.
+pub(crate) struct Metrics {
+    latency_us: Histogram<u64>,
+    latency_sum: f64,
+    requests: u64,
+    succeeded: u64,
+    failed: u64,
+    rejected: u64,
+    timed_out: u64,
+    calls: u64,
+    attempts: u64,
+    timeouts: u64,
+    observed_sum: f64,
+    true_sum: f64,
+    closeness_sum: f64,
+    closeness_n: u64,
+    /// Requests started per (1 s interval, replica) of each service.
+    started: Vec<Vec<Vec<u32>>>,
+    replicas: Vec<usize>,
+    warmup: Duration,
+}
+
+impl Metrics {
+    pub(crate) fn new(replicas: Vec<usize>, warmup: Duration) -> Self {
+        Metrics {
+            latency_us: Histogram::new_with_bounds(1, 24 * 3600 * 1_000_000, 3).expect("valid bounds"),
+            latency_sum: 0.0,
+            requests: 0,
+            succeeded: 0,
+            failed: 0,
+            rejected: 0,
+            timed_out: 0,
+            calls: 0,
+            attempts: 0,
+            timeouts: 0,
+            observed_sum: 0.0,
+            true_sum: 0.0,
+            closeness_sum: 0.0,
+            closeness_n: 0,
+            started: vec![Vec::new(); replicas.len()],
+            replicas,
+            warmup,
+        }
+    }
+
+    /// A measured user request ended.
+    pub(crate) fn request(&mut self, outcome: Outcome, latency: Duration) {
+        self.requests += 1;
+        match outcome {
+            Outcome::Success => {
+                self.succeeded += 1;
+                self.latency_sum += latency.as_secs_f64();
+                let us = (latency.as_micros() as u64).max(1);
+                self.latency_us.saturating_record(us);
+            }
+            Outcome::Rejected => self.rejected += 1,
+            Outcome::TimedOut | Outcome::Cancelled => self.timed_out += 1,
+            Outcome::Error | Outcome::Unavailable => self.failed += 1,
+        }
+    }
+
+    /// A measured call between services ended; `answer` is the latency of the answering attempt
+    /// when it succeeded.
+    pub(crate) fn call(&mut self, attempts: u32, latency: Duration, answer: Option<Duration>) {
+        self.calls += 1;
+        self.attempts += u64::from(attempts);
+        if let Some(answer) = answer {
+            self.observed_sum += latency.as_secs_f64();
+            self.true_sum += answer.as_secs_f64();
+        }
+    }
+
+    /// An attempt between services timed out.
+    pub(crate) fn attempt_timed_out(&mut self) {
+        self.timeouts += 1;
+    }
+
+    /// An attempt between services sent with `timeout` succeeded after `rtt`.
+    pub(crate) fn attempt_succeeded(&mut self, rtt: Duration, timeout: Duration) {
+        let rtt = rtt.as_secs_f64().max(1e-9);
+        self.closeness_sum += (timeout.as_secs_f64() - rtt) / rtt;
+        self.closeness_n += 1;
+    }
+
+    /// A replica of `service` started processing a request at `now`.
+    pub(crate) fn started(&mut self, service: usize, replica: usize, now: Duration) {
+        let Some(since) = now.checked_sub(self.warmup) else { return };
+        let second = since.as_secs() as usize;
+        let per_second = &mut self.started[service];
+        if per_second.len() <= second {
+            per_second.resize(second + 1, vec![0; self.replicas[service]]);
+        }
+        per_second[second][replica] += 1;
+    }
+
+    /// The result, for a run whose measurement lasted `measured`; `busiest` is the called service
+    /// whose imbalance is reported.
+    pub(crate) fn finish(&self, scenario: &str, variant: &str, measured: Duration, busiest: Option<usize>) -> RunResult {
+        let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+        let h = &self.latency_us;
+        let ms = |q: f64| if h.is_empty() { 0.0 } else { round(h.value_at_quantile(q) as f64 / 1000.0) };
+        let latency = Latency {
+            p10: ms(0.10),
+            p50: ms(0.50),
+            p90: ms(0.90),
+            p99: ms(0.99),
+            p999: ms(0.999),
+            max: if h.is_empty() { 0.0 } else { round(h.max() as f64 / 1000.0) },
+            mean: round(ratio(self.latency_sum * 1000.0, self.succeeded as f64)),
+        };
+        RunResult {
+            scenario: scenario.to_string(),
+            variant: variant.to_string(),
+            requests: self.requests,
+            succeeded: self.succeeded,
+            failed: self.failed,
+            rejected: self.rejected,
+            timed_out: self.timed_out,
+            success_rate: round(ratio(self.succeeded as f64, self.requests as f64)),
+            throughput_rps: round(ratio(self.succeeded as f64, measured.as_secs_f64())),
+            extra_load: round(if self.calls > 0 { self.attempts as f64 / self.calls as f64 - 1.0 } else { 0.0 }),
+            latency_ms: latency,
+            time_fraction: round(ratio(self.observed_sum, self.true_sum)),
+            timeouts_pct: round(100.0 * ratio(self.timeouts as f64, self.attempts as f64)),
+            closeness_pct: round(100.0 * ratio(self.closeness_sum, self.closeness_n as f64)),
+            imbalance: round(busiest.map_or(0.0, |s| self.imbalance(s))),
+            duration_s: round(measured.as_secs_f64()),
+            attempts: self.attempts,
+        }
+    }
+
+    fn imbalance(&self, service: usize) -> f64 {
+        let intervals = &self.started[service];
+        if intervals.is_empty() {
+            return 0.0;
+        }
+        let total: f64 = intervals.iter().map(|counts| std_dev(counts)).sum();
+        total / intervals.len() as f64
+    }
+}
+
+/// Population standard deviation.
+fn std_dev(counts: &[u32]) -> f64 {
+    let n = counts.len() as f64;
+    let mean = counts.iter().map(|&c| f64::from(c)).sum::<f64>() / n;
+    (counts.iter().map(|&c| (f64::from(c) - mean).powi(2)).sum::<f64>() / n).sqrt()
+}
+
+/// Rounds to 4 decimals, so results JSON stays readable.
+fn round(x: f64) -> f64 {
+    (x * 10_000.0).round() / 10_000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn std_dev_is_the_population_one() {
+        assert_eq!(std_dev(&[2, 4, 4, 4, 5, 5, 7, 9]), 2.0);
+        assert_eq!(std_dev(&[3, 3, 3]), 0.0);
+    }
+
+    #[test]
+    fn imbalance_averages_per_second_deviation() {
+        let mut m = Metrics::new(vec![2], Duration::from_secs(1));
+        let at = |ms| Duration::from_millis(ms);
+        m.started(0, 0, at(500)); // in the warm-up: not counted
+        m.started(0, 0, at(1_100));
+        m.started(0, 0, at(1_200)); // second 0: [2, 0] → σ = 1
+        m.started(0, 1, at(2_500)); // second 1: [0, 1] → σ = 0.5
+        let r = m.finish("s", "v", Duration::from_secs(2), Some(0));
+        assert_eq!(r.imbalance, 0.75);
+    }
+}

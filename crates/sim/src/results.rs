@@ -1,0 +1,67 @@
+//! The results-JSON schema (docs/results.md), written by `tailguard sim` and, with mode "lab",
+//! by the lab. One [`Results`] per experiment, one [`RunResult`] per scenario × variant.
+
+use serde::{Deserialize, Serialize};
+
+/// The results of every run of one experiment.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Results {
+    /// The experiment's name.
+    pub experiment: String,
+    /// "sim", "lab" or "load".
+    pub mode: String,
+    /// The seed the runs used.
+    pub seed: u64,
+    /// One entry per scenario × variant, scenarios outermost, in file order.
+    pub runs: Vec<RunResult>,
+}
+
+/// What one variant did under one scenario; latencies are over successful requests as the user
+/// saw them.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct RunResult {
+    pub scenario: String,
+    pub variant: String,
+    /// Measured requests (started after the warm-up).
+    pub requests: u64,
+    pub succeeded: u64,
+    /// Ended with an error or an unreachable service.
+    pub failed: u64,
+    /// Refused (429) or dropped because no endpoint would take them.
+    pub rejected: u64,
+    /// Ended by a deadline or a timeout with no retry left, or unanswered at the end.
+    pub timed_out: u64,
+    /// succeeded / requests.
+    pub success_rate: f64,
+    /// Successful requests per second of measured time.
+    pub throughput_rps: f64,
+    /// Attempts sent between services / calls between services − 1 (hedges and retries).
+    pub extra_load: f64,
+    pub latency_ms: Latency,
+    /// adaptive-timeouts.txt §5.2: Σ call latency / Σ latency of the answering attempt, over
+    /// successful calls between services.
+    pub time_fraction: f64,
+    /// Attempts between services that timed out, in % of such attempts.
+    pub timeouts_pct: f64,
+    /// Mean of (timeout − latency) / latency over successful attempts sent with a timeout, in %.
+    pub closeness_pct: f64,
+    /// Mean over 1 s intervals of the standard deviation of requests started per replica of the
+    /// busiest called service (bloc-load-balancing.txt Fig. 4b).
+    pub imbalance: f64,
+    /// Virtual seconds the measurement covered.
+    pub duration_s: f64,
+    /// Attempts sent between services.
+    pub attempts: u64,
+}
+
+/// Latency percentiles in milliseconds.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Latency {
+    pub p10: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+    pub mean: f64,
+}

@@ -1,0 +1,75 @@
+//! A slab of entries addressed by generation-checked keys, so an event that outlives its entry
+//! (a response to a cancelled attempt, a stale wake) finds nothing instead of a reused slot.
+
+/// The address of a slab entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Key {
+    index: u32,
+    generation: u32,
+}
+
+pub(crate) struct Slab<T> {
+    entries: Vec<(u32, Option<T>)>,
+    free: Vec<u32>,
+}
+
+impl<T> Slab<T> {
+    pub(crate) fn new() -> Self {
+        Slab { entries: Vec::new(), free: Vec::new() }
+    }
+
+    pub(crate) fn insert(&mut self, value: T) -> Key {
+        match self.free.pop() {
+            Some(index) => {
+                let entry = &mut self.entries[index as usize];
+                entry.0 = entry.0.wrapping_add(1);
+                entry.1 = Some(value);
+                Key { index, generation: entry.0 }
+            }
+            None => {
+                self.entries.push((0, Some(value)));
+                Key { index: (self.entries.len() - 1) as u32, generation: 0 }
+            }
+        }
+    }
+
+    pub(crate) fn get_mut(&mut self, key: Key) -> Option<&mut T> {
+        match self.entries.get_mut(key.index as usize) {
+            Some((generation, Some(value))) if *generation == key.generation => Some(value),
+            _ => None,
+        }
+    }
+
+    /// The live entries, in slot order.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &T> {
+        self.entries.iter().filter_map(|(_, v)| v.as_ref())
+    }
+
+    pub(crate) fn remove(&mut self, key: Key) -> Option<T> {
+        let entry = self.entries.get_mut(key.index as usize)?;
+        if entry.0 != key.generation {
+            return None;
+        }
+        let value = entry.1.take();
+        if value.is_some() {
+            self.free.push(key.index);
+        }
+        value
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stale_keys_find_nothing_after_reuse() {
+        let mut slab = Slab::new();
+        let a = slab.insert("a");
+        assert_eq!(slab.remove(a), Some("a"));
+        let b = slab.insert("b");
+        assert_eq!(slab.get_mut(a), None, "a's slot now holds b");
+        assert_eq!(slab.remove(a), None);
+        assert_eq!(slab.get_mut(b), Some(&mut "b"));
+    }
+}

@@ -1,0 +1,561 @@
+//! The simulated world of one run: replicas with workers and FIFO queues, the calls between them
+//! driven by the policy core's [`Call`] machine, the workload, and the event loop.
+
+use crate::metrics::Metrics;
+use crate::queue::EventQueue;
+use crate::results::RunResult;
+use crate::slab::{Key, Slab};
+use crate::SimError;
+use rand::{Rng as _, SeedableRng};
+use rand_pcg::Pcg64Mcg;
+use std::collections::VecDeque;
+use std::time::Duration;
+use tailguard_model::schema::{Fanout, Fault};
+use tailguard_model::{build, LatencyCurve, Run, Sampler};
+use tailguard_policy::admission::Admission;
+use tailguard_policy::call::{Action, Call, ClientPolicy, Ctx};
+use tailguard_policy::{Feedback, Outcome, Time};
+
+/// How long in-flight requests may still finish after the workload stops sending.
+const DRAIN: Duration = Duration::from_secs(120);
+/// A closed-loop client whose request ended at the instant it started waits this long before its
+/// next one, so a balancer that drops everything cannot spin virtual time to a halt.
+const MIN_CYCLE: Duration = Duration::from_millis(1);
+/// Runaway guard on the event loop.
+const MAX_EVENTS: u64 = 2_000_000_000;
+
+enum Event {
+    /// The workload sends its next open-loop request.
+    Arrival,
+    /// Closed-loop client `client` sends its next request.
+    ClientReady { client: u32 },
+    /// An attempt reaches a replica.
+    AttemptArrives { call: Key, attempt: u32, service: u16, replica: u32, sent: Time, timeout: Option<Duration> },
+    /// A replica finished the local work of a job.
+    WorkDone { job: Key },
+    /// An attempt's answer reaches its caller.
+    AttemptEnds { call: Key, attempt: u32, sent: Time, timeout: Option<Duration>, outcome: Outcome, chip: bool },
+    /// A call asked to be woken.
+    Wake { call: Key },
+}
+
+/// Who waits for a call's end.
+#[derive(Clone, Copy)]
+enum Owner {
+    /// A user request from the workload (closed-loop client index, if any).
+    User { client: Option<u32> },
+    /// A job at a replica, calling downstream.
+    Job(Key),
+}
+
+struct CallState {
+    call: Call,
+    owner: Owner,
+    policy: usize,
+    callee: u16,
+    measured: bool,
+    /// Latency of the attempt that answered successfully, for the time fraction.
+    answer: Option<Duration>,
+}
+
+/// A request being handled at a replica.
+struct Job {
+    service: u16,
+    replica: u32,
+    reply: (Key, u32),
+    sent: Time,
+    timeout: Option<Duration>,
+    fate: Fate,
+    next_call: u16,
+    outstanding: u16,
+    failed: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    Normal,
+    Error,
+    Lost,
+}
+
+struct ServiceModel {
+    workers: u32,
+    sampler: Sampler,
+    curve: LatencyCurve,
+    fanout: Fanout,
+    /// Edge index per downstream call, `count` repeats expanded.
+    plan: Vec<u16>,
+    faults: Vec<Fault>,
+    slow_samplers: Vec<Option<Sampler>>,
+    /// First policy index of each edge; replica r's policy is `base + r`.
+    edge_policy_base: Vec<usize>,
+    edge_callee: Vec<u16>,
+    replicas: Vec<Replica>,
+    called: bool,
+}
+
+struct Replica {
+    queue: VecDeque<Key>,
+    busy: u32,
+    held: u32,
+    received: u64,
+    admission: Box<dyn Admission>,
+}
+
+/// One run of the simulator.
+pub(crate) struct World {
+    now: Time,
+    events: EventQueue<Event>,
+    services: Vec<ServiceModel>,
+    /// Requests held per replica of each service, for the oracle.
+    loads: Vec<Vec<u32>>,
+    policies: Vec<ClientPolicy>,
+    calls: Slab<CallState>,
+    jobs: Slab<Job>,
+    actions: Vec<Action>,
+    rng: Pcg64Mcg,
+    policy_rng: Pcg64Mcg,
+    delay: Duration,
+    target: u16,
+    user_policy: usize,
+    idempotent: bool,
+    open_gap: Option<(f64, bool)>,
+    think: Duration,
+    warmup: Duration,
+    send_until: Option<Time>,
+    measured_limit: Option<u64>,
+    measured_sent: u64,
+    stopped_sending: Option<Time>,
+    metrics: Metrics,
+    events_run: u64,
+}
+
+impl World {
+    pub(crate) fn new(run: &Run, seed: u64) -> Result<World, SimError> {
+        let names: Vec<&String> = run.services.keys().collect();
+        let index = |name: &str| names.iter().position(|n| *n == name).expect("validated reference") as u16;
+        let w = &run.workload;
+        let horizon = w.duration.map(|d| w.warmup.get() + d.get());
+        let mut policies = Vec::new();
+        let mut services = Vec::new();
+        for (i, svc) in run.services.values().enumerate() {
+            let stream = seed ^ (0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i as u64 + 1));
+            let mut plan = Vec::new();
+            let mut edge_policy_base = Vec::new();
+            let mut edge_callee = Vec::new();
+            for (e, edge) in svc.calls.iter().enumerate() {
+                plan.extend(std::iter::repeat(e as u16).take(edge.count as usize));
+                let callee = index(&edge.service);
+                let endpoints = run.services[callee as usize].replicas as usize;
+                edge_policy_base.push(policies.len());
+                edge_callee.push(callee);
+                for _ in 0..svc.replicas {
+                    policies.push(build::client_policy(&edge.policy, endpoints));
+                }
+            }
+            let slow_samplers = svc
+                .faults
+                .iter()
+                .map(|f| match f {
+                    Fault::Slow { service_time: Some(d), .. } => d.sampler(&run.base_dir).map(Some),
+                    _ => Ok(None),
+                })
+                .collect::<Result<_, _>>()?;
+            services.push(ServiceModel {
+                workers: svc.workers,
+                sampler: svc.service_time.sampler(&run.base_dir)?,
+                curve: svc.latency_model.curve(horizon, stream)?,
+                fanout: svc.fanout,
+                plan,
+                faults: svc.faults.clone(),
+                slow_samplers,
+                edge_policy_base,
+                edge_callee,
+                replicas: (0..svc.replicas)
+                    .map(|_| Replica {
+                        queue: VecDeque::new(),
+                        busy: 0,
+                        held: 0,
+                        received: 0,
+                        admission: build::admission(&svc.admission),
+                    })
+                    .collect(),
+                called: false,
+            });
+        }
+        for s in 0..services.len() {
+            for e in 0..services[s].edge_callee.len() {
+                let callee = services[s].edge_callee[e] as usize;
+                services[callee].called = true;
+            }
+        }
+        let target = index(&w.target);
+        let user_policy = policies.len();
+        policies.push(build::client_policy(&w.client, services[target as usize].replicas.len()));
+        let loads = services.iter().map(|s| vec![0; s.replicas.len()]).collect();
+        let replicas = services.iter().map(|s| s.replicas.len()).collect();
+        let mut world = World {
+            now: Duration::ZERO,
+            events: EventQueue::new(),
+            services,
+            loads,
+            policies,
+            calls: Slab::new(),
+            jobs: Slab::new(),
+            actions: Vec::new(),
+            rng: Pcg64Mcg::seed_from_u64(seed),
+            policy_rng: Pcg64Mcg::seed_from_u64(seed.rotate_left(17) ^ 0xA5A5_A5A5),
+            delay: run.network.delay.get(),
+            target,
+            user_policy,
+            idempotent: w.idempotent,
+            open_gap: w.open.as_ref().map(|o| (1.0 / o.rate, o.arrival == tailguard_model::schema::Arrival::Poisson)),
+            think: w.closed.as_ref().map_or(Duration::ZERO, |c| c.think.get()),
+            warmup: w.warmup.get(),
+            send_until: horizon,
+            measured_limit: w.requests,
+            measured_sent: 0,
+            stopped_sending: None,
+            metrics: Metrics::new(replicas, w.warmup.get()),
+            events_run: 0,
+        };
+        match &w.closed {
+            Some(c) => (0..c.clients).for_each(|client| world.events.push(Duration::ZERO, Event::ClientReady { client })),
+            None => world.events.push(Duration::ZERO, Event::Arrival),
+        }
+        Ok(world)
+    }
+
+    /// Runs the event loop to the end; returns the run's result and the number of events run.
+    pub(crate) fn run(mut self, scenario: &str, variant: &str) -> Result<(RunResult, u64), SimError> {
+        while let Some((at, event)) = self.events.pop() {
+            if self.stopped_sending.is_some_and(|stop| at > stop + DRAIN) {
+                break;
+            }
+            self.events_run += 1;
+            if self.events_run > MAX_EVENTS {
+                return Err(SimError::Runaway { events: MAX_EVENTS });
+            }
+            self.now = at;
+            self.handle(event);
+        }
+        let unanswered = self.count_unanswered_users();
+        for _ in 0..unanswered {
+            self.metrics.request(Outcome::TimedOut, Duration::ZERO);
+        }
+        let end = self.stopped_sending.unwrap_or(self.now);
+        let measured = end.saturating_sub(self.warmup);
+        let busiest = self.busiest_called_service();
+        Ok((self.metrics.finish(scenario, variant, measured, busiest), self.events_run))
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Arrival => {
+                if self.may_send() {
+                    self.start_user(None);
+                    let (mean_gap, poisson) = self.open_gap.expect("arrivals only in open loop");
+                    let gap = if poisson { -mean_gap * (1.0 - self.rng.gen::<f64>()).ln() } else { mean_gap };
+                    self.events.push(self.now + Duration::from_secs_f64(gap), Event::Arrival);
+                }
+            }
+            Event::ClientReady { client } => {
+                if self.may_send() {
+                    self.start_user(Some(client));
+                }
+            }
+            Event::AttemptArrives { call, attempt, service, replica, sent, timeout } => {
+                self.attempt_arrives(call, attempt, service, replica, sent, timeout)
+            }
+            Event::WorkDone { job } => self.work_done(job),
+            Event::AttemptEnds { call, attempt, sent, timeout, outcome, chip } => {
+                let rtt = self.now.saturating_sub(sent);
+                let Some(state) = self.calls.get_mut(call) else { return };
+                let is_user = matches!(state.owner, Owner::User { .. });
+                if outcome == Outcome::Success && !state.call.is_finished() {
+                    state.answer = Some(rtt);
+                    if let (Some(t), true, false) = (timeout, state.measured, is_user) {
+                        self.metrics.attempt_succeeded(rtt, t);
+                    }
+                }
+                let feedback = Feedback { outcome, rtt, chip };
+                self.step_call(call, |call, ctx| call.on_attempt_end(ctx, attempt, feedback));
+            }
+            Event::Wake { call } => self.step_call(call, |call, ctx| call.on_wake(ctx)),
+        }
+    }
+
+    /// Whether the workload may send another request now (and records when it stops).
+    fn may_send(&mut self) -> bool {
+        let within_time = self.send_until.map_or(true, |end| self.now < end);
+        let within_count = self.measured_limit.map_or(true, |n| self.measured_sent < n);
+        let ok = within_time && within_count && self.stopped_sending.is_none();
+        if !ok && self.stopped_sending.is_none() {
+            self.stopped_sending = Some(self.now);
+        }
+        ok
+    }
+
+    fn start_user(&mut self, client: Option<u32>) {
+        let measured = self.now >= self.warmup;
+        if measured {
+            self.measured_sent += 1;
+        }
+        let (policy, callee, idempotent) = (self.user_policy, self.target, self.idempotent);
+        self.start_call(Owner::User { client }, policy, callee, idempotent, None, measured);
+    }
+
+    fn start_call(&mut self, owner: Owner, policy: usize, callee: u16, idempotent: bool, deadline: Option<Time>, measured: bool) {
+        let mut actions = std::mem::take(&mut self.actions);
+        let call = {
+            let mut ctx = Ctx {
+                now: self.now,
+                policy: &mut self.policies[policy],
+                rng: &mut self.policy_rng,
+                true_loads: Some(&self.loads[callee as usize]),
+                out: &mut actions,
+            };
+            Call::start(&mut ctx, idempotent, deadline)
+        };
+        let key = self.calls.insert(CallState { call, owner, policy, callee, measured, answer: None });
+        self.apply(key, &mut actions);
+        self.actions = actions;
+    }
+
+    fn step_call(&mut self, key: Key, step: impl FnOnce(&mut Call, &mut Ctx<'_>)) {
+        let Some(state) = self.calls.get_mut(key) else { return };
+        let mut actions = std::mem::take(&mut self.actions);
+        {
+            let mut ctx = Ctx {
+                now: self.now,
+                policy: &mut self.policies[state.policy],
+                rng: &mut self.policy_rng,
+                true_loads: Some(&self.loads[state.callee as usize]),
+                out: &mut actions,
+            };
+            step(&mut state.call, &mut ctx);
+        }
+        self.apply(key, &mut actions);
+        self.actions = actions;
+    }
+
+    /// Carries out a call's actions.
+    fn apply(&mut self, key: Key, actions: &mut Vec<Action>) {
+        for action in actions.drain(..) {
+            let state = self.calls.get_mut(key).expect("the call is live while it acts");
+            let between_services = matches!(state.owner, Owner::Job(_));
+            match action {
+                Action::Send { attempt, endpoint, timeout } => {
+                    let event = Event::AttemptArrives {
+                        call: key,
+                        attempt,
+                        service: state.callee,
+                        replica: endpoint as u32,
+                        sent: self.now,
+                        timeout,
+                    };
+                    self.events.push(self.now + self.delay, event);
+                }
+                Action::Cancel { reason, .. } => {
+                    if reason == Outcome::TimedOut && between_services && state.measured {
+                        self.metrics.attempt_timed_out();
+                    }
+                }
+                Action::WakeAt(at) => self.events.push(at, Event::Wake { call: key }),
+                Action::Finish(finish) => {
+                    let state = self.calls.remove(key).expect("checked above");
+                    let latency = self.now.saturating_sub(state.call.started());
+                    match state.owner {
+                        Owner::User { client } => self.user_done(client, state.measured, finish.outcome, latency),
+                        Owner::Job(job) => {
+                            if state.measured {
+                                let answer = (finish.outcome == Outcome::Success).then_some(state.answer).flatten();
+                                self.metrics.call(finish.attempts, latency, answer);
+                            }
+                            self.call_done(job, finish.outcome == Outcome::Success);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn user_done(&mut self, client: Option<u32>, measured: bool, outcome: Outcome, latency: Duration) {
+        if measured {
+            self.metrics.request(outcome, latency);
+        }
+        if let Some(client) = client {
+            let pause = if latency.is_zero() { self.think.max(MIN_CYCLE) } else { self.think };
+            self.events.push(self.now + pause, Event::ClientReady { client });
+        }
+    }
+
+    fn attempt_arrives(&mut self, call: Key, attempt: u32, service: u16, replica: u32, sent: Time, timeout: Option<Duration>) {
+        let (s, r) = (service as usize, replica as usize);
+        let now = self.now;
+        let refuse = |world: &mut World, outcome| {
+            let event = Event::AttemptEnds { call, attempt, sent, timeout, outcome, chip: false };
+            world.events.push(now + world.delay, event);
+        };
+        if self.is_down(s, r) {
+            return refuse(self, Outcome::Unavailable);
+        }
+        let rep = &mut self.services[s].replicas[r];
+        if !rep.admission.admit(now, rep.held) {
+            return refuse(self, Outcome::Rejected);
+        }
+        rep.held += 1;
+        rep.received += 1;
+        let (held, received) = (rep.held, rep.received);
+        rep.admission.observe(now, held);
+        self.loads[s][r] = held;
+        let fate = self.fate(s, received);
+        let job = Job { service, replica, reply: (call, attempt), sent, timeout, fate, next_call: 0, outstanding: 0, failed: false };
+        let key = self.jobs.insert(job);
+        let svc = &mut self.services[s];
+        let rep = &mut svc.replicas[r];
+        if svc.workers == 0 || rep.busy < svc.workers {
+            self.begin_work(key, s, r);
+        } else {
+            rep.queue.push_back(key);
+        }
+    }
+
+    fn is_down(&self, s: usize, r: usize) -> bool {
+        self.services[s].faults.iter().any(|f| match f {
+            Fault::Down { replica, from, to } => {
+                replica.map_or(true, |x| x as usize == r) && from.get() <= self.now && self.now < to.get()
+            }
+            _ => false,
+        })
+    }
+
+    /// Error and loss faults decided as the request arrives.
+    fn fate(&mut self, s: usize, _received: u64) -> Fate {
+        let mut fate = Fate::Normal;
+        for f in &self.services[s].faults {
+            match f {
+                Fault::Error { rate } if self.rng.gen::<f64>() < *rate => fate = Fate::Error,
+                Fault::Lost { fraction } if self.rng.gen::<f64>() < *fraction => return Fate::Lost,
+                _ => {}
+            }
+        }
+        fate
+    }
+
+    fn begin_work(&mut self, key: Key, s: usize, r: usize) {
+        let now = self.now;
+        self.metrics.started(s, r, now);
+        let svc = &mut self.services[s];
+        svc.replicas[r].busy += 1;
+        let received = svc.replicas[r].received;
+        let mut time = svc.sampler.sample(&mut self.rng).mul_f64(svc.curve.factor(now).max(0.0));
+        for (f, slow) in svc.faults.iter().zip(&svc.slow_samplers) {
+            if let Fault::Slow { fraction, every, factor, .. } = f {
+                let hit = match (every, fraction) {
+                    (Some(n), _) => *n > 0 && received % u64::from(*n) == 0,
+                    (None, Some(p)) => self.rng.gen::<f64>() < *p,
+                    (None, None) => false,
+                };
+                if hit {
+                    time = match (slow, factor) {
+                        (Some(sampler), _) => sampler.sample(&mut self.rng),
+                        (None, Some(k)) => time.mul_f64(k.max(0.0)),
+                        (None, None) => time,
+                    };
+                }
+            }
+        }
+        self.events.push(now + time, Event::WorkDone { job: key });
+    }
+
+    fn work_done(&mut self, key: Key) {
+        let Some(job) = self.jobs.get_mut(key) else { return };
+        let (s, r, fate) = (job.service as usize, job.replica as usize, job.fate);
+        let svc = &mut self.services[s];
+        svc.replicas[r].busy -= 1;
+        if let Some(next) = svc.replicas[r].queue.pop_front() {
+            self.begin_work(next, s, r);
+        }
+        match fate {
+            Fate::Lost => {
+                self.jobs.remove(key);
+                self.release(s, r);
+            }
+            Fate::Error => self.respond(key, Outcome::Error),
+            Fate::Normal if self.services[s].plan.is_empty() => self.respond(key, Outcome::Success),
+            Fate::Normal => self.make_calls(key),
+        }
+    }
+
+    /// Starts a job's downstream calls: the next one (sequential) or all (parallel).
+    fn make_calls(&mut self, key: Key) {
+        let job = self.jobs.get_mut(key).expect("caller checked");
+        let s = job.service as usize;
+        let svc = &self.services[s];
+        let count = match svc.fanout {
+            Fanout::Sequential => 1,
+            Fanout::Parallel => svc.plan.len() - job.next_call as usize,
+        };
+        let first = job.next_call as usize;
+        job.next_call += count as u16;
+        job.outstanding += count as u16;
+        let replica = job.replica as usize;
+        let measured = job.sent >= self.warmup;
+        let idempotent = self.idempotent;
+        for i in first..first + count {
+            let svc = &self.services[s];
+            let edge = svc.plan[i] as usize;
+            let (policy, callee) = (svc.edge_policy_base[edge] + replica, svc.edge_callee[edge]);
+            self.start_call(Owner::Job(key), policy, callee, idempotent, None, measured);
+        }
+    }
+
+    fn call_done(&mut self, key: Key, success: bool) {
+        let Some(job) = self.jobs.get_mut(key) else { return };
+        job.outstanding -= 1;
+        job.failed |= !success;
+        if job.outstanding > 0 {
+            return;
+        }
+        let more = (job.next_call as usize) < self.services[job.service as usize].plan.len();
+        match (job.failed, more) {
+            (true, _) => self.respond(key, Outcome::Error),
+            (false, true) => self.make_calls(key),
+            (false, false) => self.respond(key, Outcome::Success),
+        }
+    }
+
+    fn respond(&mut self, key: Key, outcome: Outcome) {
+        let job = self.jobs.remove(key).expect("responding job exists");
+        let (s, r) = (job.service as usize, job.replica as usize);
+        let held = self.release(s, r);
+        let chip = self.services[s].replicas[r].admission.grant_chip(self.now, held, &mut self.rng);
+        let (call, attempt) = job.reply;
+        let event = Event::AttemptEnds { call, attempt, sent: job.sent, timeout: job.timeout, outcome, chip };
+        self.events.push(self.now + self.delay, event);
+    }
+
+    /// A replica no longer holds a request; returns how many it still holds.
+    fn release(&mut self, s: usize, r: usize) -> u32 {
+        let rep = &mut self.services[s].replicas[r];
+        rep.held -= 1;
+        rep.admission.observe(self.now, rep.held);
+        self.loads[s][r] = rep.held;
+        rep.held
+    }
+
+    /// Measured user requests still waiting when the run ended: they never got an answer.
+    fn count_unanswered_users(&self) -> usize {
+        self.calls.values().filter(|state| matches!(state.owner, Owner::User { .. }) && state.measured).count()
+    }
+
+    fn busiest_called_service(&self) -> Option<usize> {
+        let called: Vec<usize> = (0..self.services.len()).filter(|&s| self.services[s].called).collect();
+        let candidates = if called.is_empty() { vec![self.target as usize] } else { called };
+        candidates.into_iter().max_by_key(|&s| {
+            let received: u64 = self.services[s].replicas.iter().map(|r| r.received).sum();
+            (received, std::cmp::Reverse(s))
+        })
+    }
+}
