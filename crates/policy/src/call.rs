@@ -306,7 +306,7 @@ impl Call {
         let timeouts = self.attempts.iter().filter(|a| a.live).filter_map(|a| a.timeout.map(|t| a.sent + t));
         let next = [self.deadline, self.retry_at, self.hedge_at].into_iter().flatten().chain(timeouts).min();
         if let Some(t) = next {
-            if self.armed.map_or(true, |armed| t < armed) {
+            if self.armed.is_none_or(|armed| t < armed) {
                 self.armed = Some(t);
                 ctx.out.push(Action::WakeAt(t));
             }

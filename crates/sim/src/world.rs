@@ -287,8 +287,8 @@ impl World {
 
     /// Whether the workload may send another request now (and records when it stops).
     fn may_send(&mut self) -> bool {
-        let within_time = self.send_until.map_or(true, |end| self.now < end);
-        let within_count = self.measured_limit.map_or(true, |n| self.measured_sent < n);
+        let within_time = self.send_until.is_none_or(|end| self.now < end);
+        let within_count = self.measured_limit.is_none_or(|n| self.measured_sent < n);
         let ok = within_time && within_count && self.stopped_sending.is_none();
         if !ok && self.stopped_sending.is_none() {
             self.stopped_sending = Some(self.now);
@@ -424,7 +424,7 @@ impl World {
     fn is_down(&self, s: usize, r: usize) -> bool {
         self.services[s].faults.iter().any(|f| match f {
             Fault::Down { replica, from, to } => {
-                replica.map_or(true, |x| x as usize == r) && from.get() <= self.now && self.now < to.get()
+                replica.is_none_or(|x| x as usize == r) && from.get() <= self.now && self.now < to.get()
             }
             _ => false,
         })

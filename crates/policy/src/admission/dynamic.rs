@@ -107,7 +107,10 @@ impl DynamicCapacity {
 
 impl Admission for DynamicCapacity {
     fn admit(&mut self, now: Time, in_system: u32) -> bool {
-        self.capacity(now).map_or(true, |cap| in_system < cap)
+        match self.capacity(now) {
+            Some(cap) => in_system < cap,
+            None => true,
+        }
     }
 
     fn observe(&mut self, now: Time, in_system: u32) {

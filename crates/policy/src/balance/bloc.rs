@@ -123,7 +123,13 @@ impl Bloc {
     }
 
     /// Puts into `out` the endpoints that are (`tried = true`) or are not in `exclude` and `keep`.
-    fn collect(&self, out: &mut Vec<EndpointId>, exclude: &[EndpointId], tried: bool, keep: impl Fn(&Endpoint) -> bool) {
+    fn collect(
+        &self,
+        out: &mut Vec<EndpointId>,
+        exclude: &[EndpointId],
+        tried: bool,
+        keep: impl Fn(&Endpoint) -> bool,
+    ) {
         out.clear();
         out.extend((0..self.endpoints.len()).filter(|e| exclude.contains(e) == tried && keep(&self.endpoints[*e])));
     }
@@ -266,14 +272,19 @@ mod tests {
 
     #[test]
     fn active_endpoints_come_before_probes() {
-        let (mut b, mut rng) = bloc(3);
-        // 2 holds one chip; 0 and 1 are Inactive with expired probe timers.
-        grant(&mut b, 2, Time::ZERO, 1);
-        assert_eq!(pick_at(&mut b, &mut rng, Time::ZERO, &[]), Some(2));
-        // 2 is spent: now a probe of 0 or 1.
-        let probe = pick_at(&mut b, &mut rng, Time::ZERO, &[]).expect("two endpoints may be probed");
-        assert!(probe < 2);
-        assert_eq!(b.endpoints[probe].probed, Some(Time::ZERO));
+        let (mut b, mut rng) = bloc(2);
+        let mut twin = Pcg64Mcg::seed_from_u64(17);
+        // 1 holds one chip; 0 is Inactive with an expired probe timer.
+        grant(&mut b, 1, Time::ZERO, 1);
+        // The only Active endpoint is taken (one candidate: no draw).
+        assert_eq!(pick_at(&mut b, &mut rng, Time::ZERO, &[]), Some(1));
+        // 1 is spent. Neither was ever probed, so both may be: one drawn uniformly from [0, 1].
+        let expected = [0, 1][twin.gen_range(0..2)];
+        assert_eq!(pick_at(&mut b, &mut rng, Time::ZERO, &[]), Some(expected));
+        assert_eq!(b.endpoints[expected].probed, Some(Time::ZERO));
+        // The other one is probed next, and then nothing is left.
+        assert_eq!(pick_at(&mut b, &mut rng, Time::ZERO, &[]), Some(1 - expected));
+        assert_eq!(pick_at(&mut b, &mut rng, Time::ZERO, &[]), None);
     }
 
     #[test]

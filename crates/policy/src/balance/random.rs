@@ -74,9 +74,8 @@ mod tests {
         for _ in 0..3000 {
             counts[pick_with(&mut b, &mut rng, &[]).expect("three endpoints")] += 1;
         }
-        // 3000 draws with seed 1: each count within a few percent of 1000.
-        assert_eq!(counts.iter().sum::<u32>(), 3000);
-        assert!(counts.iter().all(|&c| (900..=1100).contains(&c)), "{counts:?}");
+        // 3000 draws with seed 1: each count within 7% of 1000.
+        assert_eq!(counts, [1006, 934, 1060]);
     }
 
     #[test]

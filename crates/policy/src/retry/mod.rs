@@ -57,7 +57,7 @@ impl RetryPolicy {
             _ if !(idempotent || self.retry_non_idempotent) => return None,
             _ => self.backoff.delay(attempts_made, rng),
         };
-        let allowed = self.budget.as_mut().map_or(true, |budget| budget.withdraw(now));
+        let allowed = self.budget.as_mut().is_none_or(|budget| budget.withdraw(now));
         allowed.then_some(wait)
     }
 }

@@ -1,3 +1,368 @@
-// PLACEHOLDER: being written; replace this whole file.
-pub struct Optimizer;
-pub struct OptimizerConfig;
+//! The Optimizer (adaptive-timeouts.txt §3.6, §4.3, §5.3): a timeout sequence that minimises the
+//! paper's expected-latency model over the latencies it has measured.
+//!
+//! What it decides: the sequence `t_0 ≤ t_1 ≤ … ≤ t_z`; attempt n gets `t_min(n, z)`.
+//!
+//! **Sampling.** Latencies observed under a timeout are censored (the slow ones are never seen), so
+//! a quantile of them drifts down towards zero (§3.6). Every `sample_every`-th request's first
+//! attempt is therefore sent without a timeout (the first request is one) and its latency kept in
+//! a window of the last `window` such samples; a probe that hits the request's deadline is kept
+//! at the deadline, a lower bound of its latency. `call` clamps a missing timeout by the request's
+//! deadline and reports that value, so a probe is recognised as a first attempt whose reported
+//! timeout is absent or larger than any timeout handed to a timed first attempt since the previous
+//! recomputation; a probe whose deadline is below those is indistinguishable from, and behaves
+//! exactly like, a timed attempt, and is not kept.
+//!
+//! **The model.** With the empirical distribution of the samples, for a timeout `t`:
+//! `S(t) = P(X > t)`, `M(t) = ∫₀ᵗ x f(x) dx` (the mean of the samples ≤ t times their fraction),
+//! `a(t) = M(t) + t·S(t) + g(t)` with the cost `g(t) = cost_per_second·t`, and `b(t) = S(t)`. The
+//! expected latency of the sequence is `E_n = a(t_n) + b(t_n)·E_{n+1}` for n < z and
+//! `E_z = a(t_z) / (1 − b(t_z))` (§3.6, equations 4–5).
+//!
+//! **The search.** The paper solves the first-order conditions (equation 6) backwards with a tree
+//! search over a grid (§4.3). We minimise the same model by backward dynamic programming over a grid
+//! of `grid` candidate values from the smallest to 10% above the largest sample: `V_z(t)` is
+//! `E_z`, `V_n(t) = a(t) + b(t)·min_{t' ≥ t} V_{n+1}(t')`, and `t_0 = argmin V_0`. Because `E_0` is
+//! increasing in `E_1` (`b ≥ 0`), each stage's best continuation is optimal for the whole, so the
+//! DP is exact on the grid, with the sequence constrained non-decreasing as §3.6 asks, in
+//! O(`sequence_len`·`grid`) after a sort. Ties go to the smaller timeout. Note that the model treats
+//! retries as independent draws from the same distribution; under that assumption the unconstrained
+//! optimum is flat (every `t_n` equals the single-timeout optimum of equation 2), which the DP finds;
+//! the sequence only rises when the grid or the constraint makes a later, longer value cheaper.
+//!
+//! Until `min_samples` samples are in, every attempt gets `initial`. The sequence is recomputed
+//! every `recompute_every` requests, counted as calls of `timeout` for attempt 0.
+
+use super::{AttemptResult, TimeoutPolicy};
+use crate::stats::{from_nanos, nanos, Window};
+use crate::{Rng, Time};
+use std::time::Duration;
+
+/// The Optimizer's parameters; [`OptimizerConfig::paper`] gives the paper's values (§5.3).
+#[derive(Clone, Debug, PartialEq)]
+pub struct OptimizerConfig {
+    /// Every this many requests, the first attempt goes without a timeout (5); 0 never samples.
+    pub sample_every: u32,
+    /// Untimed samples kept (200).
+    pub window: usize,
+    /// Requests between recomputations of the sequence (20; 0 counts as 1).
+    pub recompute_every: u32,
+    /// The cost `g(t) = cost_per_second·t` of waiting `t` on an attempt (0.4).
+    pub cost_per_second: f64,
+    /// Elements of the timeout sequence (3; 0 counts as 1).
+    pub sequence_len: usize,
+    /// The timeout of every attempt until enough samples are in.
+    pub initial: Duration,
+    /// Candidate timeouts on the grid (64; fewer than 2 count as 2).
+    pub grid: usize,
+    /// Samples needed before the first optimisation (20).
+    pub min_samples: usize,
+}
+
+impl OptimizerConfig {
+    /// The paper's parameters (§5.3) starting from `initial`.
+    pub fn paper(initial: Duration) -> Self {
+        OptimizerConfig {
+            sample_every: 5,
+            window: 200,
+            recompute_every: 20,
+            cost_per_second: 0.4,
+            sequence_len: 3,
+            initial,
+            grid: 64,
+            min_samples: 20,
+        }
+    }
+}
+
+/// The Optimizer of adaptive-timeouts.txt §4.3.
+#[derive(Clone, Debug)]
+pub struct Optimizer {
+    config: OptimizerConfig,
+    samples: Window,
+    sequence: Vec<Duration>,
+    requests: u64,
+    /// The largest timeout handed to a timed first attempt since, and before, the last recompute.
+    handed: [Duration; 2],
+}
+
+impl Optimizer {
+    /// An Optimizer starting with `config.initial` for every attempt.
+    pub fn new(mut config: OptimizerConfig) -> Self {
+        config.recompute_every = config.recompute_every.max(1);
+        config.sequence_len = config.sequence_len.max(1);
+        config.grid = config.grid.max(2);
+        if config.cost_per_second.is_nan() {
+            config.cost_per_second = 0.0;
+        }
+        Optimizer {
+            samples: Window::new(config.window),
+            sequence: vec![config.initial],
+            config,
+            requests: 0,
+            handed: [Duration::ZERO; 2],
+        }
+    }
+
+    /// The current timeout sequence.
+    pub fn sequence(&self) -> &[Duration] {
+        &self.sequence
+    }
+
+    /// The untimed samples held.
+    pub fn samples(&self) -> usize {
+        self.samples.len()
+    }
+
+    fn get(&self, attempt: u32) -> Duration {
+        let last = self.sequence.len() - 1;
+        self.sequence[(attempt as usize).min(last)]
+    }
+
+    fn is_probe(&self, attempt: u32, timeout: Option<Duration>) -> bool {
+        attempt == 0 && timeout.map_or(true, |t| t > self.handed[0].max(self.handed[1]))
+    }
+
+    fn recompute(&mut self) {
+        self.handed = [Duration::ZERO, self.handed[0]];
+        if self.samples.len() < self.config.min_samples.max(1) {
+            return;
+        }
+        let model = Model::new(self.samples.sorted(), self.config.cost_per_second);
+        self.sequence = model.optimise(self.config.grid, self.config.sequence_len).into_iter().map(from_nanos).collect();
+    }
+}
+
+impl TimeoutPolicy for Optimizer {
+    fn timeout(&mut self, _now: Time, attempt: u32, _rng: Rng<'_>) -> Option<Duration> {
+        if attempt != 0 {
+            return Some(self.get(attempt));
+        }
+        let n = self.requests;
+        self.requests += 1;
+        if n > 0 && n % u64::from(self.config.recompute_every) == 0 {
+            self.recompute();
+        }
+        let sample_every = u64::from(self.config.sample_every);
+        if sample_every > 0 && n % sample_every == 0 {
+            return None;
+        }
+        let t = self.get(0);
+        self.handed[0] = self.handed[0].max(t);
+        Some(t)
+    }
+
+    fn on_result(&mut self, _now: Time, attempt: u32, timeout: Option<Duration>, result: AttemptResult) {
+        if self.is_probe(attempt, timeout) {
+            let (AttemptResult::Answered(x) | AttemptResult::TimedOut(x)) = result;
+            self.samples.push(nanos(x));
+        }
+    }
+
+    fn current(&self) -> Option<Duration> {
+        Some(self.get(0))
+    }
+}
+
+/// The expected-latency model over sorted samples (in nanoseconds).
+struct Model<'a> {
+    sorted: &'a [f64],
+    /// `prefix[i]` is the sum of the `i` smallest samples.
+    prefix: Vec<f64>,
+    cost: f64,
+}
+
+impl<'a> Model<'a> {
+    fn new(sorted: &'a [f64], cost: f64) -> Self {
+        let prefix = std::iter::once(0.0)
+            .chain(sorted.iter().scan(0.0, |sum, &x| {
+                *sum += x;
+                Some(*sum)
+            }))
+            .collect();
+        Model { sorted, prefix, cost }
+    }
+
+    /// `(a(t), b(t))` for a timeout `t`.
+    fn terms(&self, t: f64) -> (f64, f64) {
+        let n = self.sorted.len() as f64;
+        let below = self.sorted.partition_point(|&x| x <= t);
+        let survive = (self.sorted.len() - below) as f64 / n;
+        let partial_mean = self.prefix[below] / n;
+        (partial_mean + t * survive + self.cost * t, survive)
+    }
+
+    /// `grid` candidates evenly from the smallest sample to 10% above the largest.
+    fn grid(&self, points: usize) -> Vec<f64> {
+        let lo = self.sorted[0];
+        let hi = self.sorted[self.sorted.len() - 1] * 1.1;
+        let step = (hi - lo) / (points - 1) as f64;
+        (0..points).map(|i| lo + step * i as f64).collect()
+    }
+
+    /// The non-decreasing sequence of `len` timeouts minimising `E_0`, by backward DP on the grid.
+    fn optimise(&self, points: usize, len: usize) -> Vec<f64> {
+        let grid = self.grid(points);
+        let terms: Vec<(f64, f64)> = grid.iter().map(|&t| self.terms(t)).collect();
+        let last: Vec<f64> =
+            terms.iter().map(|&(a, b)| if b < 1.0 { a / (1.0 - b) } else { f64::INFINITY }).collect();
+        // stages[n] holds, per grid index, the best continuation from stage n on at or after it.
+        let mut stages = vec![suffix_min(&last)];
+        for _ in 1..len {
+            let next = &stages[stages.len() - 1];
+            let values: Vec<f64> = terms.iter().zip(next).map(|(&(a, b), &(v, _))| a + b * v).collect();
+            stages.push(suffix_min(&values));
+        }
+        stages.reverse();
+        let mut at = 0;
+        stages
+            .iter()
+            .map(|stage| {
+                at = stage[at].1;
+                grid[at]
+            })
+            .collect()
+    }
+}
+
+/// For each index i, the smallest value at or after i and its (leftmost) index.
+fn suffix_min(values: &[f64]) -> Vec<(f64, usize)> {
+    let mut out = vec![(f64::INFINITY, values.len() - 1); values.len()];
+    let mut best = (f64::INFINITY, values.len() - 1);
+    for i in (0..values.len()).rev() {
+        if values[i] <= best.0 {
+            best = (values[i], i);
+        }
+        out[i] = best;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand_pcg::Pcg64Mcg;
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    fn config() -> OptimizerConfig {
+        OptimizerConfig { min_samples: 4, recompute_every: 4, sample_every: 2, ..OptimizerConfig::paper(ms(50)) }
+    }
+
+    /// Runs one request whose every attempt takes `latency`, as `call` would without a deadline.
+    fn request(p: &mut Optimizer, rng: &mut Pcg64Mcg, latency: Duration) -> Option<Duration> {
+        let mut attempt = 0;
+        loop {
+            let t = p.timeout(Time::ZERO, attempt, rng);
+            match t {
+                Some(t) if latency > t => p.on_result(Time::ZERO, attempt, Some(t), AttemptResult::TimedOut(t)),
+                _ => {
+                    p.on_result(Time::ZERO, attempt, t, AttemptResult::Answered(latency));
+                    return t;
+                }
+            }
+            attempt += 1;
+        }
+    }
+
+    #[test]
+    fn every_nth_first_attempt_is_an_untimed_probe() {
+        let mut rng = Pcg64Mcg::new(5);
+        let mut p = Optimizer::new(OptimizerConfig { sample_every: 3, ..config() });
+        let got: Vec<_> = (0..7).map(|_| p.timeout(Time::ZERO, 0, &mut rng)).collect();
+        let some = Some(ms(50));
+        assert_eq!(got, vec![None, some, some, None, some, some, None]);
+        assert_eq!(p.timeout(Time::ZERO, 1, &mut rng), some);
+    }
+
+    #[test]
+    fn only_probes_are_sampled() {
+        let mut rng = Pcg64Mcg::new(5);
+        let mut p = Optimizer::new(config());
+        // Request 0 is a probe; request 1 is timed at 50 ms; request 2 a probe again.
+        assert_eq!(request(&mut p, &mut rng, ms(10)), None);
+        assert_eq!(request(&mut p, &mut rng, ms(10)), Some(ms(50)));
+        assert_eq!(p.samples(), 1);
+        // A probe clamped by a 2 s deadline reports Some(2 s): still recognised as a probe.
+        assert_eq!(p.timeout(Time::ZERO, 0, &mut rng), None);
+        p.on_result(Time::ZERO, 0, Some(ms(2000)), AttemptResult::Answered(ms(30)));
+        assert_eq!(p.samples(), 2);
+        // A retry is never a probe.
+        p.on_result(Time::ZERO, 1, None, AttemptResult::Answered(ms(30)));
+        assert_eq!(p.samples(), 2);
+    }
+
+    #[test]
+    fn keeps_initial_until_enough_samples() {
+        let mut rng = Pcg64Mcg::new(5);
+        let mut p = Optimizer::new(OptimizerConfig { min_samples: 100, ..config() });
+        for _ in 0..50 {
+            request(&mut p, &mut rng, ms(10));
+        }
+        assert_eq!(p.sequence(), &[ms(50)]);
+    }
+
+    #[test]
+    fn a_constant_latency_gives_a_flat_sequence_at_that_latency() {
+        let mut rng = Pcg64Mcg::new(5);
+        let mut p = Optimizer::new(config());
+        for _ in 0..9 {
+            request(&mut p, &mut rng, ms(10));
+        }
+        // Requests 0, 2, 4, 6 were probes; request 8 recomputed over those four samples.
+        assert_eq!(p.sequence(), &[ms(10), ms(10), ms(10)]);
+        assert_eq!(p.current(), Some(ms(10)));
+        assert_eq!(p.timeout(Time::ZERO, 7, &mut rng), Some(ms(10)));
+    }
+
+    #[test]
+    fn a_rare_slow_mode_is_cut_off_and_retried() {
+        // 19 samples at 10 ms and one at 100 ms: waiting for the slow one costs more than a retry.
+        let mut samples: Vec<f64> = vec![nanos(ms(10)); 19];
+        samples.push(nanos(ms(100)));
+        let model = Model::new(&samples, 0.4);
+        let seq: Vec<Duration> = model.optimise(64, 3).into_iter().map(from_nanos).collect();
+        assert_eq!(seq, vec![ms(10); 3]);
+        // E(10 ms) = (0.95·10 + 10·0.05 + 4) / 0.95 = 14.7368… ms, vs E(110 ms) = 14.5 + 44 ms.
+        let (a, b) = model.terms(nanos(ms(10)));
+        assert_eq!(from_nanos(a / (1.0 - b)), Duration::from_nanos(14_736_842));
+    }
+
+    #[test]
+    fn a_common_slow_mode_is_waited_for() {
+        // Half the samples at 10 ms, half at 12 ms: a retry costs more than waiting 2 ms longer.
+        let samples: Vec<f64> = [10, 12].iter().flat_map(|&v| vec![nanos(ms(v)); 10]).collect();
+        let model = Model::new(&samples, 0.4);
+        let seq: Vec<Duration> = model.optimise(12, 2).into_iter().map(from_nanos).collect();
+        // The grid runs from 10 ms to 13.2 ms in steps of 3.2/11 ms; 12.2181… ms is the first ≥ 12.
+        assert_eq!(seq, vec![Duration::from_nanos(12_327_273); 2]);
+    }
+
+    #[test]
+    fn degenerate_configs_do_not_panic() {
+        let mut rng = Pcg64Mcg::new(5);
+        let config = OptimizerConfig {
+            sample_every: 0,
+            window: 0,
+            recompute_every: 0,
+            cost_per_second: f64::NAN,
+            sequence_len: 0,
+            initial: Duration::ZERO,
+            grid: 0,
+            min_samples: 0,
+        };
+        let mut p = Optimizer::new(config);
+        for _ in 0..10 {
+            request(&mut p, &mut rng, Duration::ZERO);
+        }
+        assert_eq!(p.samples(), 0);
+        assert_eq!(p.sequence(), &[Duration::ZERO]);
+        let mut p = Optimizer::new(OptimizerConfig { sample_every: 1, ..config });
+        for _ in 0..10 {
+            request(&mut p, &mut rng, Duration::ZERO);
+        }
+        assert_eq!(p.sequence(), &[Duration::ZERO]);
+    }
+}
