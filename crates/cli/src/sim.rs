@@ -43,7 +43,13 @@ pub struct DemoArgs {
 
 pub fn demo(args: DemoArgs) -> anyhow::Result<()> {
     let experiment = Experiment::parse(DEFAULT_EXPERIMENT, Path::new("examples/bloc.yaml"))?;
-    let sim = SimArgs { file: PathBuf::from("examples/bloc.yaml (embedded)"), seed: None, json: args.json, quick: !args.full, threads: None };
+    let sim = SimArgs {
+        file: PathBuf::from("examples/bloc.yaml (embedded)"),
+        seed: None,
+        json: args.json,
+        quick: !args.full,
+        threads: None,
+    };
     simulate_and_report(&experiment, &sim)
 }
 
@@ -83,8 +89,7 @@ fn progress_bar(total: u64) -> ProgressBar {
         return ProgressBar::hidden();
     }
     let bar = ProgressBar::new(total);
-    let style = ProgressStyle::with_template("{bar:30} {pos}/{len} runs, eta {eta} {msg}")
-        .expect("valid template");
+    let style = ProgressStyle::with_template("{bar:30} {pos}/{len} runs, eta {eta} {msg}").expect("valid template");
     bar.set_style(style);
     bar
 }

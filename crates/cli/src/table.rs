@@ -7,8 +7,20 @@ use tailguard_sim::Results;
 pub fn render(results: &Results) -> String {
     let mut out = String::new();
     let header = [
-        "scenario", "variant", "requests", "success", "p10 ms", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms",
-        "extra", "timeouts", "time frac", "closeness", "imbalance",
+        "scenario",
+        "variant",
+        "requests",
+        "success",
+        "p10 ms",
+        "p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "p99.9 ms",
+        "extra",
+        "timeouts",
+        "time frac",
+        "closeness",
+        "imbalance",
     ];
     let mut rows = vec![header.iter().map(|s| s.to_string()).collect::<Vec<_>>()];
     for r in &results.runs {

@@ -77,8 +77,8 @@ impl Distribution {
                 }
                 let fast = fast.sampler(base_dir).map_err(|e| e.under("fast"))?;
                 let slow = slow.sampler(base_dir).map_err(|e| e.under("slow"))?;
-                let mean = (1.0 - slow_fraction) * fast.mean.as_nanos() as f64
-                    + slow_fraction * slow.mean.as_nanos() as f64;
+                let mean =
+                    (1.0 - slow_fraction) * fast.mean.as_nanos() as f64 + slow_fraction * slow.mean.as_nanos() as f64;
                 (Kind::Bimodal { fast: Box::new(fast), slow: Box::new(slow), slow_fraction: *slow_fraction }, mean)
             }
             Distribution::Empirical { file } => {
@@ -143,21 +143,26 @@ fn positive(field: &str, d: Dur) -> Result<(), ModelError> {
     Ok(())
 }
 
-/// Reads one duration per line (bare numbers are milliseconds; `#` starts a comment).
+/// Reads one duration per line (bare numbers are milliseconds; `#` starts a comment). Errors are
+/// at the `file` field and name the data file and its line.
 fn read_empirical(path: &Path) -> Result<Vec<Duration>, ModelError> {
     let text = std::fs::read_to_string(path)
-        .map_err(|e| ModelError::at("file", format!("cannot read the empirical data file {}: {e}", path.display())))?;
+        .map_err(|e| ModelError::at("file", format!("cannot read the data file {}: {e}", path.display())))?;
     let mut values = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
             continue;
         }
-        let value = Dur::parse_or_ms(line).map_err(|e| ModelError::new(path, format!("line {}", i + 1), e))?;
+        let value = Dur::parse_or_ms(line)
+            .map_err(|e| ModelError::at("file", format!("{}: line {}: {e}", path.display(), i + 1)))?;
         values.push(value.get());
     }
     if values.is_empty() {
-        return Err(ModelError::new(path, "", "no values; expected one duration per line (bare numbers are ms)"));
+        return Err(ModelError::at(
+            "file",
+            format!("{}: no values; expected one duration per line (bare numbers are ms)", path.display()),
+        ));
     }
     Ok(values)
 }
@@ -241,7 +246,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("lat.txt"), "# measured latencies\n1.5\n\n2ms # slow one\n500us\n").unwrap();
         let s = yaml("{dist: empirical, file: lat.txt}").sampler(&dir).unwrap();
-        assert_eq!(s.mean(), Duration::from_micros(1_333_333));
+        assert_eq!(s.mean(), Duration::from_nanos(1_333_333));
         let mut rng = Pcg64Mcg::new(9);
         let mut seen: Vec<Duration> = (0..200).map(|_| s.sample(&mut rng)).collect();
         seen.sort();
@@ -250,9 +255,13 @@ mod tests {
 
         std::fs::write(dir.join("bad.txt"), "1ms\nfast\n").unwrap();
         let e = yaml("{dist: empirical, file: bad.txt}").sampler(&dir).unwrap_err().to_string();
-        assert!(e.contains("bad.txt: line 2: expected a duration") && e.contains("\"fast\""), "{e}");
+        assert!(e.starts_with("file: ") && e.contains("bad.txt: line 2: expected a duration"), "{e}");
+        assert!(e.ends_with("got \"fast\""), "{e}");
         let e = yaml("{dist: empirical, file: none.txt}").sampler(&dir).unwrap_err().to_string();
-        assert!(e.starts_with("file: cannot read the empirical data file") && e.contains("none.txt"), "{e}");
+        assert!(e.starts_with("file: cannot read the data file") && e.contains("none.txt"), "{e}");
+        std::fs::write(dir.join("empty.txt"), "# nothing\n\n").unwrap();
+        let e = yaml("{dist: empirical, file: empty.txt}").sampler(&dir).unwrap_err().to_string();
+        assert!(e.ends_with("empty.txt: no values; expected one duration per line (bare numbers are ms)"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -95,7 +95,11 @@ fn parse(text: &str, bare_unit: Option<u128>) -> Result<Dur, String> {
     } else {
         match UNITS.iter().find(|(name, _)| *name == unit) {
             Some((_, scale)) => *scale,
-            None => return Err(format!("expected {EXPECTED}, got {text:?}: unknown unit {unit:?} (units: ns, us, ms, s, m, h)")),
+            None => {
+                return Err(format!(
+                    "expected {EXPECTED}, got {text:?}: unknown unit {unit:?} (units: ns, us, ms, s, m, h)"
+                ))
+            }
         }
     };
     let (whole, frac) = number.split_once('.').unwrap_or((number, ""));
@@ -122,8 +126,14 @@ impl fmt::Display for Dur {
         if nanos == 0 {
             return f.write_str("0s");
         }
-        let units: [(&str, u128); 6] =
-            [("h", 3_600_000_000_000), ("m", 60_000_000_000), ("s", 1_000_000_000), ("ms", 1_000_000), ("us", 1_000), ("ns", 1)];
+        let units: [(&str, u128); 6] = [
+            ("h", 3_600_000_000_000),
+            ("m", 60_000_000_000),
+            ("s", 1_000_000_000),
+            ("ms", 1_000_000),
+            ("us", 1_000),
+            ("ns", 1),
+        ];
         // A whole number of minutes or hours reads best in them; anything else in the largest
         // unit up to seconds that leaves at least 1, with decimals when needed.
         for (name, scale) in units {

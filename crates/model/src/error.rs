@@ -135,7 +135,8 @@ pub(crate) fn humanize(message: &str) -> String {
     }
     if let Some(rest) = message.strip_prefix("unknown field ") {
         let (field, known) = rest.split_once(", ").unwrap_or((rest, ""));
-        let known = known.strip_prefix("expected one of ").or_else(|| known.strip_prefix("expected ")).map(unquote_list);
+        let known =
+            known.strip_prefix("expected one of ").or_else(|| known.strip_prefix("expected ")).map(unquote_list);
         return match known {
             Some(known) => format!("unknown field {}; expected one of: {known}", requote(field)),
             None => format!("unknown field {}; this takes no fields", requote(field)),
@@ -143,8 +144,9 @@ pub(crate) fn humanize(message: &str) -> String {
     }
     if let Some(rest) = message.strip_prefix("unknown variant ") {
         let (value, known) = rest.split_once(", ").unwrap_or((rest, ""));
-        let known = known.strip_prefix("expected one of ").or_else(|| known.strip_prefix("expected ")).map(unquote_list);
-        return format!("unknown kind {}; expected one of: {}", requote(value), known.unwrap_or_default());
+        let known =
+            known.strip_prefix("expected one of ").or_else(|| known.strip_prefix("expected ")).map(unquote_list);
+        return format!("unknown value {}; expected one of: {}", requote(value), known.unwrap_or_default());
     }
     if let Some(field) = message.strip_prefix("missing field ") {
         return format!("missing required field {}", requote(field));
@@ -200,7 +202,8 @@ mod tests {
 
     #[test]
     fn displays_file_path_message_and_location() {
-        let e = ModelError::new("examples/bloc.yaml", "services.backend.replicas", "expected a positive integer, got 0");
+        let e =
+            ModelError::new("examples/bloc.yaml", "services.backend.replicas", "expected a positive integer, got 0");
         assert_eq!(e.to_string(), "examples/bloc.yaml: services.backend.replicas: expected a positive integer, got 0");
         let e = ModelError { location: Some((12, 5)), ..e };
         assert_eq!(
@@ -212,7 +215,8 @@ mod tests {
 
     #[test]
     fn context_is_added_from_outside_in() {
-        let e = ModelError::at("file", "cannot read it").under("services.api.service_time").in_file(Path::new("x.yaml"));
+        let e =
+            ModelError::at("file", "cannot read it").under("services.api.service_time").in_file(Path::new("x.yaml"));
         assert_eq!(e.to_string(), "x.yaml: services.api.service_time.file: cannot read it");
         let e = e.in_file(Path::new("other.yaml"));
         assert_eq!(e.file, Path::new("x.yaml"), "the first file named stays");
@@ -232,7 +236,7 @@ mod tests {
         );
         assert_eq!(
             humanize("unknown variant `rnd`, expected one of `random`, `round-robin`"),
-            "unknown kind \"rnd\"; expected one of: random, round-robin"
+            "unknown value \"rnd\"; expected one of: random, round-robin"
         );
         assert_eq!(humanize("unknown field `x`, expected `a` or `b`"), "unknown field \"x\"; expected one of: a, b");
         assert_eq!(humanize("missing field `name`"), "missing required field \"name\"");

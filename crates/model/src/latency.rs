@@ -35,9 +35,19 @@ pub struct LatencyCurve {
 enum Shape {
     Stable,
     /// `from` until `start`, `to` from `end`, linear in between (seconds).
-    Ramp { from: f64, to: f64, start: f64, end: f64 },
+    Ramp {
+        from: f64,
+        to: f64,
+        start: f64,
+        end: f64,
+    },
     /// `base`, and `other` during `[k·every, k·every + length)` for k ≥ 1.
-    Periodic { base: f64, other: f64, every: Duration, length: Duration },
+    Periodic {
+        base: f64,
+        other: f64,
+        every: Duration,
+        length: Duration,
+    },
     Walk(Walk),
 }
 
@@ -132,7 +142,8 @@ impl LatencyModel {
                     path: vec![*mean],
                 })
             }
-            LatencyModel::SlowIncrease { from, to, start, end } | LatencyModel::SlowDecrease { from, to, start, end } => {
+            LatencyModel::SlowIncrease { from, to, start, end }
+            | LatencyModel::SlowDecrease { from, to, start, end } => {
                 factors([("from", *from), ("to", *to)])?;
                 let start = start.map_or(Duration::ZERO, |s| s.get());
                 let end = match (end, horizon) {
@@ -327,8 +338,17 @@ mod tests {
             err("{kind: slow-increase, from: 1, to: 4, start: 20s, end: 10s}", None),
             "end: expected a time after start (20s), got 10s"
         );
-        assert_eq!(err("{kind: spikes, base: 1, peak: 4, every: 1s, length: 2s}", None), "length: expected at most every (1s), got 2s");
-        assert_eq!(err("{kind: random-walk, volatility: -1, reversion: 0.3}", None), "volatility: expected a number >= 0, got -1");
-        assert_eq!(err("{kind: dips, base: 1, low: -2, every: 1s, length: 0s}", Some(1)), "low: expected a factor >= 0, got -2");
+        assert_eq!(
+            err("{kind: spikes, base: 1, peak: 4, every: 1s, length: 2s}", None),
+            "length: expected at most every (1s), got 2s"
+        );
+        assert_eq!(
+            err("{kind: random-walk, volatility: -1, reversion: 0.3}", None),
+            "volatility: expected a number >= 0, got -1"
+        );
+        assert_eq!(
+            err("{kind: dips, base: 1, low: -2, every: 1s, length: 0s}", Some(1)),
+            "low: expected a factor >= 0, got -2"
+        );
     }
 }

@@ -2,23 +2,36 @@
 //! ([`Experiment`]), service-time distributions ([`Sampler`]), latency models ([`LatencyCurve`])
 //! and the construction of policy-core objects from their configuration ([`build`]).
 //!
-//! PLANNED API (being written; the simulator codes against it):
-//! - `Experiment::load(path) -> Result<Experiment, ModelError>`; `Experiment::parse(text, origin: &Path)`
-//! - `experiment.file: ExperimentFile` (as written), `experiment.scenario_names() -> Vec<String>`
-//!   (`["default"]` when the file has none), `experiment.variant_names() -> Vec<String>`,
-//!   `experiment.seed() -> Option<u64>`
-//! - `experiment.resolve(scenario, variant, quick: bool) -> Result<Run, ModelError>`: applies the
-//!   `quick` overrides (if quick), the scenario's `set`, the variant's `set`, `client`, `edges` and
-//!   `admission`, then validates; a `Run` is self-contained.
-//! - `Run { scenario: String, variant: String, services: IndexMap<String, Service>, network: Network,
-//!   workload: Workload, base_dir: PathBuf }` with every edge's `policy` final.
-//! - `Distribution::sampler(&self, base_dir: &Path) -> Result<Sampler, ModelError>`;
-//!   `Sampler::sample(&self, rng: &mut dyn RngCore) -> Duration`; `Sampler::mean() -> Duration`.
-//! - `LatencyModel::curve(&self, horizon: Option<Duration>, seed: u64) -> Result<LatencyCurve, ModelError>`;
-//!   `LatencyCurve::factor(&mut self, t: Duration) -> f64` (t from the run's start, any order).
-//! - `build::client_policy(&ClientPolicy, endpoints: usize) -> tailguard_policy::call::ClientPolicy`;
-//!   `build::admission(&Admission) -> Box<dyn tailguard_policy::admission::Admission>`.
-//! - `Dur`: a `Duration` newtype that deserialises from "250ms", "1.5s", "10us", "2m" (bare numbers
-//!   need a unit: a clear error says so), with `Dur::ZERO`, `.get() -> Duration`, `Display` in the same syntax.
+//! docs/experiment-files.md is the user reference of the format. The API:
+//! - [`Experiment::load`]`(path)` / [`Experiment::parse`]`(text, origin)` read, parse and validate a
+//!   file (every override list is checked against it too); `experiment.file` is the file as
+//!   written; [`Experiment::scenario_names`] (`["default"]` when the file has none),
+//!   [`Experiment::variant_names`], [`Experiment::seed`].
+//! - [`Experiment::resolve`]`(scenario, variant, quick)` applies the `quick` overrides (if quick),
+//!   the scenario's `set`, the variant's `set`, `client`, `edges` and `admission`, validates, and
+//!   returns a self-contained [`Run`] (`services`, `network`, `workload`, `base_dir`) with every
+//!   edge's `policy` final; [`Run::horizon`] is warm-up + duration.
+//! - [`Distribution::sampler`]`(base_dir)` → [`Sampler`]: `sample(rng) -> Duration`, `mean()`.
+//! - [`LatencyModel::curve`]`(horizon, seed)` → [`LatencyCurve`]: `factor(t)` for any `t`, in any
+//!   order.
+//! - [`build::client_policy`]`(config, endpoints)` and [`build::admission`]`(config)` build the
+//!   policy core's objects; config left out takes each policy's defaults.
+//! - [`Dur`]: a `Duration` written with a unit (`250ms`, `1.5s`); a bare number is an error.
+//! - [`ModelError`]: `FILE: PATH: what was wrong, what was expected`.
 
+pub mod build;
+pub mod dist;
+pub mod duration;
+pub mod error;
+pub mod experiment;
+pub mod latency;
+pub mod overrides;
 pub mod schema;
+pub mod validate;
+
+pub use dist::Sampler;
+pub use duration::Dur;
+pub use error::ModelError;
+pub use experiment::{Experiment, Run, DEFAULT_SCENARIO};
+pub use latency::LatencyCurve;
+pub use schema::*;

@@ -34,7 +34,10 @@ pub fn set(doc: &mut Value, path: &str, value: Value) -> Result<(), String> {
             Value::Sequence(items) => {
                 let len = items.len();
                 let index = part.parse::<usize>().ok().filter(|&n| n < len).ok_or_else(|| {
-                    missing(format!("{here} is a list of {len}; expected an index from 0 to {}, got {part:?}", len as i64 - 1))
+                    missing(format!(
+                        "{here} is a list of {len}; expected an index from 0 to {}, got {part:?}",
+                        len as i64 - 1
+                    ))
                 })?;
                 if last {
                     items[index] = value;
@@ -121,10 +124,7 @@ mod tests {
     fn a_missing_key_on_the_way_is_an_error_naming_it() {
         let mut d = doc();
         let e = set(&mut d, "services.fronted.replicas", yaml("4")).unwrap_err();
-        assert_eq!(
-            e,
-            "no such path \"services.fronted.replicas\": services has no key \"fronted\"; it has: api, db"
-        );
+        assert_eq!(e, "no such path \"services.fronted.replicas\": services has no key \"fronted\"; it has: api, db");
         let e = set(&mut d, "workload.open.rate", yaml("4")).unwrap_err();
         assert!(e.contains("workload has no key \"open\""), "{e}");
     }

@@ -39,8 +39,8 @@ pub struct ExperimentFile {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Service {
-    /// Number of replicas.
-    #[serde(default = "one")]
+    /// Number of replicas (at least 1).
+    #[serde(default = "one", deserialize_with = "positive")]
     pub replicas: u32,
     /// Requests a replica processes at once; 0 means unlimited (no queueing).
     #[serde(default)]
@@ -67,6 +67,31 @@ pub struct Service {
 
 fn one() -> u32 {
     1
+}
+
+/// A count that must be at least 1, with the error people expect for 0 and negative numbers
+/// (raised inside the visitor, so the YAML location is the value's).
+fn positive<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<u32, D::Error> {
+    struct Positive;
+    impl serde::de::Visitor<'_> for Positive {
+        type Value = u32;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a positive integer")
+        }
+        fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<u32, E> {
+            u32::try_from(n)
+                .ok()
+                .filter(|&n| n >= 1)
+                .ok_or_else(|| E::custom(format!("expected a positive integer, got {n}")))
+        }
+        fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<u32, E> {
+            u32::try_from(n)
+                .ok()
+                .filter(|&n| n >= 1)
+                .ok_or_else(|| E::custom(format!("expected a positive integer, got {n}")))
+        }
+    }
+    deserializer.deserialize_u32(Positive)
 }
 
 /// Whether a service's downstream calls run one after another or in parallel.
@@ -152,7 +177,13 @@ pub enum Timeout {
     /// The same timeout for every attempt.
     Fixed { value: Dur },
     /// first · factor^n for attempt n, `steps` values.
-    ExpBackoff { first: Dur, #[serde(default = "two")] factor: f64, #[serde(default = "five")] steps: u32 },
+    ExpBackoff {
+        first: Dur,
+        #[serde(default = "two")]
+        factor: f64,
+        #[serde(default = "five")]
+        steps: u32,
+    },
     /// An explicit increasing sequence (§3.4).
     Sequential { values: Vec<Dur> },
     /// The TCP-inspired Controller (§3.7, §4.4).
@@ -204,7 +235,12 @@ pub enum Hedge {
     #[default]
     None,
     /// speculative-task.txt: up to `attempts` in all, one more every `patience`; `timeout` bounds the whole.
-    Speculative { attempts: u32, patience: Dur, #[serde(default)] timeout: Option<Dur> },
+    Speculative {
+        attempts: u32,
+        patience: Dur,
+        #[serde(default)]
+        timeout: Option<Dur>,
+    },
     /// A hedge after the live `percentile` of latency, at most `max_extra` extra load.
     Percentile {
         #[serde(default)]
@@ -311,13 +347,41 @@ pub enum LatencyModel {
         step: Option<Dur>,
     },
     /// Linear change from `from` to `to` between `start` and `end`.
-    SlowIncrease { from: f64, to: f64, #[serde(default)] start: Option<Dur>, #[serde(default)] end: Option<Dur> },
+    SlowIncrease {
+        from: f64,
+        to: f64,
+        #[serde(default)]
+        start: Option<Dur>,
+        #[serde(default)]
+        end: Option<Dur>,
+    },
     /// Linear change from `from` to `to` between `start` and `end`.
-    SlowDecrease { from: f64, to: f64, #[serde(default)] start: Option<Dur>, #[serde(default)] end: Option<Dur> },
+    SlowDecrease {
+        from: f64,
+        to: f64,
+        #[serde(default)]
+        start: Option<Dur>,
+        #[serde(default)]
+        end: Option<Dur>,
+    },
     /// A jump from `from` to `to` at `at` (over `ramp`).
-    FastIncrease { from: f64, to: f64, at: Option<Dur>, #[serde(default)] ramp: Option<Dur> },
+    FastIncrease {
+        from: f64,
+        to: f64,
+        #[serde(default)]
+        at: Option<Dur>,
+        #[serde(default)]
+        ramp: Option<Dur>,
+    },
     /// A drop from `from` to `to` at `at` (over `ramp`).
-    FastDecrease { from: f64, to: f64, at: Option<Dur>, #[serde(default)] ramp: Option<Dur> },
+    FastDecrease {
+        from: f64,
+        to: f64,
+        #[serde(default)]
+        at: Option<Dur>,
+        #[serde(default)]
+        ramp: Option<Dur>,
+    },
     /// `base`, rising to `peak` for `length` every `every`.
     Spikes { base: f64, peak: f64, every: Dur, length: Dur },
     /// `base`, falling to `low` for `length` every `every`.
@@ -434,10 +498,10 @@ pub struct ClosedLoop {
 pub struct Variant {
     /// Name in results.
     pub name: String,
-    /// Replaces the policy of every call edge not named in `edges`.
+    /// Replaces the policy of every call edge not named in `edges`, the workload's `client` included.
     #[serde(default)]
     pub client: Option<ClientPolicy>,
-    /// Policies of particular edges, keyed `caller->callee`.
+    /// Policies of particular edges, keyed `caller->callee` (`workload->TARGET` for the workload's client).
     #[serde(default)]
     pub edges: IndexMap<String, ClientPolicy>,
     /// Admission control per service name.

@@ -21,8 +21,8 @@ pub(crate) struct Metrics {
     true_sum: f64,
     closeness_sum: f64,
     closeness_n: u64,
-    /// Requests started per (1 s interval, replica) of each service.
-    started: Vec<Vec<Vec<u32>>>,
+    /// Attempts arrived per (1 s interval, replica) of each service.
+    arrived: Vec<Vec<Vec<u32>>>,
     replicas: Vec<usize>,
     warmup: Duration,
 }
@@ -44,7 +44,7 @@ impl Metrics {
             true_sum: 0.0,
             closeness_sum: 0.0,
             closeness_n: 0,
-            started: vec![Vec::new(); replicas.len()],
+            arrived: vec![Vec::new(); replicas.len()],
             replicas,
             warmup,
         }
@@ -69,6 +69,9 @@ impl Metrics {
     /// A measured call between services ended; `answer` is the latency of the answering attempt
     /// when it succeeded.
     pub(crate) fn call(&mut self, attempts: u32, latency: Duration, answer: Option<Duration>) {
+        if attempts == 0 {
+            return; // dropped before any attempt: no load, nothing to time
+        }
         self.calls += 1;
         self.attempts += u64::from(attempts);
         if let Some(answer) = answer {
@@ -89,20 +92,22 @@ impl Metrics {
         self.closeness_n += 1;
     }
 
-    /// A replica of `service` started processing a request at `now`.
-    pub(crate) fn started(&mut self, service: usize, replica: usize, now: Duration) {
+    /// An attempt reached a replica of `service` at `now` (admitted or not).
+    pub(crate) fn arrived(&mut self, service: usize, replica: usize, now: Duration) {
         let Some(since) = now.checked_sub(self.warmup) else { return };
         let second = since.as_secs() as usize;
-        let per_second = &mut self.started[service];
+        let per_second = &mut self.arrived[service];
         if per_second.len() <= second {
             per_second.resize(second + 1, vec![0; self.replicas[service]]);
         }
         per_second[second][replica] += 1;
     }
 
-    /// The result, for a run whose measurement lasted `measured`; `busiest` is the called service
-    /// whose imbalance is reported.
-    pub(crate) fn finish(&self, scenario: &str, variant: &str, measured: Duration, busiest: Option<usize>) -> RunResult {
+    /// The result, for a run whose measurement lasted `measured`; the imbalance is reported for the
+    /// one of the `called` services that received most attempts (ties: the later one).
+    pub(crate) fn finish(&self, scenario: &str, variant: &str, measured: Duration, called: &[usize]) -> RunResult {
+        let arrivals = |s: usize| self.arrived[s].iter().flatten().map(|&n| u64::from(n)).sum::<u64>();
+        let busiest = called.iter().copied().max_by_key(|&s| (arrivals(s), s));
         let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
         let h = &self.latency_us;
         let ms = |q: f64| if h.is_empty() { 0.0 } else { round(h.value_at_quantile(q) as f64 / 1000.0) };
@@ -137,7 +142,7 @@ impl Metrics {
     }
 
     fn imbalance(&self, service: usize) -> f64 {
-        let intervals = &self.started[service];
+        let intervals = &self.arrived[service];
         if intervals.is_empty() {
             return 0.0;
         }
@@ -172,11 +177,11 @@ mod tests {
     fn imbalance_averages_per_second_deviation() {
         let mut m = Metrics::new(vec![2], Duration::from_secs(1));
         let at = |ms| Duration::from_millis(ms);
-        m.started(0, 0, at(500)); // in the warm-up: not counted
-        m.started(0, 0, at(1_100));
-        m.started(0, 0, at(1_200)); // second 0: [2, 0] → σ = 1
-        m.started(0, 1, at(2_500)); // second 1: [0, 1] → σ = 0.5
-        let r = m.finish("s", "v", Duration::from_secs(2), Some(0));
+        m.arrived(0, 0, at(500)); // in the warm-up: not counted
+        m.arrived(0, 0, at(1_100));
+        m.arrived(0, 0, at(1_200)); // second 0: [2, 0] → σ = 1
+        m.arrived(0, 1, at(2_500)); // second 1: [0, 1] → σ = 0.5
+        let r = m.finish("s", "v", Duration::from_secs(2), &[0]);
         assert_eq!(r.imbalance, 0.75);
     }
 }

@@ -35,7 +35,7 @@ pub struct RunResult {
     pub success_rate: f64,
     /// Successful requests per second of measured time.
     pub throughput_rps: f64,
-    /// Attempts sent between services / calls between services − 1 (hedges and retries).
+    /// Attempts sent between services / calls between services that sent one − 1 (hedges, retries).
     pub extra_load: f64,
     pub latency_ms: Latency,
     /// adaptive-timeouts.txt §5.2: Σ call latency / Σ latency of the answering attempt, over
@@ -45,7 +45,7 @@ pub struct RunResult {
     pub timeouts_pct: f64,
     /// Mean of (timeout − latency) / latency over successful attempts sent with a timeout, in %.
     pub closeness_pct: f64,
-    /// Mean over 1 s intervals of the standard deviation of requests started per replica of the
+    /// Mean over 1 s intervals of the standard deviation of attempts sent to each replica of the
     /// busiest called service (bloc-load-balancing.txt Fig. 4b).
     pub imbalance: f64,
     /// Virtual seconds the measurement covered.

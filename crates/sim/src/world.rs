@@ -10,7 +10,7 @@ use rand::{Rng as _, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use std::collections::VecDeque;
 use std::time::Duration;
-use tailguard_model::schema::{Fanout, Fault};
+use tailguard_model::schema::{Fanout, Fault, Timeout};
 use tailguard_model::{build, LatencyCurve, Run, Sampler};
 use tailguard_policy::admission::Admission;
 use tailguard_policy::call::{Action, Call, ClientPolicy, Ctx};
@@ -58,6 +58,13 @@ struct CallState {
     answer: Option<Duration>,
 }
 
+/// A caller's policy towards one callee, with what the metrics need to know of it.
+struct EdgePolicy {
+    policy: ClientPolicy,
+    /// Whether it sets attempt timeouts itself (not only through a deadline), for closeness.
+    timed: bool,
+}
+
 /// A request being handled at a replica.
 struct Job {
     service: u16,
@@ -97,9 +104,22 @@ struct ServiceModel {
 struct Replica {
     queue: VecDeque<Key>,
     busy: u32,
+    /// Requests admitted and not yet answered: queued, in service, or waiting for downstream calls.
     held: u32,
     received: u64,
     admission: Box<dyn Admission>,
+}
+
+impl Replica {
+    /// The queue length admission control sees (BLOC's q, bloc-load-balancing.txt §IV-A): requests
+    /// waiting for a worker, or every request held when the replica has no worker limit.
+    fn queue_len(&self, workers: u32) -> u32 {
+        if workers == 0 {
+            self.held
+        } else {
+            self.held.saturating_sub(self.busy)
+        }
+    }
 }
 
 /// One run of the simulator.
@@ -107,9 +127,10 @@ pub(crate) struct World {
     now: Time,
     events: EventQueue<Event>,
     services: Vec<ServiceModel>,
-    /// Requests held per replica of each service, for the oracle.
+    /// Requests sent to each replica of each service and not yet answered (or refused): what a
+    /// central dispatcher would count, handed to the oracle.
     loads: Vec<Vec<u32>>,
-    policies: Vec<ClientPolicy>,
+    policies: Vec<EdgePolicy>,
     calls: Slab<CallState>,
     jobs: Slab<Job>,
     actions: Vec<Action>,
@@ -149,8 +170,9 @@ impl World {
                 let endpoints = run.services[callee as usize].replicas as usize;
                 edge_policy_base.push(policies.len());
                 edge_callee.push(callee);
+                let timed = edge.policy.timeout != Timeout::None;
                 for _ in 0..svc.replicas {
-                    policies.push(build::client_policy(&edge.policy, endpoints));
+                    policies.push(EdgePolicy { policy: build::client_policy(&edge.policy, endpoints), timed });
                 }
             }
             let slow_samplers = svc
@@ -191,7 +213,8 @@ impl World {
         }
         let target = index(&w.target);
         let user_policy = policies.len();
-        policies.push(build::client_policy(&w.client, services[target as usize].replicas.len()));
+        let endpoints = services[target as usize].replicas.len();
+        policies.push(EdgePolicy { policy: build::client_policy(&w.client, endpoints), timed: false });
         let loads = services.iter().map(|s| vec![0; s.replicas.len()]).collect();
         let replicas = services.iter().map(|s| s.replicas.len()).collect();
         let mut world = World {
@@ -220,7 +243,9 @@ impl World {
             events_run: 0,
         };
         match &w.closed {
-            Some(c) => (0..c.clients).for_each(|client| world.events.push(Duration::ZERO, Event::ClientReady { client })),
+            Some(c) => {
+                (0..c.clients).for_each(|client| world.events.push(Duration::ZERO, Event::ClientReady { client }))
+            }
             None => world.events.push(Duration::ZERO, Event::Arrival),
         }
         Ok(world)
@@ -245,8 +270,8 @@ impl World {
         }
         let end = self.stopped_sending.unwrap_or(self.now);
         let measured = end.saturating_sub(self.warmup);
-        let busiest = self.busiest_called_service();
-        Ok((self.metrics.finish(scenario, variant, measured, busiest), self.events_run))
+        let called = self.called_services();
+        Ok((self.metrics.finish(scenario, variant, measured, &called), self.events_run))
     }
 
     fn handle(&mut self, event: Event) {
@@ -271,10 +296,10 @@ impl World {
             Event::AttemptEnds { call, attempt, sent, timeout, outcome, chip } => {
                 let rtt = self.now.saturating_sub(sent);
                 let Some(state) = self.calls.get_mut(call) else { return };
-                let is_user = matches!(state.owner, Owner::User { .. });
+                let timed = self.policies[state.policy].timed && matches!(state.owner, Owner::Job(_));
                 if outcome == Outcome::Success && !state.call.is_finished() {
                     state.answer = Some(rtt);
-                    if let (Some(t), true, false) = (timeout, state.measured, is_user) {
+                    if let (Some(t), true, true) = (timeout, state.measured, timed) {
                         self.metrics.attempt_succeeded(rtt, t);
                     }
                 }
@@ -305,12 +330,20 @@ impl World {
         self.start_call(Owner::User { client }, policy, callee, idempotent, None, measured);
     }
 
-    fn start_call(&mut self, owner: Owner, policy: usize, callee: u16, idempotent: bool, deadline: Option<Time>, measured: bool) {
+    fn start_call(
+        &mut self,
+        owner: Owner,
+        policy: usize,
+        callee: u16,
+        idempotent: bool,
+        deadline: Option<Time>,
+        measured: bool,
+    ) {
         let mut actions = std::mem::take(&mut self.actions);
         let call = {
             let mut ctx = Ctx {
                 now: self.now,
-                policy: &mut self.policies[policy],
+                policy: &mut self.policies[policy].policy,
                 rng: &mut self.policy_rng,
                 true_loads: Some(&self.loads[callee as usize]),
                 out: &mut actions,
@@ -328,7 +361,7 @@ impl World {
         {
             let mut ctx = Ctx {
                 now: self.now,
-                policy: &mut self.policies[state.policy],
+                policy: &mut self.policies[state.policy].policy,
                 rng: &mut self.policy_rng,
                 true_loads: Some(&self.loads[state.callee as usize]),
                 out: &mut actions,
@@ -346,6 +379,7 @@ impl World {
             let between_services = matches!(state.owner, Owner::Job(_));
             match action {
                 Action::Send { attempt, endpoint, timeout } => {
+                    self.loads[state.callee as usize][endpoint] += 1;
                     let event = Event::AttemptArrives {
                         call: key,
                         attempt,
@@ -390,27 +424,46 @@ impl World {
         }
     }
 
-    fn attempt_arrives(&mut self, call: Key, attempt: u32, service: u16, replica: u32, sent: Time, timeout: Option<Duration>) {
+    fn attempt_arrives(
+        &mut self,
+        call: Key,
+        attempt: u32,
+        service: u16,
+        replica: u32,
+        sent: Time,
+        timeout: Option<Duration>,
+    ) {
         let (s, r) = (service as usize, replica as usize);
         let now = self.now;
+        self.metrics.arrived(s, r, now);
         let refuse = |world: &mut World, outcome| {
+            world.loads[s][r] -= 1;
             let event = Event::AttemptEnds { call, attempt, sent, timeout, outcome, chip: false };
             world.events.push(now + world.delay, event);
         };
         if self.is_down(s, r) {
             return refuse(self, Outcome::Unavailable);
         }
+        let workers = self.services[s].workers;
         let rep = &mut self.services[s].replicas[r];
-        if !rep.admission.admit(now, rep.held) {
+        if !rep.admission.admit(now, rep.queue_len(workers)) {
             return refuse(self, Outcome::Rejected);
         }
         rep.held += 1;
         rep.received += 1;
-        let (held, received) = (rep.held, rep.received);
-        rep.admission.observe(now, held);
-        self.loads[s][r] = held;
+        let received = rep.received;
         let fate = self.fate(s, received);
-        let job = Job { service, replica, reply: (call, attempt), sent, timeout, fate, next_call: 0, outstanding: 0, failed: false };
+        let job = Job {
+            service,
+            replica,
+            reply: (call, attempt),
+            sent,
+            timeout,
+            fate,
+            next_call: 0,
+            outstanding: 0,
+            failed: false,
+        };
         let key = self.jobs.insert(job);
         let svc = &mut self.services[s];
         let rep = &mut svc.replicas[r];
@@ -419,6 +472,8 @@ impl World {
         } else {
             rep.queue.push_back(key);
         }
+        let rep = &mut self.services[s].replicas[r];
+        rep.admission.observe(now, rep.queue_len(workers));
     }
 
     fn is_down(&self, s: usize, r: usize) -> bool {
@@ -445,7 +500,6 @@ impl World {
 
     fn begin_work(&mut self, key: Key, s: usize, r: usize) {
         let now = self.now;
-        self.metrics.started(s, r, now);
         let svc = &mut self.services[s];
         svc.replicas[r].busy += 1;
         let received = svc.replicas[r].received;
@@ -529,20 +583,22 @@ impl World {
     fn respond(&mut self, key: Key, outcome: Outcome) {
         let job = self.jobs.remove(key).expect("responding job exists");
         let (s, r) = (job.service as usize, job.replica as usize);
-        let held = self.release(s, r);
-        let chip = self.services[s].replicas[r].admission.grant_chip(self.now, held, &mut self.rng);
+        let queued = self.release(s, r);
+        let chip = self.services[s].replicas[r].admission.grant_chip(self.now, queued, &mut self.rng);
         let (call, attempt) = job.reply;
         let event = Event::AttemptEnds { call, attempt, sent: job.sent, timeout: job.timeout, outcome, chip };
         self.events.push(self.now + self.delay, event);
     }
 
-    /// A replica no longer holds a request; returns how many it still holds.
+    /// A replica no longer holds a request; returns its queue length now.
     fn release(&mut self, s: usize, r: usize) -> u32 {
+        let workers = self.services[s].workers;
         let rep = &mut self.services[s].replicas[r];
         rep.held -= 1;
-        rep.admission.observe(self.now, rep.held);
-        self.loads[s][r] = rep.held;
-        rep.held
+        let queued = rep.queue_len(workers);
+        rep.admission.observe(self.now, queued);
+        self.loads[s][r] -= 1;
+        queued
     }
 
     /// Measured user requests still waiting when the run ended: they never got an answer.
@@ -550,12 +606,13 @@ impl World {
         self.calls.values().filter(|state| matches!(state.owner, Owner::User { .. }) && state.measured).count()
     }
 
-    fn busiest_called_service(&self) -> Option<usize> {
+    /// Services called by another service, or the entry service when none is.
+    fn called_services(&self) -> Vec<usize> {
         let called: Vec<usize> = (0..self.services.len()).filter(|&s| self.services[s].called).collect();
-        let candidates = if called.is_empty() { vec![self.target as usize] } else { called };
-        candidates.into_iter().max_by_key(|&s| {
-            let received: u64 = self.services[s].replicas.iter().map(|r| r.received).sum();
-            (received, std::cmp::Reverse(s))
-        })
+        if called.is_empty() {
+            vec![self.target as usize]
+        } else {
+            called
+        }
     }
 }

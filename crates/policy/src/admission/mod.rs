@@ -9,7 +9,12 @@ pub use dynamic::DynamicCapacity;
 
 use crate::{Rng, Time};
 
-/// Decides admission at one replica from the number of requests it currently holds.
+/// Decides admission at one replica from its queue length `q`.
+///
+/// `q` follows bloc-load-balancing.txt §IV-A/§IV-C ("the number of requests currently queued"):
+/// the requests waiting for a worker when the replica's concurrency is known, else every request it
+/// holds (a sidecar that does not know its application's concurrency counts requests in flight).
+/// The parameter is named `in_system` below for that second, general case.
 pub trait Admission: Send {
     /// Whether a request arriving at `now` is admitted, given the `in_system` requests the replica
     /// holds (queued plus in service) before it. `false` means answer 429.

@@ -3,5 +3,7 @@
 pub struct RetryBudget;
 impl RetryBudget {
     pub fn deposit(&mut self, _now: crate::Time) {}
-    pub fn withdraw(&mut self, _now: crate::Time) -> bool { true }
+    pub fn withdraw(&mut self, _now: crate::Time) -> bool {
+        true
+    }
 }

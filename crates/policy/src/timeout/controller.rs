@@ -198,10 +198,10 @@ mod tests {
         assert_eq!(c.streak(), 1);
         assert_eq!(c.current(), Some(us(95_500)));
         // 55 ms is within 20% of the streak mean (50 ms): streak 2, mean 52.5, eps 5.25 ms,
-        // k = 0.1 / (1 + ln 2): T = 95.5 − k·(95.5 − 60.25) = 93.41798… ms.
+        // k = 0.1 / (1 + ln 2) = 0.0590616…: T = 95.5 − k·(95.5 − 60.25) = 93.418078 ms.
         answered(&mut c, 0, ms(55));
         assert_eq!(c.streak(), 2);
-        assert_eq!(c.current(), Some(Duration::from_nanos(93_417_984)));
+        assert_eq!(c.current(), Some(Duration::from_nanos(93_418_078)));
         // 80 ms is 52% above the mean: a new streak of one.
         answered(&mut c, 0, ms(80));
         assert_eq!(c.streak(), 1);
@@ -222,9 +222,11 @@ mod tests {
         let mut c = Controller::new(ControllerConfig::paper(ms(20)));
         answered(&mut c, 0, ms(10));
         answered(&mut c, 0, ms(10));
-        assert_eq!(c.current(), Some(us(19_100)));
-        timed_out(&mut c, 0, us(19_100));
-        assert_eq!(c.current(), Some(us(28_650)));
+        // 20 − 0.1·(20 − 11) = 19.1 ms, then 19.1 − 0.0590616…·(19.1 − 11) = 18.621601 ms.
+        assert_eq!(c.current(), Some(Duration::from_nanos(18_621_601)));
+        assert_eq!(c.streak(), 2);
+        timed_out(&mut c, 0, Duration::from_nanos(18_621_601));
+        assert_eq!(c.current(), Some(Duration::from_nanos(27_932_402)));
         assert_eq!(c.streak(), 0);
     }
 

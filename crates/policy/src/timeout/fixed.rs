@@ -43,7 +43,12 @@ mod tests {
         let mut p = Fixed::new(Duration::from_millis(250));
         let ms = |d: Option<Duration>| d.map(|d| d.as_millis());
         assert_eq!(ms(p.timeout(Time::ZERO, 0, &mut rng)), Some(250));
-        p.on_result(Time::from_millis(250), 0, Some(Duration::from_millis(250)), AttemptResult::TimedOut(Duration::from_millis(250)));
+        p.on_result(
+            Time::from_millis(250),
+            0,
+            Some(Duration::from_millis(250)),
+            AttemptResult::TimedOut(Duration::from_millis(250)),
+        );
         assert_eq!(ms(p.timeout(Time::from_millis(250), 1, &mut rng)), Some(250));
         assert_eq!(ms(p.timeout(Time::from_millis(900), u32::MAX, &mut rng)), Some(250));
         assert_eq!(ms(p.current()), Some(250));

@@ -20,15 +20,25 @@
 //! `E_z = a(t_z) / (1 − b(t_z))` (§3.6, equations 4–5).
 //!
 //! **The search.** The paper solves the first-order conditions (equation 6) backwards with a tree
-//! search over a grid (§4.3). We minimise the same model by backward dynamic programming over a grid
-//! of `grid` candidate values from the smallest to 10% above the largest sample: `V_z(t)` is
-//! `E_z`, `V_n(t) = a(t) + b(t)·min_{t' ≥ t} V_{n+1}(t')`, and `t_0 = argmin V_0`. Because `E_0` is
-//! increasing in `E_1` (`b ≥ 0`), each stage's best continuation is optimal for the whole, so the
-//! DP is exact on the grid, with the sequence constrained non-decreasing as §3.6 asks, in
-//! O(`sequence_len`·`grid`) after a sort. Ties go to the smaller timeout. Note that the model treats
-//! retries as independent draws from the same distribution; under that assumption the unconstrained
-//! optimum is flat (every `t_n` equals the single-timeout optimum of equation 2), which the DP finds;
-//! the sequence only rises when the grid or the constraint makes a later, longer value cheaper.
+//! search over regularly spaced values between the smallest and largest latency (§4.3). We minimise
+//! the same model exactly instead:
+//! - *candidates*: between two consecutive samples `S` and `M` are constant and `a` grows with `t`,
+//!   so every `E_n` is smallest at the left end of the interval, a sample value; the candidates are
+//!   the distinct samples (the largest one included, where `S = 0`), thinned evenly by rank to at
+//!   most `grid` values. An even grid of values, as in the paper, becomes uselessly coarse as soon
+//!   as one slow sample stretches the range (with one probe at a 20 ms deadline among 0.1 ms
+//!   samples, its second point is 0.4 ms);
+//! - *backward dynamic programming*: `V_z(t)` is `E_z`, `V_n(t) = a(t) + b(t)·min_{t' ≥ t}
+//!   V_{n+1}(t')`, and `t_0 = argmin V_0`. Because `E_0` is increasing in `E_1` (`b ≥ 0`), each
+//!   stage's best continuation is optimal for the whole, so the DP is exact over the candidates, with
+//!   the sequence constrained non-decreasing as §3.6 asks, in O(`sequence_len`·`grid`) after a sort.
+//!   Ties go to the smaller timeout.
+//!
+//! The model treats retries as independent draws from the same distribution, so its optimum is flat:
+//! every `t_n` equals the single-timeout optimum of equation 2 (if `E*` is the least `a/(1 − b)`,
+//! then `a(t) + b(t)·E* ≥ E*` for every `t`). The DP finds that flat sequence. A consequence the
+//! paper's increasing sequences hid: when the latency jumps above the whole sequence, retries time
+//! out too until the window of samples has moved (`adaptive_scenarios.rs` shows it).
 //!
 //! Until `min_samples` samples are in, every attempt gets `initial`. The sequence is recomputed
 //! every `recompute_every` requests, counted as calls of `timeout` for attempt 0.
@@ -53,7 +63,8 @@ pub struct OptimizerConfig {
     pub sequence_len: usize,
     /// The timeout of every attempt until enough samples are in.
     pub initial: Duration,
-    /// Candidate timeouts on the grid (64; fewer than 2 count as 2).
+    /// The most candidate timeouts (sample values, thinned by rank) searched (64; fewer than 2
+    /// count as 2).
     pub grid: usize,
     /// Samples needed before the first optimisation (20).
     pub min_samples: usize,
@@ -129,7 +140,8 @@ impl Optimizer {
             return;
         }
         let model = Model::new(self.samples.sorted(), self.config.cost_per_second);
-        self.sequence = model.optimise(self.config.grid, self.config.sequence_len).into_iter().map(from_nanos).collect();
+        self.sequence =
+            model.optimise(self.config.grid, self.config.sequence_len).into_iter().map(from_nanos).collect();
     }
 }
 
@@ -192,20 +204,24 @@ impl<'a> Model<'a> {
         (partial_mean + t * survive + self.cost * t, survive)
     }
 
-    /// `grid` candidates evenly from the smallest sample to 10% above the largest.
-    fn grid(&self, points: usize) -> Vec<f64> {
-        let lo = self.sorted[0];
-        let hi = self.sorted[self.sorted.len() - 1] * 1.1;
-        let step = (hi - lo) / (points - 1) as f64;
-        (0..points).map(|i| lo + step * i as f64).collect()
+    /// The distinct samples, thinned evenly by rank to at most `most` (the smallest and the largest
+    /// always included).
+    fn candidates(&self, most: usize) -> Vec<f64> {
+        let mut distinct = self.sorted.to_vec();
+        distinct.dedup();
+        let n = distinct.len();
+        if n <= most {
+            return distinct;
+        }
+        (0..most).map(|i| distinct[(i * (n - 1) + (most - 1) / 2) / (most - 1)]).collect()
     }
 
-    /// The non-decreasing sequence of `len` timeouts minimising `E_0`, by backward DP on the grid.
-    fn optimise(&self, points: usize, len: usize) -> Vec<f64> {
-        let grid = self.grid(points);
+    /// The non-decreasing sequence of `len` timeouts minimising `E_0`, by backward DP over at most
+    /// `most` candidates.
+    fn optimise(&self, most: usize, len: usize) -> Vec<f64> {
+        let grid = self.candidates(most);
         let terms: Vec<(f64, f64)> = grid.iter().map(|&t| self.terms(t)).collect();
-        let last: Vec<f64> =
-            terms.iter().map(|&(a, b)| if b < 1.0 { a / (1.0 - b) } else { f64::INFINITY }).collect();
+        let last: Vec<f64> = terms.iter().map(|&(a, b)| if b < 1.0 { a / (1.0 - b) } else { f64::INFINITY }).collect();
         // stages[n] holds, per grid index, the best continuation from stage n on at or after it.
         let mut stages = vec![suffix_min(&last)];
         for _ in 1..len {
@@ -322,10 +338,11 @@ mod tests {
         // 19 samples at 10 ms and one at 100 ms: waiting for the slow one costs more than a retry.
         let mut samples: Vec<f64> = vec![nanos(ms(10)); 19];
         samples.push(nanos(ms(100)));
+        assert_eq!(Model::new(&samples, 0.4).candidates(64), vec![nanos(ms(10)), nanos(ms(100))]);
         let model = Model::new(&samples, 0.4);
         let seq: Vec<Duration> = model.optimise(64, 3).into_iter().map(from_nanos).collect();
         assert_eq!(seq, vec![ms(10); 3]);
-        // E(10 ms) = (0.95·10 + 10·0.05 + 4) / 0.95 = 14.7368… ms, vs E(110 ms) = 14.5 + 44 ms.
+        // E(10 ms) = (0.95·10 + 10·0.05 + 4) / 0.95 = 14.736842 ms, vs E(100 ms) = 14.5 + 40 ms.
         let (a, b) = model.terms(nanos(ms(10)));
         assert_eq!(from_nanos(a / (1.0 - b)), Duration::from_nanos(14_736_842));
     }
@@ -335,9 +352,31 @@ mod tests {
         // Half the samples at 10 ms, half at 12 ms: a retry costs more than waiting 2 ms longer.
         let samples: Vec<f64> = [10, 12].iter().flat_map(|&v| vec![nanos(ms(v)); 10]).collect();
         let model = Model::new(&samples, 0.4);
-        let seq: Vec<Duration> = model.optimise(12, 2).into_iter().map(from_nanos).collect();
-        // The grid runs from 10 ms to 13.2 ms in steps of 3.2/11 ms; 12.2181… ms is the first ≥ 12.
-        assert_eq!(seq, vec![Duration::from_nanos(12_327_273); 2]);
+        let seq: Vec<Duration> = model.optimise(64, 2).into_iter().map(from_nanos).collect();
+        // Below 12 ms, E(t) = (5 + 0.5t + 0.4t) / 0.5 ≥ 28 ms; at 12 ms, E = 11 + 0.4·12 = 15.8 ms.
+        assert_eq!(seq, vec![ms(12); 2]);
+        let (a, b) = model.terms(nanos(ms(12)));
+        assert_eq!((from_nanos(a), b), (Duration::from_micros(15_800), 0.0));
+    }
+
+    #[test]
+    fn candidates_are_thinned_by_rank() {
+        let samples: Vec<f64> = (1..=10).map(f64::from).collect();
+        let model = Model::new(&samples, 0.4);
+        assert_eq!(model.candidates(4), vec![1.0, 4.0, 7.0, 10.0]);
+        assert_eq!(model.candidates(3), vec![1.0, 6.0, 10.0]);
+        assert_eq!(model.candidates(2), vec![1.0, 10.0]);
+    }
+
+    #[test]
+    fn a_slow_tail_does_not_coarsen_the_candidates() {
+        // 99 samples from 100 to 109.8 µs and one probe cut off at a 20 ms deadline.
+        let mut samples: Vec<f64> = (0..99).map(|i| 100_000.0 + 100.0 * f64::from(i)).collect();
+        samples.push(20_000_000.0);
+        let seq = Model::new(&samples, 0.4).optimise(64, 1);
+        // The 64 candidates step by ~1.6 ranks through the bulk; the best is its largest candidate,
+        // 109.7 µs (109.8 µs is thinned out), not a point between the bulk and 20 ms.
+        assert_eq!(from_nanos(seq[0]), Duration::from_nanos(109_700));
     }
 
     #[test]
@@ -353,7 +392,7 @@ mod tests {
             grid: 0,
             min_samples: 0,
         };
-        let mut p = Optimizer::new(config);
+        let mut p = Optimizer::new(config.clone());
         for _ in 0..10 {
             request(&mut p, &mut rng, Duration::ZERO);
         }

@@ -1,0 +1,262 @@
+//! [`Experiment`]: an experiment file loaded and validated; [`Run`]: one scenario × variant of
+//! it, with every override applied, ready for the simulator or the lab.
+//!
+//! Resolution order (docs/experiment-files.md): the file as written; the `quick` overrides (for
+//! `--quick` runs); the scenario's `set`; the variant's `set`; then the variant's policies
+//! (`client`, `edges`, `admission`); then validation of the result.
+
+use crate::error::ModelError;
+use crate::schema::{ExperimentFile, Network, Service, Variant, Workload};
+use crate::{overrides, validate};
+use indexmap::IndexMap;
+use serde_yaml_ng::Value;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The scenario name of a file that lists none.
+pub const DEFAULT_SCENARIO: &str = "default";
+
+/// Top-level keys starting with this are ignored: a place for YAML anchors shared by variants
+/// (`x-fast: &fast {...}`), as in Docker Compose files.
+pub const EXTENSION_PREFIX: &str = "x-";
+
+/// An experiment file, loaded and validated.
+#[derive(Clone, Debug)]
+pub struct Experiment {
+    /// The file as written (after YAML merge keys).
+    pub file: ExperimentFile,
+    /// The file's path, as given (errors name it).
+    origin: PathBuf,
+    /// The file as a YAML document, which overrides are applied to.
+    doc: Value,
+}
+
+/// One scenario × variant of an experiment, self-contained: every override applied, every call
+/// edge's `policy` final, the workload's `client` final.
+#[derive(Clone, Debug)]
+pub struct Run {
+    /// The scenario's name (`default` when the file has none).
+    pub scenario: String,
+    /// The variant's name.
+    pub variant: String,
+    /// Services by name, in file order.
+    pub services: IndexMap<String, Service>,
+    /// The network between services.
+    pub network: Network,
+    /// The load offered.
+    pub workload: Workload,
+    /// The experiment file's directory: relative paths in the run (empirical data) start here.
+    pub base_dir: PathBuf,
+}
+
+impl Run {
+    /// The run's length (warm-up + duration), unless it is sized by a number of requests.
+    pub fn horizon(&self) -> Option<Duration> {
+        self.workload.duration.map(|d| self.workload.warmup.get() + d.get())
+    }
+}
+
+impl Experiment {
+    /// Reads, parses and validates the experiment file at `path`.
+    pub fn load(path: impl AsRef<Path>) -> Result<Experiment, ModelError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ModelError::new(path, "", format!("cannot read the experiment file: {e}")))?;
+        Experiment::parse(&text, path)
+    }
+
+    /// Parses and validates experiment text; `origin` is the path errors name, and relative paths
+    /// in the file start from its directory.
+    pub fn parse(text: &str, origin: &Path) -> Result<Experiment, ModelError> {
+        let mut doc: Value = serde_yaml_ng::from_str(text).map_err(|e| {
+            let location = e.location().map(|l| (l.line(), l.column()));
+            let message = match location {
+                Some((line, column)) => {
+                    let full = e.to_string();
+                    let suffix = format!(" at line {line} column {column}");
+                    full.strip_suffix(&suffix).map(str::to_string).unwrap_or(full)
+                }
+                None => e.to_string(),
+            };
+            ModelError { location, ..ModelError::new(origin, "", format!("invalid YAML: {message}")) }
+        })?;
+        doc.apply_merge().map_err(|e| ModelError::new(origin, "", format!("invalid YAML merge (<<): {e}")))?;
+        if let Value::Mapping(top) = &mut doc {
+            top.retain(|key, _| !key.as_str().is_some_and(|k| k.starts_with(EXTENSION_PREFIX)));
+        }
+        let file = match serde_path_to_error::deserialize::<_, ExperimentFile>(&doc) {
+            Ok(file) => file,
+            Err(e) => return Err(with_location(ModelError::from_value(origin, e), text, origin)),
+        };
+        let experiment = Experiment { file, origin: origin.to_path_buf(), doc };
+        validate::experiment(&experiment.file, &experiment.base_dir()).map_err(|e| e.in_file(origin))?;
+        experiment.check_overrides()?;
+        Ok(experiment)
+    }
+
+    /// The file's path, as given.
+    pub fn origin(&self) -> &Path {
+        &self.origin
+    }
+
+    /// The directory relative paths in the file start from.
+    pub fn base_dir(&self) -> PathBuf {
+        match self.origin.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+            _ => PathBuf::from("."),
+        }
+    }
+
+    /// The scenarios' names in file order; `["default"]` when the file has none.
+    pub fn scenario_names(&self) -> Vec<String> {
+        if self.file.scenarios.is_empty() {
+            return vec![DEFAULT_SCENARIO.to_string()];
+        }
+        self.file.scenarios.iter().map(|s| s.name.clone()).collect()
+    }
+
+    /// The variants' names in file order.
+    pub fn variant_names(&self) -> Vec<String> {
+        self.file.variants.iter().map(|v| v.name.clone()).collect()
+    }
+
+    /// The seed the file asks for, used when the command line gives none.
+    pub fn seed(&self) -> Option<u64> {
+        self.file.seed
+    }
+
+    /// One scenario × variant: applies the `quick` overrides (if `quick`), the scenario's `set`,
+    /// the variant's `set`, `client`, `edges` and `admission`, then validates the result.
+    pub fn resolve(&self, scenario: &str, variant: &str, quick: bool) -> Result<Run, ModelError> {
+        let origin = self.origin.as_path();
+        let scenario_index = self.scenario_index(scenario)?;
+        let (variant_index, v) = self.variant(variant)?;
+        let mut doc = self.doc.clone();
+        if quick {
+            apply(&mut doc, &self.file.quick, "quick").map_err(|e| e.in_file(origin))?;
+        }
+        if let Some(i) = scenario_index {
+            apply(&mut doc, &self.file.scenarios[i].set, &format!("scenarios.{i}.set"))
+                .map_err(|e| e.in_file(origin))?;
+        }
+        apply(&mut doc, &v.set, &format!("variants.{variant_index}.set")).map_err(|e| e.in_file(origin))?;
+
+        let note = match (quick, scenario_index.is_some()) {
+            (true, true) => format!("with the quick overrides, scenario {scenario:?} and variant {variant:?} applied"),
+            (true, false) => format!("with the quick overrides and variant {variant:?} applied"),
+            (false, true) => format!("with scenario {scenario:?} and variant {variant:?} applied"),
+            (false, false) => format!("with variant {variant:?} applied"),
+        };
+        let resolved: ExperimentFile =
+            serde_path_to_error::deserialize(&doc).map_err(|e| ModelError::from_value(origin, e).note(&note))?;
+        let ExperimentFile { mut services, network, mut workload, .. } = resolved;
+        apply_variant(v, variant_index, &mut services, &mut workload).map_err(|e| e.in_file(origin).note(&note))?;
+        let base_dir = self.base_dir();
+        validate::topology(&services, &workload, &base_dir).map_err(|e| e.in_file(origin).note(&note))?;
+        Ok(Run { scenario: scenario.to_string(), variant: variant.to_string(), services, network, workload, base_dir })
+    }
+
+    fn scenario_index(&self, name: &str) -> Result<Option<usize>, ModelError> {
+        if self.file.scenarios.is_empty() && name == DEFAULT_SCENARIO {
+            return Ok(None);
+        }
+        match self.file.scenarios.iter().position(|s| s.name == name) {
+            Some(i) => Ok(Some(i)),
+            None => Err(ModelError::new(
+                &self.origin,
+                "scenarios",
+                format!("no scenario named {name:?}; expected one of: {}", self.scenario_names().join(", ")),
+            )),
+        }
+    }
+
+    fn variant(&self, name: &str) -> Result<(usize, &Variant), ModelError> {
+        self.file.variants.iter().enumerate().find(|(_, v)| v.name == name).ok_or_else(|| {
+            ModelError::new(
+                &self.origin,
+                "variants",
+                format!("no variant named {name:?}; expected one of: {}", self.variant_names().join(", ")),
+            )
+        })
+    }
+
+    /// Every override list applies to the file as written, so a mistyped path is reported at load.
+    fn check_overrides(&self) -> Result<(), ModelError> {
+        let mut lists = vec![(&self.file.quick, "quick".to_string())];
+        lists.extend(self.file.scenarios.iter().enumerate().map(|(i, s)| (&s.set, format!("scenarios.{i}.set"))));
+        lists.extend(self.file.variants.iter().enumerate().map(|(i, v)| (&v.set, format!("variants.{i}.set"))));
+        for (list, at) in lists {
+            apply(&mut self.doc.clone(), list, &at).map_err(|e| e.in_file(&self.origin))?;
+        }
+        Ok(())
+    }
+}
+
+/// Applies overrides `path → value` in order; errors are at `at` (`scenarios.1.set`).
+fn apply(doc: &mut Value, list: &IndexMap<String, Value>, at: &str) -> Result<(), ModelError> {
+    for (path, value) in list {
+        validate::override_root(path).map_err(|m| ModelError::at(at, format!("override {path}: {m}")))?;
+        overrides::set(doc, path, value.clone()).map_err(|m| ModelError::at(at, m))?;
+    }
+    Ok(())
+}
+
+/// The variant's policies: `edges` entries on their edges, `client` on every other edge (the
+/// workload's own included), `admission` on its services.
+fn apply_variant(
+    v: &Variant,
+    index: usize,
+    services: &mut IndexMap<String, Service>,
+    workload: &mut Workload,
+) -> Result<(), ModelError> {
+    let mut edges = Vec::with_capacity(v.edges.len());
+    for (key, policy) in &v.edges {
+        let (caller, callee) = validate::edge_key(key, services, workload)
+            .map_err(|m| ModelError::at(format!("variants.{index}.edges.{key}"), m))?;
+        edges.push(((caller.to_string(), callee.to_string()), policy));
+    }
+    let chosen = |caller: &str, callee: &str| {
+        edges
+            .iter()
+            .find(|((a, b), _)| a == caller && b == callee)
+            .map(|(_, p)| (*p).clone())
+            .or_else(|| v.client.clone())
+    };
+    for (name, service) in services.iter_mut() {
+        for call in &mut service.calls {
+            if let Some(policy) = chosen(name, &call.service) {
+                call.policy = policy;
+            }
+        }
+    }
+    if let Some(policy) = chosen(validate::WORKLOAD_CALLER, &workload.target) {
+        workload.client = policy;
+    }
+    for (name, admission) in &v.admission {
+        let service = services.get_mut(name).ok_or_else(|| {
+            ModelError::at(format!("variants.{index}.admission.{name}"), format!("no service named {name:?}"))
+        })?;
+        service.admission = admission.clone();
+    }
+    Ok(())
+}
+
+/// Adds the YAML line and column to a schema error, by deserialising the text again (the value
+/// route loses positions; the text route has them, and reports the same path unless merge keys
+/// moved things around).
+fn with_location(error: ModelError, text: &str, origin: &Path) -> ModelError {
+    let deserializer = serde_yaml_ng::Deserializer::from_str(text);
+    match serde_path_to_error::deserialize::<_, ExperimentFile>(deserializer) {
+        Err(e) => {
+            let located = ModelError::from_yaml(origin, e);
+            if located.path == error.path {
+                return ModelError { location: located.location, ..error };
+            }
+            error
+        }
+        Ok(_) => error,
+    }
+}
+
+#[cfg(test)]
+mod tests;

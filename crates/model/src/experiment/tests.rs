@@ -1,0 +1,297 @@
+use super::*;
+use crate::schema::{Admission, Balancer, Timeout};
+use crate::Dur;
+
+const DEMO: &str = r#"
+name: demo
+seed: 7
+services:
+  frontend:
+    replicas: 2
+    workers: 4
+    service_time: {dist: constant, value: 1ms}
+    calls:
+      - service: backend
+        count: 2
+  backend:
+    replicas: 3
+    service_time: {dist: exponential, mean: 5ms}
+workload:
+  target: frontend
+  open: {rate: 100}
+  duration: 10s
+  warmup: 1s
+variants:
+  - name: baseline
+  - name: bloc
+    client: {balancer: {kind: bloc}}
+    admission:
+      backend: {kind: fixed, capacity: 10}
+  - name: edge
+    edges:
+      frontend->backend: {timeout: {kind: fixed, value: 50ms}}
+      workload->frontend: {balancer: {kind: random}}
+    set:
+      services.backend.workers: 2
+scenarios:
+  - name: normal
+  - name: big
+    set:
+      services.backend.replicas: 6
+quick:
+  workload.duration: 1s
+"#;
+
+fn demo() -> Experiment {
+    Experiment::parse(DEMO, Path::new("examples/demo.yaml")).unwrap()
+}
+
+/// The error `text` gives, with `from` replaced by `to` in the demo file.
+fn error_with(from: &str, to: &str) -> String {
+    assert!(DEMO.contains(from), "the demo has {from:?}");
+    let text = DEMO.replacen(from, to, 1);
+    Experiment::parse(&text, Path::new("examples/demo.yaml")).unwrap_err().to_string()
+}
+
+#[test]
+fn lists_names_and_the_seed() {
+    let e = demo();
+    assert_eq!(e.scenario_names(), ["normal", "big"]);
+    assert_eq!(e.variant_names(), ["baseline", "bloc", "edge"]);
+    assert_eq!(e.seed(), Some(7));
+    assert_eq!(e.base_dir(), Path::new("examples"));
+}
+
+#[test]
+fn a_file_without_scenarios_has_one_named_default() {
+    let text = DEMO.split("scenarios:").next().unwrap();
+    let e = Experiment::parse(text, Path::new("demo.yaml")).unwrap();
+    assert_eq!(e.scenario_names(), ["default"]);
+    assert_eq!(e.base_dir(), Path::new("."));
+    let run = e.resolve("default", "baseline", false).unwrap();
+    assert_eq!(run.scenario, "default");
+}
+
+#[test]
+fn the_baseline_is_the_file_as_written() {
+    let run = demo().resolve("normal", "baseline", false).unwrap();
+    assert_eq!((run.scenario.as_str(), run.variant.as_str()), ("normal", "baseline"));
+    assert_eq!(run.services["backend"].replicas, 3);
+    assert_eq!(run.services["frontend"].calls[0].count, 2);
+    assert_eq!(run.services["frontend"].calls[0].policy.balancer, Balancer::RoundRobin);
+    assert_eq!(run.horizon(), Some(Duration::from_secs(11)));
+    assert_eq!(run.base_dir, Path::new("examples"));
+}
+
+#[test]
+fn quick_scenario_and_variant_apply_in_order() {
+    let run = demo().resolve("big", "bloc", true).unwrap();
+    assert_eq!(run.workload.duration, Some(Dur::from_millis(1000)), "quick");
+    assert_eq!(run.services["backend"].replicas, 6, "scenario");
+    // The variant's client policy goes on every edge, the load generator's included.
+    assert_eq!(run.services["frontend"].calls[0].policy.balancer, Balancer::Bloc { reset: None });
+    assert_eq!(run.workload.client.balancer, Balancer::Bloc { reset: None });
+    assert_eq!(run.services["backend"].admission, Admission::Fixed { capacity: 10 });
+    assert_eq!(run.services["frontend"].admission, Admission::None);
+}
+
+#[test]
+fn edges_set_the_policy_of_one_edge() {
+    let run = demo().resolve("normal", "edge", false).unwrap();
+    let policy = &run.services["frontend"].calls[0].policy;
+    assert_eq!(policy.timeout, Timeout::Fixed { value: Dur::from_millis(50) });
+    assert_eq!(policy.balancer, Balancer::RoundRobin);
+    assert_eq!(run.workload.client.balancer, Balancer::Random);
+    assert_eq!(run.services["backend"].workers, 2, "the variant's set");
+}
+
+#[test]
+fn unknown_scenarios_and_variants_are_named() {
+    let e = demo();
+    let err = e.resolve("huge", "baseline", false).unwrap_err().to_string();
+    assert_eq!(err, "examples/demo.yaml: scenarios: no scenario named \"huge\"; expected one of: normal, big");
+    let err = e.resolve("normal", "hedge", false).unwrap_err().to_string();
+    assert_eq!(err, "examples/demo.yaml: variants: no variant named \"hedge\"; expected one of: baseline, bloc, edge");
+}
+
+#[test]
+fn a_negative_replica_count_is_refused_with_the_field_and_line() {
+    let err = error_with("replicas: 3", "replicas: -1");
+    assert_eq!(
+        err,
+        "examples/demo.yaml: services.backend.replicas: expected a positive integer, got -1 (line 13, column 15)"
+    );
+}
+
+#[test]
+fn a_bad_duration_unit_names_file_field_and_units() {
+    let err = error_with("duration: 10s", "duration: 10 sec");
+    assert!(err.starts_with("examples/demo.yaml: workload.duration: expected a duration with a unit"), "{err}");
+    assert!(err.contains("unknown unit \"sec\"") && err.contains("(line 18, column 13)"), "{err}");
+    let err = error_with("warmup: 1s", "warmup: 1000");
+    assert!(err.starts_with("examples/demo.yaml: workload.warmup: expected a duration with a unit"), "{err}");
+    assert!(err.contains("bare number 1000 (write 1000ms or 1000s)"), "{err}");
+}
+
+#[test]
+fn an_unknown_field_lists_the_known_ones() {
+    let err = error_with("workers: 4", "worker: 4");
+    assert!(
+        err.starts_with("examples/demo.yaml: services.frontend.worker: unknown field \"worker\"; expected one of: replicas, workers,"),
+        "{err}"
+    );
+    assert!(err.ends_with("(line 7, column 5)"), "{err}");
+}
+
+#[test]
+fn a_bad_distribution_field_is_found_inside_the_tagged_value() {
+    let err = error_with("{dist: exponential, mean: 5ms}", "{dist: exponential, mean: 5}");
+    assert!(err.starts_with("examples/demo.yaml: services.backend.service_time"), "{err}");
+    assert!(err.contains("bare number 5"), "{err}");
+    let err = error_with("{dist: exponential, mean: 5ms}", "{dist: gaussian, mean: 5ms}");
+    assert!(
+        err.contains("services.backend.service_time")
+            && err.contains("unknown value \"gaussian\"; expected one of: constant, uniform"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_missing_service_is_named_with_the_known_ones() {
+    let err = error_with("- service: backend", "- service: backnd");
+    assert_eq!(
+        err,
+        "examples/demo.yaml: services.frontend.calls.0.service: no service named \"backnd\"; expected one of: frontend, backend"
+    );
+    let err = error_with("target: frontend", "target: front");
+    assert_eq!(
+        err,
+        "examples/demo.yaml: workload.target: no service named \"front\"; expected one of: frontend, backend"
+    );
+}
+
+#[test]
+fn a_call_cycle_is_shown() {
+    let err = error_with(
+        "    service_time: {dist: exponential, mean: 5ms}",
+        "    service_time: {dist: exponential, mean: 5ms}\n    calls: [{service: frontend}]",
+    );
+    assert_eq!(
+        err,
+        "examples/demo.yaml: services.backend.calls.0.service: calls form a cycle (frontend -> backend -> frontend); expected calls that never lead back to their caller"
+    );
+}
+
+#[test]
+fn a_bad_override_path_is_reported_at_load() {
+    let err = error_with("services.backend.replicas: 6", "services.backnd.replicas: 6");
+    assert_eq!(
+        err,
+        "examples/demo.yaml: scenarios.1.set: no such path \"services.backnd.replicas\": services has no key \"backnd\"; it has: frontend, backend"
+    );
+    let err = error_with("workload.duration: 1s", "variants.0.name: x");
+    assert!(
+        err.starts_with("examples/demo.yaml: quick: override variants.0.name: overrides cannot change `variants`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_override_that_makes_the_file_invalid_is_reported_at_resolve_with_its_origin() {
+    let text = DEMO.replace("services.backend.replicas: 6", "services.backend.replicas: 0");
+    let e = Experiment::parse(&text, Path::new("examples/demo.yaml")).unwrap();
+    let err = e.resolve("big", "baseline", false).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "examples/demo.yaml: services.backend.replicas: expected a positive integer, got 0 (with scenario \"big\" and variant \"baseline\" applied)"
+    );
+}
+
+#[test]
+fn edge_and_admission_keys_must_name_real_edges_and_services() {
+    let err = error_with("frontend->backend:", "backend->frontend:");
+    assert_eq!(err, "examples/demo.yaml: variants.2.edges.backend->frontend: backend does not call \"frontend\"; it calls no service");
+    let err = error_with("frontend->backend:", "frontend=>backend:");
+    assert!(err.contains("variants.2.edges.frontend=>backend: expected a key of the form caller->callee"), "{err}");
+    let err = error_with("      backend: {kind: fixed", "      db: {kind: fixed");
+    assert!(err.starts_with("examples/demo.yaml: variants.1.admission.db: no service named \"db\""), "{err}");
+}
+
+#[test]
+fn workload_needs_exactly_one_load_and_one_length() {
+    let err = error_with("  open: {rate: 100}", "  open: {rate: 100}\n  closed: {clients: 4}");
+    assert_eq!(err, "examples/demo.yaml: workload: expected exactly one of `open` (a rate) and `closed` (clients)");
+    let err = error_with("  duration: 10s", "  requests: 1000\n  duration: 10s");
+    assert_eq!(err, "examples/demo.yaml: workload: expected exactly one of `duration` and `requests`");
+    let err = error_with("rate: 100", "rate: 0");
+    assert_eq!(err, "examples/demo.yaml: workload.open.rate: expected requests per second > 0, got 0");
+}
+
+#[test]
+fn names_must_be_unique_and_non_empty() {
+    let err = error_with("- name: edge", "- name: bloc");
+    assert_eq!(err, "examples/demo.yaml: variants.2.name: expected a unique name, got \"bloc\" a second time");
+    let err = error_with("- name: normal", "- name: \"\"");
+    assert_eq!(err, "examples/demo.yaml: scenarios.0.name: expected a non-empty name");
+}
+
+#[test]
+fn fractions_and_policies_are_checked_with_their_paths() {
+    let err = error_with("replicas: 3\n", "replicas: 3\n    faults: [{kind: error, rate: 1.5}]\n");
+    assert_eq!(err, "examples/demo.yaml: services.backend.faults.0.rate: expected a fraction between 0 and 1, got 1.5");
+    let err = error_with("client: {balancer: {kind: bloc}}", "client: {retry: {max_attempts: 0}}");
+    assert_eq!(err, "examples/demo.yaml: variants.1.client.retry.max_attempts: expected a positive integer, got 0");
+    let err =
+        error_with("{timeout: {kind: fixed, value: 50ms}}", "{timeout: {kind: sequential, values: [20ms, 10ms]}}");
+    assert_eq!(
+        err,
+        "examples/demo.yaml: variants.2.edges.frontend->backend.timeout.values.1: expected an increasing sequence (at least 20ms), got 10ms"
+    );
+}
+
+#[test]
+fn yaml_syntax_errors_have_a_location() {
+    let err = Experiment::parse("name: [unclosed\n", Path::new("x.yaml")).unwrap_err();
+    assert!(err.to_string().starts_with("x.yaml: invalid YAML: "), "{err}");
+    assert!(err.location.is_some());
+}
+
+#[test]
+fn load_reads_the_file_and_names_it_when_it_cannot() {
+    let dir = std::env::temp_dir().join(format!("tailguard-exp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("demo.yaml");
+    std::fs::write(&path, DEMO).unwrap();
+    let e = Experiment::load(&path).unwrap();
+    assert_eq!(e.origin(), path);
+    assert_eq!(e.resolve("normal", "baseline", false).unwrap().base_dir, dir);
+    // Empirical data is read relative to the experiment file, and its errors name both files.
+    std::fs::write(dir.join("lat.txt"), "1ms\nfast\n").unwrap();
+    let text = DEMO.replace("{dist: exponential, mean: 5ms}", "{dist: empirical, file: lat.txt}");
+    std::fs::write(&path, text).unwrap();
+    let err = Experiment::load(&path).unwrap_err().to_string();
+    let expected = format!(
+        "{}: services.backend.service_time.file: {}: line 2: expected a duration",
+        path.display(),
+        dir.join("lat.txt").display()
+    );
+    assert!(err.starts_with(&expected), "{err}");
+    let err = Experiment::load(dir.join("none.yaml")).unwrap_err().to_string();
+    assert!(err.contains("none.yaml: cannot read the experiment file"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn anchors_under_extension_keys_are_shared_and_merged() {
+    let text = DEMO.replace(
+        "variants:\n  - name: baseline",
+        "x-policy: &p {balancer: {kind: least-request}, deadline: 1s}\nvariants:\n  - name: baseline\n    client: {<<: *p, deadline: 2s}",
+    );
+    let run = Experiment::parse(&text, Path::new("d.yaml")).unwrap().resolve("normal", "baseline", false).unwrap();
+    let policy = &run.services["frontend"].calls[0].policy;
+    assert_eq!(policy.balancer, Balancer::LeastRequest);
+    assert_eq!(policy.deadline, Some(Dur::from_millis(2000)));
+    let err = Experiment::parse(&DEMO.replace("seed: 7", "seed: 7\nextra: 1"), Path::new("d.yaml")).unwrap_err();
+    assert_eq!(err.path, "extra");
+    assert!(err.message.starts_with("unknown field \"extra\"; expected one of: name, description, seed"), "{err}");
+}

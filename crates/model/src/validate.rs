@@ -1,0 +1,555 @@
+//! Validation of an experiment: everything deserialisation cannot check. Each check reports the
+//! dotted path of the field at fault and what was expected; the caller names the file.
+//!
+//! Checked: every service reference exists, calls form no cycle, the workload's target exists,
+//! exactly one of `workload.open`/`closed` and of `duration`/`requests`, counts ≥ 1, fractions in
+//! [0, 1], rates and most durations > 0, variant and scenario names unique and non-empty, `edges`
+//! keys name real call edges and `admission` keys real services, and the parameters of every
+//! distribution, latency model, fault and policy (by building them, where the model crate can).
+
+use crate::duration::Dur;
+use crate::error::{join, ModelError};
+use crate::schema::*;
+use indexmap::IndexMap;
+use std::collections::HashSet;
+use std::path::Path;
+use std::time::Duration;
+
+/// The caller name that addresses the load generator in `edges` keys (`workload->frontend`).
+pub const WORKLOAD_CALLER: &str = "workload";
+
+type Check = Result<(), ModelError>;
+
+/// The whole file as written: topology, workload, variants and scenarios.
+pub(crate) fn experiment(file: &ExperimentFile, base_dir: &Path) -> Check {
+    if file.name.trim().is_empty() {
+        return Err(ModelError::at("name", "expected a non-empty name"));
+    }
+    topology(&file.services, &file.workload, base_dir)?;
+    if file.variants.is_empty() {
+        return Err(ModelError::at("variants", "expected at least one variant"));
+    }
+    unique_names("variants", file.variants.iter().map(|v| v.name.as_str()))?;
+    unique_names("scenarios", file.scenarios.iter().map(|s| s.name.as_str()))?;
+    for (i, variant) in file.variants.iter().enumerate() {
+        self::variant(variant, &file.services, &file.workload).map_err(|e| e.under(&format!("variants.{i}")))?;
+    }
+    Ok(())
+}
+
+/// The services and the workload (a resolved run, or the file as written).
+pub(crate) fn topology(services: &IndexMap<String, Service>, workload: &Workload, base_dir: &Path) -> Check {
+    if services.is_empty() {
+        return Err(ModelError::at("services", "expected at least one service"));
+    }
+    let horizon = workload.duration.map(|d| workload.warmup.get() + d.get());
+    for (name, service) in services {
+        let at = format!("services.{name}");
+        service_name(name).map_err(|m| ModelError::at(&at, m))?;
+        self::service(service, services, base_dir, horizon).map_err(|e| e.under(&at))?;
+    }
+    no_cycles(services)?;
+    self::workload(workload, services).map_err(|e| e.under("workload"))
+}
+
+fn service_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("expected a non-empty service name".into());
+    }
+    if name.contains('.') || name.contains("->") || name.chars().any(char::is_whitespace) {
+        return Err(format!("expected a service name without '.', '->' or spaces, got {name:?}"));
+    }
+    if name == WORKLOAD_CALLER {
+        return Err(format!(
+            "the name {WORKLOAD_CALLER:?} is reserved for the load generator in `edges` keys; expected another name"
+        ));
+    }
+    Ok(())
+}
+
+fn service(s: &Service, services: &IndexMap<String, Service>, base_dir: &Path, horizon: Option<Duration>) -> Check {
+    if s.replicas == 0 {
+        return Err(ModelError::at("replicas", "expected a positive integer, got 0"));
+    }
+    s.service_time.sampler(base_dir).map_err(|e| e.under("service_time"))?;
+    s.latency_model.curve(horizon, 0).map_err(|e| e.under("latency_model"))?;
+    admission(&s.admission).map_err(|e| e.under("admission"))?;
+    for (i, f) in s.faults.iter().enumerate() {
+        fault(f, s.replicas, base_dir).map_err(|e| e.under(&format!("faults.{i}")))?;
+    }
+    for (i, call) in s.calls.iter().enumerate() {
+        let at = format!("calls.{i}");
+        known_service(&call.service, services).map_err(|m| ModelError::at(join(&at, "service"), m))?;
+        client_policy(&call.policy).map_err(|e| e.under(&join(&at, "policy")))?;
+    }
+    Ok(())
+}
+
+fn known_service(name: &str, services: &IndexMap<String, Service>) -> Result<(), String> {
+    if services.contains_key(name) {
+        return Ok(());
+    }
+    let known: Vec<&str> = services.keys().map(String::as_str).collect();
+    Err(format!("no service named {name:?}; expected one of: {}", known.join(", ")))
+}
+
+/// Depth-first search over the call graph; a call back into the current path is a cycle.
+fn no_cycles(services: &IndexMap<String, Service>) -> Check {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        New,
+        OnPath,
+        Done,
+    }
+    fn visit(i: usize, services: &IndexMap<String, Service>, marks: &mut [Mark], path: &mut Vec<usize>) -> Check {
+        marks[i] = Mark::OnPath;
+        path.push(i);
+        let (name, service) = services.get_index(i).expect("an index of the map");
+        for (c, call) in service.calls.iter().enumerate() {
+            let Some(j) = services.get_index_of(&call.service) else { continue };
+            match marks[j] {
+                Mark::Done => {}
+                Mark::New => visit(j, services, marks, path)?,
+                Mark::OnPath => {
+                    let from = path.iter().position(|&k| k == j).expect("on the path");
+                    let mut cycle: Vec<&str> =
+                        path[from..].iter().map(|&k| services.get_index(k).unwrap().0.as_str()).collect();
+                    cycle.push(&call.service);
+                    return Err(ModelError::at(
+                        format!("services.{name}.calls.{c}.service"),
+                        format!(
+                            "calls form a cycle ({}); expected calls that never lead back to their caller",
+                            cycle.join(" -> ")
+                        ),
+                    ));
+                }
+            }
+        }
+        path.pop();
+        marks[i] = Mark::Done;
+        Ok(())
+    }
+    let mut marks = vec![Mark::New; services.len()];
+    for i in 0..services.len() {
+        if marks[i] == Mark::New {
+            visit(i, services, &mut marks, &mut Vec::new())?;
+        }
+    }
+    Ok(())
+}
+
+fn workload(w: &Workload, services: &IndexMap<String, Service>) -> Check {
+    known_service(&w.target, services).map_err(|m| ModelError::at("target", m))?;
+    match (&w.open, &w.closed) {
+        (Some(open), None) => {
+            if !(open.rate.is_finite() && open.rate > 0.0) {
+                return Err(ModelError::at(
+                    "open.rate",
+                    format!("expected requests per second > 0, got {}", open.rate),
+                ));
+            }
+        }
+        (None, Some(closed)) => {
+            if closed.clients == 0 {
+                return Err(ModelError::at("closed.clients", "expected a positive integer, got 0"));
+            }
+        }
+        _ => return Err(ModelError::at("", "expected exactly one of `open` (a rate) and `closed` (clients)")),
+    }
+    match (w.duration, w.requests) {
+        (Some(d), None) => positive("duration", d)?,
+        (None, Some(0)) => return Err(ModelError::at("requests", "expected a positive integer, got 0")),
+        (None, Some(_)) => {}
+        _ => return Err(ModelError::at("", "expected exactly one of `duration` and `requests`")),
+    }
+    client_policy(&w.client).map_err(|e| e.under("client"))
+}
+
+fn variant(v: &Variant, services: &IndexMap<String, Service>, workload: &Workload) -> Check {
+    if let Some(client) = &v.client {
+        client_policy(client).map_err(|e| e.under("client"))?;
+    }
+    for (key, policy) in &v.edges {
+        let at = format!("edges.{key}");
+        edge_key(key, services, workload).map_err(|m| ModelError::at(&at, m))?;
+        client_policy(policy).map_err(|e| e.under(&at))?;
+    }
+    for (name, a) in &v.admission {
+        let at = format!("admission.{name}");
+        known_service(name, services).map_err(|m| ModelError::at(&at, m))?;
+        admission(a).map_err(|e| e.under(&at))?;
+    }
+    Ok(())
+}
+
+/// Splits an `edges` key `caller->callee` and checks it names a real call edge (or the load
+/// generator's calls to the target, `workload->target`).
+pub(crate) fn edge_key<'k>(
+    key: &'k str,
+    services: &IndexMap<String, Service>,
+    workload: &Workload,
+) -> Result<(&'k str, &'k str), String> {
+    let Some((caller, callee)) = key.split_once("->") else {
+        return Err(format!("expected a key of the form caller->callee, got {key:?}"));
+    };
+    let (caller, callee) = (caller.trim(), callee.trim());
+    if caller == WORKLOAD_CALLER {
+        if callee != workload.target {
+            return Err(format!(
+                "the workload calls only {:?}; expected workload->{}",
+                workload.target, workload.target
+            ));
+        }
+        return Ok((caller, callee));
+    }
+    known_service(caller, services)?;
+    let calls = &services[caller].calls;
+    if !calls.iter().any(|c| c.service == callee) {
+        let callees: Vec<&str> = calls.iter().map(|c| c.service.as_str()).collect();
+        let expected = if callees.is_empty() {
+            "it calls no service".to_string()
+        } else {
+            format!("it calls: {}", callees.join(", "))
+        };
+        return Err(format!("{caller} does not call {callee:?}; {expected}"));
+    }
+    Ok((caller, callee))
+}
+
+/// Overrides may change anything but the lists of variants and scenarios and the quick overrides.
+pub(crate) fn override_root(path: &str) -> Result<(), String> {
+    let root = path.split('.').next().unwrap_or("");
+    if matches!(root, "variants" | "scenarios" | "quick") {
+        return Err(format!("overrides cannot change `{root}`; expected a path into services, network or workload"));
+    }
+    Ok(())
+}
+
+fn unique_names<'a>(list: &str, names: impl Iterator<Item = &'a str>) -> Check {
+    let mut seen = HashSet::new();
+    for (i, name) in names.enumerate() {
+        if name.trim().is_empty() {
+            return Err(ModelError::at(format!("{list}.{i}.name"), "expected a non-empty name"));
+        }
+        if !seen.insert(name) {
+            return Err(ModelError::at(
+                format!("{list}.{i}.name"),
+                format!("expected a unique name, got {name:?} a second time"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn admission(a: &Admission) -> Check {
+    match a {
+        Admission::None => Ok(()),
+        Admission::Fixed { capacity: 0 } => Err(ModelError::at("capacity", "expected a positive integer, got 0")),
+        Admission::Fixed { .. } => Ok(()),
+        Admission::Dynamic { window } => window.map_or(Ok(()), |w| positive("window", w)),
+    }
+}
+
+fn fault(f: &Fault, replicas: u32, base_dir: &Path) -> Check {
+    match f {
+        Fault::Slow { fraction, every, service_time, factor } => {
+            match (fraction, every) {
+                (Some(x), None) => self::fraction("fraction", *x)?,
+                (None, Some(0)) => return Err(ModelError::at("every", "expected a positive integer, got 0")),
+                (None, Some(_)) => {}
+                _ => return Err(ModelError::at("", "expected exactly one of `fraction` and `every`")),
+            }
+            match (service_time, factor) {
+                (Some(d), None) => d.sampler(base_dir).map(drop).map_err(|e| e.under("service_time")),
+                (None, Some(x)) => non_negative("factor", *x),
+                _ => Err(ModelError::at("", "expected exactly one of `service_time` and `factor`")),
+            }
+        }
+        Fault::Error { rate } => fraction("rate", *rate),
+        Fault::Lost { fraction } => self::fraction("fraction", *fraction),
+        Fault::Down { replica, from, to } => {
+            if let Some(r) = replica {
+                if *r >= replicas {
+                    return Err(ModelError::at(
+                        "replica",
+                        format!("expected a replica index from 0 to {}, got {r}", replicas - 1),
+                    ));
+                }
+            }
+            if to <= from {
+                return Err(ModelError::at("to", format!("expected a time after from ({from}), got {to}")));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// A caller's policies: the parameters each policy needs to make sense.
+pub(crate) fn client_policy(p: &ClientPolicy) -> Check {
+    balancer(&p.balancer).map_err(|e| e.under("balancer"))?;
+    timeout(&p.timeout).map_err(|e| e.under("timeout"))?;
+    hedge(&p.hedge).map_err(|e| e.under("hedge"))?;
+    retry(&p.retry).map_err(|e| e.under("retry"))?;
+    p.deadline.map_or(Ok(()), |d| positive("deadline", d))
+}
+
+fn balancer(b: &Balancer) -> Check {
+    match b {
+        Balancer::PeakEwma { decay: Some(d) } => positive("decay", *d),
+        Balancer::Bloc { reset: Some(d) } => positive("reset", *d),
+        _ => Ok(()),
+    }
+}
+
+fn timeout(t: &Timeout) -> Check {
+    match t {
+        Timeout::None => Ok(()),
+        Timeout::Fixed { value } => positive("value", *value),
+        Timeout::ExpBackoff { first, factor, steps } => {
+            positive("first", *first)?;
+            if !(factor.is_finite() && *factor >= 1.0) {
+                return Err(ModelError::at("factor", format!("expected a number >= 1, got {factor}")));
+            }
+            at_least_one("steps", *steps)
+        }
+        Timeout::Sequential { values } => {
+            if values.is_empty() {
+                return Err(ModelError::at("values", "expected at least one timeout"));
+            }
+            for (i, v) in values.iter().enumerate() {
+                positive(&format!("values.{i}"), *v)?;
+                if i > 0 && *v < values[i - 1] {
+                    return Err(ModelError::at(
+                        format!("values.{i}"),
+                        format!("expected an increasing sequence (at least {}), got {v}", values[i - 1]),
+                    ));
+                }
+            }
+            Ok(())
+        }
+        Timeout::Controller { initial, factor, tolerance, buffer } => {
+            positive("initial", *initial)?;
+            if let Some(f) = factor {
+                if !(f.is_finite() && *f >= 1.0) {
+                    return Err(ModelError::at("factor", format!("expected a number >= 1, got {f}")));
+                }
+            }
+            tolerance.map_or(Ok(()), |x| non_negative("tolerance", x))?;
+            buffer.map_or(Ok(()), |x| non_negative("buffer", x))
+        }
+        Timeout::Optimizer { initial, sample_every: _, window, recompute_every, cost_per_second, sequence_len } => {
+            positive("initial", *initial)?;
+            // sample_every: 0 means never send an untimed sample, which the Optimizer allows.
+            window.map_or(Ok(()), |n| at_least_one("window", n))?;
+            recompute_every.map_or(Ok(()), |n| at_least_one("recompute_every", n))?;
+            cost_per_second.map_or(Ok(()), |x| non_negative("cost_per_second", x))?;
+            sequence_len.map_or(Ok(()), |n| at_least_one("sequence_len", n))
+        }
+        Timeout::Adaptive { initial, k, margin } => {
+            positive("initial", *initial)?;
+            if let Some(k) = k {
+                if !(k.is_finite() && *k > 0.0) {
+                    return Err(ModelError::at("k", format!("expected a number > 0, got {k}")));
+                }
+            }
+            margin.map_or(Ok(()), |x| non_negative("margin", x))
+        }
+    }
+}
+
+fn hedge(h: &Hedge) -> Check {
+    match h {
+        Hedge::None => Ok(()),
+        Hedge::Speculative { attempts, timeout, .. } => {
+            at_least_one("attempts", *attempts)?;
+            timeout.map_or(Ok(()), |d| positive("timeout", d))
+        }
+        Hedge::Percentile { percentile, max_extra, max_hedges } => {
+            if let Some(p) = percentile {
+                if !(*p > 0.0 && *p < 100.0) {
+                    return Err(ModelError::at(
+                        "percentile",
+                        format!("expected a percentile between 0 and 100, got {p}"),
+                    ));
+                }
+            }
+            max_extra.map_or(Ok(()), |x| fraction("max_extra", x))?;
+            max_hedges.map_or(Ok(()), |n| at_least_one("max_hedges", n))
+        }
+    }
+}
+
+fn retry(r: &Retry) -> Check {
+    at_least_one("max_attempts", r.max_attempts)?;
+    if let (Some(base), Some(max)) = (r.backoff, r.max_backoff) {
+        if max < base {
+            return Err(ModelError::at("max_backoff", format!("expected at least backoff ({base}), got {max}")));
+        }
+    }
+    r.budget.map_or(Ok(()), |x| fraction("budget", x))
+}
+
+fn positive(field: &str, d: Dur) -> Check {
+    if d.get().is_zero() {
+        return Err(ModelError::at(field, "expected a positive duration, got 0s"));
+    }
+    Ok(())
+}
+
+fn at_least_one(field: &str, n: u32) -> Check {
+    if n == 0 {
+        return Err(ModelError::at(field, "expected a positive integer, got 0"));
+    }
+    Ok(())
+}
+
+fn fraction(field: &str, x: f64) -> Check {
+    if !(0.0..=1.0).contains(&x) {
+        return Err(ModelError::at(field, format!("expected a fraction between 0 and 1, got {x}")));
+    }
+    Ok(())
+}
+
+fn non_negative(field: &str, x: f64) -> Check {
+    if !(x.is_finite() && x >= 0.0) {
+        return Err(ModelError::at(field, format!("expected a number >= 0, got {x}")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn services(text: &str) -> IndexMap<String, Service> {
+        serde_yaml_ng::from_str(text).unwrap()
+    }
+
+    fn workload(target: &str) -> Workload {
+        serde_yaml_ng::from_str(&format!("{{target: {target}, open: {{rate: 10}}, duration: 1s}}")).unwrap()
+    }
+
+    fn check(text: &str) -> String {
+        topology(&services(text), &workload("a"), Path::new("."))
+            .map(|_| "ok".to_string())
+            .unwrap_or_else(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_valid_topology_passes() {
+        assert_eq!(check("{a: {calls: [{service: b}, {service: c}]}, b: {calls: [{service: c}]}, c: {}}"), "ok");
+    }
+
+    #[test]
+    fn a_self_call_is_a_cycle() {
+        assert_eq!(
+            check("{a: {calls: [{service: a}]}}"),
+            "services.a.calls.0.service: calls form a cycle (a -> a); expected calls that never lead back to their caller"
+        );
+    }
+
+    #[test]
+    fn a_longer_cycle_is_shown_from_where_it_closes() {
+        assert_eq!(
+            check("{a: {calls: [{service: b}]}, b: {calls: [{service: c}]}, c: {calls: [{service: b}]}}"),
+            "services.c.calls.0.service: calls form a cycle (b -> c -> b); expected calls that never lead back to their caller"
+        );
+    }
+
+    #[test]
+    fn service_names_must_fit_paths_and_edge_keys() {
+        assert!(check("{a: {}, b.c: {}}").starts_with("services.b.c: expected a service name without '.'"));
+        assert!(check("{a: {}, workload: {}}").contains("reserved for the load generator"));
+    }
+
+    #[test]
+    fn faults_are_checked() {
+        let slow = |f: &str| check(&format!("{{a: {{replicas: 2, faults: [{f}]}}}}"));
+        assert_eq!(slow("{kind: slow, fraction: 0.1, factor: 3}"), "ok");
+        assert_eq!(
+            slow("{kind: slow, fraction: 0.1, every: 3, factor: 3}"),
+            "services.a.faults.0: expected exactly one of `fraction` and `every`"
+        );
+        assert_eq!(
+            slow("{kind: slow, every: 3}"),
+            "services.a.faults.0: expected exactly one of `service_time` and `factor`"
+        );
+        assert_eq!(
+            slow("{kind: down, replica: 2, from: 1s, to: 2s}"),
+            "services.a.faults.0.replica: expected a replica index from 0 to 1, got 2"
+        );
+        assert_eq!(
+            slow("{kind: down, from: 2s, to: 1s}"),
+            "services.a.faults.0.to: expected a time after from (2s), got 1s"
+        );
+        assert_eq!(
+            slow("{kind: lost, fraction: -0.1}"),
+            "services.a.faults.0.fraction: expected a fraction between 0 and 1, got -0.1"
+        );
+    }
+
+    #[test]
+    fn latency_models_without_a_horizon_need_their_times() {
+        let s = services("{a: {latency_model: {kind: slow-increase, from: 1, to: 2}}}");
+        let mut w = workload("a");
+        assert!(topology(&s, &w, Path::new(".")).is_ok());
+        w.duration = None;
+        w.requests = Some(100);
+        let e = topology(&s, &w, Path::new(".")).unwrap_err().to_string();
+        assert!(e.starts_with("services.a.latency_model.end: expected a duration"), "{e}");
+    }
+
+    #[test]
+    fn edge_keys_are_parsed_and_checked() {
+        let s = services("{a: {calls: [{service: b}]}, b: {}}");
+        let w = workload("a");
+        assert_eq!(edge_key("a->b", &s, &w), Ok(("a", "b")));
+        assert_eq!(edge_key(" a -> b ", &s, &w), Ok(("a", "b")));
+        assert_eq!(edge_key("workload->a", &s, &w), Ok(("workload", "a")));
+        assert_eq!(edge_key("workload->b", &s, &w), Err("the workload calls only \"a\"; expected workload->a".into()));
+        assert_eq!(edge_key("b->a", &s, &w), Err("b does not call \"a\"; it calls no service".into()));
+        assert_eq!(edge_key("x->a", &s, &w), Err("no service named \"x\"; expected one of: a, b".into()));
+        assert_eq!(edge_key("a=>b", &s, &w), Err("expected a key of the form caller->callee, got \"a=>b\"".into()));
+    }
+
+    #[test]
+    fn policies_are_checked() {
+        let policy = |text: &str| {
+            let p: ClientPolicy = serde_yaml_ng::from_str(text).unwrap();
+            client_policy(&p).map(|_| "ok".to_string()).unwrap_or_else(|e| e.to_string())
+        };
+        assert_eq!(
+            policy("{timeout: {kind: fixed, value: 0s}}"),
+            "timeout.value: expected a positive duration, got 0s"
+        );
+        assert_eq!(
+            policy("{timeout: {kind: exp-backoff, first: 1ms, factor: 0.5}}"),
+            "timeout.factor: expected a number >= 1, got 0.5"
+        );
+        assert_eq!(
+            policy("{hedge: {kind: speculative, attempts: 0, patience: 1ms}}"),
+            "hedge.attempts: expected a positive integer, got 0"
+        );
+        assert_eq!(
+            policy("{hedge: {kind: percentile, percentile: 100}}"),
+            "hedge.percentile: expected a percentile between 0 and 100, got 100"
+        );
+        assert_eq!(
+            policy("{retry: {backoff: 10ms, max_backoff: 1ms}}"),
+            "retry.max_backoff: expected at least backoff (10ms), got 1ms"
+        );
+        assert_eq!(policy("{retry: {budget: 2}}"), "retry.budget: expected a fraction between 0 and 1, got 2");
+        assert_eq!(
+            policy("{balancer: {kind: bloc, reset: 0s}}"),
+            "balancer.reset: expected a positive duration, got 0s"
+        );
+        assert_eq!(policy("{deadline: 0s}"), "deadline: expected a positive duration, got 0s");
+    }
+
+    #[test]
+    fn overrides_may_not_touch_the_lists_of_runs() {
+        assert!(override_root("services.a.replicas").is_ok());
+        assert!(override_root("variants.0.name").unwrap_err().contains("cannot change `variants`"));
+        assert!(override_root("quick").is_err());
+    }
+}
