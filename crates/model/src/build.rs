@@ -10,13 +10,19 @@ use tailguard_policy::admission::{self, AdmitAll, DynamicCapacity, FixedCapacity
 use tailguard_policy::balance::{self, Bloc, BlocConfig, LeastRequest, Oracle, PeakEwma, PeakEwmaConfig};
 use tailguard_policy::balance::{RandomBalancer, RoundRobin};
 use tailguard_policy::call;
-use tailguard_policy::hedge::HedgePolicy;
-use tailguard_policy::retry::{Backoff, RetryPolicy};
+use tailguard_policy::hedge::{HedgePolicy, PercentileHedge, PercentileHedgeConfig, Speculative};
+use tailguard_policy::retry::{Backoff, RetryBudget, RetryPolicy};
 use tailguard_policy::timeout::{self, Adaptive, AdaptiveConfig, Controller, ControllerConfig, ExpBackoff, Fixed};
 use tailguard_policy::timeout::{NoTimeout, Optimizer, OptimizerConfig, Sequential};
 
 /// The window of BLOC's dynamic capacity when the file gives none (bloc-load-balancing.txt §IV-D).
 pub const DEFAULT_DYNAMIC_WINDOW: Duration = Duration::from_secs(30);
+/// `max_backoff` is this many times `backoff` when the file gives none (Envoy's default).
+pub const DEFAULT_BACKOFF_CAP: u32 = 10;
+/// The window over which a retry budget counts requests (Linkerd's and tower's default).
+pub const BUDGET_TTL: Duration = Duration::from_secs(10);
+/// Retries a second a budget always allows, so a client with little traffic can still retry.
+pub const BUDGET_MIN_PER_SEC: u32 = 10;
 
 /// A caller's policies towards a service of `endpoints` replicas.
 pub fn client_policy(config: &schema::ClientPolicy, endpoints: usize) -> call::ClientPolicy {
@@ -116,22 +122,41 @@ pub fn timeout(config: &schema::Timeout) -> Box<dyn timeout::TimeoutPolicy> {
     }
 }
 
-/// A hedging policy, if any.
+/// A hedging policy, if any. A speculative hedge's overall `timeout` is not part of the hedge
+/// policy: it shortens the request's deadline (see [`deadline`]).
 pub fn hedge(config: &schema::Hedge) -> Option<Box<dyn HedgePolicy>> {
     match config {
         schema::Hedge::None => None,
-        // PENDING: the hedge policies are being written in tailguard-policy.
-        schema::Hedge::Speculative { .. } | schema::Hedge::Percentile { .. } => None,
+        schema::Hedge::Speculative { attempts, patience, .. } => {
+            Some(Box::new(Speculative::new(*attempts, patience.get())))
+        }
+        schema::Hedge::Percentile { percentile, max_extra, max_hedges } => {
+            let mut c = PercentileHedgeConfig::default();
+            // The file writes a percentile (95); the policy takes a quantile (0.95).
+            set(&mut c.percentile, percentile.map(|p| p / 100.0));
+            set(&mut c.max_extra, *max_extra);
+            set(&mut c.max_hedges, *max_hedges);
+            Some(Box::new(PercentileHedge::new(c)))
+        }
     }
 }
 
-/// Retry rules.
+/// Retry rules. Without `backoff`, retries go at once; `max_backoff` defaults to ten times
+/// `backoff` (Envoy's default); a `budget` is a ratio of the requests of the last
+/// [`BUDGET_TTL`], with [`BUDGET_MIN_PER_SEC`] retries a second always allowed.
 pub fn retry(config: &schema::Retry) -> RetryPolicy {
+    let backoff = match config.backoff {
+        Some(base) if !base.get().is_zero() => {
+            let base = base.get();
+            let max = config.max_backoff.map_or(base.saturating_mul(DEFAULT_BACKOFF_CAP), |m| m.get());
+            Backoff { jitter: config.jitter, ..Backoff::exponential(base, max) }
+        }
+        _ => Backoff::none(),
+    };
     RetryPolicy {
         max_attempts: config.max_attempts,
-        // PENDING: backoff and budget are being written in tailguard-policy.
-        backoff: Backoff::none(),
-        budget: None,
+        backoff,
+        budget: config.budget.map(|ratio| RetryBudget::new(BUDGET_TTL, BUDGET_MIN_PER_SEC, ratio as f32)),
         retry_non_idempotent: config.non_idempotent,
     }
 }
@@ -146,7 +171,6 @@ fn set<T>(field: &mut T, value: Option<T>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Dur;
     use rand_pcg::Pcg64Mcg;
     use tailguard_policy::balance::Pick;
 
@@ -226,13 +250,58 @@ mod tests {
     }
 
     #[test]
+    fn hedges_are_built_with_their_parameters() {
+        assert!(hedge(&yaml("{kind: none}")).is_none());
+        let mut spec = hedge(&yaml("{kind: speculative, attempts: 3, patience: 30ms}")).unwrap();
+        spec.on_request(Duration::ZERO);
+        assert_eq!(spec.delay(Duration::ZERO, 1), Some(ms(30)));
+        assert_eq!(spec.delay(Duration::ZERO, 2), Some(ms(60)));
+        assert_eq!(spec.delay(Duration::ZERO, 3), None, "three attempts in all");
+        // Percentile hedging waits for latencies before it hedges.
+        let mut p = hedge(&yaml("{kind: percentile, percentile: 50, max_extra: 1}")).unwrap();
+        p.on_request(Duration::ZERO);
+        assert_eq!(p.delay(Duration::ZERO, 1), None);
+        for i in 1..=20 {
+            p.on_latency(Duration::ZERO, ms(i));
+        }
+        p.on_request(Duration::ZERO);
+        let median = p.delay(Duration::ZERO, 1).unwrap();
+        assert!(median >= ms(10) && median <= ms(11), "the 50th percentile of 1..=20 ms: {median:?}");
+    }
+
+    #[test]
     fn retry_rules_carry_over() {
         let r = retry(&yaml("{max_attempts: 3, non_idempotent: true}"));
         assert_eq!(r.max_attempts, 3);
         assert!(r.retry_non_idempotent);
+        assert_eq!(r.backoff, Backoff::none());
+        assert!(r.budget.is_none());
         let r = retry(&schema::Retry::default());
         assert_eq!(r.max_attempts, 1);
         assert!(!r.retry_non_idempotent);
-        let _ = Dur::ZERO;
+    }
+
+    #[test]
+    fn backoff_defaults_to_a_cap_of_ten_bases_with_jitter() {
+        let r = retry(&yaml("{max_attempts: 5, backoff: 10ms}"));
+        assert_eq!(r.backoff, Backoff { base: ms(10), max: ms(100), jitter: true });
+        let r = retry(&yaml("{max_attempts: 5, backoff: 10ms, max_backoff: 30ms, jitter: false}"));
+        assert_eq!(r.backoff, Backoff { base: ms(10), max: ms(30), jitter: false });
+        let mut rng = Pcg64Mcg::new(1);
+        assert_eq!(r.backoff.delay(1, &mut rng), ms(10));
+        assert_eq!(r.backoff.delay(2, &mut rng), ms(20));
+        assert_eq!(r.backoff.delay(3, &mut rng), ms(30));
+    }
+
+    #[test]
+    fn a_budget_limits_retries_beyond_its_floor() {
+        let mut r = retry(&yaml("{max_attempts: 2, budget: 0.1}"));
+        let budget = r.budget.as_mut().unwrap();
+        // No requests yet: only the floor of 10 a second over the 10 s window is available.
+        assert_eq!(budget.available(Duration::ZERO), 100);
+        for _ in 0..100 {
+            budget.deposit(Duration::ZERO);
+        }
+        assert_eq!(budget.available(Duration::ZERO), 110, "100 requests add 10% of a retry each");
     }
 }

@@ -201,8 +201,8 @@ fn apply(doc: &mut Value, list: &IndexMap<String, Value>, at: &str) -> Result<()
     Ok(())
 }
 
-/// The variant's policies: `edges` entries on their edges, `client` on every other edge (the
-/// workload's own included), `admission` on its services.
+/// The variant's policies: `edges` entries on their edges (`workload->TARGET` on the workload's
+/// client), `client` on every other call edge, `admission` on its services.
 fn apply_variant(
     v: &Variant,
     index: usize,
@@ -215,21 +215,17 @@ fn apply_variant(
             .map_err(|m| ModelError::at(format!("variants.{index}.edges.{key}"), m))?;
         edges.push(((caller.to_string(), callee.to_string()), policy));
     }
-    let chosen = |caller: &str, callee: &str| {
-        edges
-            .iter()
-            .find(|((a, b), _)| a == caller && b == callee)
-            .map(|(_, p)| (*p).clone())
-            .or_else(|| v.client.clone())
+    let named = |caller: &str, callee: &str| {
+        edges.iter().find(|((a, b), _)| a == caller && b == callee).map(|(_, p)| (*p).clone())
     };
     for (name, service) in services.iter_mut() {
         for call in &mut service.calls {
-            if let Some(policy) = chosen(name, &call.service) {
+            if let Some(policy) = named(name, &call.service).or_else(|| v.client.clone()) {
                 call.policy = policy;
             }
         }
     }
-    if let Some(policy) = chosen(validate::WORKLOAD_CALLER, &workload.target) {
+    if let Some(policy) = named(validate::WORKLOAD_CALLER, &workload.target) {
         workload.client = policy;
     }
     for (name, admission) in &v.admission {

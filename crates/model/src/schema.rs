@@ -498,7 +498,7 @@ pub struct ClosedLoop {
 pub struct Variant {
     /// Name in results.
     pub name: String,
-    /// Replaces the policy of every call edge not named in `edges`, the workload's `client` included.
+    /// Replaces the policy of every call edge not named in `edges` (not the workload's `client`).
     #[serde(default)]
     pub client: Option<ClientPolicy>,
     /// Policies of particular edges, keyed `caller->callee` (`workload->TARGET` for the workload's client).

@@ -366,7 +366,7 @@ fn hedge(h: &Hedge) -> Check {
         }
         Hedge::Percentile { percentile, max_extra, max_hedges } => {
             if let Some(p) = percentile {
-                if !(*p > 0.0 && *p < 100.0) {
+                if !(p.is_finite() && *p > 0.0 && *p < 100.0) {
                     return Err(ModelError::at(
                         "percentile",
                         format!("expected a percentile between 0 and 100, got {p}"),

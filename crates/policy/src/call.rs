@@ -101,7 +101,7 @@ impl Call {
     /// example propagated from upstream), and is combined with the policy's.
     pub fn start(ctx: &mut Ctx<'_>, idempotent: bool, deadline: Option<Time>) -> Call {
         let now = ctx.now;
-        let own = ctx.policy.deadline.map(|d| now + d);
+        let own = ctx.policy.deadline.map(|d| now.saturating_add(d));
         let deadline = match (deadline, own) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -128,7 +128,7 @@ impl Call {
         if call.may_hedge(ctx.policy) {
             let hedge = ctx.policy.hedge.as_mut().expect("may_hedge checked it");
             hedge.on_request(now);
-            call.hedge_at = hedge.delay(now, 1).map(|d| now + d);
+            call.hedge_at = hedge.delay(now, 1).map(|d| now.saturating_add(d));
         }
         call.arm(ctx);
         call
@@ -190,7 +190,7 @@ impl Call {
         }
         for i in 0..self.attempts.len() {
             let a = &self.attempts[i];
-            let expired = a.live && a.timeout.is_some_and(|t| a.sent + t <= now);
+            let expired = a.live && a.timeout.is_some_and(|t| a.sent.saturating_add(t) <= now);
             if !expired {
                 continue;
             }
@@ -209,7 +209,7 @@ impl Call {
         if self.retry_at.is_some_and(|t| t <= now) {
             self.retry_at = None;
             self.retries += 1;
-            if !self.send(ctx, self.retries) && !self.any_live() {
+            if !self.send(ctx, self.retries) && self.idle() {
                 self.finish(ctx, self.last_failure);
                 return;
             }
@@ -221,9 +221,15 @@ impl Call {
             if hedge.try_send(now, n) {
                 self.hedges = n;
                 self.send(ctx, self.retries);
+                let hedge = ctx.policy.hedge.as_mut().expect("checked above");
+                self.hedge_at = hedge.delay(now, n + 1).map(|d| self.start.saturating_add(d).max(now));
             }
-            let hedge = ctx.policy.hedge.as_mut().expect("checked above");
-            self.hedge_at = hedge.delay(now, self.hedges + 1).map(|d| self.start + d).map(|t| t.max(now));
+            // A refused hedge ends hedging for this request: asking again at once would be refused
+            // again, and a virtual-time driver would spin on the same instant.
+        }
+        if self.idle() {
+            self.finish(ctx, self.last_failure);
+            return;
         }
         self.arm(ctx);
     }
@@ -234,6 +240,11 @@ impl Call {
 
     fn any_live(&self) -> bool {
         self.attempts.iter().any(|a| a.live)
+    }
+
+    /// Nothing is in flight or scheduled: no live attempt, no pending retry, no pending hedge.
+    fn idle(&self) -> bool {
+        !self.any_live() && self.retry_at.is_none() && self.hedge_at.is_none()
     }
 
     /// An attempt failed: schedule a retry if the policy allows, else finish when nothing is left.
@@ -250,13 +261,13 @@ impl Call {
                     }
                 }
                 Some(w) => {
-                    self.retry_at = Some(ctx.now + w);
+                    self.retry_at = Some(ctx.now.saturating_add(w));
                     return;
                 }
                 None => {}
             }
         }
-        if !self.any_live() && self.retry_at.is_none() {
+        if self.idle() {
             self.finish(ctx, outcome);
         }
     }
@@ -303,7 +314,8 @@ impl Call {
         if self.finished {
             return;
         }
-        let timeouts = self.attempts.iter().filter(|a| a.live).filter_map(|a| a.timeout.map(|t| a.sent + t));
+        let timeouts =
+            self.attempts.iter().filter(|a| a.live).filter_map(|a| a.timeout.map(|t| a.sent.saturating_add(t)));
         let next = [self.deadline, self.retry_at, self.hedge_at].into_iter().flatten().chain(timeouts).min();
         if let Some(t) = next {
             if self.armed.is_none_or(|armed| t < armed) {
@@ -313,3 +325,7 @@ impl Call {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "call_tests.rs"]
+mod tests;

@@ -88,9 +88,9 @@ fn quick_scenario_and_variant_apply_in_order() {
     let run = demo().resolve("big", "bloc", true).unwrap();
     assert_eq!(run.workload.duration, Some(Dur::from_millis(1000)), "quick");
     assert_eq!(run.services["backend"].replicas, 6, "scenario");
-    // The variant's client policy goes on every edge, the load generator's included.
+    // The variant's client policy goes on every call edge, not on the load generator's.
     assert_eq!(run.services["frontend"].calls[0].policy.balancer, Balancer::Bloc { reset: None });
-    assert_eq!(run.workload.client.balancer, Balancer::Bloc { reset: None });
+    assert_eq!(run.workload.client.balancer, Balancer::RoundRobin);
     assert_eq!(run.services["backend"].admission, Admission::Fixed { capacity: 10 });
     assert_eq!(run.services["frontend"].admission, Admission::None);
 }

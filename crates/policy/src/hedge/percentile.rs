@@ -1,3 +1,200 @@
-// PLACEHOLDER: being written; replace this whole file.
-pub struct PercentileHedge;
-pub struct PercentileHedgeConfig;
+//! Percentile hedging (Dean & Barroso, "The Tail at Scale": "defer sending a secondary request until
+//! the first request has been outstanding for more than the 95th-percentile expected latency"),
+//! with the extra load held down by a token budget, as DESIGN.md asks ("patience from a live latency
+//! percentile, limited by a budget").
+//!
+//! What it decides: hedge k goes out `k·p` after the request started, where `p` is the
+//! `percentile` of the last `window` successful latencies (at least `min_delay`), for
+//! k ≤ `max_hedges`; and whether a due hedge may really go. Each request deposits `max_extra`
+//! tokens into a bucket holding at most [`BUCKET_CAP`] tokens, and a hedge takes one, so hedges stay
+//! below `max_extra` per request over time while a burst of slow requests can still be hedged.
+//! Until `min_samples` latencies are in it does not hedge: a percentile of nothing would hedge
+//! everything at once.
+
+use super::HedgePolicy;
+use crate::stats::{from_nanos, nanos, Window};
+use crate::Time;
+use std::time::Duration;
+
+/// The most tokens the bucket holds, in hedges.
+pub const BUCKET_CAP: u64 = 10;
+
+/// Tokens are kept in millionths so deposits like 0.05 add up exactly.
+const UNIT: u64 = 1_000_000;
+
+/// Percentile hedging's parameters; [`PercentileHedgeConfig::default`] gives the values in brackets.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PercentileHedgeConfig {
+    /// The latency percentile after which a hedge goes out (0.95).
+    pub percentile: f64,
+    /// Hedges allowed per request, on average (0.05, so at most 5% extra attempts).
+    pub max_extra: f64,
+    /// Successful latencies kept (1000).
+    pub window: usize,
+    /// Latencies needed before hedging starts (20).
+    pub min_samples: usize,
+    /// Hedges per request at most (1).
+    pub max_hedges: u32,
+    /// The shortest hedge delay (zero).
+    pub min_delay: Duration,
+}
+
+impl Default for PercentileHedgeConfig {
+    fn default() -> Self {
+        PercentileHedgeConfig {
+            percentile: 0.95,
+            max_extra: 0.05,
+            window: 1000,
+            min_samples: 20,
+            max_hedges: 1,
+            min_delay: Duration::ZERO,
+        }
+    }
+}
+
+/// Hedges after a live latency percentile, within a token budget.
+#[derive(Clone, Debug)]
+pub struct PercentileHedge {
+    config: PercentileHedgeConfig,
+    latencies: Window,
+    /// Tokens in millionths.
+    tokens: u64,
+    deposit: u64,
+}
+
+impl PercentileHedge {
+    /// Percentile hedging with an empty bucket and no latencies yet. `max_extra` is clamped to
+    /// `[0, BUCKET_CAP]` (NaN counts as 0: never hedge).
+    pub fn new(config: PercentileHedgeConfig) -> Self {
+        let extra = if config.max_extra.is_nan() { 0.0 } else { config.max_extra.clamp(0.0, BUCKET_CAP as f64) };
+        PercentileHedge {
+            latencies: Window::new(config.window),
+            tokens: 0,
+            deposit: (extra * UNIT as f64).round() as u64,
+            config,
+        }
+    }
+
+    /// The tokens in the bucket, in hedges.
+    pub fn tokens(&self) -> f64 {
+        self.tokens as f64 / UNIT as f64
+    }
+
+    /// The current hedge delay, once enough latencies are in.
+    pub fn patience(&self) -> Option<Duration> {
+        if self.latencies.len() < self.config.min_samples.max(1) {
+            return None;
+        }
+        let p = self.latencies.quantile(self.config.percentile)?;
+        Some(from_nanos(p).max(self.config.min_delay))
+    }
+}
+
+impl HedgePolicy for PercentileHedge {
+    fn on_request(&mut self, _now: Time) {
+        self.tokens = (self.tokens + self.deposit).min(BUCKET_CAP * UNIT);
+    }
+
+    fn delay(&mut self, _now: Time, hedge: u32) -> Option<Duration> {
+        if hedge == 0 || hedge > self.config.max_hedges {
+            return None;
+        }
+        self.patience()?.checked_mul(hedge)
+    }
+
+    fn try_send(&mut self, _now: Time, _hedge: u32) -> bool {
+        let Some(left) = self.tokens.checked_sub(UNIT) else { return false };
+        self.tokens = left;
+        true
+    }
+
+    fn on_latency(&mut self, _now: Time, latency: Duration) {
+        self.latencies.push(nanos(latency));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    /// A policy that has seen latencies 1..=100 ms.
+    fn warmed(config: PercentileHedgeConfig) -> PercentileHedge {
+        let mut h = PercentileHedge::new(config);
+        (1..=100).for_each(|v| h.on_latency(Time::ZERO, ms(v)));
+        h
+    }
+
+    #[test]
+    fn no_hedge_until_enough_latencies() {
+        let mut h = PercentileHedge::new(PercentileHedgeConfig::default());
+        (1..20).for_each(|v| h.on_latency(Time::ZERO, ms(v)));
+        assert_eq!(h.delay(Time::ZERO, 1), None);
+        h.on_latency(Time::ZERO, ms(20));
+        assert_eq!(h.delay(Time::ZERO, 1), Some(ms(19)));
+    }
+
+    #[test]
+    fn the_delay_is_the_live_percentile() {
+        let mut h = warmed(PercentileHedgeConfig { max_hedges: 2, ..Default::default() });
+        assert_eq!(h.delay(Time::ZERO, 1), Some(ms(95)));
+        assert_eq!(h.delay(Time::ZERO, 2), Some(ms(190)));
+        assert_eq!(h.delay(Time::ZERO, 3), None);
+        assert_eq!(h.delay(Time::ZERO, 0), None);
+        // The window slides: 1000 more latencies of 10 ms push the old ones out.
+        (0..1000).for_each(|_| h.on_latency(Time::ZERO, ms(10)));
+        assert_eq!(h.delay(Time::ZERO, 1), Some(ms(10)));
+    }
+
+    #[test]
+    fn min_delay_is_a_floor() {
+        let mut h = warmed(PercentileHedgeConfig { min_delay: ms(120), ..Default::default() });
+        assert_eq!(h.delay(Time::ZERO, 1), Some(ms(120)));
+    }
+
+    #[test]
+    fn hedges_are_limited_to_max_extra_per_request() {
+        let mut h = warmed(PercentileHedgeConfig::default());
+        assert!(!h.try_send(Time::ZERO, 1));
+        // 19 requests deposit 0.95 tokens: not enough; the 20th makes exactly one.
+        (0..19).for_each(|_| h.on_request(Time::ZERO));
+        assert!(!h.try_send(Time::ZERO, 1));
+        h.on_request(Time::ZERO);
+        assert!(h.try_send(Time::ZERO, 1));
+        assert!(!h.try_send(Time::ZERO, 1));
+        assert_eq!(h.tokens(), 0.0);
+    }
+
+    #[test]
+    fn the_bucket_is_capped() {
+        let mut h = warmed(PercentileHedgeConfig::default());
+        (0..1000).for_each(|_| h.on_request(Time::ZERO));
+        assert_eq!(h.tokens(), 10.0);
+        assert_eq!((0..12).filter(|_| h.try_send(Time::ZERO, 1)).count(), 10);
+    }
+
+    #[test]
+    fn degenerate_parameters_do_not_panic() {
+        let config = PercentileHedgeConfig {
+            percentile: f64::NAN,
+            max_extra: f64::INFINITY,
+            window: 0,
+            min_samples: 0,
+            max_hedges: u32::MAX,
+            min_delay: Duration::MAX,
+        };
+        let mut h = PercentileHedge::new(config);
+        assert_eq!(h.delay(Time::ZERO, 1), None);
+        h.on_latency(Time::ZERO, ms(5));
+        h.on_request(Time::ZERO);
+        assert_eq!(h.tokens(), 10.0);
+        assert_eq!(h.delay(Time::ZERO, 1), Some(Duration::MAX));
+        assert_eq!(h.delay(Time::ZERO, 2), None);
+        let mut never = PercentileHedge::new(PercentileHedgeConfig { max_extra: f64::NAN, ..Default::default() });
+        never.on_request(Time::ZERO);
+        assert!(!never.try_send(Time::ZERO, 1));
+    }
+}

@@ -126,12 +126,12 @@ impl Optimizer {
     }
 
     fn get(&self, attempt: u32) -> Duration {
-        let last = self.sequence.len() - 1;
+        let last = self.sequence.len().saturating_sub(1);
         self.sequence[(attempt as usize).min(last)]
     }
 
     fn is_probe(&self, attempt: u32, timeout: Option<Duration>) -> bool {
-        attempt == 0 && timeout.map_or(true, |t| t > self.handed[0].max(self.handed[1]))
+        attempt == 0 && timeout.is_none_or(|t| t > self.handed[0].max(self.handed[1]))
     }
 
     fn recompute(&mut self) {
@@ -243,8 +243,9 @@ impl<'a> Model<'a> {
 
 /// For each index i, the smallest value at or after i and its (leftmost) index.
 fn suffix_min(values: &[f64]) -> Vec<(f64, usize)> {
-    let mut out = vec![(f64::INFINITY, values.len() - 1); values.len()];
-    let mut best = (f64::INFINITY, values.len() - 1);
+    let last = values.len().saturating_sub(1);
+    let mut out = vec![(f64::INFINITY, last); values.len()];
+    let mut best = (f64::INFINITY, last);
     for i in (0..values.len()).rev() {
         if values[i] <= best.0 {
             best = (values[i], i);

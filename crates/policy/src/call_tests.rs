@@ -1,0 +1,328 @@
+//! Narrated tests of [`Call`] in virtual time: each test plays the driver, step by step, and checks
+//! the exact actions the call asks for.
+
+use super::*;
+use crate::balance::RoundRobin;
+use crate::hedge::{PercentileHedge, PercentileHedgeConfig, Speculative};
+use crate::retry::{Backoff, RetryBudget};
+use crate::timeout::{Fixed, NoTimeout};
+use rand_pcg::Pcg64Mcg;
+use std::sync::{Arc, Mutex};
+
+fn ms(v: u64) -> Duration {
+    Duration::from_millis(v)
+}
+
+/// Round robin over `n` endpoints that records the feedback it gets.
+struct Recording {
+    inner: RoundRobin,
+    log: Arc<Mutex<Vec<(EndpointId, Outcome)>>>,
+}
+
+impl Balancer for Recording {
+    fn pick(&mut self, pick: &mut Pick<'_>) -> Option<EndpointId> {
+        self.inner.pick(pick)
+    }
+    fn on_send(&mut self, endpoint: EndpointId, now: Time) {
+        self.inner.on_send(endpoint, now);
+    }
+    fn on_feedback(&mut self, endpoint: EndpointId, now: Time, feedback: &Feedback) {
+        self.log.lock().expect("not poisoned").push((endpoint, feedback.outcome));
+        self.inner.on_feedback(endpoint, now, feedback);
+    }
+}
+
+/// The driver: the caller's policies, a seeded rng and the virtual clock.
+struct Driver {
+    policy: ClientPolicy,
+    rng: Pcg64Mcg,
+    now: Time,
+    feedback: Arc<Mutex<Vec<(EndpointId, Outcome)>>>,
+}
+
+impl Driver {
+    /// `endpoints` replicas, the given timeout, no hedging, no retries, no deadline.
+    fn new(endpoints: usize, timeout: Box<dyn TimeoutPolicy>) -> Self {
+        let feedback = Arc::new(Mutex::new(Vec::new()));
+        let balancer = Box::new(Recording { inner: RoundRobin::new(endpoints), log: feedback.clone() });
+        let policy = ClientPolicy { balancer, timeout, hedge: None, retry: RetryPolicy::default(), deadline: None };
+        Driver { policy, rng: Pcg64Mcg::new(0xca11), now: Time::ZERO, feedback }
+    }
+
+    fn retries(mut self, max_attempts: u32, backoff: Backoff) -> Self {
+        self.policy.retry.max_attempts = max_attempts;
+        self.policy.retry.backoff = backoff;
+        self
+    }
+
+    fn at(&mut self, t: Duration) -> &mut Self {
+        self.now = t;
+        self
+    }
+
+    fn step(&mut self, f: impl FnOnce(&mut Ctx<'_>)) -> Vec<Action> {
+        let mut out = Vec::new();
+        let mut ctx =
+            Ctx { now: self.now, policy: &mut self.policy, rng: &mut self.rng, true_loads: None, out: &mut out };
+        f(&mut ctx);
+        out
+    }
+
+    fn start(&mut self, idempotent: bool) -> (Call, Vec<Action>) {
+        let mut call = None;
+        let out = self.step(|ctx| call = Some(Call::start(ctx, idempotent, None)));
+        (call.expect("started"), out)
+    }
+
+    fn end(&mut self, call: &mut Call, attempt: u32, feedback: Feedback) -> Vec<Action> {
+        self.step(|ctx| call.on_attempt_end(ctx, attempt, feedback))
+    }
+
+    fn wake(&mut self, call: &mut Call) -> Vec<Action> {
+        self.step(|ctx| call.on_wake(ctx))
+    }
+
+    fn feedback(&self) -> Vec<(EndpointId, Outcome)> {
+        self.feedback.lock().expect("not poisoned").clone()
+    }
+}
+
+fn send(attempt: u32, endpoint: EndpointId, timeout: Option<Duration>) -> Action {
+    Action::Send { attempt, endpoint, timeout }
+}
+
+/// The call stopped waiting because the attempt's timeout fired.
+fn expire(attempt: u32, endpoint: EndpointId) -> Action {
+    Action::Cancel { attempt, endpoint, reason: Outcome::TimedOut }
+}
+
+/// The call stopped waiting because another attempt won or the request ended.
+fn cancel(attempt: u32, endpoint: EndpointId) -> Action {
+    Action::Cancel { attempt, endpoint, reason: Outcome::Cancelled }
+}
+
+fn finish(outcome: Outcome, attempts: u32) -> Action {
+    Action::Finish(Finish { outcome, attempts })
+}
+
+#[test]
+fn a_success_finishes_the_request() {
+    let mut d = Driver::new(3, Box::new(Fixed::new(ms(100))));
+    // t=0: the first attempt goes to endpoint 0 with a 100 ms timeout; wake me when it expires.
+    let (mut call, out) = d.start(true);
+    assert_eq!(out, vec![send(0, 0, Some(ms(100))), Action::WakeAt(ms(100))]);
+    // t=40: endpoint 0 answers: the request succeeded with one attempt.
+    let out = d.at(ms(40)).end(&mut call, 0, Feedback::success(ms(40)));
+    assert_eq!(out, vec![finish(Outcome::Success, 1)]);
+    assert!(call.is_finished());
+    assert_eq!(d.feedback(), vec![(0, Outcome::Success)]);
+    // t=100: the wake asked for finds nothing to do.
+    assert_eq!(d.at(ms(100)).wake(&mut call), vec![]);
+}
+
+#[test]
+fn a_timeout_is_retried_on_another_endpoint() {
+    let mut d = Driver::new(3, Box::new(Fixed::new(ms(100)))).retries(3, Backoff::none());
+    let (mut call, _) = d.start(true);
+    // t=100: attempt 0 expires; it is cancelled and retried at once on endpoint 1.
+    let out = d.at(ms(100)).wake(&mut call);
+    assert_eq!(out, vec![expire(0, 0), send(1, 1, Some(ms(100))), Action::WakeAt(ms(200))]);
+    // t=130: the retry answers.
+    let out = d.at(ms(130)).end(&mut call, 1, Feedback::success(ms(30)));
+    assert_eq!(out, vec![finish(Outcome::Success, 2)]);
+    // t=150: endpoint 0's late answer is ignored.
+    assert_eq!(d.at(ms(150)).end(&mut call, 0, Feedback::success(ms(150))), vec![]);
+    assert_eq!(d.feedback(), vec![(0, Outcome::TimedOut), (1, Outcome::Success)]);
+}
+
+#[test]
+fn a_429_is_retried_at_once_elsewhere_even_when_not_idempotent() {
+    let backoff = Backoff { jitter: false, ..Backoff::exponential(ms(50), ms(500)) };
+    let mut d = Driver::new(3, Box::new(NoTimeout)).retries(3, backoff);
+    let (mut call, out) = d.start(false);
+    assert_eq!(out, vec![send(0, 0, None)]);
+    // t=1: endpoint 0 rejects (nothing processed): retry on endpoint 1 with no backoff.
+    let out = d.at(ms(1)).end(&mut call, 0, Feedback::new(Outcome::Rejected, ms(1)));
+    assert_eq!(out, vec![send(1, 1, None)]);
+    // t=2: endpoint 1 is down: endpoint 2 gets the last attempt.
+    let out = d.at(ms(2)).end(&mut call, 1, Feedback::new(Outcome::Unavailable, ms(1)));
+    assert_eq!(out, vec![send(2, 2, None)]);
+    // t=3: endpoint 2 rejects too, and the attempts are spent: the request is rejected.
+    let out = d.at(ms(3)).end(&mut call, 2, Feedback::new(Outcome::Rejected, ms(1)));
+    assert_eq!(out, vec![finish(Outcome::Rejected, 3)]);
+}
+
+#[test]
+fn an_error_is_retried_after_the_backoff_only_when_idempotent() {
+    let backoff = Backoff { jitter: false, ..Backoff::exponential(ms(10), ms(500)) };
+    let mut d = Driver::new(2, Box::new(NoTimeout)).retries(3, backoff.clone());
+    // Not idempotent: a 5xx may have done the work, so it is not retried.
+    let (mut call, _) = d.start(false);
+    let out = d.at(ms(5)).end(&mut call, 0, Feedback::new(Outcome::Error, ms(5)));
+    assert_eq!(out, vec![finish(Outcome::Error, 1)]);
+    // Idempotent: wait the 10 ms backoff, then retry on the other endpoint.
+    let mut d = Driver::new(2, Box::new(NoTimeout)).retries(3, backoff);
+    let (mut call, _) = d.start(true);
+    let out = d.at(ms(5)).end(&mut call, 0, Feedback::new(Outcome::Error, ms(5)));
+    assert_eq!(out, vec![Action::WakeAt(ms(15))]);
+    assert_eq!(d.at(ms(15)).wake(&mut call), vec![send(1, 1, None)]);
+}
+
+#[test]
+fn a_hedge_after_patience_wins_and_the_first_attempt_is_cancelled() {
+    let mut d = Driver::new(3, Box::new(NoTimeout));
+    d.policy.hedge = Some(Box::new(Speculative::new(2, ms(30))));
+    // t=0: attempt 0 to endpoint 0; wake at 30 ms for the hedge.
+    let (mut call, out) = d.start(true);
+    assert_eq!(out, vec![send(0, 0, None), Action::WakeAt(ms(30))]);
+    // t=30: no answer yet: the hedge goes to endpoint 1; attempts are 2 in all, so nothing else.
+    assert_eq!(d.at(ms(30)).wake(&mut call), vec![send(1, 1, None)]);
+    // t=45: the hedge answers first: the first attempt is cancelled.
+    let out = d.at(ms(45)).end(&mut call, 1, Feedback::success(ms(15)));
+    assert_eq!(out, vec![cancel(0, 0), finish(Outcome::Success, 2)]);
+    assert_eq!(d.feedback(), vec![(1, Outcome::Success), (0, Outcome::Cancelled)]);
+}
+
+#[test]
+fn the_deadline_clamps_an_attempt_timeout_and_ends_the_request() {
+    let mut d = Driver::new(3, Box::new(Fixed::new(ms(100)))).retries(5, Backoff::none());
+    d.policy.deadline = Some(ms(150));
+    let (mut call, out) = d.start(true);
+    assert_eq!(out, vec![send(0, 0, Some(ms(100))), Action::WakeAt(ms(100))]);
+    assert_eq!(call.deadline(), Some(ms(150)));
+    // t=100: the retry gets only the 50 ms left before the deadline.
+    let out = d.at(ms(100)).wake(&mut call);
+    assert_eq!(out, vec![expire(0, 0), send(1, 1, Some(ms(50))), Action::WakeAt(ms(150))]);
+    // t=150: the deadline passes: the live attempt is cancelled and the request timed out.
+    let out = d.at(ms(150)).wake(&mut call);
+    assert_eq!(out, vec![cancel(1, 1), finish(Outcome::TimedOut, 2)]);
+}
+
+#[test]
+fn a_propagated_deadline_tighter_than_the_policy_wins() {
+    let mut d = Driver::new(1, Box::new(NoTimeout));
+    d.policy.deadline = Some(ms(150));
+    let out = d.at(ms(10)).step(|ctx| {
+        Call::start(ctx, true, Some(ms(60)));
+    });
+    assert_eq!(out, vec![send(0, 0, Some(ms(50))), Action::WakeAt(ms(60))]);
+}
+
+#[test]
+fn no_endpoint_rejects_the_request() {
+    let mut d = Driver::new(0, Box::new(Fixed::new(ms(100))));
+    let (call, out) = d.start(true);
+    assert_eq!(out, vec![finish(Outcome::Rejected, 0)]);
+    assert!(call.is_finished());
+}
+
+#[test]
+fn an_empty_retry_budget_stops_retries() {
+    let mut d = Driver::new(2, Box::new(Fixed::new(ms(100)))).retries(3, Backoff::none());
+    d.policy.retry.budget = Some(RetryBudget::new(Duration::from_secs(10), 0, 0.0));
+    let (mut call, _) = d.start(true);
+    let out = d.at(ms(100)).wake(&mut call);
+    assert_eq!(out, vec![expire(0, 0), finish(Outcome::TimedOut, 1)]);
+}
+
+/// speculative-task.txt's Monix test, "succeed even if the first attempt fails":
+/// `speculatively(attempts = 3, patience = 30 ms, timeout = 300 ms)` with attempt 0 failing after
+/// 1 ms, attempt 1 succeeding after 1 ms and attempt 2 (never started) taking 100 ms. The result is
+/// attempt 1's, and after 250 ms only attempts 0 and 1 have run.
+#[test]
+fn monix_succeed_even_if_the_first_attempt_fails() {
+    let mut d = Driver::new(3, Box::new(NoTimeout));
+    d.policy.hedge = Some(Box::new(Speculative::new(3, ms(30))));
+    d.policy.deadline = Some(ms(300));
+    let mut sent = Vec::new();
+    let mut record = |out: &[Action]| {
+        sent.extend(out.iter().filter_map(|a| match a {
+            Action::Send { attempt, .. } => Some(*attempt),
+            _ => None,
+        }))
+    };
+    // t=0: attempt 0 starts, bounded by the 300 ms timeout; the first hedge is due at 30 ms.
+    let (mut call, out) = d.start(true);
+    assert_eq!(out, vec![send(0, 0, Some(ms(300))), Action::WakeAt(ms(30))]);
+    record(&out);
+    // t=1: attempt 0 fails. Hedges are still to come, so the request goes on.
+    let out = d.at(ms(1)).end(&mut call, 0, Feedback::new(Outcome::Error, ms(1)));
+    assert_eq!(out, vec![]);
+    // t=30: attempt 1 starts; the next hedge is due at 60 ms.
+    let out = d.at(ms(30)).wake(&mut call);
+    assert_eq!(out, vec![send(1, 1, Some(ms(270))), Action::WakeAt(ms(60))]);
+    record(&out);
+    // t=31: attempt 1 succeeds: "result2".
+    let out = d.at(ms(31)).end(&mut call, 1, Feedback::success(ms(1)));
+    assert_eq!(out, vec![finish(Outcome::Success, 2)]);
+    // t=60 and t=250: the scheduler ticks on; nothing else runs.
+    assert_eq!(d.at(ms(60)).wake(&mut call), vec![]);
+    assert_eq!(d.at(ms(250)).wake(&mut call), vec![]);
+    assert_eq!(sent, vec![0, 1]);
+}
+
+#[test]
+fn every_speculative_attempt_failing_fails_the_request() {
+    let mut d = Driver::new(3, Box::new(NoTimeout));
+    d.policy.hedge = Some(Box::new(Speculative::new(2, ms(30))));
+    let (mut call, _) = d.start(true);
+    assert_eq!(d.at(ms(1)).end(&mut call, 0, Feedback::new(Outcome::Error, ms(1))), vec![]);
+    assert_eq!(d.at(ms(30)).wake(&mut call), vec![send(1, 1, None)]);
+    let out = d.at(ms(35)).end(&mut call, 1, Feedback::new(Outcome::Error, ms(5)));
+    assert_eq!(out, vec![finish(Outcome::Error, 2)]);
+}
+
+#[test]
+fn a_hedge_refused_by_its_budget_is_not_asked_again_at_the_same_instant() {
+    let mut d = Driver::new(3, Box::new(NoTimeout));
+    let mut hedge = PercentileHedge::new(PercentileHedgeConfig { max_extra: 0.0, ..Default::default() });
+    (0..20).for_each(|_| hedge.on_latency(Time::ZERO, ms(10)));
+    d.policy.hedge = Some(Box::new(hedge));
+    let (mut call, out) = d.start(true);
+    assert_eq!(out, vec![send(0, 0, None), Action::WakeAt(ms(10))]);
+    // t=10: the hedge is due but the budget is empty: no hedge, and no wake at t=10 again
+    // (a driver in virtual time would spin on it forever).
+    assert_eq!(d.at(ms(10)).wake(&mut call), vec![]);
+    let out = d.at(ms(25)).end(&mut call, 0, Feedback::success(ms(25)));
+    assert_eq!(out, vec![finish(Outcome::Success, 1)]);
+}
+
+#[test]
+fn a_refused_hedge_with_nothing_live_ends_the_request() {
+    let mut d = Driver::new(3, Box::new(NoTimeout));
+    let mut hedge = PercentileHedge::new(PercentileHedgeConfig { max_extra: 0.0, ..Default::default() });
+    (0..20).for_each(|_| hedge.on_latency(Time::ZERO, ms(10)));
+    d.policy.hedge = Some(Box::new(hedge));
+    let (mut call, _) = d.start(true);
+    // t=2: attempt 0 fails while a hedge is pending; at t=10 the hedge is refused: nothing is left.
+    assert_eq!(d.at(ms(2)).end(&mut call, 0, Feedback::new(Outcome::Error, ms(2))), vec![]);
+    assert_eq!(d.at(ms(10)).wake(&mut call), vec![finish(Outcome::Error, 1)]);
+}
+
+#[test]
+fn huge_durations_saturate_instead_of_overflowing() {
+    let mut d = Driver::new(2, Box::new(Fixed::new(Duration::MAX)));
+    d.policy.deadline = Some(Duration::MAX);
+    d.policy.hedge = Some(Box::new(Speculative::new(2, Duration::MAX)));
+    let (mut call, out) = d.at(ms(1)).start(true);
+    assert_eq!(out, vec![send(0, 0, Some(Duration::MAX - ms(1))), Action::WakeAt(Duration::MAX)]);
+    assert_eq!(d.at(ms(2)).end(&mut call, 0, Feedback::success(ms(1))), vec![finish(Outcome::Success, 1)]);
+}
+
+#[test]
+fn the_same_seed_gives_the_same_actions() {
+    let run = || {
+        let backoff = Backoff::exponential(ms(10), ms(100));
+        let mut d = Driver::new(3, Box::new(Fixed::new(ms(50)))).retries(4, backoff);
+        let (mut call, mut all) = d.start(true);
+        all.extend(d.at(ms(50)).wake(&mut call));
+        let Some(Action::WakeAt(t)) = all.last().copied() else { panic!("{all:?}") };
+        all.extend(d.at(t).wake(&mut call));
+        all
+    };
+    let a = run();
+    assert_eq!(a, run());
+    // Send, wake, expire, a jittered backoff wake, the retry and its wake.
+    assert_eq!(a.len(), 6, "{a:?}");
+    assert!(matches!(a[4], Action::Send { attempt: 1, endpoint: 1, .. }), "{a:?}");
+}
