@@ -31,8 +31,9 @@ pub struct ClientPolicy {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Action {
     /// Send attempt number `attempt` of this call to `endpoint`, and report its end with
-    /// [`Call::on_attempt_end`]. The call enforces `timeout` itself (through a wake).
-    Send { attempt: u32, endpoint: EndpointId, timeout: Option<Duration> },
+    /// [`Call::on_attempt_end`]. The call enforces `timeout` itself (through a wake); it is the
+    /// timeout policy's value (`policy_timeout`) clamped by the request's remaining deadline.
+    Send { attempt: u32, endpoint: EndpointId, timeout: Option<Duration>, policy_timeout: Option<Duration> },
     /// Stop waiting for attempt number `attempt`: `reason` is `TimedOut` when its timeout fired,
     /// `Cancelled` when another attempt won or the request ended.
     Cancel { attempt: u32, endpoint: EndpointId, reason: Outcome },
@@ -290,7 +291,7 @@ impl Call {
         if !self.tried.contains(&endpoint) {
             self.tried.push(endpoint);
         }
-        ctx.out.push(Action::Send { attempt, endpoint, timeout });
+        ctx.out.push(Action::Send { attempt, endpoint, timeout, policy_timeout: own });
         true
     }
 

@@ -88,7 +88,12 @@ impl Driver {
 }
 
 fn send(attempt: u32, endpoint: EndpointId, timeout: Option<Duration>) -> Action {
-    Action::Send { attempt, endpoint, timeout }
+    Action::Send { attempt, endpoint, timeout, policy_timeout: timeout }
+}
+
+/// An attempt whose policy timeout (`policy`) the request's deadline cut to `timeout`.
+fn send_clamped(attempt: u32, endpoint: EndpointId, timeout: Duration, policy: Option<Duration>) -> Action {
+    Action::Send { attempt, endpoint, timeout: Some(timeout), policy_timeout: policy }
 }
 
 /// The call stopped waiting because the attempt's timeout fired.
@@ -192,7 +197,7 @@ fn the_deadline_clamps_an_attempt_timeout_and_ends_the_request() {
     assert_eq!(call.deadline(), Some(ms(150)));
     // t=100: the retry gets only the 50 ms left before the deadline.
     let out = d.at(ms(100)).wake(&mut call);
-    assert_eq!(out, vec![expire(0, 0), send(1, 1, Some(ms(50))), Action::WakeAt(ms(150))]);
+    assert_eq!(out, vec![expire(0, 0), send_clamped(1, 1, ms(50), Some(ms(100))), Action::WakeAt(ms(150))]);
     // t=150: the deadline passes: the live attempt is cancelled and the request timed out.
     let out = d.at(ms(150)).wake(&mut call);
     assert_eq!(out, vec![cancel(1, 1), finish(Outcome::TimedOut, 2)]);
@@ -205,7 +210,7 @@ fn a_propagated_deadline_tighter_than_the_policy_wins() {
     let out = d.at(ms(10)).step(|ctx| {
         Call::start(ctx, true, Some(ms(60)));
     });
-    assert_eq!(out, vec![send(0, 0, Some(ms(50))), Action::WakeAt(ms(60))]);
+    assert_eq!(out, vec![send_clamped(0, 0, ms(50), None), Action::WakeAt(ms(60))]);
 }
 
 #[test]
@@ -243,14 +248,14 @@ fn monix_succeed_even_if_the_first_attempt_fails() {
     };
     // t=0: attempt 0 starts, bounded by the 300 ms timeout; the first hedge is due at 30 ms.
     let (mut call, out) = d.start(true);
-    assert_eq!(out, vec![send(0, 0, Some(ms(300))), Action::WakeAt(ms(30))]);
+    assert_eq!(out, vec![send_clamped(0, 0, ms(300), None), Action::WakeAt(ms(30))]);
     record(&out);
     // t=1: attempt 0 fails. Hedges are still to come, so the request goes on.
     let out = d.at(ms(1)).end(&mut call, 0, Feedback::new(Outcome::Error, ms(1)));
     assert_eq!(out, vec![]);
     // t=30: attempt 1 starts; the next hedge is due at 60 ms.
     let out = d.at(ms(30)).wake(&mut call);
-    assert_eq!(out, vec![send(1, 1, Some(ms(270))), Action::WakeAt(ms(60))]);
+    assert_eq!(out, vec![send_clamped(1, 1, ms(270), None), Action::WakeAt(ms(60))]);
     record(&out);
     // t=31: attempt 1 succeeds: "result2".
     let out = d.at(ms(31)).end(&mut call, 1, Feedback::success(ms(1)));
@@ -305,7 +310,7 @@ fn huge_durations_saturate_instead_of_overflowing() {
     d.policy.deadline = Some(Duration::MAX);
     d.policy.hedge = Some(Box::new(Speculative::new(2, Duration::MAX)));
     let (mut call, out) = d.at(ms(1)).start(true);
-    assert_eq!(out, vec![send(0, 0, Some(Duration::MAX - ms(1))), Action::WakeAt(Duration::MAX)]);
+    assert_eq!(out, vec![send_clamped(0, 0, Duration::MAX - ms(1), Some(Duration::MAX)), Action::WakeAt(Duration::MAX)]);
     assert_eq!(d.at(ms(2)).end(&mut call, 0, Feedback::success(ms(1))), vec![finish(Outcome::Success, 1)]);
 }
 

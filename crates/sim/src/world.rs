@@ -33,7 +33,7 @@ enum Event {
     AttemptArrives { call: Key, attempt: u32, service: u16, replica: u32, sent: Time, timeout: Option<Duration> },
     /// A replica finished the local work of a job.
     WorkDone { job: Key },
-    /// An attempt's answer reaches its caller.
+    /// An attempt's answer reaches its caller (`timeout` is the one its policy set, for closeness).
     AttemptEnds { call: Key, attempt: u32, sent: Time, timeout: Option<Duration>, outcome: Outcome, chip: bool },
     /// A call asked to be woken.
     Wake { call: Key },
@@ -378,7 +378,7 @@ impl World {
             let state = self.calls.get_mut(key).expect("the call is live while it acts");
             let between_services = matches!(state.owner, Owner::Job(_));
             match action {
-                Action::Send { attempt, endpoint, timeout } => {
+                Action::Send { attempt, endpoint, timeout, policy_timeout } => {
                     self.loads[state.callee as usize][endpoint] += 1;
                     let event = Event::AttemptArrives {
                         call: key,
@@ -386,7 +386,7 @@ impl World {
                         service: state.callee,
                         replica: endpoint as u32,
                         sent: self.now,
-                        timeout,
+                        timeout: policy_timeout,
                     };
                     self.events.push(self.now + self.delay, event);
                 }

@@ -61,7 +61,10 @@ fn adaptive_timeouts_stay_tight_under_every_latency_model() {
     for scenario in scenarios {
         let a = get(&results, scenario, "adaptive");
         let context = format!("{scenario}: {a:?}");
-        assert!(a.timeouts_pct <= 1.0, "{context}");
+        // On `lossy` 1 % of attempts are never answered, so about 1 % of attempts must time out
+        // whatever the policy: there the bound is that floor plus 0.1 % of premature timeouts.
+        let max_timeouts = if scenario == "lossy" { 1.1 } else { 1.0 };
+        assert!(a.timeouts_pct <= max_timeouts, "{context}");
         assert!(a.closeness_pct <= 25.0, "{context}");
         let bound = if scenario == "spikes" { 1.15 } else { 1.05 };
         assert!(a.time_fraction <= bound, "{context}");
@@ -106,10 +109,12 @@ fn an_adaptive_timeout_makes_the_case_for_timeouts() {
 #[test]
 fn triangle_runs_every_variant() {
     let results = run("triangle.yaml", true);
-    assert_eq!(results.runs.len(), 2);
+    assert_eq!(results.runs.len(), 3);
     for r in &results.runs {
         assert!(r.requests > 2_000 && r.success_rate > 0.99, "{r:?}");
     }
+    let retried = get(&results, "default", "adaptive");
+    assert!(retried.success_rate > get(&results, "default", "no-timeout").success_rate, "{retried:?}");
 }
 
 #[test]
