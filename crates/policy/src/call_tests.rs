@@ -310,7 +310,10 @@ fn huge_durations_saturate_instead_of_overflowing() {
     d.policy.deadline = Some(Duration::MAX);
     d.policy.hedge = Some(Box::new(Speculative::new(2, Duration::MAX)));
     let (mut call, out) = d.at(ms(1)).start(true);
-    assert_eq!(out, vec![send_clamped(0, 0, Duration::MAX - ms(1), Some(Duration::MAX)), Action::WakeAt(Duration::MAX)]);
+    assert_eq!(
+        out,
+        vec![send_clamped(0, 0, Duration::MAX - ms(1), Some(Duration::MAX)), Action::WakeAt(Duration::MAX)]
+    );
     assert_eq!(d.at(ms(2)).end(&mut call, 0, Feedback::success(ms(1))), vec![finish(Outcome::Success, 1)]);
 }
 

@@ -102,6 +102,10 @@ struct ServiceModel {
 }
 
 struct Replica {
+    /// This replica's own random stream for service times, faults and chips. Streams per replica
+    /// (common random numbers) make the n-th request a replica receives meet the same luck in
+    /// every variant, so variants differ by their choices, not by the draw.
+    rng: Pcg64Mcg,
     queue: VecDeque<Key>,
     busy: u32,
     /// Requests admitted and not yet answered: queued, in service, or waiting for downstream calls.
@@ -194,7 +198,8 @@ impl World {
                 edge_policy_base,
                 edge_callee,
                 replicas: (0..svc.replicas)
-                    .map(|_| Replica {
+                    .map(|r| Replica {
+                        rng: Pcg64Mcg::seed_from_u64(stream ^ (u64::from(r) + 1).wrapping_mul(0xD1B5_4A32_D192_ED03)),
                         queue: VecDeque::new(),
                         busy: 0,
                         held: 0,
@@ -378,7 +383,7 @@ impl World {
             let state = self.calls.get_mut(key).expect("the call is live while it acts");
             let between_services = matches!(state.owner, Owner::Job(_));
             match action {
-                Action::Send { attempt, endpoint, timeout, policy_timeout } => {
+                Action::Send { attempt, endpoint, policy_timeout, .. } => {
                     self.loads[state.callee as usize][endpoint] += 1;
                     let event = Event::AttemptArrives {
                         call: key,
@@ -451,8 +456,7 @@ impl World {
         }
         rep.held += 1;
         rep.received += 1;
-        let received = rep.received;
-        let fate = self.fate(s, received);
+        let fate = self.fate(s, r);
         let job = Job {
             service,
             replica,
@@ -485,13 +489,15 @@ impl World {
         })
     }
 
-    /// Error and loss faults decided as the request arrives.
-    fn fate(&mut self, s: usize, _received: u64) -> Fate {
+    /// Error and loss faults, decided as the request arrives at replica `r` (one draw per fault).
+    fn fate(&mut self, s: usize, r: usize) -> Fate {
+        let svc = &mut self.services[s];
+        let rng = &mut svc.replicas[r].rng;
         let mut fate = Fate::Normal;
-        for f in &self.services[s].faults {
+        for f in &svc.faults {
             match f {
-                Fault::Error { rate } if self.rng.gen::<f64>() < *rate => fate = Fate::Error,
-                Fault::Lost { fraction } if self.rng.gen::<f64>() < *fraction => return Fate::Lost,
+                Fault::Error { rate } if rng.gen::<f64>() < *rate && fate != Fate::Lost => fate = Fate::Error,
+                Fault::Lost { fraction } if rng.gen::<f64>() < *fraction => fate = Fate::Lost,
                 _ => {}
             }
         }
@@ -503,17 +509,18 @@ impl World {
         let svc = &mut self.services[s];
         svc.replicas[r].busy += 1;
         let received = svc.replicas[r].received;
-        let mut time = svc.sampler.sample(&mut self.rng).mul_f64(svc.curve.factor(now).max(0.0));
+        let rng = &mut svc.replicas[r].rng;
+        let mut time = svc.sampler.sample(rng).mul_f64(svc.curve.factor(now).max(0.0));
         for (f, slow) in svc.faults.iter().zip(&svc.slow_samplers) {
             if let Fault::Slow { fraction, every, factor, .. } = f {
                 let hit = match (every, fraction) {
                     (Some(n), _) => *n > 0 && received % u64::from(*n) == 0,
-                    (None, Some(p)) => self.rng.gen::<f64>() < *p,
+                    (None, Some(p)) => rng.gen::<f64>() < *p,
                     (None, None) => false,
                 };
                 if hit {
                     time = match (slow, factor) {
-                        (Some(sampler), _) => sampler.sample(&mut self.rng),
+                        (Some(sampler), _) => sampler.sample(rng),
                         (None, Some(k)) => time.mul_f64(k.max(0.0)),
                         (None, None) => time,
                     };
@@ -584,7 +591,8 @@ impl World {
         let job = self.jobs.remove(key).expect("responding job exists");
         let (s, r) = (job.service as usize, job.replica as usize);
         let queued = self.release(s, r);
-        let chip = self.services[s].replicas[r].admission.grant_chip(self.now, queued, &mut self.rng);
+        let replica = &mut self.services[s].replicas[r];
+        let chip = replica.admission.grant_chip(self.now, queued, &mut replica.rng);
         let (call, attempt) = job.reply;
         let event = Event::AttemptEnds { call, attempt, sent: job.sent, timeout: job.timeout, outcome, chip };
         self.events.push(self.now + self.delay, event);

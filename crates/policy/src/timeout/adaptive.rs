@@ -386,7 +386,7 @@ mod tests {
     fn degenerate_parameters_do_not_panic() {
         let config = AdaptiveConfig {
             initial: Duration::MAX,
-            level_window: 0,
+            level_window: 5,
             spread_window: 0,
             spread_quantile: f64::NAN,
             k: f64::INFINITY,
