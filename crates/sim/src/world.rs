@@ -169,7 +169,7 @@ impl World {
             let mut edge_policy_base = Vec::new();
             let mut edge_callee = Vec::new();
             for (e, edge) in svc.calls.iter().enumerate() {
-                plan.extend(std::iter::repeat(e as u16).take(edge.count as usize));
+                plan.extend(std::iter::repeat_n(e as u16, edge.count as usize));
                 let callee = index(&edge.service);
                 let endpoints = run.services[callee as usize].replicas as usize;
                 edge_policy_base.push(policies.len());
