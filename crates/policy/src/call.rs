@@ -11,6 +11,7 @@ use crate::hedge::HedgePolicy;
 use crate::retry::RetryPolicy;
 use crate::timeout::{AttemptResult, TimeoutPolicy};
 use crate::{EndpointId, Feedback, Outcome, Rng, Time};
+use smallvec::SmallVec;
 use std::time::Duration;
 
 /// A caller's policies towards one upstream service.
@@ -70,8 +71,9 @@ pub struct Call {
     start: Time,
     idempotent: bool,
     deadline: Option<Time>,
-    attempts: Vec<Attempt>,
-    tried: Vec<EndpointId>,
+    // Inline room for the common case (a try, a retry or a hedge) keeps a call allocation-free.
+    attempts: SmallVec<[Attempt; 2]>,
+    tried: SmallVec<[EndpointId; 2]>,
     /// Retries sent so far; also the index the timeout policy gets for the next retry.
     retries: u32,
     retry_at: Option<Time>,
@@ -111,8 +113,8 @@ impl Call {
             start: now,
             idempotent,
             deadline,
-            attempts: Vec::new(),
-            tried: Vec::new(),
+            attempts: SmallVec::new(),
+            tried: SmallVec::new(),
             retries: 0,
             retry_at: None,
             hedges: 0,
