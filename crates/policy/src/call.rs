@@ -147,6 +147,12 @@ impl Call {
         self.start
     }
 
+    /// Whether the call still waits for attempt number `attempt` (it neither ended, timed out nor
+    /// was cancelled); a late answer to an abandoned attempt is ignored.
+    pub fn is_waiting_for(&self, attempt: u32) -> bool {
+        !self.finished && self.attempts.get(attempt as usize).is_some_and(|a| a.live)
+    }
+
     /// The request's deadline, if any (for propagation to the next hop).
     pub fn deadline(&self) -> Option<Time> {
         self.deadline

@@ -302,7 +302,7 @@ impl World {
                 let rtt = self.now.saturating_sub(sent);
                 let Some(state) = self.calls.get_mut(call) else { return };
                 let timed = self.policies[state.policy].timed && matches!(state.owner, Owner::Job(_));
-                if outcome == Outcome::Success && !state.call.is_finished() {
+                if outcome == Outcome::Success && state.call.is_waiting_for(attempt) {
                     state.answer = Some(rtt);
                     if let (Some(t), true, true) = (timeout, state.measured, timed) {
                         self.metrics.attempt_succeeded(rtt, t);

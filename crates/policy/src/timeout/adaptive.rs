@@ -37,12 +37,9 @@
 //! stay within `[min, max]`.
 //!
 //! The defaults were tuned on `examples/timeouts.yaml` in the simulator (seeds 7–11) and checked on
-//! `adaptive_scenarios.rs`. Simulator, seed 7 (timeouts / closeness / time fraction): stable
-//! 0.07% / 16% / 1.001, random walk 0.80% / 24% / 1.008, slow and fast increases and decreases
-//! ≤ 0.22% / ≤ 17% / ≤ 1.003, spikes 0.40% / 19% / 1.005, dips 1.03% / 25% / 1.004, lossy
-//! 1.01% / 20% / 1.012; the paper's Controller on the same runs: 0–2.2% / 16–86%. Two floors no
-//! reactive policy gets under: every attempt lost is a timeout (lossy: 1% of attempts), and every
-//! unannounced rise above the headroom costs one timeout (dips: ten 4× rises in ~960 requests).
+//! `adaptive_scenarios.rs`; README.md lists what they give there. Two floors no reactive policy gets
+//! under: every attempt lost is a timeout (`lossy`: 1% of attempts), and every unannounced rise
+//! above the headroom costs one timeout (each dip's end, each spike's start).
 
 use super::{AttemptResult, TimeoutPolicy};
 use crate::stats::{from_nanos, nanos, Window};
