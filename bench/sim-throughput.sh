@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
-# Simulated requests per second of one core on BLOC 40x10 (examples/bloc.yaml).
-# Prints, per variant, the median over several samples of requests/s, events/s and how many times
-# faster than real time the simulation ran. Aim (issue #2): over 1,000,000 requests/s per core.
+# Simulated requests per second of one core on BLOC 40x10 (examples/bloc.yaml), against a peer
+# measured in the same run: the same least-request model written in SimPy (bench/peers/simpy_bloc.py).
+# Prints medians of 5 samples and the ratio. Aim (issue #2): over 1,000,000 requests/s per core.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo bench --locked -p tailguard-sim --bench throughput 2>/dev/null
+python3 -c 'import simpy' 2>/dev/null || python3 -m pip install --quiet simpy
+out=$(cargo bench --locked -p tailguard-sim --bench throughput 2>/dev/null)
+echo "$out"
+ours=$(echo "$out" | awk '$1 == "least-request" { print $2 }')
+peer=$(for _ in 1 2 3 4 5; do python3 bench/peers/simpy_bloc.py 300; done |
+  python3 -c 'import json,statistics,sys; print(round(statistics.median(json.loads(l)["requests_per_s"] for l in sys.stdin)))')
+echo
+echo "peer: SimPy, the same 40x10 least-request model, median of 5 runs: $peer requests/s"
+python3 -c "print(f'tailguard / SimPy: {$ours / $peer:.1f}x')"
