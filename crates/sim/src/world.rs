@@ -10,7 +10,7 @@ use rand::{Rng as _, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use std::collections::VecDeque;
 use std::time::Duration;
-use tailguard_model::schema::{Fanout, Fault, Timeout};
+use tailguard_model::schema::{Arrival, Fanout, Fault, Service, Timeout};
 use tailguard_model::{build, LatencyCurve, Run, Sampler};
 use tailguard_policy::admission::Admission;
 use tailguard_policy::call::{Action, Call, ClientPolicy, Ctx};
@@ -114,6 +114,63 @@ struct Replica {
     admission: Box<dyn Admission>,
 }
 
+impl ServiceModel {
+    /// The model of `svc`, with the policies of its call edges appended to `policies` (one per
+    /// replica and edge: each calling replica balances on its own, as a sidecar would).
+    fn build(
+        run: &Run,
+        svc: &Service,
+        stream: u64,
+        horizon: Option<Duration>,
+        index: &impl Fn(&str) -> u16,
+        policies: &mut Vec<EdgePolicy>,
+    ) -> Result<ServiceModel, SimError> {
+        let mut plan = Vec::new();
+        let mut edge_policy_base = Vec::new();
+        let mut edge_callee = Vec::new();
+        for (e, edge) in svc.calls.iter().enumerate() {
+            plan.extend(std::iter::repeat_n(e as u16, edge.count as usize));
+            let callee = index(&edge.service);
+            let endpoints = run.services[callee as usize].replicas as usize;
+            edge_policy_base.push(policies.len());
+            edge_callee.push(callee);
+            let timed = edge.policy.timeout != Timeout::None;
+            for _ in 0..svc.replicas {
+                policies.push(EdgePolicy { policy: build::client_policy(&edge.policy, endpoints), timed });
+            }
+        }
+        let slow_samplers = svc
+            .faults
+            .iter()
+            .map(|f| match f {
+                Fault::Slow { service_time: Some(d), .. } => d.sampler(&run.base_dir).map(Some),
+                _ => Ok(None),
+            })
+            .collect::<Result<_, _>>()?;
+        let replica = |r: u32| Replica {
+            rng: Pcg64Mcg::seed_from_u64(stream ^ (u64::from(r) + 1).wrapping_mul(0xD1B5_4A32_D192_ED03)),
+            queue: VecDeque::new(),
+            busy: 0,
+            held: 0,
+            received: 0,
+            admission: build::admission(&svc.admission),
+        };
+        Ok(ServiceModel {
+            workers: svc.workers,
+            sampler: svc.service_time.sampler(&run.base_dir)?,
+            curve: svc.latency_model.curve(horizon, stream)?,
+            fanout: svc.fanout,
+            plan,
+            faults: svc.faults.clone(),
+            slow_samplers,
+            edge_policy_base,
+            edge_callee,
+            replicas: (0..svc.replicas).map(replica).collect(),
+            called: false,
+        })
+    }
+}
+
 impl Replica {
     /// The queue length admission control sees (BLOC's q, bloc-load-balancing.txt §IV-A): requests
     /// waiting for a worker, or every request held when the replica has no worker limit.
@@ -121,7 +178,7 @@ impl Replica {
         if workers == 0 {
             self.held
         } else {
-            self.held.saturating_sub(self.busy)
+            self.queue.len() as u32
         }
     }
 }
@@ -138,7 +195,9 @@ pub(crate) struct World {
     calls: Slab<CallState>,
     jobs: Slab<Job>,
     actions: Vec<Action>,
-    rng: Pcg64Mcg,
+    /// Open-loop inter-arrival times.
+    arrivals_rng: Pcg64Mcg,
+    /// Every policy decision (balancers, chips drawn by callers, jitter).
     policy_rng: Pcg64Mcg,
     delay: Duration,
     target: u16,
@@ -165,50 +224,7 @@ impl World {
         let mut services = Vec::new();
         for (i, svc) in run.services.values().enumerate() {
             let stream = seed ^ (0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i as u64 + 1));
-            let mut plan = Vec::new();
-            let mut edge_policy_base = Vec::new();
-            let mut edge_callee = Vec::new();
-            for (e, edge) in svc.calls.iter().enumerate() {
-                plan.extend(std::iter::repeat_n(e as u16, edge.count as usize));
-                let callee = index(&edge.service);
-                let endpoints = run.services[callee as usize].replicas as usize;
-                edge_policy_base.push(policies.len());
-                edge_callee.push(callee);
-                let timed = edge.policy.timeout != Timeout::None;
-                for _ in 0..svc.replicas {
-                    policies.push(EdgePolicy { policy: build::client_policy(&edge.policy, endpoints), timed });
-                }
-            }
-            let slow_samplers = svc
-                .faults
-                .iter()
-                .map(|f| match f {
-                    Fault::Slow { service_time: Some(d), .. } => d.sampler(&run.base_dir).map(Some),
-                    _ => Ok(None),
-                })
-                .collect::<Result<_, _>>()?;
-            services.push(ServiceModel {
-                workers: svc.workers,
-                sampler: svc.service_time.sampler(&run.base_dir)?,
-                curve: svc.latency_model.curve(horizon, stream)?,
-                fanout: svc.fanout,
-                plan,
-                faults: svc.faults.clone(),
-                slow_samplers,
-                edge_policy_base,
-                edge_callee,
-                replicas: (0..svc.replicas)
-                    .map(|r| Replica {
-                        rng: Pcg64Mcg::seed_from_u64(stream ^ (u64::from(r) + 1).wrapping_mul(0xD1B5_4A32_D192_ED03)),
-                        queue: VecDeque::new(),
-                        busy: 0,
-                        held: 0,
-                        received: 0,
-                        admission: build::admission(&svc.admission),
-                    })
-                    .collect(),
-                called: false,
-            });
+            services.push(ServiceModel::build(run, svc, stream, horizon, &index, &mut policies)?);
         }
         for s in 0..services.len() {
             for e in 0..services[s].edge_callee.len() {
@@ -231,13 +247,13 @@ impl World {
             calls: Slab::new(),
             jobs: Slab::new(),
             actions: Vec::new(),
-            rng: Pcg64Mcg::seed_from_u64(seed),
+            arrivals_rng: Pcg64Mcg::seed_from_u64(seed),
             policy_rng: Pcg64Mcg::seed_from_u64(seed.rotate_left(17) ^ 0xA5A5_A5A5),
             delay: run.network.delay.get(),
             target,
             user_policy,
             idempotent: w.idempotent,
-            open_gap: w.open.as_ref().map(|o| (1.0 / o.rate, o.arrival == tailguard_model::schema::Arrival::Poisson)),
+            open_gap: w.open.as_ref().map(|o| (1.0 / o.rate, o.arrival == Arrival::Poisson)),
             think: w.closed.as_ref().map_or(Duration::ZERO, |c| c.think.get()),
             warmup: w.warmup.get(),
             send_until: horizon,
@@ -285,7 +301,7 @@ impl World {
                 if self.may_send() {
                     self.start_user(None);
                     let (mean_gap, poisson) = self.open_gap.expect("arrivals only in open loop");
-                    let gap = if poisson { -mean_gap * (1.0 - self.rng.gen::<f64>()).ln() } else { mean_gap };
+                    let gap = if poisson { -mean_gap * (1.0 - self.arrivals_rng.gen::<f64>()).ln() } else { mean_gap };
                     self.events.push(self.now + Duration::from_secs_f64(gap), Event::Arrival);
                 }
             }
