@@ -65,3 +65,53 @@ pub struct Latency {
     pub max: f64,
     pub mean: f64,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/results.schema.json requires exactly the fields this crate writes.
+    #[test]
+    fn the_json_schema_lists_every_field() {
+        let schema: serde_json::Value =
+            serde_json::from_str(include_str!("../../../docs/results.schema.json")).expect("valid JSON");
+        let names = |v: &serde_json::Value| -> Vec<String> {
+            let mut names: Vec<String> =
+                v.as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string()).collect();
+            names.sort();
+            names
+        };
+        let keys = |v: serde_json::Value| -> Vec<String> {
+            let mut keys: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+            keys.sort();
+            keys
+        };
+        let run = RunResult {
+            scenario: String::new(),
+            variant: String::new(),
+            requests: 0,
+            succeeded: 0,
+            failed: 0,
+            rejected: 0,
+            timed_out: 0,
+            success_rate: 0.0,
+            throughput_rps: 0.0,
+            extra_load: 0.0,
+            latency_ms: Latency::default(),
+            time_fraction: 0.0,
+            timeouts_pct: 0.0,
+            closeness_pct: 0.0,
+            imbalance: 0.0,
+            duration_s: 0.0,
+            attempts: 0,
+        };
+        let run_json = serde_json::to_value(&run).unwrap();
+        assert_eq!(keys(run_json.clone()), names(&schema["$defs"]["run"]["required"]));
+        assert_eq!(
+            keys(run_json["latency_ms"].clone()),
+            names(&schema["$defs"]["run"]["properties"]["latency_ms"]["required"])
+        );
+        let results = Results { experiment: String::new(), mode: "sim".into(), seed: 0, runs: vec![] };
+        assert_eq!(keys(serde_json::to_value(&results).unwrap()), names(&schema["required"]));
+    }
+}
