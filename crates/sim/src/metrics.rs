@@ -30,7 +30,8 @@ pub(crate) struct Metrics {
 impl Metrics {
     pub(crate) fn new(replicas: Vec<usize>, warmup: Duration) -> Self {
         Metrics {
-            latency_us: Histogram::new_with_bounds(1, 24 * 3600 * 1_000_000, 3).expect("valid bounds"),
+            // 4 significant digits: a 102 ms latency is reported as 102.0, not 102.015.
+            latency_us: Histogram::new_with_bounds(1, 24 * 3600 * 1_000_000, 4).expect("valid bounds"),
             latency_sum: 0.0,
             requests: 0,
             succeeded: 0,
@@ -110,14 +111,21 @@ impl Metrics {
         let busiest = called.iter().copied().max_by_key(|&s| (arrivals(s), s));
         let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
         let h = &self.latency_us;
-        let ms = |q: f64| if h.is_empty() { 0.0 } else { round(h.value_at_quantile(q) as f64 / 1000.0) };
+        // The lowest value of the bucket the quantile falls in, so exact values stay exact.
+        let ms = |q: f64| {
+            if h.is_empty() {
+                0.0
+            } else {
+                round(h.lowest_equivalent(h.value_at_quantile(q)) as f64 / 1000.0)
+            }
+        };
         let latency = Latency {
             p10: ms(0.10),
             p50: ms(0.50),
             p90: ms(0.90),
             p99: ms(0.99),
             p999: ms(0.999),
-            max: if h.is_empty() { 0.0 } else { round(h.max() as f64 / 1000.0) },
+            max: if h.is_empty() { 0.0 } else { round(h.lowest_equivalent(h.max()) as f64 / 1000.0) },
             mean: round(ratio(self.latency_sum * 1000.0, self.succeeded as f64)),
         };
         RunResult {
