@@ -9,6 +9,7 @@
 mod metrics;
 mod queue;
 pub mod results;
+mod service;
 mod slab;
 mod world;
 

@@ -4,16 +4,15 @@
 use crate::metrics::Metrics;
 use crate::queue::EventQueue;
 use crate::results::RunResult;
+use crate::service::{EdgePolicy, Fate, Job, ServiceModel};
 use crate::slab::{Key, Slab};
 use crate::SimError;
 use rand::{Rng as _, SeedableRng};
 use rand_pcg::Pcg64Mcg;
-use std::collections::VecDeque;
 use std::time::Duration;
-use tailguard_model::schema::{Arrival, Fanout, Fault, Service, Timeout};
-use tailguard_model::{build, LatencyCurve, Run, Sampler};
-use tailguard_policy::admission::Admission;
-use tailguard_policy::call::{Action, Call, ClientPolicy, Ctx};
+use tailguard_model::schema::{Arrival, Fanout};
+use tailguard_model::{build, Run};
+use tailguard_policy::call::{Action, Call, Ctx};
 use tailguard_policy::{Feedback, Outcome, Time};
 
 /// How long in-flight requests may still finish after the workload stops sending.
@@ -56,131 +55,6 @@ struct CallState {
     measured: bool,
     /// Latency of the attempt that answered successfully, for the time fraction.
     answer: Option<Duration>,
-}
-
-/// A caller's policy towards one callee, with what the metrics need to know of it.
-struct EdgePolicy {
-    policy: ClientPolicy,
-    /// Whether it sets attempt timeouts itself (not only through a deadline), for closeness.
-    timed: bool,
-}
-
-/// A request being handled at a replica.
-struct Job {
-    service: u16,
-    replica: u32,
-    reply: (Key, u32),
-    sent: Time,
-    timeout: Option<Duration>,
-    fate: Fate,
-    next_call: u16,
-    outstanding: u16,
-    failed: bool,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Fate {
-    Normal,
-    Error,
-    Lost,
-}
-
-struct ServiceModel {
-    workers: u32,
-    sampler: Sampler,
-    curve: LatencyCurve,
-    fanout: Fanout,
-    /// Edge index per downstream call, `count` repeats expanded.
-    plan: Vec<u16>,
-    faults: Vec<Fault>,
-    slow_samplers: Vec<Option<Sampler>>,
-    /// First policy index of each edge; replica r's policy is `base + r`.
-    edge_policy_base: Vec<usize>,
-    edge_callee: Vec<u16>,
-    replicas: Vec<Replica>,
-    called: bool,
-}
-
-struct Replica {
-    /// This replica's own random stream for service times, faults and chips. Streams per replica
-    /// (common random numbers) make the n-th request a replica receives meet the same luck in
-    /// every variant, so variants differ by their choices, not by the draw.
-    rng: Pcg64Mcg,
-    queue: VecDeque<Key>,
-    busy: u32,
-    /// Requests admitted and not yet answered: queued, in service, or waiting for downstream calls.
-    held: u32,
-    received: u64,
-    admission: Box<dyn Admission>,
-}
-
-impl ServiceModel {
-    /// The model of `svc`, with the policies of its call edges appended to `policies` (one per
-    /// replica and edge: each calling replica balances on its own, as a sidecar would).
-    fn build(
-        run: &Run,
-        svc: &Service,
-        stream: u64,
-        horizon: Option<Duration>,
-        index: &impl Fn(&str) -> u16,
-        policies: &mut Vec<EdgePolicy>,
-    ) -> Result<ServiceModel, SimError> {
-        let mut plan = Vec::new();
-        let mut edge_policy_base = Vec::new();
-        let mut edge_callee = Vec::new();
-        for (e, edge) in svc.calls.iter().enumerate() {
-            plan.extend(std::iter::repeat_n(e as u16, edge.count as usize));
-            let callee = index(&edge.service);
-            let endpoints = run.services[callee as usize].replicas as usize;
-            edge_policy_base.push(policies.len());
-            edge_callee.push(callee);
-            let timed = edge.policy.timeout != Timeout::None;
-            for _ in 0..svc.replicas {
-                policies.push(EdgePolicy { policy: build::client_policy(&edge.policy, endpoints), timed });
-            }
-        }
-        let slow_samplers = svc
-            .faults
-            .iter()
-            .map(|f| match f {
-                Fault::Slow { service_time: Some(d), .. } => d.sampler(&run.base_dir).map(Some),
-                _ => Ok(None),
-            })
-            .collect::<Result<_, _>>()?;
-        let replica = |r: u32| Replica {
-            rng: Pcg64Mcg::seed_from_u64(stream ^ (u64::from(r) + 1).wrapping_mul(0xD1B5_4A32_D192_ED03)),
-            queue: VecDeque::new(),
-            busy: 0,
-            held: 0,
-            received: 0,
-            admission: build::admission(&svc.admission),
-        };
-        Ok(ServiceModel {
-            workers: svc.workers,
-            sampler: svc.service_time.sampler(&run.base_dir)?,
-            curve: svc.latency_model.curve(horizon, stream)?,
-            fanout: svc.fanout,
-            plan,
-            faults: svc.faults.clone(),
-            slow_samplers,
-            edge_policy_base,
-            edge_callee,
-            replicas: (0..svc.replicas).map(replica).collect(),
-            called: false,
-        })
-    }
-}
-
-impl Replica {
-    /// The queue length admission control sees (BLOC's q, bloc-load-balancing.txt §IV-A): requests
-    /// waiting for a worker, or every request held when the replica has no worker limit.
-    fn queue_len(&self, workers: u32) -> u32 {
-        if workers == 0 {
-            self.held
-        } else {
-            self.queue.len() as u32
-        }
-    }
 }
 
 /// One run of the simulator.
@@ -462,7 +336,7 @@ impl World {
             let event = Event::AttemptEnds { call, attempt, sent, timeout, outcome, chip: false };
             world.events.push(now + world.delay, event);
         };
-        if self.is_down(s, r) {
+        if self.services[s].is_down(r, now) {
             return refuse(self, Outcome::Unavailable);
         }
         let workers = self.services[s].workers;
@@ -472,7 +346,7 @@ impl World {
         }
         rep.held += 1;
         rep.received += 1;
-        let fate = self.fate(s, r);
+        let fate = self.services[s].fate(r);
         let job = Job {
             service,
             replica,
@@ -496,54 +370,11 @@ impl World {
         rep.admission.observe(now, rep.queue_len(workers));
     }
 
-    fn is_down(&self, s: usize, r: usize) -> bool {
-        self.services[s].faults.iter().any(|f| match f {
-            Fault::Down { replica, from, to } => {
-                replica.is_none_or(|x| x as usize == r) && from.get() <= self.now && self.now < to.get()
-            }
-            _ => false,
-        })
-    }
-
-    /// Error and loss faults, decided as the request arrives at replica `r` (one draw per fault).
-    fn fate(&mut self, s: usize, r: usize) -> Fate {
-        let svc = &mut self.services[s];
-        let rng = &mut svc.replicas[r].rng;
-        let mut fate = Fate::Normal;
-        for f in &svc.faults {
-            match f {
-                Fault::Error { rate } if rng.gen::<f64>() < *rate && fate != Fate::Lost => fate = Fate::Error,
-                Fault::Lost { fraction } if rng.gen::<f64>() < *fraction => fate = Fate::Lost,
-                _ => {}
-            }
-        }
-        fate
-    }
-
     fn begin_work(&mut self, key: Key, s: usize, r: usize) {
-        let now = self.now;
         let svc = &mut self.services[s];
         svc.replicas[r].busy += 1;
-        let received = svc.replicas[r].received;
-        let rng = &mut svc.replicas[r].rng;
-        let mut time = svc.sampler.sample(rng).mul_f64(svc.curve.factor(now).max(0.0));
-        for (f, slow) in svc.faults.iter().zip(&svc.slow_samplers) {
-            if let Fault::Slow { fraction, every, factor, .. } = f {
-                let hit = match (every, fraction) {
-                    (Some(n), _) => *n > 0 && received % u64::from(*n) == 0,
-                    (None, Some(p)) => rng.gen::<f64>() < *p,
-                    (None, None) => false,
-                };
-                if hit {
-                    time = match (slow, factor) {
-                        (Some(sampler), _) => sampler.sample(rng),
-                        (None, Some(k)) => time.mul_f64(k.max(0.0)),
-                        (None, None) => time,
-                    };
-                }
-            }
-        }
-        self.events.push(now + time, Event::WorkDone { job: key });
+        let time = svc.service_time(r, self.now);
+        self.events.push(self.now + time, Event::WorkDone { job: key });
     }
 
     fn work_done(&mut self, key: Key) {
