@@ -334,3 +334,104 @@ fn the_same_seed_gives_the_same_actions() {
     assert_eq!(a.len(), 6, "{a:?}");
     assert!(matches!(a[4], Action::Send { attempt: 1, endpoint: 1, .. }), "{a:?}");
 }
+
+/// Invariants over many random scripts: whatever answers arrive and whenever, a call finishes
+/// exactly once, reports as many attempts as it sent, never sends after finishing, ends or
+/// cancels every attempt it sent, and never asks for a wake in the past.
+#[test]
+fn random_scripts_keep_the_call_invariants() {
+    use crate::balance::LeastRequest;
+    use crate::timeout::ExpBackoff;
+    use rand::{Rng as _, SeedableRng};
+    let outcomes = [Outcome::Success, Outcome::Error, Outcome::Rejected, Outcome::Unavailable];
+    let mut script = Pcg64Mcg::seed_from_u64(7);
+    let (mut multi_attempt_cases, mut timed_out_cases) = (0, 0);
+    for case in 0..2_000u64 {
+        let mut policy = ClientPolicy {
+            balancer: Box::new(LeastRequest::new(script.gen_range(1..4))),
+            timeout: Box::new(ExpBackoff::new(ms(script.gen_range(1..50)), 2.0, 3)),
+            hedge: script.gen_bool(0.5).then(|| Box::new(Speculative::new(3, ms(20))) as Box<dyn HedgePolicy>),
+            retry: RetryPolicy {
+                max_attempts: script.gen_range(1..5),
+                backoff: Backoff::exponential(ms(5), ms(40)),
+                ..RetryPolicy::default()
+            },
+            deadline: Some(ms(500)),
+        };
+        let mut rng = Pcg64Mcg::seed_from_u64(case);
+        let (mut now, mut out) = (Time::ZERO, Vec::new());
+        let idempotent = script.gen_bool(0.8);
+        let mut call = {
+            let mut ctx = Ctx { now, policy: &mut policy, rng: &mut rng, true_loads: None, out: &mut out };
+            Call::start(&mut ctx, idempotent, None)
+        };
+        // Pending answers (time, attempt, outcome) and wakes, played in time order.
+        let (mut answers, mut wakes): (Vec<(Time, u32, Outcome)>, Vec<Time>) = (Vec::new(), Vec::new());
+        let (mut sent, mut closed, mut finishes, mut attempts_reported) = (0u32, Vec::new(), 0, 0);
+        for _step in 0..1_000 {
+            for action in out.drain(..) {
+                assert_eq!(finishes, 0, "case {case}: {action:?} after the finish");
+                match action {
+                    Action::Send { attempt, .. } => {
+                        assert_eq!(attempt, sent, "case {case}: attempts are numbered in order");
+                        sent += 1;
+                        if script.gen_bool(0.9) {
+                            let delay = ms(script.gen_range(0..100));
+                            answers.push((now + delay, attempt, outcomes[script.gen_range(0..4)]));
+                        }
+                    }
+                    Action::Cancel { attempt, reason, .. } => {
+                        closed.push(attempt);
+                        timed_out_cases += usize::from(reason == Outcome::TimedOut);
+                    }
+                    Action::WakeAt(t) => {
+                        assert!(t >= now, "case {case}: a wake in the past");
+                        wakes.push(t);
+                    }
+                    Action::Finish(f) => {
+                        finishes += 1;
+                        attempts_reported = f.attempts;
+                    }
+                }
+            }
+            if call.is_finished() {
+                break;
+            }
+            let next_answer = answers.iter().enumerate().min_by_key(|(_, a)| a.0).map(|(i, a)| (a.0, i));
+            let next_wake = wakes.iter().enumerate().min_by_key(|(_, t)| **t).map(|(i, t)| (*t, i));
+            let mut ctx = Ctx { now, policy: &mut policy, rng: &mut rng, true_loads: None, out: &mut out };
+            let answer_first = match (next_answer, next_wake) {
+                (Some((t, _)), Some((wt, _))) => t < wt,
+                (answer, _) => answer.is_some(),
+            };
+            match (next_answer, next_wake) {
+                (Some((_, i)), _) if answer_first => {
+                    let (t, attempt, outcome) = answers.remove(i);
+                    now = t;
+                    ctx.now = t;
+                    if !call.is_waiting_for(attempt) {
+                        continue;
+                    }
+                    closed.push(attempt);
+                    call.on_attempt_end(&mut ctx, attempt, Feedback::new(outcome, ms(1)));
+                }
+                (_, Some((t, i))) => {
+                    wakes.remove(i);
+                    now = t;
+                    ctx.now = t;
+                    call.on_wake(&mut ctx);
+                }
+                _ => panic!("case {case}: the call waits for nothing but is not finished"),
+            }
+        }
+        assert_eq!(finishes, 1, "case {case}: finished exactly once");
+        assert_eq!(attempts_reported, sent, "case {case}");
+        closed.sort_unstable();
+        closed.dedup();
+        assert_eq!(closed.len() as u32, sent, "case {case}: every attempt ended or was cancelled");
+        assert!(now <= ms(500), "case {case}: the deadline bounds the call");
+        multi_attempt_cases += usize::from(sent > 1);
+    }
+    // The scripts reach the interesting paths: retries, hedges and timeouts.
+    assert!(multi_attempt_cases > 500 && timed_out_cases > 500, "{multi_attempt_cases} {timed_out_cases}");
+}
