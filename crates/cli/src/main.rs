@@ -1,12 +1,15 @@
 //! The `tailguard` command: argument parsing and wiring only; the work happens in the libraries.
 
+mod load;
+mod proxy;
+mod serve;
 mod sim;
 mod table;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
-/// Adaptive tail-latency control for microservices: simulator, and soon proxy, lab and load.
+/// Adaptive tail-latency control for microservices: simulator, sidecar proxy, synthetic service, load.
 #[derive(Parser)]
 #[command(name = "tailguard", version, about)]
 struct Cli {
@@ -20,6 +23,12 @@ enum Command {
     Sim(sim::SimArgs),
     /// Run the embedded default experiment (examples/bloc.yaml, quick) and print its table.
     Demo(sim::DemoArgs),
+    /// Run the sidecar proxy (egress balancing, timeouts, retries, hedging; ingress admission).
+    Proxy(proxy::ProxyArgs),
+    /// Serve one service of an experiment file as a real synthetic HTTP service.
+    Serve(serve::ServeArgs),
+    /// Send HTTP load (open or closed loop) and report exact percentiles.
+    Load(load::LoadArgs),
 }
 
 fn main() -> ExitCode {
@@ -27,6 +36,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Sim(args) => sim::run(args),
         Command::Demo(args) => sim::demo(args),
+        Command::Proxy(args) => proxy::run(args),
+        Command::Serve(args) => serve::run(args),
+        Command::Load(args) => load::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -241,7 +241,8 @@ fn unique_names<'a>(list: &str, names: impl Iterator<Item = &'a str>) -> Check {
     Ok(())
 }
 
-pub(crate) fn admission(a: &Admission) -> Check {
+/// An admission policy: the parameters it needs to make sense.
+pub fn admission(a: &Admission) -> Check {
     match a {
         Admission::None => Ok(()),
         Admission::Fixed { capacity: 0 } => Err(ModelError::at("capacity", "expected a positive integer, got 0")),
@@ -285,7 +286,7 @@ fn fault(f: &Fault, replicas: u32, base_dir: &Path) -> Check {
 }
 
 /// A caller's policies: the parameters each policy needs to make sense.
-pub(crate) fn client_policy(p: &ClientPolicy) -> Check {
+pub fn client_policy(p: &ClientPolicy) -> Check {
     balancer(&p.balancer).map_err(|e| e.under("balancer"))?;
     timeout(&p.timeout).map_err(|e| e.under("timeout"))?;
     hedge(&p.hedge).map_err(|e| e.under("hedge"))?;

@@ -1,0 +1,219 @@
+//! The proxy's configuration file (docs/proxy.md): plain `Clone + Debug` types, read once,
+//! validated once, with errors that name the file and the field.
+//!
+//! Policies reuse the experiment schema (`tailguard_model::schema::{ClientPolicy, Admission}`), so
+//! a policy tuned in the simulator is pasted into a sidecar's file unchanged.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use tailguard_model::schema::{Admission, ClientPolicy};
+use tailguard_model::{validate, Dur, ModelError};
+
+/// Bodies up to this size are buffered so retries and hedges can replay them.
+pub const DEFAULT_MAX_REPLAY_BODY: usize = 64 * 1024;
+
+/// A whole proxy file: any of the three listeners may be left out.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The outbound side: the local application's calls to other services.
+    #[serde(default)]
+    pub egress: Option<Egress>,
+    /// The inbound side: other services' calls to the local application.
+    #[serde(default)]
+    pub ingress: Option<Ingress>,
+    /// Health, metrics and configuration.
+    #[serde(default)]
+    pub admin: Option<Admin>,
+    /// How long in-flight requests may take to finish on shutdown.
+    #[serde(default)]
+    pub shutdown_grace: Option<Dur>,
+    /// The file as written, served by the admin `/config` endpoint.
+    #[serde(skip)]
+    pub source: String,
+}
+
+/// The outbound listener and the services it routes to.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Egress {
+    /// Where the application sends its outbound requests.
+    pub listen: SocketAddr,
+    /// The called services by name.
+    pub upstreams: BTreeMap<String, Upstream>,
+    /// Bodies larger than this are streamed once and never retried nor hedged.
+    #[serde(default = "default_max_replay_body")]
+    pub max_replay_body: usize,
+}
+
+/// One called service: its replicas, how requests find it and the caller's policies towards it.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Upstream {
+    /// The replicas' addresses.
+    pub endpoints: Vec<SocketAddr>,
+    /// Which requests go to this service.
+    #[serde(rename = "match")]
+    pub route: Route,
+    /// Balancing, timeouts, hedging, retries and deadline.
+    #[serde(default)]
+    pub policy: ClientPolicy,
+}
+
+/// How a request is routed to an upstream: by its Host (port ignored) or by a path prefix.
+/// Host matches win over prefixes; among prefixes the longest wins.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(try_from = "RouteSpec")]
+pub enum Route {
+    /// The request's Host header (or URI authority), without its port.
+    Host(String),
+    /// The start of the request's path.
+    PathPrefix(String),
+}
+
+/// `match` as written: exactly one of `host` and `path_prefix`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RouteSpec {
+    #[serde(default)]
+    host: Option<String>,
+    #[serde(default)]
+    path_prefix: Option<String>,
+}
+
+impl TryFrom<RouteSpec> for Route {
+    type Error = String;
+
+    fn try_from(spec: RouteSpec) -> Result<Route, String> {
+        match (spec.host, spec.path_prefix) {
+            (Some(h), None) if !h.is_empty() => Ok(Route::Host(h)),
+            (None, Some(p)) if p.starts_with('/') => Ok(Route::PathPrefix(p)),
+            (None, Some(p)) => Err(format!("expected a path_prefix starting with /, got {p:?}")),
+            _ => Err("expected exactly one of `host` (a non-empty name) and `path_prefix`".to_string()),
+        }
+    }
+}
+
+/// The inbound listener in front of the local application.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Ingress {
+    /// Where other services' requests arrive.
+    pub listen: SocketAddr,
+    /// The local application.
+    pub app: SocketAddr,
+    /// Admission control: 429 above capacity, and BLOC chips on responses.
+    #[serde(default)]
+    pub admission: Admission,
+    /// The application's concurrency, if known: the queue is then the requests beyond it.
+    #[serde(default)]
+    pub workers: Option<u32>,
+}
+
+/// The admin listener.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Admin {
+    /// Where `/healthz`, `/metrics` and `/config` are served.
+    pub listen: SocketAddr,
+}
+
+fn default_max_replay_body() -> usize {
+    DEFAULT_MAX_REPLAY_BODY
+}
+
+impl Config {
+    /// Reads, parses and validates the file at `path`.
+    pub fn load(path: impl AsRef<Path>) -> Result<Config, ModelError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ModelError::new(path, "", format!("cannot read the proxy config: {e}")))?;
+        Config::parse(&text, path)
+    }
+
+    /// Parses and validates `text`; `origin` is the file errors name.
+    pub fn parse(text: &str, origin: &Path) -> Result<Config, ModelError> {
+        let de = serde_yaml_ng::Deserializer::from_str(text);
+        let mut config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let path = if path == "." { String::new() } else { path };
+            let message = e.into_inner().to_string();
+            // The YAML error repeats the path; the ModelError names it once.
+            let message = match message.split_once(": ") {
+                Some((head, rest)) if !path.is_empty() && path.starts_with(head) => rest.to_string(),
+                _ => message,
+            };
+            ModelError::new(origin, path, message)
+        })?;
+        config.validate().map_err(|e| e.in_file(origin))?;
+        config.source = text.to_string();
+        Ok(config)
+    }
+
+    /// Everything deserialisation cannot check.
+    fn validate(&self) -> Result<(), ModelError> {
+        if self.egress.is_none() && self.ingress.is_none() {
+            return Err(ModelError::at("", "expected at least one of `egress` and `ingress`"));
+        }
+        if let Some(egress) = &self.egress {
+            for (name, upstream) in &egress.upstreams {
+                upstream.validate().map_err(|e| e.under(&format!("egress.upstreams.{name}")))?;
+            }
+        }
+        if let Some(ingress) = &self.ingress {
+            validate::admission(&ingress.admission).map_err(|e| e.under("ingress.admission"))?;
+        }
+        Ok(())
+    }
+}
+
+impl Upstream {
+    fn validate(&self) -> Result<(), ModelError> {
+        if self.endpoints.is_empty() {
+            return Err(ModelError::at("endpoints", "expected at least one endpoint address"));
+        }
+        validate::client_policy(&self.policy).map_err(|e| e.under("policy"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, String> {
+        Config::parse(text, Path::new("proxy.yaml")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_full_file_parses() {
+        let c = parse(
+            "egress:\n  listen: 127.0.0.1:4140\n  upstreams:\n    backend:\n      endpoints: [127.0.0.1:8081, 127.0.0.1:8082]\n      match: {host: backend}\n      policy: {balancer: {kind: least-request}, timeout: {kind: fixed, value: 50ms}}\ningress:\n  listen: 127.0.0.1:4143\n  app: 127.0.0.1:8080\n  admission: {kind: fixed, capacity: 8}\n  workers: 4\nadmin: {listen: 127.0.0.1:9990}\n",
+        )
+        .unwrap();
+        let egress = c.egress.unwrap();
+        assert_eq!(egress.upstreams["backend"].endpoints.len(), 2);
+        assert_eq!(egress.upstreams["backend"].route, Route::Host("backend".into()));
+        assert_eq!(egress.max_replay_body, DEFAULT_MAX_REPLAY_BODY);
+        assert_eq!(c.ingress.unwrap().workers, Some(4));
+    }
+
+    #[test]
+    fn errors_name_the_file_and_the_field() {
+        let e =
+            parse("egress: {listen: 127.0.0.1:1, upstreams: {a: {endpoints: [nope], match: {host: a}}}}").unwrap_err();
+        assert!(e.starts_with("proxy.yaml: egress.upstreams.a.endpoints"), "{e}");
+        let e = parse("egress: {listen: 127.0.0.1:1, upstreams: {a: {endpoints: [], match: {host: a}}}}").unwrap_err();
+        assert!(e.contains("egress.upstreams.a.endpoints") && e.contains("at least one"), "{e}");
+        let e = parse("ingress: {listen: 127.0.0.1:1, app: 127.0.0.1:2, admission: {kind: fixed, capacity: 0}}")
+            .unwrap_err();
+        assert!(e.contains("ingress.admission.capacity"), "{e}");
+        let e =
+            parse("egress: {listen: 127.0.0.1:1, upstreams: {a: {endpoints: [127.0.0.1:2], match: {path_prefix: x}}}}")
+                .unwrap_err();
+        assert!(e.contains("egress.upstreams.a.match: expected a path_prefix starting with /"), "{e}");
+        let e = parse("admin: {listen: 127.0.0.1:1}").unwrap_err();
+        assert!(e.contains("at least one of `egress` and `ingress`"), "{e}");
+    }
+}

@@ -1,0 +1,434 @@
+//! The egress: the local application's outbound requests, routed to an upstream by Host or path
+//! prefix and carried out by a [`Call`] driven in real time.
+//!
+//! Each request's future owns its `Call`; attempts run as tasks in a `JoinSet` (a `Cancel` aborts
+//! one), and one `sleep_until` serves the call's `WakeAt`s. The upstream's `ClientPolicy` sits
+//! behind a mutex, held only for the policy's (fast, sans-IO) steps. Time is the time since the
+//! proxy started.
+//!
+//! Bodies up to `max_replay_body` are buffered so retries and hedges can replay them; larger ones
+//! (or of unknown length) are streamed once, and such a request is neither retried nor hedged.
+
+use crate::config;
+use crate::http::{self, Body, BoxError, CHIP, DEADLINE_MS};
+use crate::metrics::{seconds, EndpointLabels, Metrics, UpstreamLabels};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::{Body as _, Incoming};
+use hyper::header::HeaderValue;
+use hyper::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use rand::SeedableRng;
+use rand_pcg::Pcg64Mcg;
+use std::collections::{BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tailguard_model::build;
+use tailguard_policy::call::{Action, Call, ClientPolicy, Ctx, Finish};
+use tailguard_policy::{EndpointId, Feedback, Outcome, Time};
+use tokio::task::{AbortHandle, JoinSet};
+
+type HttpClient = Client<HttpConnector, Body>;
+
+/// The outbound side: routes and upstreams.
+pub struct Egress {
+    upstreams: Vec<Arc<Upstream>>,
+    client: HttpClient,
+    epoch: Instant,
+    max_replay_body: usize,
+    metrics: Arc<Metrics>,
+}
+
+/// One called service and the caller's policy state towards it.
+struct Upstream {
+    route: config::Route,
+    endpoints: Vec<SocketAddr>,
+    labels: UpstreamLabels,
+    endpoint_labels: Vec<EndpointLabels>,
+    core: Mutex<Core>,
+}
+
+/// What a policy step needs: the policy and the random source.
+struct Core {
+    policy: ClientPolicy,
+    rng: Pcg64Mcg,
+}
+
+/// The request as every attempt replays it.
+struct Template {
+    method: Method,
+    path: String,
+    version: Version,
+    headers: HeaderMap,
+    body: Replay,
+}
+
+/// A request body: buffered (replayable) or streamed once.
+enum Replay {
+    Buffered(Bytes),
+    Once(Option<Incoming>),
+}
+
+/// How an attempt ended, as its task reports it.
+struct AttemptEnd {
+    attempt: u32,
+    endpoint: EndpointId,
+    sent: Time,
+    result: Result<Response<Incoming>, hyper_util::client::legacy::Error>,
+}
+
+impl Egress {
+    /// The egress of `config`; `epoch` is the proxy's time zero.
+    pub fn new(config: &config::Egress, epoch: Instant, metrics: Arc<Metrics>) -> Egress {
+        let upstreams = config
+            .upstreams
+            .iter()
+            .enumerate()
+            .map(|(i, (name, u))| Arc::new(Upstream::new(name, u, i as u64)))
+            .collect();
+        let client = Client::builder(TokioExecutor::new()).build_http();
+        Egress { upstreams, client, epoch, max_replay_body: config.max_replay_body, metrics }
+    }
+
+    /// Answers one request from the application.
+    pub async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
+        let Some(upstream) = self.route(&req) else {
+            return http::text(StatusCode::NOT_FOUND, "tailguard: no upstream matches this request");
+        };
+        let deadline = match http::deadline_ms(req.headers()) {
+            Ok(ms) => ms.map(|ms| self.now().saturating_add(Duration::from_millis(ms))),
+            Err(e) => return http::text(StatusCode::BAD_REQUEST, &e),
+        };
+        let template = match self.template(req).await {
+            Ok(t) => t,
+            Err(e) => return http::text(StatusCode::BAD_REQUEST, &format!("tailguard: cannot read the body: {e}")),
+        };
+        self.metrics.requests.get_or_create(&upstream.labels).inc();
+        let started = Instant::now();
+        let response = Driver::new(self, upstream.clone(), template).run(deadline).await;
+        self.metrics.request_latency.get_or_create(&upstream.labels).observe(seconds(started.elapsed()));
+        response
+    }
+
+    fn now(&self) -> Time {
+        self.epoch.elapsed()
+    }
+
+    /// The upstream for `req`: a Host match first, else the longest matching path prefix.
+    fn route(&self, req: &Request<Incoming>) -> Option<&Arc<Upstream>> {
+        let host = req.headers().get(hyper::header::HOST).and_then(|h| h.to_str().ok()).or(req.uri().host());
+        let host = host.map(|h| h.rsplit_once(':').map_or(h, |(name, _)| name));
+        let by_host =
+            self.upstreams.iter().find(|u| matches!(&u.route, config::Route::Host(h) if Some(h.as_str()) == host));
+        by_host.or_else(|| {
+            let path = req.uri().path();
+            self.upstreams
+                .iter()
+                .filter_map(|u| match &u.route {
+                    config::Route::PathPrefix(p) if path.starts_with(p.as_str()) => Some((p.len(), u)),
+                    _ => None,
+                })
+                .max_by_key(|(len, _)| *len)
+                .map(|(_, u)| u)
+        })
+    }
+
+    /// Splits `req` into what each attempt replays, buffering a small body.
+    async fn template(&self, req: Request<Incoming>) -> Result<Template, BoxError> {
+        let (parts, body) = req.into_parts();
+        let mut headers = parts.headers;
+        http::strip_hop_by_hop(&mut headers);
+        http::strip_internal(&mut headers, &[]);
+        let small = body.size_hint().upper().is_some_and(|n| n <= self.max_replay_body as u64);
+        let body = if small {
+            Replay::Buffered(Limited::new(body, self.max_replay_body).collect().await?.to_bytes())
+        } else {
+            Replay::Once(Some(body))
+        };
+        let path = parts.uri.path_and_query().map_or("/", |pq| pq.as_str()).to_string();
+        Ok(Template { method: parts.method, path, version: parts.version, headers, body })
+    }
+}
+
+impl Upstream {
+    fn new(name: &str, config: &config::Upstream, seed: u64) -> Upstream {
+        let policy = build::client_policy(&config.policy, config.endpoints.len());
+        let labels = UpstreamLabels { upstream: name.to_string() };
+        let endpoint_labels = config
+            .endpoints
+            .iter()
+            .map(|e| EndpointLabels { upstream: name.to_string(), endpoint: e.to_string() })
+            .collect();
+        let rng = Pcg64Mcg::seed_from_u64(seed ^ u64::from(std::process::id()));
+        Upstream {
+            route: config.route.clone(),
+            endpoints: config.endpoints.clone(),
+            labels,
+            endpoint_labels,
+            core: Mutex::new(Core { policy, rng }),
+        }
+    }
+}
+
+/// Whether a method may be sent more than once without changing its effect (RFC 9110 §9.2.2).
+fn idempotent(method: &Method) -> bool {
+    [Method::GET, Method::HEAD, Method::OPTIONS, Method::PUT, Method::DELETE].contains(method)
+}
+
+/// The outcome of an answered attempt: 429 is a refusal, 5xx an error, anything else an answer.
+fn outcome(status: StatusCode) -> Outcome {
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        Outcome::Rejected
+    } else if status.is_server_error() {
+        Outcome::Error
+    } else {
+        Outcome::Success
+    }
+}
+
+/// One request in flight: its call, its attempts and its pending wakes.
+struct Driver<'a> {
+    egress: &'a Egress,
+    upstream: Arc<Upstream>,
+    template: Template,
+    out: Vec<Action>,
+    wakes: BTreeSet<Time>,
+    attempts: JoinSet<AttemptEnd>,
+    live: HashMap<u32, AbortHandle>,
+    /// Sends the call asked for that the driver could not carry out (a streamed body, spent).
+    unsendable: Vec<u32>,
+    winner: Option<Response<Incoming>>,
+    last_error: Option<Response<Incoming>>,
+}
+
+impl<'a> Driver<'a> {
+    fn new(egress: &'a Egress, upstream: Arc<Upstream>, template: Template) -> Driver<'a> {
+        Driver {
+            egress,
+            upstream,
+            template,
+            out: Vec::new(),
+            wakes: BTreeSet::new(),
+            attempts: JoinSet::new(),
+            live: HashMap::new(),
+            unsendable: Vec::new(),
+            winner: None,
+            last_error: None,
+        }
+    }
+
+    /// Runs one policy step on the call with the upstream's policy, at the current time.
+    fn step<R>(&mut self, f: impl FnOnce(&mut Ctx<'_>) -> R) -> R {
+        let now = self.egress.now();
+        let mut core = self.upstream.core.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let Core { policy, rng } = &mut *core;
+        let mut ctx = Ctx { now, policy, rng, true_loads: None, out: &mut self.out };
+        f(&mut ctx)
+    }
+
+    async fn run(mut self, deadline: Option<Time>) -> Response<Body> {
+        let replayable = matches!(self.template.body, Replay::Buffered(_));
+        let idempotent = replayable && idempotent(&self.template.method);
+        let mut call = self.step(|ctx| Call::start(ctx, idempotent, deadline));
+        loop {
+            if let Some(finish) = self.apply(&call) {
+                return self.respond(finish);
+            }
+            for attempt in std::mem::take(&mut self.unsendable) {
+                // Reported as cancelled: no retry follows, and the balancer's count is released.
+                let feedback = Feedback::new(Outcome::Cancelled, Duration::ZERO);
+                self.step(|ctx| call.on_attempt_end(ctx, attempt, feedback));
+            }
+            if !self.out.is_empty() {
+                continue;
+            }
+            let wake = self.wakes.first().map(|t| tokio::time::Instant::from_std(self.egress.epoch + *t));
+            tokio::select! {
+                Some(joined) = self.attempts.join_next(), if !self.attempts.is_empty() => {
+                    if let Ok(end) = joined {
+                        self.on_end(&mut call, end);
+                    }
+                }
+                () = sleep_until(wake), if wake.is_some() => {
+                    let now = self.egress.now();
+                    self.wakes.retain(|t| *t > now);
+                    self.step(|ctx| call.on_wake(ctx));
+                }
+                else => return http::text(StatusCode::BAD_GATEWAY, "tailguard: the call stalled"),
+            }
+        }
+    }
+
+    /// Carries out the call's pending actions; the finish, if one came.
+    fn apply(&mut self, call: &Call) -> Option<Finish> {
+        for action in std::mem::take(&mut self.out) {
+            match action {
+                Action::Send { attempt, endpoint, policy_timeout, .. } => {
+                    self.count_send(attempt, endpoint, policy_timeout);
+                    self.send(call, attempt, endpoint);
+                }
+                Action::Cancel { attempt, endpoint, reason } => {
+                    if let Some(handle) = self.live.remove(&attempt) {
+                        handle.abort();
+                    }
+                    if reason == Outcome::TimedOut {
+                        self.metrics_endpoint(endpoint, |m, l| m.timeouts.get_or_create(l).inc());
+                    }
+                }
+                Action::WakeAt(t) => {
+                    self.wakes.insert(t);
+                }
+                Action::Finish(finish) => return Some(finish),
+            }
+        }
+        None
+    }
+
+    fn count_send(&self, attempt: u32, endpoint: EndpointId, policy_timeout: Option<Duration>) {
+        let m = &self.egress.metrics;
+        let labels = &self.upstream.labels;
+        if attempt > 0 {
+            // Another attempt still in flight means this one is speculative.
+            if self.live.is_empty() {
+                m.retries.get_or_create(labels).inc();
+            } else {
+                m.hedges.get_or_create(labels).inc();
+            }
+        }
+        m.timeout_seconds.get_or_create(labels).set(policy_timeout.map_or(0.0, seconds));
+        self.metrics_endpoint(endpoint, |m, l| m.attempts.get_or_create(l).inc());
+    }
+
+    fn metrics_endpoint<R>(&self, endpoint: EndpointId, f: impl FnOnce(&Metrics, &EndpointLabels) -> R) {
+        if let Some(labels) = self.upstream.endpoint_labels.get(endpoint) {
+            f(&self.egress.metrics, labels);
+        }
+    }
+
+    /// Starts attempt `attempt` to `endpoint` as a task.
+    fn send(&mut self, call: &Call, attempt: u32, endpoint: EndpointId) {
+        let body = match &mut self.template.body {
+            Replay::Buffered(bytes) => http::full(bytes.clone()),
+            Replay::Once(body) => match body.take() {
+                Some(b) => b.map_err(BoxError::from).boxed(),
+                None => {
+                    self.unsendable.push(attempt);
+                    return;
+                }
+            },
+        };
+        let Some(addr) = self.upstream.endpoints.get(endpoint) else {
+            self.unsendable.push(attempt);
+            return;
+        };
+        let now = self.egress.now();
+        let remaining = call.deadline().map(|d| d.saturating_sub(now));
+        let request = match self.request(*addr, body, remaining) {
+            Ok(r) => r,
+            Err(_) => {
+                self.unsendable.push(attempt);
+                return;
+            }
+        };
+        let client = self.egress.client.clone();
+        let handle = self.attempts.spawn(async move {
+            let result = client.request(request).await;
+            AttemptEnd { attempt, endpoint, sent: now, result }
+        });
+        self.live.insert(attempt, handle);
+    }
+
+    /// The attempt's request to `addr`, with the remaining deadline for the next hop.
+    fn request(&self, addr: SocketAddr, body: Body, remaining: Option<Duration>) -> Result<Request<Body>, BoxError> {
+        let t = &self.template;
+        let uri: Uri = format!("http://{addr}{}", t.path).parse()?;
+        let mut request = Request::builder().method(t.method.clone()).uri(uri).version(t.version).body(body)?;
+        *request.headers_mut() = t.headers.clone();
+        if let Some(r) = remaining {
+            let ms = r.as_millis().to_string();
+            request.headers_mut().insert(DEADLINE_MS, HeaderValue::from_str(&ms)?);
+        }
+        Ok(request)
+    }
+
+    /// Feeds an attempt's end back to the call, keeping the response it may return.
+    fn on_end(&mut self, call: &mut Call, end: AttemptEnd) {
+        self.live.remove(&end.attempt);
+        if !call.is_waiting_for(end.attempt) {
+            return;
+        }
+        let rtt = self.egress.now().saturating_sub(end.sent);
+        self.metrics_endpoint(end.endpoint, |m, l| m.attempt_latency.get_or_create(l).observe(seconds(rtt)));
+        let feedback = match end.result {
+            Ok(response) => {
+                let feedback =
+                    Feedback::new(outcome(response.status()), rtt).with_chip(http::has_chip(response.headers()));
+                match feedback.outcome {
+                    Outcome::Success => self.winner = Some(response),
+                    Outcome::Rejected => self.metrics_endpoint(end.endpoint, |m, l| m.rejected.get_or_create(l).inc()),
+                    _ => self.last_error = Some(response),
+                }
+                feedback
+            }
+            Err(e) if e.is_connect() => Feedback::new(Outcome::Unavailable, rtt),
+            Err(_) => Feedback::new(Outcome::Error, rtt),
+        };
+        self.step(|ctx| call.on_attempt_end(ctx, end.attempt, feedback));
+    }
+
+    /// The response to the application once the call finished.
+    fn respond(self, finish: Finish) -> Response<Body> {
+        let upstream_response = match finish.outcome {
+            Outcome::Success => self.winner,
+            Outcome::Error => self.last_error,
+            _ => None,
+        };
+        if let Some(response) = upstream_response {
+            return clean(response);
+        }
+        match finish.outcome {
+            Outcome::TimedOut => http::text(StatusCode::GATEWAY_TIMEOUT, "tailguard: the request timed out"),
+            Outcome::Rejected => {
+                http::text(StatusCode::SERVICE_UNAVAILABLE, "tailguard: no endpoint would take the request")
+            }
+            _ => http::text(StatusCode::BAD_GATEWAY, "tailguard: the upstream failed"),
+        }
+    }
+}
+
+/// An upstream's response as the application gets it: no internal or hop-by-hop headers.
+fn clean(response: Response<Incoming>) -> Response<Body> {
+    let (mut parts, body) = response.into_parts();
+    http::strip_hop_by_hop(&mut parts.headers);
+    http::strip_internal(&mut parts.headers, &[]);
+    debug_assert!(!parts.headers.contains_key(CHIP));
+    Response::from_parts(parts, body.map_err(BoxError::from).boxed())
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_map_to_outcomes() {
+        assert_eq!(outcome(StatusCode::OK), Outcome::Success);
+        assert_eq!(outcome(StatusCode::NOT_FOUND), Outcome::Success);
+        assert_eq!(outcome(StatusCode::TOO_MANY_REQUESTS), Outcome::Rejected);
+        assert_eq!(outcome(StatusCode::SERVICE_UNAVAILABLE), Outcome::Error);
+    }
+
+    #[test]
+    fn only_idempotent_methods_are_replayed() {
+        assert!(idempotent(&Method::GET) && idempotent(&Method::PUT) && idempotent(&Method::DELETE));
+        assert!(!idempotent(&Method::POST) && !idempotent(&Method::PATCH));
+    }
+}

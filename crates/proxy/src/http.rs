@@ -1,0 +1,68 @@
+//! Bodies and header helpers shared by the listeners.
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue};
+use hyper::{Response, StatusCode};
+
+/// Any error a body may fail with.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The body type every listener and client uses.
+pub type Body = BoxBody<Bytes, BoxError>;
+
+/// The header carrying a BLOC confidence chip (`1` or `0`) on responses.
+pub const CHIP: &str = "x-tailguard-chip";
+/// The header carrying a request's remaining deadline in milliseconds.
+pub const DEADLINE_MS: &str = "x-tailguard-deadline-ms";
+/// Every tailguard header starts with this.
+pub const INTERNAL_PREFIX: &str = "x-tailguard-";
+
+/// Headers that belong to one connection and are never forwarded (RFC 9110 §7.6.1).
+const HOP_BY_HOP: [&str; 7] =
+    ["connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade"];
+
+/// A body holding `bytes`.
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).map_err(|never| match never {}).boxed()
+}
+
+/// A plain-text response with `status`.
+pub fn text(status: StatusCode, message: &str) -> Response<Body> {
+    let mut response = Response::new(full(format!("{message}\n")));
+    *response.status_mut() = status;
+    response.headers_mut().insert(hyper::header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    response
+}
+
+/// Removes hop-by-hop headers.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+}
+
+/// Removes every `x-tailguard-*` header except those in `keep`.
+pub fn strip_internal(headers: &mut HeaderMap, keep: &[&str]) {
+    let doomed: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| name.as_str().starts_with(INTERNAL_PREFIX) && !keep.contains(&name.as_str()))
+        .cloned()
+        .collect();
+    for name in doomed {
+        headers.remove(name);
+    }
+}
+
+/// The deadline header's milliseconds: `Ok(None)` when absent, `Err` when malformed.
+pub fn deadline_ms(headers: &HeaderMap) -> Result<Option<u64>, String> {
+    let Some(value) = headers.get(DEADLINE_MS) else { return Ok(None) };
+    let text = value.to_str().map_err(|_| format!("{DEADLINE_MS}: expected milliseconds"))?;
+    text.trim().parse::<u64>().map(Some).map_err(|_| format!("{DEADLINE_MS}: expected milliseconds, got {text:?}"))
+}
+
+/// Whether the response carries a chip (`x-tailguard-chip: 1`).
+pub fn has_chip(headers: &HeaderMap) -> bool {
+    headers.get(CHIP).is_some_and(|v| v.as_bytes() == b"1")
+}

@@ -1,0 +1,162 @@
+//! The ingress: other services' requests to the local application, through admission control.
+//!
+//! It counts the requests the application holds (`q` is that count, or the count beyond
+//! `workers` when the application's concurrency is known: bloc-load-balancing.txt §IV-A), refuses
+//! with 429 when the admission policy says so, and puts a BLOC confidence chip
+//! (`x-tailguard-chip: 1|0`) on every response, decided before the response head is sent (the
+//! published BLOC proxy sets it too late, so its callers never see one).
+//!
+//! Headers from outside: `x-tailguard-*` headers are stripped from requests, except
+//! `x-tailguard-deadline-ms`, which is honoured (the application is given that long, then the
+//! caller gets 504) and passed on so the application's own calls can propagate it.
+
+use crate::config;
+use crate::http::{self, Body, BoxError, CHIP, DEADLINE_MS};
+use crate::metrics::Metrics;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::header::HeaderValue;
+use hyper::{Request, Response, StatusCode, Uri};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use rand::SeedableRng;
+use rand_pcg::Pcg64Mcg;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tailguard_model::build;
+use tailguard_policy::admission::Admission;
+use tailguard_policy::Time;
+
+/// The inbound side.
+pub struct Ingress {
+    app: SocketAddr,
+    client: Client<HttpConnector, Body>,
+    state: Arc<Mutex<State>>,
+    workers: Option<u32>,
+    epoch: Instant,
+    metrics: Arc<Metrics>,
+}
+
+/// Admission state: the policy, the requests the application holds, the random source.
+struct State {
+    admission: Box<dyn Admission>,
+    in_flight: u32,
+    rng: Pcg64Mcg,
+}
+
+impl Ingress {
+    /// The ingress of `config`; `epoch` is the proxy's time zero.
+    pub fn new(config: &config::Ingress, epoch: Instant, metrics: Arc<Metrics>) -> Ingress {
+        let state = State {
+            admission: build::admission(&config.admission),
+            in_flight: 0,
+            rng: Pcg64Mcg::seed_from_u64(u64::from(std::process::id())),
+        };
+        Ingress {
+            app: config.app,
+            client: Client::builder(TokioExecutor::new()).build_http(),
+            state: Arc::new(Mutex::new(state)),
+            workers: config.workers,
+            epoch,
+            metrics,
+        }
+    }
+
+    fn now(&self) -> Time {
+        self.epoch.elapsed()
+    }
+
+    /// The queue length admission sees when the application holds `in_flight` requests.
+    fn queue(&self, in_flight: u32) -> u32 {
+        self.workers.map_or(in_flight, |w| in_flight.saturating_sub(w))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Answers one request from outside.
+    pub async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
+        self.metrics.ingress_requests.inc();
+        let deadline = match http::deadline_ms(req.headers()) {
+            Ok(ms) => ms.map(Duration::from_millis),
+            Err(e) => return http::text(StatusCode::BAD_REQUEST, &e),
+        };
+        let Some(held) = self.admit() else {
+            self.metrics.ingress_rejected.inc();
+            let mut response = http::text(StatusCode::TOO_MANY_REQUESTS, "tailguard: over capacity");
+            response.headers_mut().insert(CHIP, HeaderValue::from_static("0"));
+            return response;
+        };
+        let request = match self.app_request(req) {
+            Ok(r) => r,
+            Err(e) => return http::text(StatusCode::BAD_REQUEST, &format!("tailguard: {e}")),
+        };
+        let answer = match deadline {
+            Some(d) => tokio::time::timeout(d, self.client.request(request)).await.ok(),
+            None => Some(self.client.request(request).await),
+        };
+        drop(held);
+        let mut response = match answer {
+            None => http::text(StatusCode::GATEWAY_TIMEOUT, "tailguard: the deadline passed"),
+            Some(Err(_)) => http::text(StatusCode::BAD_GATEWAY, "tailguard: the application is unreachable"),
+            Some(Ok(r)) => r.map(|b| b.map_err(BoxError::from).boxed()),
+        };
+        http::strip_hop_by_hop(response.headers_mut());
+        http::strip_internal(response.headers_mut(), &[]);
+        let chip = if self.chip() { "1" } else { "0" };
+        response.headers_mut().insert(CHIP, HeaderValue::from_static(chip));
+        response
+    }
+
+    /// Admits a request, counting it until the returned guard drops; `None` means 429.
+    fn admit(&self) -> Option<Held<'_>> {
+        let now = self.now();
+        let mut state = self.lock();
+        let q = self.queue(state.in_flight);
+        if !state.admission.admit(now, q) {
+            return None;
+        }
+        state.in_flight += 1;
+        let q = self.queue(state.in_flight);
+        state.admission.observe(now, q);
+        self.metrics.ingress_in_flight.set(i64::from(state.in_flight));
+        Some(Held { ingress: self })
+    }
+
+    /// Whether the response leaving now carries a chip.
+    fn chip(&self) -> bool {
+        let now = self.now();
+        let mut state = self.lock();
+        let q = self.queue(state.in_flight);
+        let State { admission, rng, .. } = &mut *state;
+        admission.grant_chip(now, q, rng)
+    }
+
+    /// The request as the application gets it: no hop-by-hop headers, no spoofed internal ones.
+    fn app_request(&self, req: Request<Incoming>) -> Result<Request<Body>, BoxError> {
+        let (mut parts, body) = req.into_parts();
+        let path = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+        parts.uri = format!("http://{}{path}", self.app).parse::<Uri>()?;
+        http::strip_hop_by_hop(&mut parts.headers);
+        http::strip_internal(&mut parts.headers, &[DEADLINE_MS]);
+        Ok(Request::from_parts(parts, body.map_err(BoxError::from).boxed()))
+    }
+}
+
+/// A request the application holds; dropping it (answered or abandoned) releases it.
+struct Held<'a> {
+    ingress: &'a Ingress,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        let now = self.ingress.now();
+        let mut state = self.ingress.lock();
+        state.in_flight = state.in_flight.saturating_sub(1);
+        let q = self.ingress.queue(state.in_flight);
+        state.admission.observe(now, q);
+        self.ingress.metrics.ingress_in_flight.set(i64::from(state.in_flight));
+    }
+}

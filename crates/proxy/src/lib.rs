@@ -1,0 +1,123 @@
+//! The tailguard sidecar proxy (`tailguard proxy --config FILE`, docs/proxy.md).
+//!
+//! It drives the sans-IO policy core (`tailguard_policy`) with real time: the egress runs one
+//! [`tailguard_policy::call::Call`] per outbound request (balancing, attempt timeouts, retries,
+//! hedges, deadline), the ingress runs admission control and BLOC chips in front of the local
+//! application, and the admin listener serves health, metrics and the configuration.
+//!
+//! Modules, one concept each: [`config`] (the file), `egress`, `ingress`, `admin`, [`metrics`],
+//! `http` (bodies and header helpers) and `server` (accept loops with graceful shutdown).
+
+mod admin;
+pub mod config;
+mod egress;
+mod http;
+mod ingress;
+pub mod metrics;
+mod server;
+
+pub use config::Config;
+
+use metrics::Metrics;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+/// How long in-flight requests may take to finish on shutdown unless the file says otherwise.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// A running proxy: its bound addresses (useful with port 0) and the handle that stops it.
+pub struct Proxy {
+    /// The egress listener's address, if configured.
+    pub egress: Option<SocketAddr>,
+    /// The ingress listener's address, if configured.
+    pub ingress: Option<SocketAddr>,
+    /// The admin listener's address, if configured.
+    pub admin: Option<SocketAddr>,
+    stop: watch::Sender<bool>,
+    servers: JoinSet<()>,
+}
+
+impl Proxy {
+    /// Binds every configured listener and starts serving. Must run inside a tokio runtime.
+    pub async fn start(config: Config) -> std::io::Result<Proxy> {
+        let epoch = Instant::now();
+        let metrics = Arc::new(Metrics::new());
+        let grace = config.shutdown_grace.map_or(DEFAULT_SHUTDOWN_GRACE, |d| d.get());
+        let (stop, stopped) = watch::channel(false);
+        let mut servers = JoinSet::new();
+        let mut proxy = Proxy { egress: None, ingress: None, admin: None, stop, servers: JoinSet::new() };
+        if let Some(c) = &config.egress {
+            let listener = TcpListener::bind(c.listen).await?;
+            proxy.egress = Some(listener.local_addr()?);
+            let egress = Arc::new(egress::Egress::new(c, epoch, metrics.clone()));
+            let handler = move |req| {
+                let egress = egress.clone();
+                async move { egress.handle(req).await }
+            };
+            servers.spawn(server::serve(listener, handler, stopped.clone(), grace));
+        }
+        if let Some(c) = &config.ingress {
+            let listener = TcpListener::bind(c.listen).await?;
+            proxy.ingress = Some(listener.local_addr()?);
+            let ingress = Arc::new(ingress::Ingress::new(c, epoch, metrics.clone()));
+            let handler = move |req| {
+                let ingress = ingress.clone();
+                async move { ingress.handle(req).await }
+            };
+            servers.spawn(server::serve(listener, handler, stopped.clone(), grace));
+        }
+        if let Some(c) = &config.admin {
+            let listener = TcpListener::bind(c.listen).await?;
+            proxy.admin = Some(listener.local_addr()?);
+            let admin = Arc::new(admin::Admin::new(config.source.clone(), metrics.clone()));
+            let handler = move |req| {
+                let admin = admin.clone();
+                async move { admin.handle(req) }
+            };
+            servers.spawn(server::serve(listener, handler, stopped.clone(), grace));
+        }
+        proxy.servers = servers;
+        Ok(proxy)
+    }
+
+    /// Stops accepting, lets in-flight requests finish (within the grace period) and returns.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        while self.servers.join_next().await.is_some() {}
+    }
+}
+
+/// Runs the proxy of `config` until `signal` completes, then shuts down gracefully.
+pub async fn run(config: Config, signal: impl Future<Output = ()>) -> std::io::Result<()> {
+    let proxy = Proxy::start(config).await?;
+    signal.await;
+    proxy.shutdown().await;
+    Ok(())
+}
+
+/// Completes on ctrl-c or (on Unix) SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}

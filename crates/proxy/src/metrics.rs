@@ -1,0 +1,118 @@
+//! The proxy's metrics, registered once in one [`Metrics`] and rendered in the Prometheus text
+//! format by the admin listener. Label sets: `upstream` (per called service) and `endpoint`
+//! (per replica address).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+/// Labels of per-upstream metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamLabels {
+    /// The upstream's name in the config.
+    pub upstream: String,
+}
+
+/// Labels of per-endpoint metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndpointLabels {
+    /// The upstream's name in the config.
+    pub upstream: String,
+    /// The replica's address.
+    pub endpoint: String,
+}
+
+fn latency_histogram() -> Histogram {
+    // 0.5 ms to ~16 s.
+    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Every metric the proxy exports.
+pub struct Metrics {
+    registry: Registry,
+    /// Requests from the application, per upstream.
+    pub requests: Family<UpstreamLabels, Counter>,
+    /// Whole-request latency (all attempts), per upstream.
+    pub request_latency: Histograms<UpstreamLabels>,
+    /// Attempts sent, per endpoint.
+    pub attempts: Family<EndpointLabels, Counter>,
+    /// Attempt latency until the response head, per endpoint.
+    pub attempt_latency: Histograms<EndpointLabels>,
+    /// Attempts cut by their timeout, per endpoint.
+    pub timeouts: Family<EndpointLabels, Counter>,
+    /// 429 answers, per endpoint.
+    pub rejected: Family<EndpointLabels, Counter>,
+    /// Retries sent, per upstream.
+    pub retries: Family<UpstreamLabels, Counter>,
+    /// Hedged (speculative) attempts sent, per upstream.
+    pub hedges: Family<UpstreamLabels, Counter>,
+    /// The timeout policy's latest value in seconds, per upstream (0 when untimed).
+    pub timeout_seconds: Family<UpstreamLabels, Gauge<f64, AtomicU64>>,
+    /// Requests that reached the ingress.
+    pub ingress_requests: Counter,
+    /// Requests the ingress refused with 429.
+    pub ingress_rejected: Counter,
+    /// Requests the local application holds through the ingress.
+    pub ingress_in_flight: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every metric.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("tailguard");
+        let m = Metrics {
+            requests: Family::default(),
+            request_latency: Family::new_with_constructor(latency_histogram),
+            attempts: Family::default(),
+            attempt_latency: Family::new_with_constructor(latency_histogram),
+            timeouts: Family::default(),
+            rejected: Family::default(),
+            retries: Family::default(),
+            hedges: Family::default(),
+            timeout_seconds: Family::default(),
+            ingress_requests: Counter::default(),
+            ingress_rejected: Counter::default(),
+            ingress_in_flight: Gauge::default(),
+            registry: Registry::default(),
+        };
+        registry.register("egress_requests", "Requests from the application", m.requests.clone());
+        registry.register("egress_request_seconds", "Whole-request latency", m.request_latency.clone());
+        registry.register("egress_attempts", "Attempts sent to an endpoint", m.attempts.clone());
+        registry.register("egress_attempt_seconds", "Attempt latency to the response head", m.attempt_latency.clone());
+        registry.register("egress_timeouts", "Attempts cut by their timeout", m.timeouts.clone());
+        registry.register("egress_rejected", "429 answers from an endpoint", m.rejected.clone());
+        registry.register("egress_retries", "Retries sent", m.retries.clone());
+        registry.register("egress_hedges", "Hedged attempts sent", m.hedges.clone());
+        registry.register("egress_timeout_seconds", "Latest attempt timeout of the policy", m.timeout_seconds.clone());
+        registry.register("ingress_requests", "Requests arriving at the ingress", m.ingress_requests.clone());
+        registry.register("ingress_rejected", "Requests refused with 429", m.ingress_rejected.clone());
+        registry.register("ingress_in_flight", "Requests held by the application", m.ingress_in_flight.clone());
+        Metrics { registry, ..m }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// Seconds as the float Prometheus histograms take.
+pub fn seconds(d: Duration) -> f64 {
+    d.as_secs_f64()
+}

@@ -1,0 +1,348 @@
+//! The proxy over real sockets on 127.0.0.1 with tiny in-test backends.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tailguard_proxy::{Config, Proxy};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::{JoinHandle, JoinSet};
+
+/// How a test backend answers.
+#[derive(Clone, Copy)]
+enum Mode {
+    /// 200 after `delay`, with a chip.
+    Ok(Duration),
+    /// This status at once.
+    Status(u16),
+    /// Never answers.
+    Hang,
+}
+
+/// A backend on port 0; dropping or killing it closes its listener and every connection.
+struct Backend {
+    addr: SocketAddr,
+    hits: Arc<AtomicUsize>,
+    task: JoinHandle<()>,
+}
+
+impl Backend {
+    async fn start(name: &'static str, mode: Mode) -> Backend {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let hits = Arc::new(AtomicUsize::new(0));
+        let counter = hits.clone();
+        let task = tokio::spawn(async move {
+            let mut conns = JoinSet::new();
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { continue };
+                let counter = counter.clone();
+                let service = service_fn(move |req: Request<Incoming>| {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    answer(name, mode, req)
+                });
+                conns.spawn(async move {
+                    let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+                });
+            }
+        });
+        Backend { addr, hits, task }
+    }
+
+    fn hits(&self) -> usize {
+        self.hits.load(Ordering::SeqCst)
+    }
+
+    fn kill(&self) {
+        self.task.abort();
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The backend's answer: its name, and which tailguard headers it saw (`x-seen`).
+async fn answer(name: &str, mode: Mode, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    let seen: Vec<String> = req
+        .headers()
+        .iter()
+        .filter(|(k, _)| k.as_str().starts_with("x-tailguard-"))
+        .map(|(k, v)| format!("{k}={}", v.to_str().unwrap_or("?")))
+        .collect();
+    let status = match mode {
+        Mode::Ok(delay) => {
+            tokio::time::sleep(delay).await;
+            200
+        }
+        Mode::Status(s) => s,
+        Mode::Hang => {
+            std::future::pending::<()>().await;
+            500
+        }
+    };
+    let response = Response::builder()
+        .status(status)
+        .header("x-tailguard-chip", "1")
+        .header("x-tailguard-deadline", "spoof")
+        .header("x-seen", seen.join(","))
+        .body(Full::new(Bytes::from(name.to_string())))
+        .unwrap();
+    Ok(response)
+}
+
+fn endpoints(backends: &[&Backend]) -> String {
+    let list: Vec<String> = backends.iter().map(|b| b.addr.to_string()).collect();
+    format!("[{}]", list.join(", "))
+}
+
+/// A proxy with one egress upstream `svc` (matched by host) over `backends` with `policy`.
+async fn egress(backends: &[&Backend], policy: &str) -> Proxy {
+    let text = format!(
+        "egress:\n  listen: 127.0.0.1:0\n  upstreams:\n    svc:\n      endpoints: {}\n      match: {{host: svc}}\n      policy: {policy}\nadmin: {{listen: 127.0.0.1:0}}\nshutdown_grace: 1s\n",
+        endpoints(backends)
+    );
+    Proxy::start(Config::parse(&text, Path::new("test.yaml")).unwrap()).await.unwrap()
+}
+
+type TestClient = Client<HttpConnector, Empty<Bytes>>;
+
+fn client() -> TestClient {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// GET `path` from `addr` with Host `host` and extra headers; status, headers and body.
+async fn get(
+    client: &TestClient,
+    addr: SocketAddr,
+    host: &str,
+    headers: &[(&str, &str)],
+) -> (StatusCode, hyper::HeaderMap, String) {
+    let mut req = Request::get(format!("http://{addr}/x")).header("host", host);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let response = tokio::time::timeout(Duration::from_secs(5), client.request(req.body(Empty::new()).unwrap()))
+        .await
+        .expect("the proxy answers within 5 s")
+        .unwrap();
+    let status = response.status();
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    (status, parts.headers, String::from_utf8_lossy(&body).into_owned())
+}
+
+#[tokio::test]
+async fn round_robin_spreads_requests_over_three_backends() {
+    let (a, b, c) = (
+        Backend::start("a", Mode::Ok(Duration::ZERO)).await,
+        Backend::start("b", Mode::Ok(Duration::ZERO)).await,
+        Backend::start("c", Mode::Ok(Duration::ZERO)).await,
+    );
+    let proxy = egress(&[&a, &b, &c], "{balancer: {kind: round-robin}}").await;
+    let client = client();
+    for _ in 0..30 {
+        let (status, _, _) = get(&client, proxy.egress.unwrap(), "svc", &[]).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    assert_eq!((a.hits(), b.hits(), c.hits()), (10, 10, 10));
+    // An unknown host finds no upstream.
+    let (status, _, _) = get(&client, proxy.egress.unwrap(), "other", &[]).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_429_is_retried_on_another_backend() {
+    let busy = Backend::start("busy", Mode::Status(429)).await;
+    let ok = Backend::start("ok", Mode::Ok(Duration::ZERO)).await;
+    let proxy = egress(&[&busy, &ok], "{retry: {max_attempts: 2}}").await;
+    let client = client();
+    for _ in 0..10 {
+        let (status, _, body) = get(&client, proxy.egress.unwrap(), "svc", &[]).await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
+    }
+    assert!(busy.hits() >= 5, "round robin sent half the first tries to the busy backend");
+    let metrics = admin_metrics(&proxy).await;
+    assert!(metrics.contains("tailguard_egress_rejected_total{"), "{metrics}");
+    assert!(metrics.contains("tailguard_egress_retries_total{upstream=\"svc\"}"), "{metrics}");
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_killed_backend_loses_no_idempotent_request() {
+    let (a, b, c) = (
+        Backend::start("a", Mode::Ok(Duration::ZERO)).await,
+        Backend::start("b", Mode::Ok(Duration::ZERO)).await,
+        Backend::start("c", Mode::Ok(Duration::ZERO)).await,
+    );
+    let proxy = egress(&[&a, &b, &c], "{retry: {max_attempts: 3}}").await;
+    let client = client();
+    for i in 0..40 {
+        if i == 10 {
+            b.kill();
+        }
+        let (status, _, body) = get(&client, proxy.egress.unwrap(), "svc", &[]).await;
+        assert_eq!(status, StatusCode::OK, "request {i}: {body}");
+    }
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_hung_backend_is_cut_by_the_timeout() {
+    let hung = Backend::start("hung", Mode::Hang).await;
+    let ok = Backend::start("ok", Mode::Ok(Duration::ZERO)).await;
+    // With a retry, the request moves to the healthy backend.
+    let proxy = egress(&[&hung, &ok], "{timeout: {kind: fixed, value: 100ms}, retry: {max_attempts: 2}}").await;
+    let client = client();
+    for _ in 0..4 {
+        let (status, _, body) = get(&client, proxy.egress.unwrap(), "svc", &[]).await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
+    }
+    let metrics = admin_metrics(&proxy).await;
+    assert!(metrics.contains("tailguard_egress_timeouts_total{"), "{metrics}");
+    assert!(metrics.contains("tailguard_egress_timeout_seconds{upstream=\"svc\"} 0.1"), "{metrics}");
+    proxy.shutdown().await;
+    // Without one, the caller gets 504 once the timeout fires.
+    let proxy = egress(&[&hung], "{timeout: {kind: fixed, value: 100ms}}").await;
+    let started = Instant::now();
+    let (status, _, _) = get(&client, proxy.egress.unwrap(), "svc", &[]).await;
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
+    assert!(started.elapsed() < Duration::from_secs(2));
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_hedge_rescues_a_slow_backends_request() {
+    let slow = Backend::start("slow", Mode::Ok(Duration::from_secs(3))).await;
+    let fast = Backend::start("fast", Mode::Ok(Duration::ZERO)).await;
+    let proxy = egress(&[&slow, &fast], "{hedge: {kind: speculative, attempts: 2, patience: 50ms}}").await;
+    let client = client();
+    for _ in 0..4 {
+        let started = Instant::now();
+        let (status, _, body) = get(&client, proxy.egress.unwrap(), "svc", &[]).await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "fast"));
+        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    }
+    let metrics = admin_metrics(&proxy).await;
+    assert!(metrics.contains("tailguard_egress_hedges_total{upstream=\"svc\"}"), "{metrics}");
+    assert!(slow.hits() >= 1 && fast.hits() >= 4);
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn internal_headers_are_stripped_and_the_deadline_propagated() {
+    let backend = Backend::start("a", Mode::Ok(Duration::ZERO)).await;
+    let proxy = egress(&[&backend], "{deadline: 2s}").await;
+    let (status, headers, _) =
+        get(&client(), proxy.egress.unwrap(), "svc", &[("x-tailguard-chip", "1"), ("x-tailguard-deadline-ms", "500")])
+            .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(headers.keys().all(|k| !k.as_str().starts_with("x-tailguard-")), "{headers:?}");
+    let seen = headers["x-seen"].to_str().unwrap();
+    // The backend saw only the remaining deadline, shortened to the caller's 500 ms.
+    let ms: u64 = seen.strip_prefix("x-tailguard-deadline-ms=").expect(seen).parse().unwrap();
+    assert!(ms <= 500 && ms > 0, "{seen}");
+    let (status, _, _) = get(&client(), proxy.egress.unwrap(), "svc", &[("x-tailguard-deadline-ms", "soon")]).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    proxy.shutdown().await;
+}
+
+/// A proxy with an ingress in front of `app` (and an egress to that ingress, host `svc`).
+async fn sidecar(app: &Backend, admission: &str) -> Proxy {
+    let text = format!(
+        "ingress: {{listen: 127.0.0.1:0, app: {}, admission: {admission}}}\nadmin: {{listen: 127.0.0.1:0}}\n",
+        app.addr
+    );
+    Proxy::start(Config::parse(&text, Path::new("test.yaml")).unwrap()).await.unwrap()
+}
+
+#[tokio::test]
+async fn the_ingress_strips_spoofed_headers_and_sets_its_chip() {
+    let app = Backend::start("app", Mode::Ok(Duration::ZERO)).await;
+    let server = sidecar(&app, "{kind: none}").await;
+    let spoof = [("x-tailguard-chip", "0"), ("x-tailguard-evil", "1"), ("x-tailguard-deadline-ms", "3000")];
+    let (status, headers, _) = get(&client(), server.ingress.unwrap(), "app", &spoof).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers["x-seen"], "x-tailguard-deadline-ms=3000", "only the deadline reaches the app");
+    assert_eq!(headers["x-tailguard-chip"], "1", "without a capacity every response carries a chip");
+    assert!(!headers.contains_key("x-tailguard-deadline"), "the app's own internal headers are dropped");
+    // Through an egress: the chip reaches the egress's policy and is stripped before the client.
+    let ingress = server.ingress.unwrap();
+    let caller = Backend { addr: ingress, hits: Arc::default(), task: tokio::spawn(async {}) };
+    let proxy = egress(&[&caller], "{balancer: {kind: bloc}}").await;
+    for _ in 0..3 {
+        let (status, headers, body) = get(&client(), proxy.egress.unwrap(), "svc", &[]).await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "app"));
+        assert!(!headers.contains_key("x-tailguard-chip"));
+    }
+    proxy.shutdown().await;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_ingress_refuses_above_capacity_with_429() {
+    let app = Backend::start("app", Mode::Ok(Duration::from_millis(500))).await;
+    let server = sidecar(&app, "{kind: fixed, capacity: 1}").await;
+    let ingress = server.ingress.unwrap();
+    let first = tokio::spawn(async move { get(&client(), ingress, "app", &[]).await.0 });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let (status, headers, _) = get(&client(), ingress, "app", &[]).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(headers["x-tailguard-chip"], "0");
+    assert_eq!(first.await.unwrap(), StatusCode::OK);
+    // The deadline header is honoured: the app gets 100 ms, then the caller 504.
+    let (status, _, _) = get(&client(), ingress, "app", &[("x-tailguard-deadline-ms", "100")]).await;
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_malformed_request_gets_400_and_the_proxy_serves_on() {
+    let backend = Backend::start("a", Mode::Ok(Duration::ZERO)).await;
+    let proxy = egress(&[&backend], "{}").await;
+    let mut stream = TcpStream::connect(proxy.egress.unwrap()).await.unwrap();
+    stream.write_all(b"NOT HTTP AT ALL\r\n\r\n").await.unwrap();
+    let mut reply = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(2), stream.read_to_end(&mut reply)).await;
+    assert!(String::from_utf8_lossy(&reply).starts_with("HTTP/1.1 400"), "{:?}", String::from_utf8_lossy(&reply));
+    let (status, _, _) = get(&client(), proxy.egress.unwrap(), "svc", &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_admin_listener_serves_health_and_config() {
+    let backend = Backend::start("a", Mode::Ok(Duration::ZERO)).await;
+    let proxy = egress(&[&backend], "{}").await;
+    let admin = proxy.admin.unwrap();
+    let (status, _, body) = get(&client(), admin, "admin", &[]).await;
+    assert_eq!((status, body.trim()), (StatusCode::NOT_FOUND, "not found: try /healthz, /metrics or /config"));
+    let body = fetch(admin, "/healthz").await;
+    assert_eq!(body.trim(), "ok");
+    assert!(fetch(admin, "/config").await.contains("upstreams:"));
+    proxy.shutdown().await;
+}
+
+async fn fetch(addr: SocketAddr, path: &str) -> String {
+    let req = Request::get(format!("http://{addr}{path}")).body(Empty::new()).unwrap();
+    let response = client().request(req).await.unwrap();
+    String::from_utf8_lossy(&response.into_body().collect().await.unwrap().to_bytes()).into_owned()
+}
+
+async fn admin_metrics(proxy: &Proxy) -> String {
+    fetch(proxy.admin.unwrap(), "/metrics").await
+}

@@ -1,0 +1,207 @@
+//! The HTTP server: accepts connections (HTTP/1.1 and h2c), answers `GET /healthz`, and serves
+//! every other request as the service would (crates/sim/src/world.rs): a FIFO queue for a worker,
+//! the local work (a sleep), the fate's fault, the downstream calls, the answer.
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONNECTION, CONTENT_TYPE};
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, Semaphore};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::behaviour::{Behaviour, Fate};
+use crate::calls::Calls;
+use crate::error::ServeError;
+use crate::spec::Spec;
+
+/// How long a lost request's connection is held before it is closed without an answer, unless
+/// the client gives up first.
+pub const LOST_HOLD: Duration = Duration::from_secs(3600);
+
+/// The header naming the service and replica that answered (`frontend/2`).
+pub const SERVED_BY: &str = "x-tailguard-served-by";
+
+/// Why a request ended without an answer (hyper closes its connection).
+#[derive(Debug, thiserror::Error)]
+#[error("request lost by a `lost` fault")]
+struct Lost;
+
+/// What every connection shares.
+#[derive(Debug)]
+struct App {
+    behaviour: Behaviour,
+    calls: Calls,
+    /// The FIFO queue for a worker (tokio's semaphore is fair); `None` for unlimited workers.
+    workers: Option<Semaphore>,
+    /// The run's clock starts when the server is bound.
+    start: Instant,
+    served_by: HeaderValue,
+}
+
+/// A synthetic service bound to its socket, not yet serving.
+#[derive(Debug)]
+pub struct Server {
+    listener: TcpListener,
+    app: Arc<App>,
+}
+
+/// A server running on its own task; dropping it stops the server.
+#[derive(Debug)]
+pub struct Running {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Result<(), ServeError>>,
+}
+
+impl Server {
+    /// Builds the service of `spec` and binds `addr` (port 0 picks a free port); the run's clock
+    /// starts now.
+    pub async fn bind(spec: &Spec, addr: SocketAddr) -> Result<Server, ServeError> {
+        let behaviour = Behaviour::new(spec)?;
+        let listener = TcpListener::bind(addr).await.map_err(|source| ServeError::Bind { addr, source })?;
+        let workers = spec.service.workers;
+        let served_by = HeaderValue::from_str(&format!("{}/{}", spec.name, spec.replica))
+            .unwrap_or_else(|_| HeaderValue::from_static("tailguard-serve"));
+        let app = App {
+            behaviour,
+            calls: Calls::new(spec),
+            workers: (workers > 0).then(|| Semaphore::new(workers as usize)),
+            start: Instant::now(),
+            served_by,
+        };
+        Ok(Server { listener, app: Arc::new(app) })
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> Result<SocketAddr, ServeError> {
+        self.listener.local_addr().map_err(ServeError::Accept)
+    }
+
+    /// Serves until `shutdown` completes, then stops accepting (connections already open finish
+    /// on their own tasks).
+    pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> Result<(), ServeError> {
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                () = &mut shutdown => return Ok(()),
+                accepted = self.listener.accept() => match accepted {
+                    Ok((stream, _)) => {
+                        let _ = stream.set_nodelay(true);
+                        tokio::spawn(serve_connection(self.app.clone(), stream));
+                    }
+                    // Too many open files and the like: wait a little rather than spin.
+                    Err(e) if is_transient(&e) => tokio::time::sleep(Duration::from_millis(10)).await,
+                    Err(e) => return Err(ServeError::Accept(e)),
+                },
+            }
+        }
+    }
+
+    /// Serves on a task of its own until the returned handle is stopped or dropped.
+    pub fn spawn(self) -> Result<Running, ServeError> {
+        let addr = self.local_addr()?;
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(self.run_until(async move {
+            let _ = stopped.await;
+        }));
+        Ok(Running { addr, stop: Some(stop), task })
+    }
+}
+
+impl Running {
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting connections and waits for the accept loop to end.
+    pub async fn stop(mut self) -> Result<(), ServeError> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match (&mut self.task).await {
+            Ok(result) => result,
+            Err(e) => Err(ServeError::Accept(std::io::Error::other(e))),
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Accept errors that concern one connection or a passing shortage, not the listener.
+fn is_transient(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(e.kind(), ConnectionAborted | ConnectionReset | Interrupted | WouldBlock) || e.raw_os_error().is_some()
+}
+
+/// Serves one connection, HTTP/1.1 or h2c; its errors (a client that went away) end it quietly.
+async fn serve_connection(app: Arc<App>, stream: tokio::net::TcpStream) {
+    let service = service_fn(move |request| handle(app.clone(), request));
+    let _ = auto::Builder::new(TokioExecutor::new()).serve_connection(TokioIo::new(stream), service).await;
+}
+
+/// One request.
+async fn handle(app: Arc<App>, request: Request<Incoming>) -> Result<Response<Full<Bytes>>, Lost> {
+    let down = app.behaviour.is_down(app.start.elapsed());
+    if request.uri().path() == "/healthz" {
+        return Ok(if down {
+            answer(&app, StatusCode::SERVICE_UNAVAILABLE, "down\n")
+        } else {
+            answer(&app, StatusCode::OK, "ok\n")
+        });
+    }
+    drop(request);
+    if down {
+        let mut response = answer(&app, StatusCode::SERVICE_UNAVAILABLE, "down: a `down` fault\n");
+        response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+        return Ok(response);
+    }
+    let arrival = app.behaviour.arrive();
+    work(&app, arrival.ordinal).await;
+    match arrival.fate {
+        Fate::Lost => {
+            tokio::time::sleep(LOST_HOLD).await;
+            Err(Lost)
+        }
+        Fate::Error => Ok(answer(&app, StatusCode::INTERNAL_SERVER_ERROR, "error: an `error` fault\n")),
+        Fate::Normal => match app.calls.make().await {
+            Ok(()) => Ok(answer(&app, StatusCode::OK, "ok\n")),
+            Err(e) => Ok(answer(&app, StatusCode::INTERNAL_SERVER_ERROR, &format!("error: downstream {e}\n"))),
+        },
+    }
+}
+
+/// The local work: wait for a worker (FIFO), sleep the work time drawn as the work starts,
+/// release the worker.
+async fn work(app: &App, ordinal: u64) {
+    let _permit = match &app.workers {
+        // The semaphore is never closed, so acquiring only fails if that changes; then no wait.
+        Some(workers) => workers.acquire().await.ok(),
+        None => None,
+    };
+    let time = app.behaviour.work_time(ordinal, app.start.elapsed());
+    tokio::time::sleep(time).await;
+}
+
+/// A small text answer naming who served it.
+fn answer(app: &App, status: StatusCode, body: &str) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+    *response.status_mut() = status;
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    response.headers_mut().insert(SERVED_BY, app.served_by.clone());
+    response
+}

@@ -1,0 +1,141 @@
+//! What one synthetic service is: a service of a resolved experiment run, which replica of it
+//! this process is, where its downstream calls go, and its seed.
+
+use crate::error::ServeError;
+use hyper::Uri;
+use std::path::PathBuf;
+use std::time::Duration;
+use tailguard_model::schema::Service;
+use tailguard_model::Experiment;
+
+/// The seed used when neither the command line nor the file gives one (as `tailguard sim`).
+pub const DEFAULT_SEED: u64 = 1;
+
+/// How to pick the service out of an experiment file: plain, as the command line gives it.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// The service's name in the file.
+    pub service: String,
+    /// The scenario (default: the file's first).
+    pub scenario: Option<String>,
+    /// The variant (default: the file's first).
+    pub variant: Option<String>,
+    /// Apply the file's `quick` overrides.
+    pub quick: bool,
+    /// Which replica of the service this process is, from 0 (it selects `down` faults and the
+    /// replica's random stream).
+    pub replica: u32,
+    /// Where each called service is reached, as (name, URL): in the lab, this replica's sidecar
+    /// egress for that service.
+    pub downstream: Vec<(String, String)>,
+    /// Seed of the random streams (default: the file's `seed`, else [`DEFAULT_SEED`]).
+    pub seed: Option<u64>,
+}
+
+/// One replica of one service, resolved and checked: everything a server needs.
+#[derive(Clone, Debug)]
+pub struct Spec {
+    /// The service's name.
+    pub name: String,
+    /// Its index among the run's services, in file order (it picks the random stream, as in the
+    /// simulator).
+    pub index: usize,
+    /// This replica's index.
+    pub replica: u32,
+    /// The service as resolved for the scenario × variant.
+    pub service: Service,
+    /// The directory empirical data files are read from.
+    pub base_dir: PathBuf,
+    /// The run's length (warm-up + duration), for latency models whose times default to it.
+    pub horizon: Option<Duration>,
+    /// The seed of the whole run.
+    pub seed: u64,
+    /// The URL of each call edge, in the order of `service.calls`; `None` for an edge with
+    /// `count: 0` that was given no URL (it is never called).
+    pub downstream: Vec<Option<Uri>>,
+}
+
+impl Spec {
+    /// Resolves `options.scenario` × `options.variant` and checks the options against the run.
+    pub fn from_experiment(experiment: &Experiment, options: &Options) -> Result<Spec, ServeError> {
+        let scenario = options.scenario.clone().or_else(|| experiment.scenario_names().into_iter().next());
+        let variant = options.variant.clone().or_else(|| experiment.variant_names().into_iter().next());
+        let (Some(scenario), Some(variant)) = (scenario, variant) else {
+            return Err(ServeError::Options("the experiment file has no variant".to_string()));
+        };
+        let run = experiment.resolve(&scenario, &variant, options.quick)?;
+        let origin = experiment.origin().display();
+        let Some(index) = run.services.get_index_of(&options.service) else {
+            let names: Vec<&str> = run.services.keys().map(String::as_str).collect();
+            return Err(ServeError::Options(format!(
+                "{origin}: no service named \"{}\"; expected one of: {}",
+                options.service,
+                names.join(", ")
+            )));
+        };
+        let service = run.services[index].clone();
+        if options.replica >= service.replicas {
+            return Err(ServeError::Options(format!(
+                "{origin}: service \"{}\" has {} replica(s), so --replica must be below {}, got {}",
+                options.service, service.replicas, service.replicas, options.replica
+            )));
+        }
+        let downstream = downstream_urls(&options.service, &service, &options.downstream)?;
+        Ok(Spec {
+            name: options.service.clone(),
+            index,
+            replica: options.replica,
+            service,
+            base_dir: run.base_dir.clone(),
+            horizon: run.horizon(),
+            seed: options.seed.or(experiment.seed()).unwrap_or(DEFAULT_SEED),
+            downstream,
+        })
+    }
+}
+
+/// The URL of each call edge of `service`, from the (name, URL) pairs given: every called service
+/// needs one, and every pair must name a called service.
+fn downstream_urls(name: &str, service: &Service, given: &[(String, String)]) -> Result<Vec<Option<Uri>>, ServeError> {
+    let called: Vec<&str> = service.calls.iter().map(|c| c.service.as_str()).collect();
+    for (callee, _) in given {
+        if !called.contains(&callee.as_str()) {
+            let calls = if called.is_empty() { "it calls no service".to_string() } else { called.join(", ") };
+            return Err(ServeError::Options(format!(
+                "--downstream {callee}: service \"{name}\" does not call \"{callee}\"; expected one of: {calls}"
+            )));
+        }
+    }
+    let mut urls = Vec::with_capacity(service.calls.len());
+    for edge in &service.calls {
+        let Some((_, url)) = given.iter().rev().find(|(callee, _)| *callee == edge.service) else {
+            if edge.count == 0 {
+                urls.push(None);
+                continue;
+            }
+            return Err(ServeError::Options(format!(
+                "service \"{name}\" calls \"{0}\" but no URL was given for it; expected --downstream {0}=http://HOST:PORT",
+                edge.service
+            )));
+        };
+        urls.push(Some(parse_url(&edge.service, url)?));
+    }
+    Ok(urls)
+}
+
+/// An `http://` URL with a host; a path-less URL gets `/`.
+fn parse_url(callee: &str, url: &str) -> Result<Uri, ServeError> {
+    let bad = |why: &str| {
+        ServeError::Options(format!(
+            "--downstream {callee}={url}: {why}; expected a URL such as http://127.0.0.1:8080/"
+        ))
+    };
+    let uri: Uri = url.parse().map_err(|e| bad(&format!("not a URL ({e})")))?;
+    if uri.scheme_str() != Some("http") {
+        return Err(bad("only http:// URLs are supported"));
+    }
+    if uri.authority().is_none() {
+        return Err(bad("the URL has no host"));
+    }
+    Ok(uri)
+}

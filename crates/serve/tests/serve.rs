@@ -1,0 +1,205 @@
+//! `tailguard serve` over real sockets on 127.0.0.1, port 0: service times, the worker queue,
+//! faults, downstream calls and option errors. Bounds are generous: the machine may be noisy.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper::StatusCode;
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+use tailguard_model::Experiment;
+use tailguard_serve::{Options, Running, ServeError, Server, Spec, SERVED_BY};
+use tokio::time::Instant;
+
+/// An experiment whose `services:` block is `services` (indented by 2) and whose workload enters
+/// its first service.
+fn experiment(services: &str) -> Experiment {
+    let text = format!(
+        "name: t\nseed: 5\nservices:\n{services}\nworkload: {{ target: a, open: {{ rate: 1 }}, duration: 10s }}\nvariants: [{{ name: v }}]\n"
+    );
+    Experiment::parse(&text, Path::new("test.yaml")).expect("a valid experiment")
+}
+
+/// Serves `service` of `services` on a free port, with the downstream URLs given.
+async fn start(services: &str, service: &str, downstream: &[(&str, String)]) -> Running {
+    let options = Options {
+        service: service.into(),
+        downstream: downstream.iter().map(|(n, u)| (n.to_string(), u.clone())).collect(),
+        ..Options::default()
+    };
+    let spec = Spec::from_experiment(&experiment(services), &options).expect("valid options");
+    let server = Server::bind(&spec, SocketAddr::from(([127, 0, 0, 1], 0))).await.expect("binds");
+    server.spawn().expect("spawns")
+}
+
+fn client() -> Client<HttpConnector, Empty<Bytes>> {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// GETs `path`, returning the status and how long the answer took.
+async fn get(client: &Client<HttpConnector, Empty<Bytes>>, addr: SocketAddr, path: &str) -> (StatusCode, Duration) {
+    let started = Instant::now();
+    let uri = format!("http://{addr}{path}").parse().expect("a URI");
+    let fetch = async {
+        let response = client.get(uri).await.expect("an answer");
+        let status = response.status();
+        response.into_body().collect().await.expect("a body");
+        status
+    };
+    let status = tokio::time::timeout(Duration::from_secs(5), fetch).await.expect("an answer within 5 s");
+    (status, started.elapsed())
+}
+
+const MS: Duration = Duration::from_millis(1);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn constant_service_time_is_observed() {
+    let server = start("  a: { service_time: { dist: constant, value: 50ms } }", "a", &[]).await;
+    let client = client();
+    for _ in 0..3 {
+        let (status, took) = get(&client, server.addr(), "/").await;
+        // Step: each request sleeps its 50 ms, and not much more.
+        assert_eq!(status, StatusCode::OK);
+        assert!(took >= 50 * MS && took < 400 * MS, "took {took:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_worker_serialises_concurrent_requests() {
+    let server = start("  a: { workers: 1, service_time: { dist: constant, value: 100ms } }", "a", &[]).await;
+    let client = client();
+    let addr = server.addr();
+    // Step: three requests at once; one worker takes them one after another.
+    let (one, two, three) = tokio::join!(get(&client, addr, "/"), get(&client, addr, "/"), get(&client, addr, "/"));
+    let mut took = [one.1, two.1, three.1];
+    took.sort();
+    assert!([one.0, two.0, three.0].iter().all(|s| *s == StatusCode::OK));
+    assert!(took[0] >= 100 * MS && took[0] < 250 * MS, "first {took:?}");
+    assert!(took[2] >= 280 * MS && took[2] < 1500 * MS, "last {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlimited_workers_do_not_queue() {
+    let server = start("  a: { service_time: { dist: constant, value: 100ms } }", "a", &[]).await;
+    let client = client();
+    let addr = server.addr();
+    let (one, two, three) = tokio::join!(get(&client, addr, "/"), get(&client, addr, "/"), get(&client, addr, "/"));
+    assert!([one.1, two.1, three.1].iter().all(|t| *t < 280 * MS), "{one:?} {two:?} {three:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn error_fault_rate_one_answers_500() {
+    let server = start("  a: { faults: [{ kind: error, rate: 1.0 }] }", "a", &[]).await;
+    let client = client();
+    for _ in 0..10 {
+        assert_eq!(get(&client, server.addr(), "/").await.0, StatusCode::INTERNAL_SERVER_ERROR);
+    }
+    // Step: health checks are not requests of the service; they see no fault.
+    assert_eq!(get(&client, server.addr(), "/healthz").await.0, StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_third_request_is_slow() {
+    let services = "  a:\n    service_time: { dist: constant, value: 1ms }\n    faults: [{ kind: slow, every: 3, service_time: { dist: constant, value: 200ms } }]";
+    let server = start(services, "a", &[]).await;
+    let client = client();
+    for n in 1..=6 {
+        let (status, took) = get(&client, server.addr(), "/").await;
+        assert_eq!(status, StatusCode::OK);
+        if n % 3 == 0 {
+            assert!(took >= 200 * MS && took < 600 * MS, "request {n} took {took:?}");
+        } else {
+            assert!(took < 150 * MS, "request {n} took {took:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_requests_are_never_answered() {
+    let server = start("  a: { faults: [{ kind: lost, fraction: 1.0 }] }", "a", &[]).await;
+    let uri = format!("http://{}/", server.addr()).parse().expect("a URI");
+    let answer = tokio::time::timeout(300 * MS, client().get(uri)).await;
+    assert!(answer.is_err(), "a lost request was answered");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn down_replica_answers_503() {
+    let services = "  a: { replicas: 2, faults: [{ kind: down, replica: 0, from: 0s, to: 1h }] }";
+    let server = start(services, "a", &[]).await;
+    let client = client();
+    assert_eq!(get(&client, server.addr(), "/").await.0, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(get(&client, server.addr(), "/healthz").await.0, StatusCode::SERVICE_UNAVAILABLE);
+}
+
+const CHAIN: &str =
+    "  a: { calls: [{ service: b, count: 2 }] }\n  b: { service_time: { dist: constant, value: 30ms } }";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_calls_b_through_its_url() {
+    let b = start(CHAIN, "b", &[]).await;
+    let a = start(CHAIN, "a", &[("b", format!("http://{}/", b.addr()))]).await;
+    let client = client();
+    let uri = format!("http://{}/", a.addr()).parse().expect("a URI");
+    let response = client.get(uri).await.expect("an answer");
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()[SERVED_BY], "a/0");
+    // Step: two sequential calls of 30 ms each.
+    let (status, took) = get(&client, a.addr(), "/").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(took >= 60 * MS && took < 500 * MS, "took {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_fanout_calls_at_once() {
+    let services = "  a: { fanout: parallel, calls: [{ service: b, count: 3 }] }\n  b: { service_time: { dist: constant, value: 100ms } }";
+    let b = start(services, "b", &[]).await;
+    let a = start(services, "a", &[("b", format!("http://{}/", b.addr()))]).await;
+    let (status, took) = get(&client(), a.addr(), "/").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(took >= 100 * MS && took < 280 * MS, "took {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_downstream_gives_500() {
+    // Step: a port that was free a moment ago and has no listener now.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").expect("binds").local_addr().expect("an address");
+    let a = start(CHAIN, "a", &[("b", format!("http://{dead}/"))]).await;
+    assert_eq!(get(&client(), a.addr(), "/").await.0, StatusCode::INTERNAL_SERVER_ERROR);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_erroring_downstream_gives_500() {
+    let services = "  a: { calls: [{ service: b }] }\n  b: { faults: [{ kind: error, rate: 1.0 }] }";
+    let b = start(services, "b", &[]).await;
+    let a = start(services, "a", &[("b", format!("http://{}/", b.addr()))]).await;
+    assert_eq!(get(&client(), a.addr(), "/").await.0, StatusCode::INTERNAL_SERVER_ERROR);
+}
+
+fn options_error(service: &str, replica: u32, downstream: &[(&str, &str)]) -> String {
+    let options = Options {
+        service: service.into(),
+        replica,
+        downstream: downstream.iter().map(|(n, u)| (n.to_string(), u.to_string())).collect(),
+        ..Options::default()
+    };
+    match Spec::from_experiment(&experiment(CHAIN), &options) {
+        Err(ServeError::Options(message)) => message,
+        other => panic!("expected an options error, got {other:?}"),
+    }
+}
+
+#[test]
+fn bad_options_are_named() {
+    let message = options_error("nosuch", 0, &[]);
+    assert!(message.contains("no service named \"nosuch\"") && message.contains("expected one of: a, b"), "{message}");
+    let message = options_error("a", 0, &[]);
+    assert!(message.contains("calls \"b\" but no URL") && message.contains("--downstream b="), "{message}");
+    let message = options_error("b", 0, &[("c", "http://127.0.0.1:1/")]);
+    assert!(message.contains("does not call \"c\""), "{message}");
+    let message = options_error("a", 0, &[("b", "ftp://x/")]);
+    assert!(message.contains("only http://"), "{message}");
+    let message = options_error("b", 1, &[]);
+    assert!(message.contains("--replica must be below 1"), "{message}");
+}
