@@ -29,6 +29,8 @@ pub(crate) struct Job {
     pub(crate) sent: Time,
     pub(crate) timeout: Option<Duration>,
     pub(crate) fate: Fate,
+    /// Its arrival number at the replica (1 = first), for `every`-th request faults.
+    pub(crate) nth: u64,
     pub(crate) next_call: u16,
     pub(crate) outstanding: u16,
     pub(crate) failed: bool,
@@ -150,16 +152,16 @@ impl ServiceModel {
         fate
     }
 
-    /// The local work of the request replica `r` starts at `now`: a service time scaled by the
-    /// latency model, unless a slow fault replaces it.
-    pub(crate) fn service_time(&mut self, r: usize, now: Duration) -> Duration {
-        let received = self.replicas[r].received;
+    /// The local work of the `nth` request replica `r` received starts at `now`: a service time
+    /// scaled by the latency model, unless a slow fault replaces it (counted by arrival, as
+    /// `tailguard serve` counts).
+    pub(crate) fn service_time(&mut self, r: usize, now: Duration, nth: u64) -> Duration {
         let rng = &mut self.replicas[r].rng;
         let mut time = self.sampler.sample(rng).mul_f64(self.curve.factor(now).max(0.0));
         for (f, slow) in self.faults.iter().zip(&self.slow_samplers) {
             if let Fault::Slow { fraction, every, factor, .. } = f {
                 let hit = match (every, fraction) {
-                    (Some(n), _) => *n > 0 && received % u64::from(*n) == 0,
+                    (Some(n), _) => *n > 0 && nth % u64::from(*n) == 0,
                     (None, Some(p)) => rng.gen::<f64>() < *p,
                     (None, None) => false,
                 };

@@ -346,6 +346,7 @@ impl World {
         }
         rep.held += 1;
         rep.received += 1;
+        let nth = rep.received;
         let fate = self.services[s].fate(r);
         let job = Job {
             service,
@@ -354,6 +355,7 @@ impl World {
             sent,
             timeout,
             fate,
+            nth,
             next_call: 0,
             outstanding: 0,
             failed: false,
@@ -371,9 +373,10 @@ impl World {
     }
 
     fn begin_work(&mut self, key: Key, s: usize, r: usize) {
+        let nth = self.jobs.get_mut(key).expect("a job starting work exists").nth;
         let svc = &mut self.services[s];
         svc.replicas[r].busy += 1;
-        let time = svc.service_time(r, self.now);
+        let time = svc.service_time(r, self.now, nth);
         self.events.push(self.now + time, Event::WorkDone { job: key });
     }
 
