@@ -5,17 +5,17 @@ use crate::metrics::Metrics;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Request, Response, StatusCode};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 /// What the admin endpoints serve.
 pub struct Admin {
-    source: String,
+    source: Arc<RwLock<String>>,
     metrics: Arc<Metrics>,
 }
 
 impl Admin {
-    /// Serves `source` as the configuration and `metrics`.
-    pub fn new(source: String, metrics: Arc<Metrics>) -> Admin {
+    /// Serves `source` (the file as last loaded) as the configuration and `metrics`.
+    pub fn new(source: Arc<RwLock<String>>, metrics: Arc<Metrics>) -> Admin {
         Admin { source, metrics }
     }
 
@@ -26,7 +26,10 @@ impl Admin {
             "/metrics" => {
                 with_type(self.metrics.render(), "application/openmetrics-text; version=1.0.0; charset=utf-8")
             }
-            "/config" => with_type(self.source.clone(), "application/yaml"),
+            "/config" => {
+                let source = self.source.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
+                with_type(source, "application/yaml")
+            }
             _ => text(StatusCode::NOT_FOUND, "not found: try /healthz, /metrics or /config"),
         }
     }

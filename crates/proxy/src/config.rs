@@ -7,7 +7,8 @@
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 use tailguard_model::schema::{Admission, ClientPolicy};
 use tailguard_model::{validate, Dur, ModelError};
 
@@ -30,9 +31,55 @@ pub struct Config {
     /// How long in-flight requests may take to finish on shutdown.
     #[serde(default)]
     pub shutdown_grace: Option<Dur>,
+    /// Limits on every listener's connections.
+    #[serde(default)]
+    pub limits: Limits,
     /// The file as written, served by the admin `/config` endpoint.
     #[serde(skip)]
     pub source: String,
+    /// The file read, when read by [`Config::load`]: the proxy then watches it and reloads the
+    /// egress's upstreams when it changes.
+    #[serde(skip)]
+    pub path: Option<PathBuf>,
+}
+
+/// Limits on each listener's connections (docs/proxy.md, "Limits").
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// How long a client may take to send a request's headers (HTTP/1), so a slowloris client
+    /// cannot hold a connection. It also bounds how long a kept-alive HTTP/1 connection waits
+    /// for its next request.
+    pub header_read_timeout: Dur,
+    /// The largest request head, in bytes (at least 8192): beyond it, 431.
+    pub max_header_bytes: usize,
+    /// Connections served at once per listener; more wait in the listen backlog.
+    pub max_connections: usize,
+    /// A connection with no bytes moving and no request awaiting its response for this long is
+    /// closed.
+    pub idle_timeout: Dur,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            header_read_timeout: Dur(Duration::from_secs(10)),
+            max_header_bytes: 16 * 1024,
+            max_connections: 4096,
+            idle_timeout: Dur(Duration::from_secs(60)),
+        }
+    }
+}
+
+/// How the egress speaks to an upstream's endpoints.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// HTTP/1.1.
+    #[default]
+    Http1,
+    /// HTTP/2 over cleartext by prior knowledge (gRPC).
+    H2c,
 }
 
 /// The outbound listener and the services it routes to.
@@ -49,7 +96,7 @@ pub struct Egress {
 }
 
 /// One called service: its replicas, how requests find it and the caller's policies towards it.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Upstream {
     /// The replicas' addresses.
@@ -60,6 +107,9 @@ pub struct Upstream {
     /// Balancing, timeouts, hedging, retries and deadline.
     #[serde(default)]
     pub policy: ClientPolicy,
+    /// HTTP/1.1 (the default) or h2c towards the endpoints.
+    #[serde(default)]
+    pub protocol: Protocol,
 }
 
 /// How a request is routed to an upstream: by its Host (port ignored) or by a path prefix.
@@ -110,6 +160,9 @@ pub struct Ingress {
     /// The application's concurrency, if known: the queue is then the requests beyond it.
     #[serde(default)]
     pub workers: Option<u32>,
+    /// HTTP/1.1 (the default) or h2c towards the application.
+    #[serde(default)]
+    pub protocol: Protocol,
 }
 
 /// The admin listener.
@@ -130,7 +183,9 @@ impl Config {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path)
             .map_err(|e| ModelError::new(path, "", format!("cannot read the proxy config: {e}")))?;
-        Config::parse(&text, path)
+        let mut config = Config::parse(&text, path)?;
+        config.path = Some(path.to_path_buf());
+        Ok(config)
     }
 
     /// Parses and validates `text`; `origin` is the file errors name.
@@ -160,6 +215,19 @@ impl Config {
         if let Some(egress) = &self.egress {
             for (name, upstream) in &egress.upstreams {
                 upstream.validate().map_err(|e| e.under(&format!("egress.upstreams.{name}")))?;
+            }
+        }
+        if self.limits.max_header_bytes < crate::server::MIN_HEADER_BYTES {
+            return Err(ModelError::at("limits.max_header_bytes", "expected at least 8192 bytes"));
+        }
+        if self.limits.max_connections == 0 {
+            return Err(ModelError::at("limits.max_connections", "expected at least 1"));
+        }
+        for (field, d) in
+            [("header_read_timeout", self.limits.header_read_timeout), ("idle_timeout", self.limits.idle_timeout)]
+        {
+            if d.0.is_zero() {
+                return Err(ModelError::at(format!("limits.{field}"), "expected a positive duration"));
             }
         }
         if let Some(ingress) = &self.ingress {

@@ -23,7 +23,7 @@ use rand::SeedableRng;
 use rand_pcg::Pcg64Mcg;
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 use tailguard_model::build;
 use tailguard_policy::call::{Action, Call, ClientPolicy, Ctx, Finish};
@@ -34,15 +34,24 @@ type HttpClient = Client<HttpConnector, Body>;
 
 /// The outbound side: routes and upstreams.
 pub struct Egress {
-    upstreams: Vec<Arc<Upstream>>,
-    client: HttpClient,
+    /// Swapped whole on reload; each request keeps the routes it started with.
+    routes: RwLock<Arc<Routes>>,
+    http1: HttpClient,
+    h2c: HttpClient,
     epoch: Instant,
-    max_replay_body: usize,
     metrics: Arc<Metrics>,
+}
+
+/// The upstreams of one version of the file.
+struct Routes {
+    upstreams: Vec<Arc<Upstream>>,
+    max_replay_body: usize,
 }
 
 /// One called service and the caller's policy state towards it.
 struct Upstream {
+    name: String,
+    config: config::Upstream,
     route: config::Route,
     endpoints: Vec<SocketAddr>,
     labels: UpstreamLabels,
@@ -60,7 +69,6 @@ struct Core {
 struct Template {
     method: Method,
     path: String,
-    version: Version,
     headers: HeaderMap,
     body: Replay,
 }
@@ -82,26 +90,34 @@ struct AttemptEnd {
 impl Egress {
     /// The egress of `config`; `epoch` is the proxy's time zero.
     pub fn new(config: &config::Egress, epoch: Instant, metrics: Arc<Metrics>) -> Egress {
-        let upstreams = config
-            .upstreams
-            .iter()
-            .enumerate()
-            .map(|(i, (name, u))| Arc::new(Upstream::new(name, u, i as u64)))
-            .collect();
-        let client = Client::builder(TokioExecutor::new()).build_http();
-        Egress { upstreams, client, epoch, max_replay_body: config.max_replay_body, metrics }
+        let routes = RwLock::new(Arc::new(Routes::new(config, None)));
+        let http1 = Client::builder(TokioExecutor::new()).build_http();
+        let h2c = Client::builder(TokioExecutor::new()).http2_only(true).build_http();
+        Egress { routes, http1, h2c, epoch, metrics }
+    }
+
+    /// Swaps in the upstreams of `config` for new requests; requests in flight finish with the
+    /// old ones. An upstream whose name and settings are unchanged keeps its policy state.
+    pub fn reload(&self, config: &config::Egress) {
+        let mut routes = self.routes.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        *routes = Arc::new(Routes::new(config, Some(&routes)));
+    }
+
+    fn routes(&self) -> Arc<Routes> {
+        self.routes.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
     }
 
     /// Answers one request from the application.
     pub async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
-        let Some(upstream) = self.route(&req) else {
+        let routes = self.routes();
+        let Some(upstream) = routes.route(&req) else {
             return http::text(StatusCode::NOT_FOUND, "tailguard: no upstream matches this request");
         };
         let deadline = match http::deadline_ms(req.headers()) {
             Ok(ms) => ms.map(|ms| self.now().saturating_add(Duration::from_millis(ms))),
             Err(e) => return http::text(StatusCode::BAD_REQUEST, &e),
         };
-        let template = match self.template(req).await {
+        let template = match template(req, routes.max_replay_body).await {
             Ok(t) => t,
             Err(e) => return http::text(StatusCode::BAD_REQUEST, &format!("tailguard: cannot read the body: {e}")),
         };
@@ -114,6 +130,21 @@ impl Egress {
 
     fn now(&self) -> Time {
         self.epoch.elapsed()
+    }
+}
+
+impl Routes {
+    fn new(config: &config::Egress, old: Option<&Routes>) -> Routes {
+        let upstreams = config
+            .upstreams
+            .iter()
+            .enumerate()
+            .map(|(i, (name, u))| {
+                let same = old.and_then(|old| old.upstreams.iter().find(|o| o.name == *name && o.config == *u));
+                same.cloned().unwrap_or_else(|| Arc::new(Upstream::new(name, u, i as u64)))
+            })
+            .collect();
+        Routes { upstreams, max_replay_body: config.max_replay_body }
     }
 
     /// The upstream for `req`: a Host match first, else the longest matching path prefix.
@@ -134,22 +165,27 @@ impl Egress {
                 .map(|(_, u)| u)
         })
     }
+}
 
-    /// Splits `req` into what each attempt replays, buffering a small body.
-    async fn template(&self, req: Request<Incoming>) -> Result<Template, BoxError> {
-        let (parts, body) = req.into_parts();
-        let mut headers = parts.headers;
-        http::strip_hop_by_hop(&mut headers);
-        http::strip_internal(&mut headers, &[]);
-        let small = body.size_hint().upper().is_some_and(|n| n <= self.max_replay_body as u64);
-        let body = if small {
-            Replay::Buffered(Limited::new(body, self.max_replay_body).collect().await?.to_bytes())
-        } else {
-            Replay::Once(Some(body))
-        };
-        let path = parts.uri.path_and_query().map_or("/", |pq| pq.as_str()).to_string();
-        Ok(Template { method: parts.method, path, version: parts.version, headers, body })
+/// Splits `req` into what each attempt replays, buffering a body up to `max_replay_body`.
+async fn template(req: Request<Incoming>, max_replay_body: usize) -> Result<Template, BoxError> {
+    let (parts, body) = req.into_parts();
+    let mut headers = parts.headers;
+    // `te: trailers` is the one hop-by-hop header HTTP/2 keeps: gRPC servers expect it.
+    let te_trailers = headers.get(hyper::header::TE).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"));
+    http::strip_hop_by_hop(&mut headers);
+    http::strip_internal(&mut headers, &[]);
+    if te_trailers {
+        headers.insert(hyper::header::TE, HeaderValue::from_static("trailers"));
     }
+    let small = body.size_hint().upper().is_some_and(|n| n <= max_replay_body as u64);
+    let body = if small {
+        Replay::Buffered(Limited::new(body, max_replay_body).collect().await?.to_bytes())
+    } else {
+        Replay::Once(Some(body))
+    };
+    let path = parts.uri.path_and_query().map_or("/", |pq| pq.as_str()).to_string();
+    Ok(Template { method: parts.method, path, headers, body })
 }
 
 impl Upstream {
@@ -163,6 +199,8 @@ impl Upstream {
             .collect();
         let rng = Pcg64Mcg::seed_from_u64(seed ^ u64::from(std::process::id()));
         Upstream {
+            name: name.to_string(),
+            config: config.clone(),
             route: config.route.clone(),
             endpoints: config.endpoints.clone(),
             labels,
@@ -332,7 +370,10 @@ impl<'a> Driver<'a> {
                 return;
             }
         };
-        let client = self.egress.client.clone();
+        let client = match self.upstream.config.protocol {
+            config::Protocol::Http1 => self.egress.http1.clone(),
+            config::Protocol::H2c => self.egress.h2c.clone(),
+        };
         let handle = self.attempts.spawn(async move {
             let result = client.request(request).await;
             AttemptEnd { attempt, endpoint, sent: now, result }
@@ -344,7 +385,11 @@ impl<'a> Driver<'a> {
     fn request(&self, addr: SocketAddr, body: Body, remaining: Option<Duration>) -> Result<Request<Body>, BoxError> {
         let t = &self.template;
         let uri: Uri = format!("http://{addr}{}", t.path).parse()?;
-        let mut request = Request::builder().method(t.method.clone()).uri(uri).version(t.version).body(body)?;
+        let version = match self.upstream.config.protocol {
+            config::Protocol::Http1 => Version::HTTP_11,
+            config::Protocol::H2c => Version::HTTP_2,
+        };
+        let mut request = Request::builder().method(t.method.clone()).uri(uri).version(version).body(body)?;
         *request.headers_mut() = t.headers.clone();
         if let Some(r) = remaining {
             let ms = r.as_millis().to_string();

@@ -16,7 +16,7 @@ use crate::metrics::Metrics;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::HeaderValue;
-use hyper::{Request, Response, StatusCode, Uri};
+use hyper::{Request, Response, StatusCode, Uri, Version};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use rand::SeedableRng;
@@ -32,6 +32,7 @@ use tailguard_policy::Time;
 pub struct Ingress {
     app: SocketAddr,
     client: Client<HttpConnector, Body>,
+    version: Version,
     state: Arc<Mutex<State>>,
     workers: Option<u32>,
     epoch: Instant,
@@ -55,7 +56,13 @@ impl Ingress {
         };
         Ingress {
             app: config.app,
-            client: Client::builder(TokioExecutor::new()).build_http(),
+            client: Client::builder(TokioExecutor::new())
+                .http2_only(config.protocol == config::Protocol::H2c)
+                .build_http(),
+            version: match config.protocol {
+                config::Protocol::Http1 => Version::HTTP_11,
+                config::Protocol::H2c => Version::HTTP_2,
+            },
             state: Arc::new(Mutex::new(state)),
             workers: config.workers,
             epoch,
@@ -139,7 +146,13 @@ impl Ingress {
         let (mut parts, body) = req.into_parts();
         let path = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
         parts.uri = format!("http://{}{path}", self.app).parse::<Uri>()?;
+        parts.version = self.version;
+        let te_trailers =
+            parts.headers.get(hyper::header::TE).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"));
         http::strip_hop_by_hop(&mut parts.headers);
+        if te_trailers {
+            parts.headers.insert(hyper::header::TE, HeaderValue::from_static("trailers"));
+        }
         http::strip_internal(&mut parts.headers, &[DEADLINE_MS]);
         Ok(Request::from_parts(parts, body.map_err(BoxError::from).boxed()))
     }

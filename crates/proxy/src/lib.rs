@@ -6,7 +6,8 @@
 //! application, and the admin listener serves health, metrics and the configuration.
 //!
 //! Modules, one concept each: [`config`] (the file), `egress`, `ingress`, `admin`, [`metrics`],
-//! `http` (bodies and header helpers) and `server` (accept loops with graceful shutdown).
+//! `http` (bodies and header helpers), `server` (HTTP/1.1 + h2c accept loops with limits and
+//! graceful shutdown) and `reload` (watching the file and swapping the egress's upstreams).
 
 mod admin;
 pub mod config;
@@ -14,6 +15,7 @@ mod egress;
 mod http;
 mod ingress;
 pub mod metrics;
+mod reload;
 mod server;
 
 pub use config::Config;
@@ -21,7 +23,7 @@ pub use config::Config;
 use metrics::Metrics;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -51,15 +53,19 @@ impl Proxy {
         let (stop, stopped) = watch::channel(false);
         let mut servers = JoinSet::new();
         let mut proxy = Proxy { egress: None, ingress: None, admin: None, stop, servers: JoinSet::new() };
+        let limits = config.limits.clone();
+        let source = Arc::new(RwLock::new(config.source.clone()));
+        let mut reloadable = None;
         if let Some(c) = &config.egress {
             let listener = TcpListener::bind(c.listen).await?;
             proxy.egress = Some(listener.local_addr()?);
             let egress = Arc::new(egress::Egress::new(c, epoch, metrics.clone()));
+            reloadable = Some(egress.clone());
             let handler = move |req| {
                 let egress = egress.clone();
                 async move { egress.handle(req).await }
             };
-            servers.spawn(server::serve(listener, handler, stopped.clone(), grace));
+            servers.spawn(server::serve(listener, handler, limits.clone(), stopped.clone(), grace));
         }
         if let Some(c) = &config.ingress {
             let listener = TcpListener::bind(c.listen).await?;
@@ -69,17 +75,21 @@ impl Proxy {
                 let ingress = ingress.clone();
                 async move { ingress.handle(req).await }
             };
-            servers.spawn(server::serve(listener, handler, stopped.clone(), grace));
+            servers.spawn(server::serve(listener, handler, limits.clone(), stopped.clone(), grace));
         }
         if let Some(c) = &config.admin {
             let listener = TcpListener::bind(c.listen).await?;
             proxy.admin = Some(listener.local_addr()?);
-            let admin = Arc::new(admin::Admin::new(config.source.clone(), metrics.clone()));
+            let admin = Arc::new(admin::Admin::new(source.clone(), metrics.clone()));
             let handler = move |req| {
                 let admin = admin.clone();
                 async move { admin.handle(req) }
             };
-            servers.spawn(server::serve(listener, handler, stopped.clone(), grace));
+            servers.spawn(server::serve(listener, handler, limits.clone(), stopped.clone(), grace));
+        }
+        if let Some(path) = config.path.clone() {
+            let watch = reload::Watch { path, current: config, egress: reloadable, source };
+            servers.spawn(watch.run(reload::POLL, stopped.clone()));
         }
         proxy.servers = servers;
         Ok(proxy)

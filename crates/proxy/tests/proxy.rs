@@ -346,3 +346,222 @@ async fn fetch(addr: SocketAddr, path: &str) -> String {
 async fn admin_metrics(proxy: &Proxy) -> String {
     fetch(proxy.admin.unwrap(), "/metrics").await
 }
+
+/// A proxy from the whole file `text`.
+async fn proxy_of(text: &str) -> Proxy {
+    Proxy::start(Config::parse(text, Path::new("test.yaml")).unwrap()).await.unwrap()
+}
+
+fn egress_with_limits(backend: &Backend, limits: &str) -> String {
+    format!(
+        "egress:\n  listen: 127.0.0.1:0\n  upstreams:\n    svc:\n      endpoints: [{}]\n      match: {{host: svc}}\nlimits: {limits}\nshutdown_grace: 1s\n",
+        backend.addr
+    )
+}
+
+#[tokio::test]
+async fn a_slowloris_client_is_cut_by_the_header_read_timeout() {
+    let backend = Backend::start("a", Mode::Ok(Duration::ZERO)).await;
+    let proxy = proxy_of(&egress_with_limits(&backend, "{header_read_timeout: 500ms}")).await;
+    let stream = TcpStream::connect(proxy.egress.unwrap()).await.unwrap();
+    let (mut reader, mut writer) = stream.into_split();
+    let started = Instant::now();
+    // One byte every 200 ms, forever: the head never completes.
+    let slow = tokio::spawn(async move {
+        for byte in b"GET /x HTTP/1.1\r\nHost: svc\r\nX-Slow: ".iter().chain(std::iter::repeat(&b'a')) {
+            if writer.write_all(&[*byte]).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    let mut reply = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(4), reader.read_to_end(&mut reply)).await;
+    assert!(closed.is_ok(), "the connection is still open after 4 s");
+    assert!(started.elapsed() >= Duration::from_millis(400), "closed too early: {:?}", started.elapsed());
+    slow.abort();
+    // The proxy serves on.
+    let (status, _, _) = get(&client(), proxy.egress.unwrap(), "svc", &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_oversized_head_gets_431() {
+    let backend = Backend::start("a", Mode::Ok(Duration::ZERO)).await;
+    let proxy = proxy_of(&egress_with_limits(&backend, "{max_header_bytes: 8192}")).await;
+    let mut stream = TcpStream::connect(proxy.egress.unwrap()).await.unwrap();
+    let big = "b".repeat(20_000);
+    let request = format!("GET /x HTTP/1.1\r\nHost: svc\r\nX-Big: {big}\r\n\r\n");
+    let _ = stream.write_all(request.as_bytes()).await;
+    let mut reply = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(3), stream.read_to_end(&mut reply)).await;
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 431"), "{reply:?}");
+    // A head within the limit passes.
+    let (status, _, _) = get(&client(), proxy.egress.unwrap(), "svc", &[("x-small", &"s".repeat(4000))]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(Config::parse(
+        "ingress: {listen: 127.0.0.1:0, app: 127.0.0.1:1}\nlimits: {max_header_bytes: 100}",
+        Path::new("p.yaml")
+    )
+    .unwrap_err()
+    .to_string()
+    .contains("limits.max_header_bytes"));
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn connections_beyond_the_limit_wait_for_a_slot() {
+    let backend = Backend::start("a", Mode::Ok(Duration::ZERO)).await;
+    let proxy = proxy_of(&egress_with_limits(&backend, "{max_connections: 1}")).await;
+    let addr = proxy.egress.unwrap();
+    let holder = TcpStream::connect(addr).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let waiting = tokio::spawn(async move { get(&client(), addr, "svc", &[]).await.0 });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiting.is_finished(), "a second connection was served beyond max_connections: 1");
+    drop(holder);
+    let status = tokio::time::timeout(Duration::from_secs(5), waiting).await.expect("served once the slot frees");
+    assert_eq!(status.unwrap(), StatusCode::OK);
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_idle_keep_alive_connection_is_closed() {
+    let backend = Backend::start("a", Mode::Ok(Duration::ZERO)).await;
+    let proxy = proxy_of(&egress_with_limits(&backend, "{idle_timeout: 300ms}")).await;
+    let mut stream = TcpStream::connect(proxy.egress.unwrap()).await.unwrap();
+    stream.write_all(b"GET /x HTTP/1.1\r\nHost: svc\r\n\r\n").await.unwrap();
+    let started = Instant::now();
+    let mut reply = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(4), stream.read_to_end(&mut reply)).await;
+    assert!(closed.is_ok(), "the idle connection is still open after 4 s");
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 200"), "the request was answered before the close: {reply:?}");
+    assert!(started.elapsed() >= Duration::from_millis(250), "{:?}", started.elapsed());
+    proxy.shutdown().await;
+}
+
+/// An h2c backend answering `name` with a `grpc-status: 0` trailer and the request's version in
+/// `x-version`.
+async fn h2c_backend(name: &'static str) -> (SocketAddr, JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        let mut conns = JoinSet::new();
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            let service = service_fn(move |req: Request<Incoming>| async move {
+                let version = format!("{:?}", req.version());
+                let te = req.headers().get("te").map_or("", |v| v.to_str().unwrap_or("")).to_string();
+                let body = Full::new(Bytes::from(name)).with_trailers(async {
+                    let mut trailers = hyper::HeaderMap::new();
+                    trailers.insert("grpc-status", "0".parse().unwrap());
+                    Some(Ok(trailers))
+                });
+                let response = Response::builder().header("x-version", version).header("x-te", te).body(body).unwrap();
+                Ok::<_, Infallible>(response)
+            });
+            conns.spawn(async move {
+                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (addr, task)
+}
+
+#[tokio::test]
+async fn h2c_end_to_end_keeps_trailers() {
+    let (backend, task) = h2c_backend("grpc").await;
+    let text = format!(
+        "egress:\n  listen: 127.0.0.1:0\n  upstreams:\n    svc:\n      endpoints: [{backend}]\n      match: {{path_prefix: /}}\n      protocol: h2c\n"
+    );
+    let proxy = proxy_of(&text).await;
+    let h2: Client<HttpConnector, Empty<Bytes>> = Client::builder(TokioExecutor::new()).http2_only(true).build_http();
+    let req = Request::post(format!("http://{}/pkg.Svc/Method", proxy.egress.unwrap()))
+        .header("te", "trailers")
+        .body(Empty::new())
+        .unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(5), h2.request(req)).await.unwrap().unwrap();
+    assert_eq!(response.version(), hyper::Version::HTTP_2);
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["x-version"], "HTTP/2.0");
+    assert_eq!(response.headers()["x-te"], "trailers");
+    let collected =
+        tokio::time::timeout(Duration::from_secs(5), response.into_body().collect()).await.unwrap().unwrap();
+    let trailers = collected.trailers().cloned().expect("the backend's trailers reach the client");
+    assert_eq!(trailers["grpc-status"], "0");
+    assert_eq!(collected.to_bytes(), "grpc");
+    // An HTTP/1.1 client reaches the same h2c upstream.
+    let (status, headers, body) = get(&client(), proxy.egress.unwrap(), "svc", &[]).await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "grpc"));
+    assert_eq!(headers["x-version"], "HTTP/2.0");
+    proxy.shutdown().await;
+    task.abort();
+}
+
+#[tokio::test]
+async fn a_changed_config_moves_new_requests_and_keeps_those_in_flight() {
+    let a = Backend::start("a", Mode::Ok(Duration::from_millis(1500))).await;
+    let b = Backend::start("b", Mode::Ok(Duration::ZERO)).await;
+    let path = std::env::temp_dir().join(format!("tailguard-reload-{}.yaml", std::process::id()));
+    let file = |backend: &Backend, version: u32| {
+        format!(
+            "# version {version}\negress:\n  listen: 127.0.0.1:0\n  upstreams:\n    svc:\n      endpoints: [{}]\n      match: {{host: svc}}\nadmin: {{listen: 127.0.0.1:0}}\nshutdown_grace: 1s\n",
+            backend.addr
+        )
+    };
+    std::fs::write(&path, file(&a, 1)).unwrap();
+    let proxy = Proxy::start(Config::load(&path).unwrap()).await.unwrap();
+    let addr = proxy.egress.unwrap();
+    let in_flight = tokio::spawn(async move { get(&client(), addr, "svc", &[]).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    std::fs::write(&path, file(&b, 22)).unwrap();
+    let started = Instant::now();
+    loop {
+        let (status, _, body) = get(&client(), addr, "svc", &[]).await;
+        assert_eq!(status, StatusCode::OK);
+        if body == "b" {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(6), "requests still reach a after 6 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (status, _, body) = in_flight.await.unwrap();
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "a"), "the request in flight across the swap completes");
+    assert!(fetch(proxy.admin.unwrap(), "/config").await.contains("# version 22"));
+    // An invalid file is ignored.
+    std::fs::write(&path, "egress: {listen: 127.0.0.1:0, upstreams: {svc: {endpoints: [], match: {host: svc}}}}\n")
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let (status, _, body) = get(&client(), addr, "svc", &[]).await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "b"));
+    let _ = std::fs::remove_file(&path);
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_ingress_carries_h2c_and_trailers_to_an_h2c_app() {
+    let (app, task) = h2c_backend("app").await;
+    let proxy = proxy_of(&format!("ingress: {{listen: 127.0.0.1:0, app: {app}, protocol: h2c}}\n")).await;
+    let h2: Client<HttpConnector, Empty<Bytes>> = Client::builder(TokioExecutor::new()).http2_only(true).build_http();
+    let req = Request::get(format!("http://{}/x", proxy.ingress.unwrap())).body(Empty::new()).unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(5), h2.request(req)).await.unwrap().unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["x-tailguard-chip"], "1");
+    let collected =
+        tokio::time::timeout(Duration::from_secs(5), response.into_body().collect()).await.unwrap().unwrap();
+    assert_eq!(collected.trailers().expect("trailers")["grpc-status"], "0");
+    proxy.shutdown().await;
+    task.abort();
+    // An h2c caller reaches an HTTP/1.1 application too.
+    let app = Backend::start("app1", Mode::Ok(Duration::ZERO)).await;
+    let proxy = sidecar(&app, "{kind: none}").await;
+    let req = Request::get(format!("http://{}/x", proxy.ingress.unwrap())).body(Empty::new()).unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(5), h2.request(req)).await.unwrap().unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    proxy.shutdown().await;
+}
