@@ -1,0 +1,90 @@
+# Shared helpers for the bench scripts (sourced, not run). Everything listens on 127.0.0.1 only.
+# Every process started through `start` is recorded and stopped by its PID on EXIT.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+TG=$ROOT/target/release/tailguard
+BIN=${BENCH_BIN:-$ROOT/target/bench-bin}   # where vegeta is installed
+WORK=$(mktemp -d /tmp/tailguard-bench.XXXXXX)
+PIDS=()
+cleanup() {
+  local p
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# start NAME CMD...: run CMD in the background, log to $WORK/NAME.log; sets LAST_PID
+start() {
+  local name=$1; shift
+  "$@" >"$WORK/$name.log" 2>&1 &
+  LAST_PID=$!
+  PIDS+=("$LAST_PID")
+}
+
+# wait_port PORT: until something accepts on 127.0.0.1:PORT (at most 10 s)
+wait_port() {
+  local i
+  for i in $(seq 1 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "nothing listening on 127.0.0.1:$1 after 10 s" >&2; return 1
+}
+
+# builds target/release/tailguard (3 tries a minute apart, the tree may be mid-edit);
+# BENCH_NO_BUILD=1 uses the binary as it is
+build_tailguard() {
+  local i
+  if [ "${BENCH_NO_BUILD:-0}" = 1 ] && [ -x "$TG" ]; then return 0; fi
+  for i in 1 2 3; do
+    cargo build --release --locked --quiet 2>"$WORK/build.log" && return 0
+    echo "cargo build failed (try $i of 3), see below; retrying in 60 s" >&2; tail -5 "$WORK/build.log" >&2
+    [ "$i" -lt 3 ] && sleep 60
+  done
+  exit 1
+}
+
+install_debian_peers() {   # haproxy and nginx from Debian
+  if [ ! -x /usr/sbin/haproxy ] || [ ! -x /usr/sbin/nginx ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy nginx >/dev/null
+  fi
+}
+
+install_vegeta() {
+  if [ ! -x "$BIN/vegeta" ]; then
+    mkdir -p "$BIN"
+    (cd /tmp && GOBIN=$BIN go install github.com/tsenart/vegeta/v12@latest) >/dev/null 2>&1 ||
+      { echo "vegeta install failed" >&2; exit 1; }
+  fi
+  VEGETA=$BIN/vegeta
+}
+
+# nginx_static PORT: a single-process nginx serving a 3-byte file (master_process off = the one
+# process that does the work is the PID we hold)
+nginx_static() {
+  local port=$1 dir=$WORK/nginx-$1
+  mkdir -p "$dir/www" && printf 'ok\n' >"$dir/www/index.html"
+  cat >"$dir/nginx.conf" <<CONF
+daemon off; master_process off; worker_processes 1;
+pid $dir/nginx.pid; error_log $dir/error.log warn;
+events { worker_connections 8192; }
+http {
+  access_log off; keepalive_requests 1000000; keepalive_timeout 60s;
+  server { listen 127.0.0.1:$port; root $dir/www; location / { } }
+}
+CONF
+  start "nginx-$port" /usr/sbin/nginx -p "$dir" -c "$dir/nginx.conf"
+  wait_port "$port"
+}
+
+# cpu_ticks PID: utime+stime in clock ticks
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+HZ=$(getconf CLK_TCK)
+
+# jget FILE EXPR: a field of a tailguard load results JSON, e.g. jget f 'r["latency_ms"]["p50"]'
+jget() { python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['runs'][0]; print($2)" "$1"; }
+median() { python3 -c 'import statistics,sys; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }

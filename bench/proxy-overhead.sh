@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Proxy overhead (issue #3): tailguard proxy vs HAProxy vs nginx, one worker each, in front of the
+# same backend (a single-process nginx serving a 3-byte file), all on 127.0.0.1, load from
+# `tailguard load`. Each measurement is the median of RUNS runs, the proxies interleaved per run.
+#   throughput : closed loop, 64 clients, DUR (5 s; after a 1 s warm-up run)
+#   CPU/request: the proxy's utime+stime (/proc/PID/stat) over that run / its requests
+#   added p50  : open loop 1,000 req/s for DUR: p50 through the proxy − p50 direct to the backend
+#   RSS        : VmRSS (/proc/PID/status) while 1,000 closed-loop clients (think 1 s) hold connections
+# Targets: throughput >= 0.9 x HAProxy, CPU/req <= HAProxy, added p50 <= 0.2 ms, RSS < 30 MB.
+# Env: RUNS (3), DUR (5s).
+source "$(dirname "$0")/lib.sh"
+RUNS=${RUNS:-3}; DUR=${DUR:-5s}
+build_tailguard; install_debian_peers
+
+BACKEND=18080; P_TG=18081; P_HA=18082; P_NX=18083; ADMIN=18091
+nginx_static $BACKEND; PID_BACKEND=$LAST_PID
+
+cat >"$WORK/tg.yaml" <<CONF
+egress:
+  listen: 127.0.0.1:$P_TG
+  upstreams:
+    backend:
+      endpoints: [127.0.0.1:$BACKEND]
+      match: {path_prefix: /}
+      policy:
+        balancer: {kind: round-robin}
+        retry: {max_attempts: 1}
+admin:
+  listen: 127.0.0.1:$ADMIN
+CONF
+start tg env TOKIO_WORKER_THREADS=1 "$TG" proxy --config "$WORK/tg.yaml"; PID_TG=$LAST_PID
+
+cat >"$WORK/haproxy.cfg" <<CONF
+global
+  nbthread 1
+  maxconn 4000
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+  http-reuse always
+frontend fe
+  bind 127.0.0.1:$P_HA
+  default_backend be
+backend be
+  server s1 127.0.0.1:$BACKEND
+CONF
+start haproxy /usr/sbin/haproxy -db -f "$WORK/haproxy.cfg"; PID_HA=$LAST_PID
+
+mkdir -p "$WORK/nxp"
+cat >"$WORK/nxp/nginx.conf" <<CONF
+daemon off; master_process off; worker_processes 1;
+pid $WORK/nxp/nginx.pid; error_log $WORK/nxp/error.log warn;
+events { worker_connections 8192; }
+http {
+  access_log off; keepalive_requests 1000000; keepalive_timeout 60s;
+  upstream be { server 127.0.0.1:$BACKEND; keepalive 64; }
+  server {
+    listen 127.0.0.1:$P_NX;
+    location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; }
+  }
+}
+CONF
+start nginx-proxy /usr/sbin/nginx -p "$WORK/nxp" -c "$WORK/nxp/nginx.conf"; PID_NX=$LAST_PID
+for p in $P_TG $P_HA $P_NX; do wait_port $p; done
+
+declare -A PORT=([tailguard]=$P_TG [haproxy]=$P_HA [nginx]=$P_NX)
+declare -A PID=([tailguard]=$PID_TG [haproxy]=$PID_HA [nginx]=$PID_NX)
+NAMES=(tailguard haproxy nginx)
+declare -A THR CPU P50 RSS
+P50_DIRECT=()
+
+# the summaries go to the JSON files; errors are shown
+load() { "$TG" load "$@" >/dev/null 2>"$WORK/load.err" || { cat "$WORK/load.err" >&2; return 1; }; }
+
+for run in $(seq 1 "$RUNS"); do
+  echo "run $run/$RUNS ..." >&2
+  load http://127.0.0.1:$BACKEND/ --rate 1000 --duration "$DUR" --warmup 1s --json "$WORK/d.json"
+  P50_DIRECT+=("$(jget "$WORK/d.json" 'r["latency_ms"]["p50"]')")
+  for n in "${NAMES[@]}"; do
+    url=http://127.0.0.1:${PORT[$n]}/
+    load "$url" --clients 64 --duration 1s                      # warm-up
+    c0=$(cpu_ticks "${PID[$n]}")
+    load "$url" --clients 64 --duration "$DUR" --json "$WORK/t.json"
+    c1=$(cpu_ticks "${PID[$n]}")
+    req=$(jget "$WORK/t.json" 'r["requests"]'); ok=$(jget "$WORK/t.json" 'r["succeeded"]')
+    [ "$ok" = "$req" ] || echo "warning: $n: $((req - ok)) of $req failed in the throughput run" >&2
+    THR[$n]+="$(jget "$WORK/t.json" 'r["throughput_rps"]') "
+    CPU[$n]+="$(python3 -c "print(($c1 - $c0) / $HZ / $req * 1e6)") "     # µs per request
+    load "$url" --rate 1000 --duration "$DUR" --warmup 1s --json "$WORK/p.json"
+    P50[$n]+="$(jget "$WORK/p.json" 'r["latency_ms"]["p50"]') "
+    # 1,000 connections held open: 1,000 clients, each one request a second for 8 s; RSS and the
+    # open connections sampled once a second from the 3rd to the 7th second, the highest kept
+    "$TG" load "$url" --clients 1000 --think 1s --duration 8s >/dev/null 2>&1 &
+    lp=$!; PIDS+=("$lp")
+    sleep 2; conns=0; rss=0
+    for _ in 1 2 3 4 5; do
+      sleep 1
+      c=$(ss -Htn state established "( sport = :${PORT[$n]} )" | wc -l); [ "$c" -gt "$conns" ] && conns=$c
+      k=$(rss_kb "${PID[$n]}"); [ "$k" -gt "$rss" ] && rss=$k
+    done
+    RSS[$n]+="$rss "
+    wait "$lp" || true
+    [ "$conns" -ge 1000 ] || echo "warning: $n: only $conns connections open when RSS was read" >&2
+  done
+done
+
+pd=$(median "${P50_DIRECT[@]}")
+echo
+echo "proxy overhead: backend nginx (1 process) on 127.0.0.1; medians of $RUNS runs; $(nproc) cores shared by load, proxy and backend"
+printf '%-10s %14s %12s %12s %14s %10s\n' proxy "throughput/s" "CPU µs/req" "p50 ms@1k" "added p50 ms" "RSS MB@1k"
+declare -A M_THR M_CPU M_ADD M_RSS
+for n in "${NAMES[@]}"; do
+  M_THR[$n]=$(median ${THR[$n]}); M_CPU[$n]=$(median ${CPU[$n]})
+  p=$(median ${P50[$n]}); M_ADD[$n]=$(python3 -c "print(round($p - $pd, 3))")
+  M_RSS[$n]=$(python3 -c "print(round($(median ${RSS[$n]}) / 1024, 1))")
+  printf '%-10s %14.0f %12.2f %12.3f %14.3f %10.1f\n' "$n" "${M_THR[$n]}" "${M_CPU[$n]}" "$p" "${M_ADD[$n]}" "${M_RSS[$n]}"
+done
+printf '%-10s %14s %12s %12.3f\n' direct - - "$pd"
+echo
+for peer in haproxy nginx; do
+  python3 -c "print(f'tailguard/$peer: throughput {${M_THR[tailguard]}/${M_THR[$peer]}:.2f}x, CPU/request {${M_CPU[tailguard]}/${M_CPU[$peer]}:.2f}x, RSS {${M_RSS[tailguard]}/${M_RSS[$peer]}:.2f}x')"
+done
+python3 - <<PY
+thr = ${M_THR[tailguard]} / ${M_THR[haproxy]}
+cpu = ${M_CPU[tailguard]} / ${M_CPU[haproxy]}
+add = ${M_ADD[tailguard]}
+rss = ${M_RSS[tailguard]}
+def v(ok): return "met" if ok else "MISSED"
+print()
+print(f"target throughput >= 0.9 x HAProxy: {thr:.2f}x  {v(thr >= 0.9)}")
+print(f"target CPU/request <= HAProxy's:    {cpu:.2f}x  {v(cpu <= 1.0)}")
+print(f"target added p50 <= 0.2 ms:         {add:.3f} ms  {v(add <= 0.2)}")
+print(f"target RSS < 30 MB at 1k conns:     {rss:.1f} MB  {v(rss < 30)}")
+PY
