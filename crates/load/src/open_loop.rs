@@ -13,6 +13,23 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio::time::{sleep_until, Instant};
 
+/// tokio's timer wakes up to a millisecond late, and every request is charged from its intended
+/// start, so sleeping right up to it would add that lateness to every latency. Sleep until this
+/// much before, then yield until the instant itself.
+const TIMER_SLACK: Duration = Duration::from_millis(2);
+
+/// Waits until `due`, precisely: a timer sleep for the bulk, then yields for the last stretch
+/// (bounded by `TIMER_SLACK`, and other tasks run meanwhile).
+async fn wait_until(due: Instant) {
+    let now = Instant::now();
+    if now + TIMER_SLACK < due {
+        sleep_until(due - TIMER_SLACK).await;
+    }
+    while Instant::now() < due {
+        tokio::task::yield_now().await;
+    }
+}
+
 /// Runs the schedule to the end of `window`; returns the offset at which sending ended.
 pub(crate) async fn drive(ctx: Arc<Context>, mut schedule: Schedule, window: Window, max_in_flight: usize) -> Duration {
     let permits = Arc::new(Semaphore::new(max_in_flight));
@@ -24,10 +41,7 @@ pub(crate) async fn drive(ctx: Arc<Context>, mut schedule: Schedule, window: Win
         }
         schedule.advance();
         measured += u64::from(window.is_measured(offset));
-        let due = ctx.start + offset;
-        if Instant::now() < due {
-            sleep_until(due).await;
-        }
+        wait_until(ctx.start + offset).await;
         let permit = Arc::clone(&permits).acquire_owned().await.expect("the semaphore is never closed");
         let ctx = Arc::clone(&ctx);
         tokio::spawn(async move {
