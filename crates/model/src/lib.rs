@@ -16,6 +16,8 @@
 //!   order.
 //! - [`build::client_policy`]`(config, endpoints)` and [`build::admission`]`(config)` build the
 //!   policy core's objects; config left out takes each policy's defaults.
+//! - [`replica::ReplicaModel`]: what one replica does to the requests it receives (faults, work
+//!   time), shared by the simulator and `tailguard serve`.
 //! - [`Dur`]: a `Duration` written with a unit (`250ms`, `1.5s`); a bare number is an error.
 //! - [`ModelError`]: `FILE: PATH: what was wrong, what was expected`.
 
@@ -26,6 +28,7 @@ pub mod error;
 pub mod experiment;
 pub mod latency;
 pub mod overrides;
+pub mod replica;
 pub mod schema;
 pub mod validate;
 

@@ -4,12 +4,13 @@
 use crate::metrics::Metrics;
 use crate::queue::EventQueue;
 use crate::results::RunResult;
-use crate::service::{EdgePolicy, Fate, Job, ServiceModel};
+use crate::service::{EdgePolicy, Job, ServiceModel};
 use crate::slab::{Key, Slab};
 use crate::SimError;
 use rand::{Rng as _, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use std::time::Duration;
+use tailguard_model::replica::Fate;
 use tailguard_model::schema::{Arrival, Fanout};
 use tailguard_model::{build, Run};
 use tailguard_policy::call::{Action, Call, Ctx};
@@ -93,12 +94,11 @@ impl World {
         let names: Vec<&String> = run.services.keys().collect();
         let index = |name: &str| names.iter().position(|n| *n == name).expect("validated reference") as u16;
         let w = &run.workload;
-        let horizon = w.duration.map(|d| w.warmup.get() + d.get());
+        let horizon = run.horizon();
         let mut policies = Vec::new();
         let mut services = Vec::new();
         for (i, svc) in run.services.values().enumerate() {
-            let stream = seed ^ (0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i as u64 + 1));
-            services.push(ServiceModel::build(run, svc, stream, horizon, &index, &mut policies)?);
+            services.push(ServiceModel::build(run, svc, seed, i, &index, &mut policies)?);
         }
         for s in 0..services.len() {
             for e in 0..services[s].edge_callee.len() {
@@ -336,7 +336,7 @@ impl World {
             let event = Event::AttemptEnds { call, attempt, sent, timeout, outcome, chip: false };
             world.events.push(now + world.delay, event);
         };
-        if self.services[s].is_down(r, now) {
+        if self.services[s].replicas[r].model.is_down(now) {
             return refuse(self, Outcome::Unavailable);
         }
         let workers = self.services[s].workers;
@@ -345,17 +345,15 @@ impl World {
             return refuse(self, Outcome::Rejected);
         }
         rep.held += 1;
-        rep.received += 1;
-        let nth = rep.received;
-        let fate = self.services[s].fate(r);
+        let arrival = rep.model.arrive();
         let job = Job {
             service,
             replica,
             reply: (call, attempt),
             sent,
             timeout,
-            fate,
-            nth,
+            fate: arrival.fate,
+            nth: arrival.ordinal,
             next_call: 0,
             outstanding: 0,
             failed: false,
@@ -376,7 +374,7 @@ impl World {
         let nth = self.jobs.get_mut(key).expect("a job starting work exists").nth;
         let svc = &mut self.services[s];
         svc.replicas[r].busy += 1;
-        let time = svc.service_time(r, self.now, nth);
+        let time = svc.replicas[r].model.work_time(nth, self.now);
         self.events.push(self.now + time, Event::WorkDone { job: key });
     }
 
@@ -442,7 +440,7 @@ impl World {
         let (s, r) = (job.service as usize, job.replica as usize);
         let queued = self.release(s, r);
         let replica = &mut self.services[s].replicas[r];
-        let chip = replica.admission.grant_chip(self.now, queued, &mut replica.rng);
+        let chip = replica.admission.grant_chip(self.now, queued, replica.model.rng());
         let (call, attempt) = job.reply;
         let event = Event::AttemptEnds { call, attempt, sent: job.sent, timeout: job.timeout, outcome, chip };
         self.events.push(self.now + self.delay, event);

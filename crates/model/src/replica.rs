@@ -1,0 +1,164 @@
+//! What one replica of a service does to the requests it receives: which meet a fault, and how
+//! long each one's local work takes. The simulator and `tailguard serve` both use it, so a
+//! service behaves the same in virtual time and on a real socket.
+//!
+//! Random draws come from one stream per replica (common random numbers: the n-th request a
+//! replica receives meets the same luck whatever the callers' policies did), seeded from the run's
+//! seed and the service's and replica's indexes. Draws happen in a fixed order: one per `error`
+//! and `lost` fault on arrival; the service time, then one per `fraction` slow fault, when the work
+//! starts; chips (by the caller of [`ReplicaModel::rng`]) when the answer leaves.
+
+use crate::schema::{Fault, Service};
+use crate::{LatencyCurve, ModelError, Sampler};
+use rand::{Rng as _, SeedableRng};
+use rand_pcg::Pcg64Mcg;
+use std::path::Path;
+use std::time::Duration;
+
+/// The longest local work a request is given: a heavy-tailed draw is capped here.
+pub const MAX_WORK: Duration = Duration::from_secs(24 * 3600);
+
+/// What happens to a request after its local work, decided as it arrives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fate {
+    /// It makes its calls and answers.
+    Normal,
+    /// It answers 500 without making its calls (an `error` fault).
+    Error,
+    /// It is never answered (a `lost` fault).
+    Lost,
+}
+
+/// A request as it arrives: its place among the requests the replica received, and its fate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Arrival {
+    /// 1 for the first request received, 2 for the second, …
+    pub ordinal: u64,
+    /// What happens after its local work.
+    pub fate: Fate,
+}
+
+/// Service times, latency model and faults of one replica, with its own random stream.
+#[derive(Debug)]
+pub struct ReplicaModel {
+    replica: u32,
+    sampler: Sampler,
+    curve: LatencyCurve,
+    faults: Vec<Fault>,
+    /// The sampler of each slow fault that replaces the service time, by fault index.
+    slow_samplers: Vec<Option<Sampler>>,
+    rng: Pcg64Mcg,
+    received: u64,
+}
+
+impl ReplicaModel {
+    /// Replica `replica` of `service`, the `service_index`-th service of its file, in a run seeded
+    /// with `seed` whose measured part ends at `horizon` (for latency-model ramps); `base_dir`
+    /// resolves empirical distributions' files.
+    pub fn new(
+        service: &Service,
+        service_index: usize,
+        replica: u32,
+        seed: u64,
+        horizon: Option<Duration>,
+        base_dir: &Path,
+    ) -> Result<ReplicaModel, ModelError> {
+        let stream = seed ^ 0x9E37_79B9_7F4A_7C15u64.wrapping_mul(service_index as u64 + 1);
+        let rng = Pcg64Mcg::seed_from_u64(stream ^ (u64::from(replica) + 1).wrapping_mul(0xD1B5_4A32_D192_ED03));
+        let slow_samplers = service
+            .faults
+            .iter()
+            .map(|f| match f {
+                Fault::Slow { service_time: Some(d), .. } => d.sampler(base_dir).map(Some),
+                _ => Ok(None),
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(ReplicaModel {
+            replica,
+            sampler: service.service_time.sampler(base_dir)?,
+            curve: service.latency_model.curve(horizon, stream)?,
+            faults: service.faults.clone(),
+            slow_samplers,
+            rng,
+            received: 0,
+        })
+    }
+
+    /// Whether the replica is down at `now` (since the run started): a `down` fault for it, or for
+    /// all replicas, covers `now`.
+    pub fn is_down(&self, now: Duration) -> bool {
+        self.faults.iter().any(|f| match f {
+            Fault::Down { replica, from, to } => {
+                replica.is_none_or(|x| x == self.replica) && from.get() <= now && now < to.get()
+            }
+            _ => false,
+        })
+    }
+
+    /// Counts a request in and draws its fate: one draw per `error` and `lost` fault, in file
+    /// order; a lost request stays lost.
+    pub fn arrive(&mut self) -> Arrival {
+        self.received += 1;
+        let mut fate = Fate::Normal;
+        for f in &self.faults {
+            match f {
+                Fault::Error { rate } if self.rng.gen::<f64>() < *rate && fate != Fate::Lost => fate = Fate::Error,
+                Fault::Lost { fraction } if self.rng.gen::<f64>() < *fraction => fate = Fate::Lost,
+                _ => {}
+            }
+        }
+        Arrival { ordinal: self.received, fate }
+    }
+
+    /// The local work of the `ordinal`-th request, starting at `now` (since the run started): a
+    /// service-time draw × the latency factor at `now`, unless a slow fault picks the request
+    /// (`every: n` picks ordinals n, 2n, …; `fraction` draws), capped at [`MAX_WORK`].
+    pub fn work_time(&mut self, ordinal: u64, now: Duration) -> Duration {
+        let rng = &mut self.rng;
+        let mut time = scale(self.sampler.sample(rng), self.curve.factor(now));
+        for (f, slow) in self.faults.iter().zip(&self.slow_samplers) {
+            if let Fault::Slow { fraction, every, factor, .. } = f {
+                let hit = match (every, fraction) {
+                    (Some(n), _) => *n > 0 && ordinal % u64::from(*n) == 0,
+                    (None, Some(p)) => rng.gen::<f64>() < *p,
+                    (None, None) => false,
+                };
+                if hit {
+                    time = match (slow, factor) {
+                        (Some(sampler), _) => sampler.sample(rng),
+                        (None, Some(k)) => scale(time, *k),
+                        (None, None) => time,
+                    };
+                }
+            }
+        }
+        time.min(MAX_WORK)
+    }
+
+    /// The replica's random stream, for the draws its driver makes (BLOC chips).
+    pub fn rng(&mut self) -> &mut Pcg64Mcg {
+        &mut self.rng
+    }
+}
+
+/// `time × factor`, never panicking: a negative factor or NaN counts as 0, an overflow as
+/// [`MAX_WORK`].
+fn scale(time: Duration, factor: f64) -> Duration {
+    let factor = if factor.is_nan() { 0.0 } else { factor.max(0.0) };
+    Duration::try_from_secs_f64(time.as_secs_f64() * factor).unwrap_or(MAX_WORK).min(MAX_WORK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scale_never_panics() {
+        let second = Duration::from_secs(1);
+        assert_eq!(scale(second, f64::NAN), Duration::ZERO);
+        assert_eq!(scale(second, -3.0), Duration::ZERO);
+        assert_eq!(scale(second, f64::INFINITY), MAX_WORK);
+        assert_eq!(scale(Duration::MAX, 1e300), MAX_WORK);
+        assert_eq!(scale(second, 2.5), Duration::from_millis(2500));
+    }
+}
