@@ -52,8 +52,6 @@ struct Routes {
 struct Upstream {
     name: String,
     config: config::Upstream,
-    route: config::Route,
-    endpoints: Vec<SocketAddr>,
     labels: UpstreamLabels,
     endpoint_labels: Vec<EndpointLabels>,
     core: Mutex<Core>,
@@ -151,13 +149,15 @@ impl Routes {
     fn route(&self, req: &Request<Incoming>) -> Option<&Arc<Upstream>> {
         let host = req.headers().get(hyper::header::HOST).and_then(|h| h.to_str().ok()).or(req.uri().host());
         let host = host.map(|h| h.rsplit_once(':').map_or(h, |(name, _)| name));
-        let by_host =
-            self.upstreams.iter().find(|u| matches!(&u.route, config::Route::Host(h) if Some(h.as_str()) == host));
+        let by_host = self
+            .upstreams
+            .iter()
+            .find(|u| matches!(&u.config.route, config::Route::Host(h) if Some(h.as_str()) == host));
         by_host.or_else(|| {
             let path = req.uri().path();
             self.upstreams
                 .iter()
-                .filter_map(|u| match &u.route {
+                .filter_map(|u| match &u.config.route {
                     config::Route::PathPrefix(p) if path.starts_with(p.as_str()) => Some((p.len(), u)),
                     _ => None,
                 })
@@ -201,8 +201,6 @@ impl Upstream {
         Upstream {
             name: name.to_string(),
             config: config.clone(),
-            route: config.route.clone(),
-            endpoints: config.endpoints.clone(),
             labels,
             endpoint_labels,
             core: Mutex::new(Core { policy, rng }),
@@ -357,7 +355,7 @@ impl<'a> Driver<'a> {
                 }
             },
         };
-        let Some(addr) = self.upstream.endpoints.get(endpoint) else {
+        let Some(addr) = self.upstream.config.endpoints.get(endpoint) else {
             self.unsendable.push(attempt);
             return;
         };
