@@ -152,6 +152,7 @@ impl LoadReport {
             imbalance: 0.0,
             duration_s: round(self.total.as_secs_f64()),
             attempts: 0,
+            ..RunResult::default()
         }
     }
 

@@ -13,7 +13,7 @@ mod service;
 mod slab;
 mod world;
 
-pub use results::{Latency, Results, RunResult};
+pub use results::{Latency, ReplicaLoad, Results, RunResult, Series, TimeoutSeries};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;

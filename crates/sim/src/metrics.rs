@@ -146,6 +146,7 @@ impl Metrics {
             imbalance: round(busiest.map_or(0.0, |s| self.imbalance(s))),
             duration_s: round(measured.as_secs_f64()),
             attempts: self.attempts,
+            ..RunResult::default()
         }
     }
 

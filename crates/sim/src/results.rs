@@ -18,7 +18,7 @@ pub struct Results {
 
 /// What one variant did under one scenario; latencies are over successful requests as the user
 /// saw them.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct RunResult {
     pub scenario: String,
     pub variant: String,
@@ -52,6 +52,45 @@ pub struct RunResult {
     pub duration_s: f64,
     /// Attempts sent between services.
     pub attempts: u64,
+    /// The latency distribution of successful requests as (latency ms, fraction at or below) points,
+    /// increasing in both; empty when not recorded. The report draws its CDFs from it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cdf: Vec<[f64; 2]>,
+    /// What changed over the run, one value per interval; absent when not recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub series: Option<Series>,
+}
+
+/// Time series of one run, sampled every `interval_s` seconds of measured time (index 0 is the
+/// first interval after the warm-up).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Series {
+    pub interval_s: f64,
+    /// Attempts started at each replica of the busiest called service, per interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica_load: Option<ReplicaLoad>,
+    /// For each call edge with a timeout policy: the timeout it set and the latency it observed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timeouts: Vec<TimeoutSeries>,
+}
+
+/// Attempts started per replica and interval: `replicas[r][i]` is replica r in interval i.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ReplicaLoad {
+    pub service: String,
+    pub replicas: Vec<Vec<u64>>,
+}
+
+/// One call edge's timeout against the latency of its attempts (adaptive-timeouts.txt Fig. 7–14),
+/// per interval; NaN-free: an interval without attempts repeats the previous value (0 before any).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct TimeoutSeries {
+    /// "caller->callee".
+    pub edge: String,
+    /// Mean timeout of the attempts sent in the interval, ms.
+    pub timeout_ms: Vec<f64>,
+    /// Mean latency of the attempts answered in the interval, ms.
+    pub latency_ms: Vec<f64>,
 }
 
 /// Latency percentiles in milliseconds.
@@ -104,6 +143,7 @@ mod tests {
             imbalance: 0.0,
             duration_s: 0.0,
             attempts: 0,
+            ..RunResult::default()
         };
         let run_json = serde_json::to_value(&run).unwrap();
         assert_eq!(keys(run_json.clone()), names(&schema["$defs"]["run"]["required"]));
