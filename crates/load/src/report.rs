@@ -120,6 +120,7 @@ impl LoadReport {
             p10: ms(self.quantile(0.10)),
             p50: ms(self.quantile(0.50)),
             p90: ms(self.quantile(0.90)),
+            p95: ms(self.quantile(0.95)),
             p99: ms(self.quantile(0.99)),
             p999: ms(self.quantile(0.999)),
             max: ms(self.max()),

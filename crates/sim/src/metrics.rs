@@ -123,6 +123,7 @@ impl Metrics {
             p10: ms(0.10),
             p50: ms(0.50),
             p90: ms(0.90),
+            p95: ms(0.95),
             p99: ms(0.99),
             p999: ms(0.999),
             max: if h.is_empty() { 0.0 } else { round(h.lowest_equivalent(h.max()) as f64 / 1000.0) },

@@ -99,6 +99,7 @@ pub struct Latency {
     pub p10: f64,
     pub p50: f64,
     pub p90: f64,
+    pub p95: f64,
     pub p99: f64,
     pub p999: f64,
     pub max: f64,
