@@ -34,6 +34,9 @@ pub struct Config {
     /// Limits on every listener's connections.
     #[serde(default)]
     pub limits: Limits,
+    /// Spans exported over OTLP/HTTP (docs/traces.md); absent, tracing costs nothing.
+    #[serde(default)]
+    pub tracing: Option<Tracing>,
     /// The file as written, served by the admin `/config` endpoint.
     #[serde(skip)]
     pub source: String,
@@ -69,6 +72,29 @@ impl Default for Limits {
             idle_timeout: Dur(Duration::from_secs(60)),
         }
     }
+}
+
+/// Where and how the proxy exports its spans (docs/traces.md).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Tracing {
+    /// The OTLP/HTTP (protobuf) URL; a URL without a path gets `/v1/traces`.
+    pub otlp_endpoint: String,
+    /// The service the spans are reported under (the local application's name).
+    #[serde(default = "default_service_name")]
+    pub service_name: String,
+    /// The fraction of new traces recorded (0 to 1); a request that arrives with a sampled
+    /// `traceparent` is always recorded, so one trace is kept or dropped whole.
+    #[serde(default = "default_sample")]
+    pub sample: f64,
+}
+
+fn default_service_name() -> String {
+    "tailguard-proxy".to_string()
+}
+
+fn default_sample() -> f64 {
+    1.0
 }
 
 /// How the egress speaks to an upstream's endpoints.
@@ -233,6 +259,15 @@ impl Config {
         if let Some(ingress) = &self.ingress {
             validate::admission(&ingress.admission).map_err(|e| e.under("ingress.admission"))?;
         }
+        if let Some(tracing) = &self.tracing {
+            crate::trace::endpoint(&tracing.otlp_endpoint).map_err(|e| ModelError::at("tracing.otlp_endpoint", e))?;
+            if !(0.0..=1.0).contains(&tracing.sample) {
+                return Err(ModelError::at("tracing.sample", "expected a fraction from 0 to 1"));
+            }
+            if tracing.service_name.is_empty() {
+                return Err(ModelError::at("tracing.service_name", "expected a non-empty name"));
+            }
+        }
         Ok(())
     }
 }
@@ -265,6 +300,15 @@ mod tests {
         assert_eq!(egress.upstreams["backend"].route, Route::Host("backend".into()));
         assert_eq!(egress.max_replay_body, DEFAULT_MAX_REPLAY_BODY);
         assert_eq!(c.ingress.unwrap().workers, Some(4));
+        assert_eq!(c.tracing, None);
+    }
+
+    #[test]
+    fn tracing_has_defaults() {
+        let c = parse("ingress: {listen: 127.0.0.1:1, app: 127.0.0.1:2}\ntracing: {otlp_endpoint: 'http://127.0.0.1:4318'}")
+            .unwrap();
+        let t = c.tracing.unwrap();
+        assert_eq!((t.service_name.as_str(), t.sample), ("tailguard-proxy", 1.0));
     }
 
     #[test]
@@ -281,6 +325,11 @@ mod tests {
             parse("egress: {listen: 127.0.0.1:1, upstreams: {a: {endpoints: [127.0.0.1:2], match: {path_prefix: x}}}}")
                 .unwrap_err();
         assert!(e.contains("egress.upstreams.a.match: expected a path_prefix starting with /"), "{e}");
+        let ingress = "ingress: {listen: 127.0.0.1:1, app: 127.0.0.1:2}\n";
+        let e = parse(&format!("{ingress}tracing: {{otlp_endpoint: 'localhost:4318'}}")).unwrap_err();
+        assert!(e.contains("tracing.otlp_endpoint") && e.contains("http://"), "{e}");
+        let e = parse(&format!("{ingress}tracing: {{otlp_endpoint: 'http://127.0.0.1:4318', sample: 2}}")).unwrap_err();
+        assert!(e.contains("tracing.sample"), "{e}");
         let e = parse("admin: {listen: 127.0.0.1:1}").unwrap_err();
         assert!(e.contains("at least one of `egress` and `ingress`"), "{e}");
     }

@@ -12,6 +12,7 @@
 use crate::config;
 use crate::http::{self, Body, BoxError, CHIP, DEADLINE_MS};
 use crate::metrics::{seconds, EndpointLabels, Metrics, UpstreamLabels};
+use crate::trace::{CallTrace, Tracing};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::{Body as _, Incoming};
@@ -40,6 +41,7 @@ pub struct Egress {
     h2c: HttpClient,
     epoch: Instant,
     metrics: Arc<Metrics>,
+    tracing: Option<Arc<Tracing>>,
 }
 
 /// The upstreams of one version of the file.
@@ -91,7 +93,13 @@ impl Egress {
         let routes = RwLock::new(Arc::new(Routes::new(config, None)));
         let http1 = Client::builder(TokioExecutor::new()).build_http();
         let h2c = Client::builder(TokioExecutor::new()).http2_only(true).build_http();
-        Egress { routes, http1, h2c, epoch, metrics }
+        Egress { routes, http1, h2c, epoch, metrics, tracing: None }
+    }
+
+    /// Makes spans per call and attempt when `tracing` is set.
+    pub fn traced(mut self, tracing: Option<Arc<Tracing>>) -> Egress {
+        self.tracing = tracing;
+        self
     }
 
     /// Swaps in the upstreams of `config` for new requests; requests in flight finish with the
@@ -115,13 +123,16 @@ impl Egress {
             Ok(ms) => ms.map(|ms| self.now().saturating_add(Duration::from_millis(ms))),
             Err(e) => return http::text(StatusCode::BAD_REQUEST, &e),
         };
+        let trace = self.tracing.as_ref().map(|t| t.call(req.headers(), &upstream.name));
         let template = match template(req, routes.max_replay_body).await {
             Ok(t) => t,
             Err(e) => return http::text(StatusCode::BAD_REQUEST, &format!("tailguard: cannot read the body: {e}")),
         };
         self.metrics.requests.get_or_create(&upstream.labels).inc();
         let started = Instant::now();
-        let response = Driver::new(self, upstream.clone(), template).run(deadline).await;
+        let mut driver = Driver::new(self, upstream.clone(), template);
+        driver.trace = trace;
+        let response = driver.run(deadline).await;
         self.metrics.request_latency.get_or_create(&upstream.labels).observe(seconds(started.elapsed()));
         response
     }
@@ -214,7 +225,7 @@ fn idempotent(method: &Method) -> bool {
 }
 
 /// The outcome of an answered attempt: 429 is a refusal, 5xx an error, anything else an answer.
-fn outcome(status: StatusCode) -> Outcome {
+pub(crate) fn outcome(status: StatusCode) -> Outcome {
     if status == StatusCode::TOO_MANY_REQUESTS {
         Outcome::Rejected
     } else if status.is_server_error() {
@@ -237,6 +248,8 @@ struct Driver<'a> {
     unsendable: Vec<u32>,
     winner: Option<Response<Incoming>>,
     last_error: Option<Response<Incoming>>,
+    /// The call's spans, when tracing.
+    trace: Option<CallTrace>,
 }
 
 impl<'a> Driver<'a> {
@@ -252,6 +265,7 @@ impl<'a> Driver<'a> {
             unsendable: Vec::new(),
             winner: None,
             last_error: None,
+            trace: None,
         }
     }
 
@@ -270,9 +284,17 @@ impl<'a> Driver<'a> {
         let mut call = self.step(|ctx| Call::start(ctx, idempotent, deadline));
         loop {
             if let Some(finish) = self.apply(&call) {
-                return self.respond(finish);
+                let trace = self.trace.take();
+                let response = self.respond(finish);
+                if let Some(trace) = trace {
+                    trace.finish(finish.outcome, finish.attempts, response.status());
+                }
+                return response;
             }
             for attempt in std::mem::take(&mut self.unsendable) {
+                if let Some(trace) = &mut self.trace {
+                    trace.on_cancel(attempt, Outcome::Cancelled);
+                }
                 // Reported as cancelled: no retry follows, and the balancer's count is released.
                 let feedback = Feedback::new(Outcome::Cancelled, Duration::ZERO);
                 self.step(|ctx| call.on_attempt_end(ctx, attempt, feedback));
@@ -302,10 +324,17 @@ impl<'a> Driver<'a> {
         for action in std::mem::take(&mut self.out) {
             match action {
                 Action::Send { attempt, endpoint, policy_timeout, .. } => {
+                    if let Some(trace) = &mut self.trace {
+                        let addr = self.upstream.config.endpoints.get(endpoint);
+                        trace.on_send(attempt, addr, policy_timeout, !self.live.is_empty());
+                    }
                     self.count_send(attempt, endpoint, policy_timeout);
                     self.send(call, attempt, endpoint);
                 }
                 Action::Cancel { attempt, endpoint, reason } => {
+                    if let Some(trace) = &mut self.trace {
+                        trace.on_cancel(attempt, reason);
+                    }
                     if let Some(handle) = self.live.remove(&attempt) {
                         handle.abort();
                     }
@@ -361,13 +390,16 @@ impl<'a> Driver<'a> {
         };
         let now = self.egress.now();
         let remaining = call.deadline().map(|d| d.saturating_sub(now));
-        let request = match self.request(*addr, body, remaining) {
+        let mut request = match self.request(*addr, body, remaining) {
             Ok(r) => r,
             Err(_) => {
                 self.unsendable.push(attempt);
                 return;
             }
         };
+        if let Some(trace) = &self.trace {
+            trace.inject(attempt, request.headers_mut());
+        }
         let client = match self.upstream.config.protocol {
             config::Protocol::Http1 => self.egress.http1.clone(),
             config::Protocol::H2c => self.egress.h2c.clone(),
@@ -399,6 +431,9 @@ impl<'a> Driver<'a> {
     /// Feeds an attempt's end back to the call, keeping the response it may return.
     fn on_end(&mut self, call: &mut Call, end: AttemptEnd) {
         self.live.remove(&end.attempt);
+        if let Some(trace) = &mut self.trace {
+            trace.on_end(end.attempt, &end.result);
+        }
         if !call.is_waiting_for(end.attempt) {
             return;
         }

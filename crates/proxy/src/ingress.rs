@@ -13,6 +13,7 @@
 use crate::config;
 use crate::http::{self, Body, BoxError, CHIP, DEADLINE_MS};
 use crate::metrics::Metrics;
+use crate::trace::{ServerSpan, Tracing};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::HeaderValue;
@@ -37,6 +38,7 @@ pub struct Ingress {
     workers: Option<u32>,
     epoch: Instant,
     metrics: Arc<Metrics>,
+    tracing: Option<Arc<Tracing>>,
 }
 
 /// Admission state: the policy, the requests the application holds, the random source.
@@ -67,7 +69,14 @@ impl Ingress {
             workers: config.workers,
             epoch,
             metrics,
+            tracing: None,
         }
+    }
+
+    /// Makes a span per request when `tracing` is set.
+    pub fn traced(mut self, tracing: Option<Arc<Tracing>>) -> Ingress {
+        self.tracing = tracing;
+        self
     }
 
     fn now(&self) -> Time {
@@ -85,6 +94,14 @@ impl Ingress {
 
     /// Answers one request from outside.
     pub async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
+        let Some(tracing) = &self.tracing else { return self.serve(req, None).await };
+        let span = tracing.ingress(req.headers());
+        let response = self.serve(req, Some(&span)).await;
+        span.end(response.status());
+        response
+    }
+
+    async fn serve(&self, req: Request<Incoming>, span: Option<&ServerSpan>) -> Response<Body> {
         self.metrics.ingress_requests.inc();
         let deadline = match http::deadline_ms(req.headers()) {
             Ok(ms) => ms.map(Duration::from_millis),
@@ -96,10 +113,13 @@ impl Ingress {
             response.headers_mut().insert(CHIP, HeaderValue::from_static("0"));
             return response;
         };
-        let request = match self.app_request(req) {
+        let mut request = match self.app_request(req) {
             Ok(r) => r,
             Err(e) => return http::text(StatusCode::BAD_REQUEST, &format!("tailguard: {e}")),
         };
+        if let Some(span) = span {
+            span.inject(request.headers_mut());
+        }
         let answer = match deadline {
             Some(d) => tokio::time::timeout(d, self.client.request(request)).await.ok(),
             None => Some(self.client.request(request).await),

@@ -7,7 +7,8 @@
 //!
 //! Modules, one concept each: [`config`] (the file), `egress`, `ingress`, `admin`, [`metrics`],
 //! `http` (bodies and header helpers), `server` (HTTP/1.1 + h2c accept loops with limits and
-//! graceful shutdown) and `reload` (watching the file and swapping the egress's upstreams).
+//! graceful shutdown), `reload` (watching the file and swapping the egress's upstreams) and `trace`
+//! (OTLP spans, when configured).
 
 mod admin;
 pub mod config;
@@ -17,6 +18,7 @@ mod ingress;
 pub mod metrics;
 mod reload;
 mod server;
+mod trace;
 
 pub use config::Config;
 
@@ -42,6 +44,7 @@ pub struct Proxy {
     pub admin: Option<SocketAddr>,
     stop: watch::Sender<bool>,
     servers: JoinSet<()>,
+    tracing: Option<Arc<trace::Tracing>>,
 }
 
 impl Proxy {
@@ -52,14 +55,19 @@ impl Proxy {
         let grace = config.shutdown_grace.map_or(DEFAULT_SHUTDOWN_GRACE, |d| d.get());
         let (stop, stopped) = watch::channel(false);
         let mut servers = JoinSet::new();
-        let mut proxy = Proxy { egress: None, ingress: None, admin: None, stop, servers: JoinSet::new() };
+        let tracing = match &config.tracing {
+            Some(t) => Some(Arc::new(trace::Tracing::new(t).map_err(std::io::Error::other)?)),
+            None => None,
+        };
+        let mut proxy =
+            Proxy { egress: None, ingress: None, admin: None, stop, servers: JoinSet::new(), tracing: tracing.clone() };
         let limits = config.limits.clone();
         let source = Arc::new(RwLock::new(config.source.clone()));
         let mut reloadable = None;
         if let Some(c) = &config.egress {
             let listener = TcpListener::bind(c.listen).await?;
             proxy.egress = Some(listener.local_addr()?);
-            let egress = Arc::new(egress::Egress::new(c, epoch, metrics.clone()));
+            let egress = Arc::new(egress::Egress::new(c, epoch, metrics.clone()).traced(tracing.clone()));
             reloadable = Some(egress.clone());
             let handler = move |req| {
                 let egress = egress.clone();
@@ -70,7 +78,7 @@ impl Proxy {
         if let Some(c) = &config.ingress {
             let listener = TcpListener::bind(c.listen).await?;
             proxy.ingress = Some(listener.local_addr()?);
-            let ingress = Arc::new(ingress::Ingress::new(c, epoch, metrics.clone()));
+            let ingress = Arc::new(ingress::Ingress::new(c, epoch, metrics.clone()).traced(tracing.clone()));
             let handler = move |req| {
                 let ingress = ingress.clone();
                 async move { ingress.handle(req).await }
@@ -95,10 +103,14 @@ impl Proxy {
         Ok(proxy)
     }
 
-    /// Stops accepting, lets in-flight requests finish (within the grace period) and returns.
+    /// Stops accepting, lets in-flight requests finish (within the grace period), sends the
+    /// last spans (within a bound) and returns.
     pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
         while self.servers.join_next().await.is_some() {}
+        if let Some(tracing) = self.tracing.take() {
+            tracing.shutdown().await;
+        }
     }
 }
 

@@ -4,7 +4,8 @@
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
-use hyper::Uri;
+use hyper::header::{HeaderMap, HeaderValue};
+use hyper::{Request, Uri};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -15,6 +16,22 @@ use crate::spec::Spec;
 
 /// The most of a downstream answer's body that is read (and thrown away).
 const MAX_BODY: usize = 1 << 20;
+
+/// The W3C trace-context headers (`traceparent`, `tracestate`) copied from a request onto its
+/// downstream calls, so a sidecar's spans for those calls join the trace of the request
+/// (docs/traces.md). The service makes no spans itself: its sidecar's ingress span covers it.
+#[derive(Clone, Debug, Default)]
+pub struct TraceContext {
+    traceparent: Option<HeaderValue>,
+    tracestate: Option<HeaderValue>,
+}
+
+impl TraceContext {
+    /// The trace context of a request with `headers`, if it has one.
+    pub fn of(headers: &HeaderMap) -> TraceContext {
+        TraceContext { traceparent: headers.get("traceparent").cloned(), tracestate: headers.get("tracestate").cloned() }
+    }
+}
 
 /// The calls every request makes, and the client that makes them.
 #[derive(Clone, Debug)]
@@ -40,11 +57,11 @@ impl Calls {
 
     /// Makes every call; the first failure (sequential: the calls after it are not made;
     /// parallel: all are waited for) is returned as a message naming the callee.
-    pub async fn make(&self) -> Result<(), String> {
+    pub async fn make(&self, context: &TraceContext) -> Result<(), String> {
         match self.fanout {
             Fanout::Sequential => {
                 for (callee, url) in &self.plan {
-                    call(&self.client, callee, url.clone()).await?;
+                    call(&self.client, callee, url.clone(), context).await?;
                 }
                 Ok(())
             }
@@ -52,7 +69,8 @@ impl Calls {
                 let mut set = JoinSet::new();
                 for (callee, url) in &self.plan {
                     let (client, callee, url) = (self.client.clone(), callee.clone(), url.clone());
-                    set.spawn(async move { call(&client, &callee, url).await });
+                    let context = context.clone();
+                    set.spawn(async move { call(&client, &callee, url, &context).await });
                 }
                 let mut first_failure = None;
                 while let Some(joined) = set.join_next().await {
@@ -68,8 +86,19 @@ impl Calls {
 }
 
 /// One GET; success is a 2xx status with its body read (so the connection can be reused).
-async fn call(client: &Client<HttpConnector, Empty<Bytes>>, callee: &str, url: Uri) -> Result<(), String> {
-    let response = client.get(url).await.map_err(|e| format!("{callee}: {e}"))?;
+async fn call(
+    client: &Client<HttpConnector, Empty<Bytes>>,
+    callee: &str,
+    url: Uri,
+    context: &TraceContext,
+) -> Result<(), String> {
+    let mut request = Request::get(url).body(Empty::new()).map_err(|e| format!("{callee}: {e}"))?;
+    for (name, value) in [("traceparent", &context.traceparent), ("tracestate", &context.tracestate)] {
+        if let Some(value) = value {
+            request.headers_mut().insert(name, value.clone());
+        }
+    }
+    let response = client.request(request).await.map_err(|e| format!("{callee}: {e}"))?;
     let status = response.status();
     Limited::new(response.into_body(), MAX_BODY)
         .collect()

@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::behaviour::{Behaviour, Fate};
-use crate::calls::Calls;
+use crate::calls::{Calls, TraceContext};
 use crate::error::ServeError;
 use crate::spec::Spec;
 
@@ -164,6 +164,7 @@ async fn handle(app: Arc<App>, request: Request<Incoming>) -> Result<Response<Fu
             answer(&app, StatusCode::OK, "ok\n")
         });
     }
+    let context = TraceContext::of(request.headers());
     drop(request);
     if down {
         let mut response = answer(&app, StatusCode::SERVICE_UNAVAILABLE, "down: a `down` fault\n");
@@ -178,7 +179,7 @@ async fn handle(app: Arc<App>, request: Request<Incoming>) -> Result<Response<Fu
             Err(Lost)
         }
         Fate::Error => Ok(answer(&app, StatusCode::INTERNAL_SERVER_ERROR, "error: an `error` fault\n")),
-        Fate::Normal => match app.calls.make().await {
+        Fate::Normal => match app.calls.make(&context).await {
             Ok(()) => Ok(answer(&app, StatusCode::OK, "ok\n")),
             Err(e) => Ok(answer(&app, StatusCode::INTERNAL_SERVER_ERROR, &format!("error: downstream {e}\n"))),
         },

@@ -1,0 +1,179 @@
+//! The proxy's OTLP spans over real sockets on 127.0.0.1: client → egress → ingress →
+//! `tailguard serve` → egress → ingress → serve, with tailguard-trace's collector receiving.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper::StatusCode;
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use tailguard_model::Experiment;
+use tailguard_proxy::{Config, Proxy};
+use tailguard_serve::{Options, Running, Server, Spec};
+use tailguard_trace::{Collector, Span, Trace, Value};
+
+const LOCAL: ([u8; 4], u16) = ([127, 0, 0, 1], 0);
+
+/// A `tailguard serve` replica of `service` in a two-service file (frontend calls backend).
+async fn serve(service: &str, downstream: Option<SocketAddr>, backend_time: &str) -> Running {
+    let text = format!(
+        "name: t\nservices:\n  frontend: {{ service_time: {{dist: constant, value: 1ms}}, calls: [{{service: backend}}] }}\n  backend: {{ service_time: {{dist: constant, value: {backend_time}}} }}\nworkload: {{ target: frontend, open: {{ rate: 1 }}, duration: 10s }}\nvariants: [{{ name: v }}]\n"
+    );
+    let experiment = Experiment::parse(&text, Path::new("t.yaml")).unwrap();
+    let options = Options {
+        service: service.into(),
+        downstream: downstream.map(|a| ("backend".to_string(), format!("http://{a}/"))).into_iter().collect(),
+        ..Options::default()
+    };
+    let spec = Spec::from_experiment(&experiment, &options).unwrap();
+    Server::bind(&spec, SocketAddr::from(LOCAL)).await.unwrap().spawn().unwrap()
+}
+
+/// A proxy from YAML, with a `tracing:` section sending to `otlp` as `service`.
+async fn proxy(yaml: &str, otlp: &str, service: &str) -> Proxy {
+    let text = format!("{yaml}\ntracing: {{otlp_endpoint: '{otlp}', service_name: {service}}}\n");
+    Proxy::start(Config::parse(&text, Path::new("proxy.yaml")).unwrap()).await.unwrap()
+}
+
+fn egress_to(upstream: &str, endpoints: &[SocketAddr], policy: &str) -> String {
+    let endpoints: Vec<String> = endpoints.iter().map(|e| e.to_string()).collect();
+    format!(
+        "egress: {{listen: 127.0.0.1:0, upstreams: {{{upstream}: {{endpoints: [{}], match: {{path_prefix: /}}, policy: {policy}}}}}}}",
+        endpoints.join(", ")
+    )
+}
+
+fn ingress_to(app: SocketAddr) -> String {
+    format!("ingress: {{listen: 127.0.0.1:0, app: {app}}}")
+}
+
+async fn get(addr: SocketAddr) -> StatusCode {
+    let client: Client<HttpConnector, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let fetch = async {
+        let response = client.get(format!("http://{addr}/").parse().unwrap()).await.expect("an answer");
+        let status = response.status();
+        response.into_body().collect().await.unwrap();
+        status
+    };
+    tokio::time::timeout(Duration::from_secs(10), fetch).await.expect("an answer within 10 s")
+}
+
+fn str_tag<'a>(span: &'a Span, key: &str) -> &'a str {
+    Trace::tag(span, key).and_then(Value::as_str).unwrap_or_else(|| panic!("{} has no tag {key}", span.operation))
+}
+
+fn int_tag(span: &Span, key: &str) -> i64 {
+    Trace::tag(span, key).and_then(Value::as_i64).unwrap_or_else(|| panic!("{} has no tag {key}", span.operation))
+}
+
+/// The only child of `parent` in `trace`, checked to be `operation` in `service`.
+fn only_child<'a>(trace: &'a Trace, parent: &Span, service: &str, operation: &str) -> &'a Span {
+    let children = trace.children(parent.id);
+    assert_eq!(children.len(), 1, "children of {}: {children:?}", parent.operation);
+    let child = children[0];
+    assert_eq!((trace.service(child), child.operation.as_str()), (service, operation));
+    assert!(child.start_us >= parent.start_us, "{} starts before its parent", child.operation);
+    assert!(child.start_us + child.duration_us <= parent.start_us + parent.duration_us + 1);
+    child
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_through_two_hops_is_one_trace_with_the_right_tree() {
+    let collector = Collector::start(SocketAddr::from(LOCAL)).await.unwrap();
+    let otlp = collector.endpoint();
+    let backend = serve("backend", None, "5ms").await;
+    let backend_sidecar = proxy(&ingress_to(backend.addr()), &otlp, "backend").await;
+    let frontend_egress =
+        proxy(&egress_to("backend", &[backend_sidecar.ingress.unwrap()], "{}"), &otlp, "frontend").await;
+    let frontend = serve("frontend", frontend_egress.egress, "5ms").await;
+    let frontend_ingress = proxy(&ingress_to(frontend.addr()), &otlp, "frontend").await;
+    let frontend_addr = frontend_ingress.ingress.unwrap();
+    let client_sidecar = proxy(&egress_to("frontend", &[frontend_addr], "{}"), &otlp, "client").await;
+
+    assert_eq!(get(client_sidecar.egress.unwrap()).await, StatusCode::OK);
+    for p in [client_sidecar, frontend_ingress, frontend_egress, backend_sidecar] {
+        p.shutdown().await;
+    }
+    let traces = collector.shutdown().await;
+    assert_eq!(traces.len(), 1, "{traces:#?}");
+    let t = &traces[0];
+    assert_eq!(t.spans.len(), 6, "{t:#?}");
+
+    let roots: Vec<&Span> = t.roots().collect();
+    assert_eq!(roots.len(), 1);
+    let call = roots[0];
+    assert_eq!((t.service(call), call.operation.as_str()), ("client", "egress frontend"));
+    assert_eq!((str_tag(call, "outcome"), int_tag(call, "http.response.status_code")), ("success", 200));
+    assert_eq!(int_tag(call, "attempts"), 1);
+    let attempt = only_child(t, call, "client", "attempt");
+    assert_eq!(str_tag(attempt, "attempt.kind"), "first");
+    assert_eq!(str_tag(attempt, "upstream"), "frontend");
+    assert_eq!(str_tag(attempt, "endpoint"), frontend_addr.to_string());
+    assert_eq!(str_tag(attempt, "span.kind"), "client");
+    assert_eq!((str_tag(attempt, "outcome"), int_tag(attempt, "http.response.status_code")), ("success", 200));
+
+    let ingress = only_child(t, attempt, "frontend", "ingress");
+    assert_eq!(str_tag(ingress, "span.kind"), "server");
+    assert_eq!(int_tag(ingress, "http.response.status_code"), 200);
+    // serve copied the ingress span's traceparent onto its call, so the egress continues it.
+    let call = only_child(t, ingress, "frontend", "egress backend");
+    let attempt = only_child(t, call, "frontend", "attempt");
+    assert_eq!(str_tag(attempt, "upstream"), "backend");
+    let backend_ingress = only_child(t, attempt, "backend", "ingress");
+    assert!(backend_ingress.duration_us >= 5_000, "the backend works 5 ms: {backend_ingress:?}");
+    assert!(t.children(backend_ingress.id).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_and_hedges_are_tagged() {
+    let collector = Collector::start(SocketAddr::from(LOCAL)).await.unwrap();
+    let otlp = collector.endpoint();
+    // A port nothing listens on: every attempt is refused.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let retrying = proxy(&egress_to("nowhere", &[dead], "{retry: {max_attempts: 2}}"), &otlp, "c").await;
+    assert!(get(retrying.egress.unwrap()).await.is_server_error());
+    let slow = serve("backend", None, "150ms").await;
+    let hedge = "{hedge: {kind: speculative, attempts: 2, patience: 30ms}}";
+    let hedging = proxy(&egress_to("slow", &[slow.addr()], hedge), &otlp, "c").await;
+    assert_eq!(get(hedging.egress.unwrap()).await, StatusCode::OK);
+    retrying.shutdown().await;
+    hedging.shutdown().await;
+    let traces = collector.shutdown().await;
+    assert_eq!(traces.len(), 2);
+
+    let attempts = |t: &Trace| {
+        let call = t.roots().next().unwrap().clone();
+        let mut a: Vec<(String, String)> = t
+            .children(call.id)
+            .iter()
+            .map(|s| (str_tag(s, "attempt.kind").to_string(), str_tag(s, "outcome").to_string()))
+            .collect();
+        a.sort();
+        (str_tag(&call, "outcome").to_string(), a)
+    };
+    let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+    let (outcome, retried) = attempts(&traces[0]);
+    assert_eq!(outcome, "unavailable");
+    assert_eq!(retried, vec![pair("first", "unavailable"), pair("retry", "unavailable")]);
+    let (outcome, hedged) = attempts(&traces[1]);
+    assert_eq!(outcome, "success");
+    assert_eq!(hedged, vec![pair("first", "success"), pair("hedge", "cancelled")]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_collector_never_blocks_or_fails_requests() {
+    let backend = serve("backend", None, "1ms").await;
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let sidecar = proxy(&egress_to("backend", &[backend.addr()], "{}"), &format!("http://{dead}"), "c").await;
+    let started = Instant::now();
+    for _ in 0..200 {
+        assert_eq!(get(sidecar.egress.unwrap()).await, StatusCode::OK);
+    }
+    // 200 requests of ~1 ms each: generous, but far below one export timeout per request.
+    assert!(started.elapsed() < Duration::from_secs(20), "took {:?}", started.elapsed());
+    let stopping = Instant::now();
+    sidecar.shutdown().await;
+    assert!(stopping.elapsed() < Duration::from_secs(10), "shutdown took {:?}", stopping.elapsed());
+}
