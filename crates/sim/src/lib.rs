@@ -11,9 +11,15 @@ mod queue;
 pub mod results;
 mod service;
 mod slab;
+mod trace;
 mod world;
 
 pub use results::{Latency, ReplicaLoad, Results, RunResult, Series, TimeoutSeries};
+pub use tailguard_trace::Trace;
+pub use trace::CLIENT as TRACE_CLIENT;
+
+/// Traces kept per run by `tailguard sim --traces` unless `--trace-sample` says otherwise.
+pub const DEFAULT_TRACE_SAMPLE: usize = 200;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -60,12 +66,41 @@ pub fn run_one(run: &Run, seed: u64) -> Result<(RunResult, u64), SimError> {
     world::World::new(run, seed)?.run(&run.scenario, &run.variant)
 }
 
+/// [`run_one`], also keeping the spans of up to `sample` measured requests (docs/traces.md).
+/// The result is the same as without traces: tracing draws from a random stream of its own.
+pub fn run_one_traced(run: &Run, seed: u64, sample: usize) -> Result<(RunResult, u64, Vec<Trace>), SimError> {
+    let seed = run_seed(seed, &run.scenario);
+    let mut world = world::World::new(run, seed)?;
+    world.trace(run, seed, sample);
+    world.run_traced(&run.scenario, &run.variant)
+}
+
 /// Runs every scenario × variant of `experiment` and collects the results in file order.
 pub fn simulate(
     experiment: &Experiment,
     options: Options,
-    mut progress: impl FnMut(Progress<'_>) + Send,
+    progress: impl FnMut(Progress<'_>) + Send,
 ) -> Result<Results, SimError> {
+    simulate_inner(experiment, options, None, progress).map(|(results, _)| results)
+}
+
+/// [`simulate`], also keeping the spans of up to `sample` measured requests per run, every
+/// run's traces in file order (each process tagged with its run's scenario and variant).
+pub fn simulate_traced(
+    experiment: &Experiment,
+    options: Options,
+    sample: usize,
+    progress: impl FnMut(Progress<'_>) + Send,
+) -> Result<(Results, Vec<Trace>), SimError> {
+    simulate_inner(experiment, options, Some(sample), progress)
+}
+
+fn simulate_inner(
+    experiment: &Experiment,
+    options: Options,
+    sample: Option<usize>,
+    mut progress: impl FnMut(Progress<'_>) + Send,
+) -> Result<(Results, Vec<Trace>), SimError> {
     let mut runs = Vec::new();
     for scenario in experiment.scenario_names() {
         for variant in experiment.variant_names() {
@@ -73,7 +108,8 @@ pub fn simulate(
         }
     }
     let total = runs.len();
-    let slots: Vec<Mutex<Option<Result<RunResult, SimError>>>> = (0..total).map(|_| Mutex::new(None)).collect();
+    type Slot = Option<Result<(RunResult, Vec<Trace>), SimError>>;
+    let slots: Vec<Mutex<Slot>> = (0..total).map(|_| Mutex::new(None)).collect();
     let next = AtomicUsize::new(0);
     let done = Mutex::new((0usize, &mut progress));
     std::thread::scope(|scope| {
@@ -81,22 +117,29 @@ pub fn simulate(
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(run) = runs.get(i) else { break };
-                let outcome = run_one(run, options.seed);
-                if let Ok((result, events)) = &outcome {
+                let outcome = match sample {
+                    Some(n) => run_one_traced(run, options.seed, n),
+                    None => run_one(run, options.seed).map(|(r, e)| (r, e, Vec::new())),
+                };
+                if let Ok((result, events, _)) = &outcome {
                     let mut done = done.lock().expect("progress lock");
                     done.0 += 1;
                     let n = done.0;
                     (done.1)(Progress { done: n, total, result, events: *events });
                 }
-                *slots[i].lock().expect("slot lock") = Some(outcome.map(|(r, _)| r));
+                *slots[i].lock().expect("slot lock") = Some(outcome.map(|(r, _, t)| (r, t)));
             });
         }
     });
-    let runs = slots
-        .into_iter()
-        .map(|slot| slot.into_inner().expect("slot lock").expect("every run was simulated"))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(Results { experiment: experiment.file.name.clone(), mode: "sim".to_string(), seed: options.seed, runs })
+    let mut runs = Vec::with_capacity(total);
+    let mut traces = Vec::new();
+    for slot in slots {
+        let (run, t) = slot.into_inner().expect("slot lock").expect("every run was simulated")?;
+        runs.push(run);
+        traces.extend(t);
+    }
+    let results = Results { experiment: experiment.file.name.clone(), mode: "sim".to_string(), seed: options.seed, runs };
+    Ok((results, traces))
 }
 
 /// The seed of a run: the experiment seed mixed with the scenario's name (not the variant's, so

@@ -2,7 +2,7 @@
 //! (a response to a cancelled attempt, a stale wake) finds nothing instead of a reused slot.
 
 /// The address of a slab entry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Key {
     index: u32,
     generation: u32,

@@ -6,6 +6,7 @@ use crate::queue::EventQueue;
 use crate::results::RunResult;
 use crate::service::{EdgePolicy, Job, ServiceModel};
 use crate::slab::{Key, Slab};
+use crate::trace::Tracer;
 use crate::SimError;
 use rand::{Rng as _, SeedableRng};
 use rand_pcg::Pcg64Mcg;
@@ -15,6 +16,7 @@ use tailguard_model::schema::{Arrival, Fanout};
 use tailguard_model::{build, Run};
 use tailguard_policy::call::{Action, Call, Ctx};
 use tailguard_policy::{Feedback, Outcome, Time};
+use tailguard_trace::Trace;
 
 /// How long in-flight requests may still finish after the workload stops sending.
 const DRAIN: Duration = Duration::from_secs(120);
@@ -87,6 +89,8 @@ pub(crate) struct World {
     stopped_sending: Option<Time>,
     metrics: Metrics,
     events_run: u64,
+    /// Spans of a sample of requests, with `--traces` (crate::trace); `None` costs one branch.
+    tracer: Option<Box<Tracer>>,
 }
 
 impl World {
@@ -136,6 +140,7 @@ impl World {
             stopped_sending: None,
             metrics: Metrics::new(replicas, w.warmup.get()),
             events_run: 0,
+            tracer: None,
         };
         match &w.closed {
             Some(c) => {
@@ -146,8 +151,23 @@ impl World {
         Ok(world)
     }
 
+    /// Records the spans of up to `sample` measured requests (crate::trace).
+    pub(crate) fn trace(&mut self, run: &Run, seed: u64, sample: usize) {
+        let names: Vec<&String> = run.services.keys().collect();
+        self.tracer = Some(Box::new(Tracer::new(sample, seed, &run.scenario, &run.variant, &names)));
+    }
+
     /// Runs the event loop to the end; returns the run's result and the number of events run.
-    pub(crate) fn run(mut self, scenario: &str, variant: &str) -> Result<(RunResult, u64), SimError> {
+    pub(crate) fn run(self, scenario: &str, variant: &str) -> Result<(RunResult, u64), SimError> {
+        self.run_traced(scenario, variant).map(|(result, events, _)| (result, events))
+    }
+
+    /// [`World::run`], also returning the traces kept when [`World::trace`] was called.
+    pub(crate) fn run_traced(
+        mut self,
+        scenario: &str,
+        variant: &str,
+    ) -> Result<(RunResult, u64, Vec<Trace>), SimError> {
         while let Some((at, event)) = self.events.pop() {
             if self.stopped_sending.is_some_and(|stop| at > stop + DRAIN) {
                 break;
@@ -166,7 +186,8 @@ impl World {
         let end = self.stopped_sending.unwrap_or(self.now);
         let measured = end.saturating_sub(self.warmup);
         let called = self.called_services();
-        Ok((self.metrics.finish(scenario, variant, measured, &called), self.events_run))
+        let traces = self.tracer.take().map_or_else(Vec::new, |t| t.finish());
+        Ok((self.metrics.finish(scenario, variant, measured, &called), self.events_run, traces))
     }
 
     fn handle(&mut self, event: Event) {
@@ -197,6 +218,9 @@ impl World {
                     if let (Some(t), true, true) = (timeout, state.measured, timed) {
                         self.metrics.attempt_succeeded(rtt, t);
                     }
+                }
+                if let Some(t) = &mut self.tracer {
+                    t.attempt_ended(call, attempt, outcome, self.now);
                 }
                 let feedback = Feedback { outcome, rtt, chip };
                 self.step_call(call, |call, ctx| call.on_attempt_end(ctx, attempt, feedback));
@@ -246,6 +270,10 @@ impl World {
             Call::start(&mut ctx, idempotent, deadline)
         };
         let key = self.calls.insert(CallState { call, owner, policy, callee, measured, answer: None });
+        if let Some(t) = &mut self.tracer {
+            let job = if let Owner::Job(job) = owner { Some(job) } else { None };
+            t.call_started(key, job, measured, callee as usize, self.now);
+        }
         self.apply(key, &mut actions);
         self.actions = actions;
     }
@@ -274,6 +302,9 @@ impl World {
             let between_services = matches!(state.owner, Owner::Job(_));
             match action {
                 Action::Send { attempt, endpoint, policy_timeout, .. } => {
+                    if let Some(t) = &mut self.tracer {
+                        t.attempt_sent(key, attempt, endpoint, policy_timeout, self.now);
+                    }
                     self.loads[state.callee as usize][endpoint] += 1;
                     let event = Event::AttemptArrives {
                         call: key,
@@ -285,7 +316,10 @@ impl World {
                     };
                     self.events.push(self.now + self.delay, event);
                 }
-                Action::Cancel { reason, .. } => {
+                Action::Cancel { attempt, reason, .. } => {
+                    if let Some(t) = &mut self.tracer {
+                        t.attempt_ended(key, attempt, reason, self.now);
+                    }
                     if reason == Outcome::TimedOut && between_services && state.measured {
                         self.metrics.attempt_timed_out();
                     }
@@ -294,6 +328,10 @@ impl World {
                 Action::Finish(finish) => {
                     let state = self.calls.remove(key).expect("checked above");
                     let latency = self.now.saturating_sub(state.call.started());
+                    if let Some(t) = &mut self.tracer {
+                        let user = matches!(state.owner, Owner::User { .. });
+                        t.call_finished(key, user, finish.outcome, finish.attempts, self.now);
+                    }
                     match state.owner {
                         Owner::User { client } => self.user_done(client, state.measured, finish.outcome, latency),
                         Owner::Job(job) => {
@@ -332,6 +370,9 @@ impl World {
         let now = self.now;
         self.metrics.arrived(s, r, now);
         let refuse = |world: &mut World, outcome| {
+            if let Some(t) = &mut world.tracer {
+                t.visit(call, attempt, s, replica, Err(outcome), now);
+            }
             world.loads[s][r] -= 1;
             let event = Event::AttemptEnds { call, attempt, sent, timeout, outcome, chip: false };
             world.events.push(now + world.delay, event);
@@ -359,6 +400,9 @@ impl World {
             failed: false,
         };
         let key = self.jobs.insert(job);
+        if let Some(t) = &mut self.tracer {
+            t.visit(call, attempt, s, replica, Ok(key), now);
+        }
         let svc = &mut self.services[s];
         let rep = &mut svc.replicas[r];
         if svc.workers == 0 || rep.busy < svc.workers {
@@ -375,12 +419,18 @@ impl World {
         let svc = &mut self.services[s];
         svc.replicas[r].busy += 1;
         let time = svc.replicas[r].model.work_time(nth, self.now);
+        if let Some(t) = &mut self.tracer {
+            t.work_started(key, self.now);
+        }
         self.events.push(self.now + time, Event::WorkDone { job: key });
     }
 
     fn work_done(&mut self, key: Key) {
         let Some(job) = self.jobs.get_mut(key) else { return };
         let (s, r, fate) = (job.service as usize, job.replica as usize, job.fate);
+        if let Some(t) = &mut self.tracer {
+            t.work_done(key, self.now);
+        }
         let svc = &mut self.services[s];
         svc.replicas[r].busy -= 1;
         if let Some(next) = svc.replicas[r].queue.pop_front() {
@@ -388,6 +438,9 @@ impl World {
         }
         match fate {
             Fate::Lost => {
+                if let Some(t) = &mut self.tracer {
+                    t.visit_ended(key, None, self.now);
+                }
                 self.jobs.remove(key);
                 self.release(s, r);
             }
@@ -437,6 +490,9 @@ impl World {
 
     fn respond(&mut self, key: Key, outcome: Outcome) {
         let job = self.jobs.remove(key).expect("responding job exists");
+        if let Some(t) = &mut self.tracer {
+            t.visit_ended(key, Some(outcome), self.now);
+        }
         let (s, r) = (job.service as usize, job.replica as usize);
         let queued = self.release(s, r);
         let replica = &mut self.services[s].replicas[r];

@@ -5,10 +5,12 @@
 //! The tuner (python/) reads the Jaeger files to find each request's critical path and each
 //! service's latency variability, so every span names its service (its process) and its parent.
 
+#[cfg(feature = "collector")]
 pub mod collector;
 pub mod jaeger;
 pub mod model;
 
+#[cfg(feature = "collector")]
 pub use collector::{Collector, CollectorHandle};
 pub use jaeger::JaegerError;
 pub use model::{Process, Span, Tag, Trace, Value};
