@@ -6,7 +6,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use tailguard_model::Experiment;
-use tailguard_sim::{simulate, Options};
+use tailguard_sim::{simulate_traced, Options, DEFAULT_TRACE_SAMPLE};
 
 /// Arguments of `tailguard sim`.
 #[derive(clap::Args)]
@@ -25,6 +25,12 @@ pub struct SimArgs {
     /// Runs simulated at once (default: the number of cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// Write spans of sampled requests here as Jaeger JSON (docs/traces.md).
+    #[arg(long, value_name = "OUT")]
+    traces: Option<PathBuf>,
+    /// Requests traced per run with --traces.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_TRACE_SAMPLE, requires = "traces")]
+    trace_sample: usize,
 }
 
 /// The default experiment, embedded so `tailguard demo` runs anywhere.
@@ -49,6 +55,8 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<()> {
         json: args.json,
         quick: !args.full,
         threads: None,
+        traces: None,
+        trace_sample: DEFAULT_TRACE_SAMPLE,
     };
     simulate_and_report(&experiment, &sim)
 }
@@ -66,13 +74,20 @@ fn simulate_and_report(experiment: &Experiment, args: &SimArgs) -> anyhow::Resul
     eprintln!("simulating {} ({total} runs, seed {seed}{quick})", args.file.display());
     let bar = progress_bar(total as u64);
     let started = std::time::Instant::now();
-    let results = simulate(experiment, Options { seed, quick: args.quick, threads }, |p| {
+    let options = Options { seed, quick: args.quick, threads };
+    // Without --traces no run records spans (the tracer is never built).
+    let sample = args.traces.as_ref().map(|_| args.trace_sample);
+    let progress = |p: tailguard_sim::Progress<'_>| {
         bar.set_message(format!("{}/{}", p.result.scenario, p.result.variant));
         bar.inc(1);
         if bar.is_hidden() {
             eprintln!("  [{}/{}] {} / {} done", p.done, p.total, p.result.scenario, p.result.variant);
         }
-    })?;
+    };
+    let (results, traces) = match sample {
+        Some(n) => simulate_traced(experiment, options, n, progress)?,
+        None => (tailguard_sim::simulate(experiment, options, progress)?, Vec::new()),
+    };
     bar.finish_and_clear();
     eprintln!("done in {:.1} s", started.elapsed().as_secs_f64());
     print!("{}", table::render(&results));
@@ -80,6 +95,10 @@ fn simulate_and_report(experiment: &Experiment, args: &SimArgs) -> anyhow::Resul
         let json = serde_json::to_string_pretty(&results)? + "\n";
         std::fs::write(out, json).with_context(|| format!("writing {}", out.display()))?;
         eprintln!("results written to {}", out.display());
+    }
+    if let Some(out) = &args.traces {
+        tailguard_trace::jaeger::write_file(&traces, out)?;
+        eprintln!("{} traces written to {}", traces.len(), out.display());
     }
     Ok(())
 }

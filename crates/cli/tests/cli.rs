@@ -72,3 +72,28 @@ fn a_bad_flag_is_refused_with_usage() {
     assert_eq!(run.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&run.stderr).contains("--seed"));
 }
+
+#[test]
+fn sim_traces_writes_jaeger_json_with_a_sample_per_run() {
+    let out = scratch("traces.json");
+    let run = tailguard(&[
+        "sim",
+        &example("speculative.yaml"),
+        "--quick",
+        "--traces",
+        out.to_str().unwrap(),
+        "--trace-sample",
+        "3",
+    ]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("6 traces written"));
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let traces = json["data"].as_array().unwrap();
+    assert_eq!(traces.len(), 6, "3 per run, 2 runs");
+    let t = &traces[0];
+    let root = t["spans"].as_array().unwrap().iter().find(|s| s["references"] == serde_json::json!([])).unwrap();
+    assert_eq!(t["processes"][root["processID"].as_str().unwrap()]["serviceName"], "client");
+    let missing = tailguard(&["sim", &example("speculative.yaml"), "--trace-sample", "3"]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("--traces"));
+}

@@ -97,18 +97,22 @@ impl Tracer {
         }
     }
 
-    /// Starts a span in `trace`; returns its index.
-    fn start(&mut self, trace: u128, parent: Option<usize>, process: usize, operation: String, now: Time) -> usize {
+    /// Starts a span of `kind` (OpenTelemetry's, as Jaeger's `span.kind` tag) in `trace`;
+    /// returns its index.
+    fn start(&mut self, trace: u128, parent: Option<usize>, process: usize, kind: &str, operation: String, now: Time) -> usize {
         let b = self.open.get_mut(&trace).expect("a traced record's trace is open");
         let parent = parent.map(|p| b.spans[p].id);
+        // Unique within the trace (the low bits count its spans) and, very likely, in the file.
+        let (run, request) = ((trace >> 64) as u64, trace as u64);
+        let id = (request.wrapping_mul(0x9E37_79B9_7F4A_7C15) << 16) ^ (run << 32) ^ (b.spans.len() as u64 + 1);
         b.spans.push(Span {
-            id: b.spans.len() as u64 + 1,
+            id,
             parent,
             process,
             operation,
             start_us: micros(now),
             duration_us: 0,
-            tags: Vec::new(),
+            tags: vec![Tag::new("span.kind", kind)],
         });
         b.open += 1;
         b.spans.len() - 1
@@ -158,7 +162,7 @@ impl Tracer {
             },
         };
         let upstream = self.processes[1 + callee].service.clone();
-        let span = self.start(trace, parent, process, format!("call {upstream}"), now);
+        let span = self.start(trace, parent, process, "internal", format!("call {upstream}"), now);
         self.open.get_mut(&trace).expect("open").spans[span].tags.push(Tag::new("upstream", upstream));
         self.calls.insert(key, CallRec { trace, span, callee, attempts: Vec::new() });
     }
@@ -179,7 +183,7 @@ impl Tracer {
         };
         let process = self.processes_of(trace, parent);
         let upstream = Tag::new("upstream", self.processes[1 + callee].service.clone());
-        let span = self.start(trace, Some(parent), process, "attempt".to_string(), now);
+        let span = self.start(trace, Some(parent), process, "client", "attempt".to_string(), now);
         let b = self.open.get_mut(&trace).expect("open");
         // The visit this attempt will start keeps the trace open until it arrives.
         b.open += 1;
@@ -220,7 +224,7 @@ impl Tracer {
     pub(crate) fn visit(&mut self, call: Key, attempt: u32, service: usize, replica: u32, job: Result<Key, Outcome>, now: Time) {
         let Some((trace, parent)) = self.sent.remove(&(call, attempt)) else { return };
         let name = self.processes[1 + service].service.clone();
-        let span = self.start(trace, Some(parent), 1 + service, name, now);
+        let span = self.start(trace, Some(parent), 1 + service, "server", name, now);
         let b = self.open.get_mut(&trace).expect("open");
         b.open -= 1;
         b.spans[span].tags.push(Tag::new("replica", replica));

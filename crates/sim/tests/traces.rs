@@ -69,6 +69,7 @@ fn spans_carry_the_virtual_times() {
         assert_eq!(shape(t, attempt), s("front", "attempt", 11_000, 22_000));
         let back = only_child(t, attempt);
         assert_eq!(shape(t, back), s("back", "back", 12_000, 20_000));
+        assert_eq!(tag(back, "span.kind"), &Value::Str("server".into()));
         assert!(t.children(back.id).is_empty());
         assert_eq!(t.spans.len(), 6);
         let process = &t.processes[back.process];
