@@ -1,7 +1,7 @@
 //! Config reload: the file is polled (its modification time and length, every [`POLL`]); when it
 //! changed and is valid, the egress's upstreams (endpoints, routes, policies) are swapped for new
 //! requests while requests in flight finish with the old ones. An invalid file is reported on
-//! stderr and ignored; changes that need new sockets (listen addresses, the ingress, limits) are
+//! stderr and ignored; changes that need new sockets (listen addresses, the ingress, limits, tracing) are
 //! reported and wait for a restart.
 
 use crate::config::Config;
@@ -90,6 +90,9 @@ impl Watch {
         }
         if new.admin.as_ref().map(|a| a.listen) != self.current.admin.as_ref().map(|a| a.listen) {
             restart("admin");
+        }
+        if new.tracing != self.current.tracing {
+            restart("tracing");
         }
         *self.source.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = new.source.clone();
         eprintln!("tailguard proxy: reloaded {}", self.path.display());
