@@ -305,8 +305,10 @@ mod tests {
 
     #[test]
     fn tracing_has_defaults() {
-        let c = parse("ingress: {listen: 127.0.0.1:1, app: 127.0.0.1:2}\ntracing: {otlp_endpoint: 'http://127.0.0.1:4318'}")
-            .unwrap();
+        let c = parse(
+            "ingress: {listen: 127.0.0.1:1, app: 127.0.0.1:2}\ntracing: {otlp_endpoint: 'http://127.0.0.1:4318'}",
+        )
+        .unwrap();
         let t = c.tracing.unwrap();
         assert_eq!((t.service_name.as_str(), t.sample), ("tailguard-proxy", 1.0));
     }

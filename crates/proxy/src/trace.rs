@@ -86,7 +86,8 @@ impl Tracing {
     /// The server span of a request arriving at the ingress with `headers`.
     pub(crate) fn ingress(&self, headers: &HeaderMap) -> ServerSpan {
         let parent = TraceContextPropagator::new().extract(&HeaderExtractor(headers));
-        let span = self.tracer.span_builder("ingress").with_kind(SpanKind::Server).start_with_context(&self.tracer, &parent);
+        let span =
+            self.tracer.span_builder("ingress").with_kind(SpanKind::Server).start_with_context(&self.tracer, &parent);
         ServerSpan(parent.with_span(span))
     }
 
@@ -184,7 +185,11 @@ impl CallTrace {
     }
 
     /// Ends attempt `attempt` with its answer (or transport error).
-    pub(crate) fn on_end(&mut self, attempt: u32, result: &Result<Response<Incoming>, hyper_util::client::legacy::Error>) {
+    pub(crate) fn on_end(
+        &mut self,
+        attempt: u32,
+        result: &Result<Response<Incoming>, hyper_util::client::legacy::Error>,
+    ) {
         let (outcome, status) = match result {
             Ok(r) => (crate::egress::outcome(r.status()), Some(r.status())),
             Err(e) if e.is_connect() => (Outcome::Unavailable, None),

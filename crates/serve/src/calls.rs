@@ -29,7 +29,10 @@ pub struct TraceContext {
 impl TraceContext {
     /// The trace context of a request with `headers`, if it has one.
     pub fn of(headers: &HeaderMap) -> TraceContext {
-        TraceContext { traceparent: headers.get("traceparent").cloned(), tracestate: headers.get("tracestate").cloned() }
+        TraceContext {
+            traceparent: headers.get("traceparent").cloned(),
+            tracestate: headers.get("tracestate").cloned(),
+        }
     }
 }
 

@@ -138,7 +138,8 @@ fn simulate_inner(
         runs.push(run);
         traces.extend(t);
     }
-    let results = Results { experiment: experiment.file.name.clone(), mode: "sim".to_string(), seed: options.seed, runs };
+    let results =
+        Results { experiment: experiment.file.name.clone(), mode: "sim".to_string(), seed: options.seed, runs };
     Ok((results, traces))
 }
 

@@ -99,7 +99,15 @@ impl Tracer {
 
     /// Starts a span of `kind` (OpenTelemetry's, as Jaeger's `span.kind` tag) in `trace`;
     /// returns its index.
-    fn start(&mut self, trace: u128, parent: Option<usize>, process: usize, kind: &str, operation: String, now: Time) -> usize {
+    fn start(
+        &mut self,
+        trace: u128,
+        parent: Option<usize>,
+        process: usize,
+        kind: &str,
+        operation: String,
+        now: Time,
+    ) -> usize {
         let b = self.open.get_mut(&trace).expect("a traced record's trace is open");
         let parent = parent.map(|p| b.spans[p].id);
         // Unique within the trace (the low bits count its spans) and, very likely, in the file.
@@ -173,7 +181,14 @@ impl Tracer {
     }
 
     /// Attempt `attempt` of call `key` was sent to replica `replica`.
-    pub(crate) fn attempt_sent(&mut self, key: Key, attempt: u32, replica: usize, timeout: Option<Duration>, now: Time) {
+    pub(crate) fn attempt_sent(
+        &mut self,
+        key: Key,
+        attempt: u32,
+        replica: usize,
+        timeout: Option<Duration>,
+        now: Time,
+    ) {
         let Some(rec) = self.calls.get(&key) else { return };
         let (trace, parent, callee) = (rec.trace, rec.span, rec.callee);
         let kind = match (attempt, rec.attempts.is_empty()) {
@@ -221,7 +236,15 @@ impl Tracer {
 
     /// Attempt `attempt` of call `call` reached replica `replica` of service `service`: a visit
     /// starts (`job` is the replica's job, or the outcome the replica refused it with).
-    pub(crate) fn visit(&mut self, call: Key, attempt: u32, service: usize, replica: u32, job: Result<Key, Outcome>, now: Time) {
+    pub(crate) fn visit(
+        &mut self,
+        call: Key,
+        attempt: u32,
+        service: usize,
+        replica: u32,
+        job: Result<Key, Outcome>,
+        now: Time,
+    ) {
         let Some((trace, parent)) = self.sent.remove(&(call, attempt)) else { return };
         let name = self.processes[1 + service].service.clone();
         let span = self.start(trace, Some(parent), 1 + service, "server", name, now);

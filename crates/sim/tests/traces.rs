@@ -118,7 +118,8 @@ variants: [ { name: v } ]
         let front = only_child(t, only_child(t, root));
         let call = only_child(t, front);
         let attempts = t.children(call.id);
-        let kinds: Vec<(&Value, &Value)> = attempts.iter().map(|a| (tag(a, "attempt.kind"), tag(a, "outcome"))).collect();
+        let kinds: Vec<(&Value, &Value)> =
+            attempts.iter().map(|a| (tag(a, "attempt.kind"), tag(a, "outcome"))).collect();
         let v = |s: &str| Value::Str(s.into());
         assert_eq!(kinds, vec![(&v("first"), &v("unavailable")), (&v("retry"), &v("success"))]);
         // The refused visit is an instant; the retried one is the 5 ms of work.

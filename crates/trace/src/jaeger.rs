@@ -116,8 +116,8 @@ pub fn write_file(traces: &[Trace], path: &Path) -> Result<(), JaegerError> {
 
 /// Reads the Jaeger file at `path`.
 pub fn read_file(path: &Path) -> Result<Vec<Trace>, JaegerError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|source| JaegerError::Io { path: path.display().to_string(), source })?;
+    let text =
+        std::fs::read_to_string(path).map_err(|source| JaegerError::Io { path: path.display().to_string(), source })?;
     parse(&text).map_err(|message| JaegerError::Format { path: path.display().to_string(), message })
 }
 
