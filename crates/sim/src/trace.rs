@@ -7,10 +7,13 @@
 //! visit's downstream calls are call spans with attempt spans again. Times are virtual
 //! microseconds since the run started.
 //!
-//! Every measured request is recorded while in flight; a finished trace (every span ended) enters
-//! a reservoir of `sample` traces (Vitter's Algorithm R) drawn with a random stream of its own,
-//! so tracing never changes what the simulation does, and the same seed keeps the same traces.
-//! Requests still unfinished when the run ends are not exported.
+//! Which requests are kept is a reservoir sample of `sample` (Vitter's Algorithm R) over the
+//! measured requests in the order they start, drawn when each starts, so only the requests that
+//! enter the reservoir are recorded (about `sample × (1 + ln(requests / sample))` of them, not
+//! every request). A request that a later one pushes out of the reservoir is dropped when it
+//! finishes. The draws use a random stream of their own: tracing never changes what the simulation
+//! does, and the same seed keeps the same traces. Requests unfinished when the run ends (every
+//! span ended, hedge losers included) are not exported.
 
 use crate::slab::Key;
 use rand::{Rng as _, SeedableRng};
@@ -29,11 +32,10 @@ pub(crate) struct Tracer {
     rng: Pcg64Mcg,
     /// High 64 bits of every trace id of this run.
     run_id: u64,
-    /// Measured requests whose traces finished, the reservoir's count.
-    finished: u64,
-    /// User requests traced so far (the low 64 bits of trace ids).
+    /// Measured requests started so far (the low 64 bits of their trace ids).
     started: u64,
-    kept: Vec<Trace>,
+    /// The reservoir: per slot, the trace that holds it and, once finished, the trace.
+    slots: Vec<(u128, Option<Trace>)>,
     open: HashMap<u128, Building>,
     calls: HashMap<Key, CallRec>,
     /// Attempts on their way to a replica: their trace and span.
@@ -50,6 +52,8 @@ struct Building {
     open: u32,
     /// Whether the user's call has finished (the trace may still have work in flight).
     done: bool,
+    /// Its reservoir slot (a later request may take it over).
+    slot: usize,
 }
 
 /// A traced call: its span and its attempts' spans still open.
@@ -86,9 +90,8 @@ impl Tracer {
             sample,
             rng: Pcg64Mcg::seed_from_u64(seed ^ 0x7ACE_7ACE),
             run_id,
-            finished: 0,
             started: 0,
-            kept: Vec::new(),
+            slots: Vec::new(),
             open: HashMap::new(),
             calls: HashMap::new(),
             sent: HashMap::new(),
@@ -141,16 +144,19 @@ impl Tracer {
             return;
         }
         let b = self.open.remove(&trace).expect("checked");
-        self.finished += 1;
-        let t = Trace { id: trace, processes: self.processes.clone(), spans: b.spans };
-        if self.kept.len() < self.sample {
-            self.kept.push(t);
-        } else {
-            let j = self.rng.gen_range(0..self.finished);
-            if (j as usize) < self.sample {
-                self.kept[j as usize] = t;
-            }
+        let slot = &mut self.slots[b.slot];
+        if slot.0 == trace {
+            slot.1 = Some(Trace { id: trace, processes: self.processes.clone(), spans: b.spans });
         }
+    }
+
+    /// Whether measured request number `n` (from 1) enters the reservoir, and in which slot.
+    fn draw_slot(&mut self, n: u64) -> Option<usize> {
+        if self.slots.len() < self.sample {
+            return Some(self.slots.len());
+        }
+        let j = self.rng.gen_range(0..n) as usize;
+        (j < self.sample).then_some(j)
     }
 
     /// A call started: a measured user request's call starts a trace; a traced job's call joins
@@ -159,8 +165,14 @@ impl Tracer {
         let (trace, parent, process) = match job {
             None if measured => {
                 self.started += 1;
+                let Some(slot) = self.draw_slot(self.started) else { return };
                 let trace = u128::from(self.run_id) << 64 | u128::from(self.started);
-                self.open.insert(trace, Building { spans: Vec::new(), open: 0, done: false });
+                if slot == self.slots.len() {
+                    self.slots.push((trace, None));
+                } else {
+                    self.slots[slot] = (trace, None);
+                }
+                self.open.insert(trace, Building { spans: Vec::new(), open: 0, done: false, slot });
                 (trace, None, 0)
             }
             None => return,
@@ -285,9 +297,10 @@ impl Tracer {
     }
 
     /// The kept traces, in the order their requests started.
-    pub(crate) fn finish(mut self) -> Vec<Trace> {
-        self.kept.sort_by_key(|t| t.id);
-        self.kept
+    pub(crate) fn finish(self) -> Vec<Trace> {
+        let mut kept: Vec<Trace> = self.slots.into_iter().filter_map(|(_, t)| t).collect();
+        kept.sort_by_key(|t| t.id);
+        kept
     }
 }
 

@@ -85,6 +85,7 @@ fn the_sample_is_bounded_deterministic_and_changes_nothing() {
     let yaml = CHAIN.replace("requests: 3", "requests: 50");
     let a = traces(&yaml, 7);
     assert_eq!(a.len(), 14, "7 per run");
+    assert!(a.iter().any(|t| t.id as u64 > 7), "a sample of all 50 requests, not the first 7");
     assert_eq!(a, traces(&yaml, 7), "the same seed keeps the same traces");
     let experiment = Experiment::parse(&yaml, Path::new("inline.yaml")).unwrap();
     let plain = simulate(&experiment, options(), |_| {}).unwrap();
