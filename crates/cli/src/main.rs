@@ -1,5 +1,6 @@
 //! The `tailguard` command: argument parsing and wiring only; the work happens in the libraries.
 
+mod collect;
 mod load;
 mod proxy;
 mod serve;
@@ -29,6 +30,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Send HTTP load (open or closed loop) and report exact percentiles.
     Load(load::LoadArgs),
+    /// Receive OTLP/HTTP spans until ctrl-c, then write them as Jaeger JSON.
+    Collect(collect::CollectArgs),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +42,7 @@ fn main() -> ExitCode {
         Command::Proxy(args) => proxy::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Load(args) => load::run(args),
+        Command::Collect(args) => collect::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

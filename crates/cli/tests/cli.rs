@@ -97,3 +97,13 @@ fn sim_traces_writes_jaeger_json_with_a_sample_per_run() {
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("--traces"));
 }
+
+#[test]
+fn collect_refuses_a_busy_address() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    let run = tailguard(&["collect", "--listen", &addr, "--out", scratch("never.json").to_str().unwrap()]);
+    assert!(!run.status.success());
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(stderr.contains(&format!("cannot listen on {addr}")), "{stderr}");
+}
