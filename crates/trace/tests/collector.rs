@@ -105,3 +105,28 @@ async fn bad_requests_are_refused_with_a_reason() {
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert!(collector.shutdown().await.is_empty());
 }
+
+#[tokio::test]
+async fn otlp_json_as_the_specification_writes_it_is_understood() {
+    let collector = Collector::start(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
+    // Hex ids, 64-bit integers as strings, camelCase: OTLP/HTTP JSON as exporters send it.
+    let body = r#"{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"svc"}}]},
+        "scopeSpans":[{"scope":{"name":"x"},"spans":[{"traceId":"5b8efff798038103d269b633813fc60c",
+        "spanId":"eee19b7ec3c1b174","parentSpanId":"eee19b7ec3c1b173","name":"op","kind":3,
+        "startTimeUnixNano":"1544712660000000000","endTimeUnixNano":"1544712661000000000",
+        "attributes":[{"key":"n","value":{"intValue":"42"}},{"key":"ok","value":{"boolValue":true}}],
+        "status":{"code":2,"message":"boom"}}]}]}]}"#;
+    let (status, _) = post(collector.addr(), "/v1/traces", "application/json", body.as_bytes().to_vec()).await;
+    assert_eq!(status, StatusCode::OK);
+    let traces = collector.shutdown().await;
+    assert_eq!(traces.len(), 1);
+    let t = &traces[0];
+    assert_eq!(t.id, 0x5b8efff798038103d269b633813fc60c);
+    let s = &t.spans[0];
+    assert_eq!((s.id, s.parent), (0xeee19b7ec3c1b174, Some(0xeee19b7ec3c1b173)));
+    assert_eq!((t.service(s), s.start_us, s.duration_us), ("svc", 1_544_712_660_000_000, 1_000_000));
+    assert_eq!(Trace::tag(s, "n"), Some(&Value::Int(42)));
+    assert_eq!(Trace::tag(s, "ok"), Some(&Value::Bool(true)));
+    assert_eq!(Trace::tag(s, "span.kind"), Some(&Value::Str("client".into())));
+    assert_eq!(Trace::tag(s, "error"), Some(&Value::Bool(true)));
+}
