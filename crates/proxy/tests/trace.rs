@@ -177,3 +177,27 @@ async fn an_unreachable_collector_never_blocks_or_fails_requests() {
     sidecar.shutdown().await;
     assert!(stopping.elapsed() < Duration::from_secs(10), "shutdown took {:?}", stopping.elapsed());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ingress_refusal_is_a_rejected_server_span() {
+    let collector = Collector::start(SocketAddr::from(LOCAL)).await.unwrap();
+    let app = serve("backend", None, "500ms").await;
+    let yaml =
+        format!("ingress: {{listen: 127.0.0.1:0, app: {}, admission: {{kind: fixed, capacity: 1}}}}", app.addr());
+    let sidecar = proxy(&yaml, &collector.endpoint(), "backend").await;
+    let addr = sidecar.ingress.unwrap();
+    let first = tokio::spawn(get(addr));
+    // The first request holds the application's one admitted slot for 500 ms.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(get(addr).await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(first.await.unwrap(), StatusCode::OK);
+    sidecar.shutdown().await;
+    let traces = collector.shutdown().await;
+    let mut outcomes: Vec<(String, i64)> = traces
+        .iter()
+        .flat_map(|t| t.spans.iter())
+        .map(|s| (str_tag(s, "outcome").to_string(), int_tag(s, "http.response.status_code")))
+        .collect();
+    outcomes.sort();
+    assert_eq!(outcomes, vec![("rejected".to_string(), 429), ("success".to_string(), 200)]);
+}
