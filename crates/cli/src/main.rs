@@ -2,6 +2,7 @@
 
 mod load;
 mod proxy;
+mod report;
 mod serve;
 mod sim;
 mod table;
@@ -29,6 +30,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Send HTTP load (open or closed loop) and report exact percentiles.
     Load(load::LoadArgs),
+    /// Render a results JSON as one self-contained HTML report (plots and tables).
+    Report(report::ReportArgs),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +42,7 @@ fn main() -> ExitCode {
         Command::Proxy(args) => proxy::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Load(args) => load::run(args),
+        Command::Report(args) => report::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -25,6 +25,9 @@ pub struct SimArgs {
     /// Runs simulated at once (default: the number of cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// Write the HTML report (plots and tables, see docs/report.md) here.
+    #[arg(long, value_name = "PATH")]
+    report: Option<PathBuf>,
 }
 
 /// The default experiment, embedded so `tailguard demo` runs anywhere.
@@ -39,6 +42,9 @@ pub struct DemoArgs {
     /// Run the full-length experiment instead of the quick one.
     #[arg(long)]
     full: bool,
+    /// Write the HTML report here.
+    #[arg(long, value_name = "PATH")]
+    report: Option<PathBuf>,
 }
 
 pub fn demo(args: DemoArgs) -> anyhow::Result<()> {
@@ -49,6 +55,7 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<()> {
         json: args.json,
         quick: !args.full,
         threads: None,
+        report: args.report,
     };
     simulate_and_report(&experiment, &sim)
 }
@@ -80,6 +87,9 @@ fn simulate_and_report(experiment: &Experiment, args: &SimArgs) -> anyhow::Resul
         let json = serde_json::to_string_pretty(&results)? + "\n";
         std::fs::write(out, json).with_context(|| format!("writing {}", out.display()))?;
         eprintln!("results written to {}", out.display());
+    }
+    if let Some(out) = &args.report {
+        crate::report::write(&results, out)?;
     }
     Ok(())
 }

@@ -189,10 +189,11 @@ impl Metrics {
         }
     }
 
-    /// The time series over the `measured` time (later intervals, while in-flight requests drain,
-    /// are left out); None when it is shorter than one interval.
+    /// The time series over the whole intervals of the `measured` time (a last partial interval
+    /// would read as a drop in load, and later ones, while in-flight requests drain, are not
+    /// measured time); None when it is shorter than one interval.
     fn series(&self, measured: Duration, busiest: Option<usize>) -> Option<Series> {
-        let n = measured.as_nanos().div_ceil(INTERVAL.as_nanos()) as usize;
+        let n = (measured.as_nanos() / INTERVAL.as_nanos()) as usize;
         if n == 0 {
             return None;
         }
