@@ -12,6 +12,7 @@ use tailguard_sim::{ReplicaLoad, RunResult, TimeoutSeries};
 
 /// Width and height of one plot in SVG pixels; the page scales it to half its width.
 const SIZE: (u32, u32) = (640, 400);
+/// Plotters' SVG backend writes a font size of the size asked / 1.24, so 16 is 13 px.
 const FONT: &str = "sans-serif";
 /// More replicas than this are drawn as a heatmap, not as lines.
 const MAX_LINES: usize = 8;
@@ -124,8 +125,8 @@ where
         .y_label_formatter(&|v| format!("{v:.1}"))
         .light_line_style(TRANSPARENT)
         .bold_line_style(BLACK.mix(0.08))
-        .axis_desc_style((FONT, 15))
-        .label_style((FONT, 13))
+        .axis_desc_style((FONT, 18))
+        .label_style((FONT, 16))
         .draw()?;
     for line in lines {
         let style = line.color.stroke_width(2);
@@ -180,15 +181,15 @@ where
         .y_label_formatter(&|v| percent(*v))
         .light_line_style(TRANSPARENT)
         .bold_line_style(BLACK.mix(0.08))
-        .axis_desc_style((FONT, 15))
-        .label_style((FONT, 13))
+        .axis_desc_style((FONT, 18))
+        .label_style((FONT, 16))
         .draw()?;
     for (fraction, name) in [(0.01, "p99"), (0.001, "p99.9")] {
         if fraction > floor {
             let style = BLACK.mix(0.45).stroke_width(1);
             chart.draw_series(DashedLineSeries::new([(lo, fraction), (hi, fraction)], 4, 4, style))?;
             // Labelled at the right end, just above the line, where the curves have usually ended.
-            let style = (FONT, 13).into_font().color(&BLACK.mix(0.6)).pos(Pos::new(HPos::Right, VPos::Bottom));
+            let style = (FONT, 16).into_font().color(&BLACK.mix(0.6)).pos(Pos::new(HPos::Right, VPos::Bottom));
             chart.draw_series(std::iter::once(Text::new(name, (hi, fraction * 1.08), style)))?;
         }
     }
@@ -248,8 +249,8 @@ fn load_heatmap(title: &str, load: &ReplicaLoad, interval_s: f64, peak: u64) -> 
     svg(|root| {
         let (left, right) = root.split_horizontally(SIZE.0 - 90);
         let mut builder = ChartBuilder::on(&left);
-        // One segment per replica, labelled at its middle.
-        let mut chart = base(&mut builder, title).build_cartesian_2d(0.0..end, (0..rows).into_segmented())?;
+        // One segment per replica, labelled at its middle (the integer range includes its end).
+        let mut chart = base(&mut builder, title).build_cartesian_2d(0.0..end, (0..rows - 1).into_segmented())?;
         chart
             .configure_mesh()
             .disable_mesh()
@@ -261,8 +262,8 @@ fn load_heatmap(title: &str, load: &ReplicaLoad, interval_s: f64, peak: u64) -> 
                 SegmentValue::CenterOf(r) | SegmentValue::Exact(r) => r.to_string(),
                 SegmentValue::Last => String::new(),
             })
-            .axis_desc_style((FONT, 15))
-            .label_style((FONT, 13))
+            .axis_desc_style((FONT, 18))
+            .label_style((FONT, 16))
             .draw()?;
         let cells = load.replicas.iter().enumerate().flat_map(|(r, counts)| {
             (0..columns).map(move |c| {
@@ -270,7 +271,8 @@ fn load_heatmap(title: &str, load: &ReplicaLoad, interval_s: f64, peak: u64) -> 
                 let mean = slice.iter().sum::<u64>() as f64 / slice.len().max(1) as f64;
                 let x0 = (c * bin) as f64 * interval_s;
                 let x1 = (((c + 1) * bin).min(intervals)) as f64 * interval_s;
-                let (bottom, top) = (SegmentValue::Exact(r), SegmentValue::Exact(r + 1));
+                let top = if r + 1 == rows { SegmentValue::Last } else { SegmentValue::Exact(r + 1) };
+                let bottom = SegmentValue::Exact(r);
                 Rectangle::new([(x0, bottom), (x1, top)], palette::viridis(mean / peak).filled())
             })
         });
@@ -287,7 +289,7 @@ fn load_heatmap(title: &str, load: &ReplicaLoad, interval_s: f64, peak: u64) -> 
             .disable_x_axis()
             .y_labels(5)
             .y_label_formatter(&|v| tick(*v))
-            .label_style((FONT, 12))
+            .label_style((FONT, 15))
             .draw()?;
         let steps = 64;
         bar.draw_series((0..steps).map(|i| {
@@ -310,7 +312,9 @@ pub(crate) fn timeout(run: &RunResult, edge: &TimeoutSeries, interval_s: f64) ->
     let title = format!("{}: {}", run.variant, edge.edge);
     svg(|root| {
         let mut builder = ChartBuilder::on(root);
-        let mut chart = base(&mut builder, &title).build_cartesian_2d(0.0..end, bottom..(top * 1.1).max(1.0))?;
+        // Headroom above the lines for the legend.
+        let ceiling = (top + 0.35 * (top - bottom)).max(1.0);
+        let mut chart = base(&mut builder, &title).build_cartesian_2d(0.0..end, bottom..ceiling)?;
         time_mesh(&mut chart, "ms")?;
         let at = |values: &[f64]| -> Vec<(f64, f64)> {
             values.iter().enumerate().map(|(i, &v)| ((i as f64 + 0.5) * interval_s, v)).collect()
@@ -325,7 +329,7 @@ pub(crate) fn timeout(run: &RunResult, edge: &TimeoutSeries, interval_s: f64) ->
             .draw_series(LineSeries::new(at(&edge.timeout_ms), timeout))?
             .label("timeout set")
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 22, y)], timeout));
-        legend(&mut chart, SeriesLabelPosition::LowerRight)
+        legend(&mut chart, SeriesLabelPosition::UpperRight)
     })
 }
 
@@ -347,11 +351,11 @@ fn base<'a, 'b, 'c, DB: Backend>(
     title: &str,
 ) -> &'c mut ChartBuilder<'a, 'b, DB> {
     builder
-        .caption(title, (FONT, 17).into_font().style(FontStyle::Bold))
+        .caption(title, (FONT, 21).into_font().style(FontStyle::Bold))
         .margin(12)
         .margin_right(22)
         .x_label_area_size(48)
-        .y_label_area_size(66)
+        .y_label_area_size(84)
 }
 
 fn time_mesh<DB: Backend, X, Y>(chart: &mut ChartContext<'_, DB, Cartesian2d<X, Y>>, y_desc: &str) -> Drawn
@@ -367,8 +371,8 @@ where
         .y_label_formatter(&|v| tick(*v))
         .light_line_style(TRANSPARENT)
         .bold_line_style(BLACK.mix(0.08))
-        .axis_desc_style((FONT, 15))
-        .label_style((FONT, 13))
+        .axis_desc_style((FONT, 18))
+        .label_style((FONT, 16))
         .draw()?;
     Ok(())
 }
@@ -385,7 +389,7 @@ where
         .configure_series_labels()
         .position(at)
         .margin(10)
-        .label_font((FONT, 13))
+        .label_font((FONT, 16))
         .background_style(WHITE.mix(0.9))
         .border_style(BLACK.mix(0.25))
         .draw()?;
