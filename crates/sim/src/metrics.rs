@@ -40,8 +40,9 @@ struct EdgeSeries {
     answered: Vec<(f64, u32)>,
 }
 
-/// The length of the series' intervals, and of the imbalance's.
-const INTERVAL: Duration = Duration::from_secs(1);
+/// The length of the series' intervals, and of the imbalance's, in whole seconds (whole, so an
+/// arrival's interval is an integer division, not a 128-bit one).
+const INTERVAL_S: u64 = 1;
 
 impl Metrics {
     /// Metrics of a world whose services (`names`) have `replicas` each and whose timed call edges
@@ -74,7 +75,7 @@ impl Metrics {
     /// The interval `now` falls in, None during the warm-up.
     fn interval(&self, now: Duration) -> Option<usize> {
         let since = now.checked_sub(self.warmup)?;
-        Some((since.as_nanos() / INTERVAL.as_nanos()) as usize)
+        Some((since.as_secs() / INTERVAL_S) as usize)
     }
 
     /// A measured user request ended.
@@ -148,21 +149,21 @@ impl Metrics {
         let busiest = called.iter().copied().max_by_key(|&s| (arrivals(s), s));
         let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
         let h = &self.latency_us;
-        // The lowest value of the bucket the quantile falls in, so exact values stay exact.
-        let ms = |q: f64| {
-            if h.is_empty() {
-                0.0
-            } else {
-                round(h.lowest_equivalent(h.value_at_quantile(q)) as f64 / 1000.0)
-            }
-        };
+        // The lowest value of the bucket the quantile falls in, so exact values stay exact; one
+        // scan of the counts for all of them.
+        let mut ms = [0.0; 6];
+        if !h.is_empty() {
+            let values = h.value_at_quantiles([0.10, 0.50, 0.90, 0.95, 0.99, 0.999]);
+            ms.iter_mut().zip(values).for_each(|(ms, v)| *ms = round(h.lowest_equivalent(v) as f64 / 1000.0));
+        }
+        let [p10, p50, p90, p95, p99, p999] = ms;
         let latency = Latency {
-            p10: ms(0.10),
-            p50: ms(0.50),
-            p90: ms(0.90),
-            p95: ms(0.95),
-            p99: ms(0.99),
-            p999: ms(0.999),
+            p10,
+            p50,
+            p90,
+            p95,
+            p99,
+            p999,
             max: if h.is_empty() { 0.0 } else { round(h.lowest_equivalent(h.max()) as f64 / 1000.0) },
             mean: round(ratio(self.latency_sum * 1000.0, self.succeeded as f64)),
         };
@@ -193,7 +194,7 @@ impl Metrics {
     /// would read as a drop in load, and later ones, while in-flight requests drain, are not
     /// measured time); None when it is shorter than one interval.
     fn series(&self, measured: Duration, busiest: Option<usize>) -> Option<Series> {
-        let n = (measured.as_nanos() / INTERVAL.as_nanos()) as usize;
+        let n = (measured.as_secs() / INTERVAL_S) as usize;
         if n == 0 {
             return None;
         }
@@ -214,7 +215,7 @@ impl Metrics {
                 latency_ms: means_ms(&e.answered, n),
             })
             .collect();
-        Some(Series { interval_s: INTERVAL.as_secs_f64(), replica_load, timeouts })
+        Some(Series { interval_s: INTERVAL_S as f64, replica_load, timeouts })
     }
 
     fn imbalance(&self, service: usize) -> f64 {
@@ -258,26 +259,29 @@ fn cdf_targets() -> impl Iterator<Item = f64> {
     body.chain(tail)
 }
 
-/// The latency distribution as (ms, fraction at or below) points, in one pass over the histogram:
-/// each point is the first bucket whose cumulative fraction reaches a target of [`cdf_targets`],
-/// plus the last one (the maximum, fraction 1). Buckets are reported by their lowest value, like
-/// the percentiles.
+/// The latency distribution as (ms, fraction at or below) points: the buckets where the
+/// cumulative fraction reaches each target of [`cdf_targets`], plus the maximum (fraction 1), with
+/// the exact fraction at or below each. Two scans of the counts (quantiles, then counts between
+/// the points, from the minimum up), each about as fast as one percentile lookup. Buckets are reported by their lowest value,
+/// like the percentiles.
 fn cdf(h: &Histogram<u64>) -> Vec<[f64; 2]> {
-    let total = h.len() as f64;
-    let mut targets = cdf_targets().peekable();
-    let mut points: Vec<[f64; 2]> = Vec::new();
-    let mut below = 0u64;
-    let mut buckets = h.iter_recorded().peekable();
-    while let Some(bucket) = buckets.next() {
-        below += bucket.count_at_value();
-        let fraction = below as f64 / total;
-        let last = buckets.peek().is_none();
-        if last || targets.peek().is_some_and(|&t| fraction >= t) {
-            points.push([round(h.lowest_equivalent(bucket.value_iterated_to()) as f64 / 1000.0), fraction]);
-            while targets.next_if(|&t| t <= fraction).is_some() {}
-        }
+    if h.is_empty() {
+        return Vec::new();
     }
-    points
+    let mut values: Vec<u64> = h.value_at_quantiles(cdf_targets()).map(|v| h.lowest_equivalent(v)).collect();
+    values.push(h.lowest_equivalent(h.max()));
+    values.dedup();
+    let total = h.len() as f64;
+    // Nothing lies below the minimum: the scan starts there.
+    let (mut below, mut from) = (0, h.min());
+    values
+        .into_iter()
+        .map(|v| {
+            below += h.count_between(from, v);
+            from = h.next_non_equivalent(v);
+            [round(v as f64 / 1000.0), below as f64 / total]
+        })
+        .collect()
 }
 
 /// Population standard deviation.
