@@ -34,6 +34,7 @@ nav a { margin-right: 14px; color: #1f5f9f; text-decoration: none; }
 .grid { display: grid; grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 12px 20px; }
 figure { margin: 0; }
 figure svg { width: 100%; height: auto; display: block; }
+figure svg rect { shape-rendering: crispEdges; }
 figcaption { font-size: 12.5px; color: #555; margin: 2px 4px 0; }
 table { border-collapse: collapse; font-size: 13px; margin: 6px 0 10px; font-variant-numeric: tabular-nums; }
 th, td { padding: 4px 10px; text-align: right; border-bottom: 1px solid #e4e4e4; }
@@ -61,10 +62,11 @@ impl Page {
             out,
             "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
              <title>tailguard report: {title}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n\
-             <header>\n<h1>{title}</h1>\n<p class=\"meta\">mode <b>{}</b> · seed <b>{}</b> · {} runs</p>\n",
+             <header>\n<h1>{title}</h1>\n<p class=\"meta\">mode <b>{}</b> · seed <b>{}</b> · {} run{}</p>\n",
             escape(&results.mode),
             results.seed,
             results.runs.len(),
+            if results.runs.len() == 1 { "" } else { "s" },
         );
         let scenarios = crate::by_scenario(&results.runs);
         if scenarios.len() > 1 {

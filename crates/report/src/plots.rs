@@ -68,6 +68,11 @@ impl<'a> Line<'a> {
         Line { name, color, points: clean(percentiles), approximate: true }
     }
 
+    /// The fraction at or below `x` (0 for a line without points).
+    fn at(&self, x: f64) -> f64 {
+        self.points.iter().take_while(|p| p.0 <= x).last().map_or(0.0, |p| p.1)
+    }
+
     fn label(&self) -> String {
         match (self.points.is_empty(), self.approximate) {
             (true, _) => format!("{} (no successes)", self.name),
@@ -104,14 +109,19 @@ pub(crate) fn latency_cdf(lines: &[Line<'_>]) -> Result<String, String> {
         let chart = ChartBuilder::on(root);
         if hi / lo >= 10.0 {
             let ticks = log_ticks(lo, hi);
-            draw_cdf(chart, (lo..hi).log_scale().with_key_points(ticks), lines)
+            draw_cdf(chart, (lo..hi).log_scale().with_key_points(ticks), lines, cdf_legend(lines, (lo, hi), true))
         } else {
-            draw_cdf(chart, lo..hi, lines)
+            draw_cdf(chart, lo..hi, lines, cdf_legend(lines, (lo, hi), false))
         }
     })
 }
 
-fn draw_cdf<DB: Backend, X>(mut builder: ChartBuilder<'_, '_, DB>, x: X, lines: &[Line<'_>]) -> Drawn
+fn draw_cdf<DB: Backend, X>(
+    mut builder: ChartBuilder<'_, '_, DB>,
+    x: X,
+    lines: &[Line<'_>],
+    corner: SeriesLabelPosition,
+) -> Drawn
 where
     X: AsRangedCoord<Value = f64>,
     X::CoordDescType: ValueFormatter<f64>,
@@ -135,7 +145,7 @@ where
             .label(line.label())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 22, y)], style));
     }
-    legend(&mut chart, SeriesLabelPosition::LowerRight)
+    legend(&mut chart, corner)
 }
 
 /// The fraction of requests slower than each latency, both axes logarithmic, with p99 and p99.9
@@ -146,14 +156,15 @@ pub(crate) fn latency_ccdf(lines: &[Line<'_>]) -> Result<String, String> {
     // where the curves drop at their max.
     let smallest =
         lines.iter().flat_map(|l| l.points.iter().map(|p| 1.0 - p.1)).filter(|&y| y > 1e-9).fold(1.0f64, f64::min);
-    let floor = 10f64.powf((smallest * 0.999).log10().floor() - 1.0).clamp(1e-6, 0.01);
+    let floor = 10f64.powf((smallest.log10() - 1e-9).ceil() - 1.0).clamp(1e-6, 0.01);
     svg(|root| {
         let chart = ChartBuilder::on(root);
         let y = (floor..1.0).log_scale().with_key_points(decades(floor, 1.0));
+        let corner = ccdf_legend(lines, (lo, hi), hi / lo >= 10.0, floor);
         if hi / lo >= 10.0 {
-            draw_ccdf(chart, (lo..hi).log_scale().with_key_points(log_ticks(lo, hi)), y, lines, floor, (lo, hi))
+            draw_ccdf(chart, (lo..hi).log_scale().with_key_points(log_ticks(lo, hi)), y, lines, (floor, lo, hi), corner)
         } else {
-            draw_ccdf(chart, lo..hi, y, lines, floor, (lo, hi))
+            draw_ccdf(chart, lo..hi, y, lines, (floor, lo, hi), corner)
         }
     })
 }
@@ -163,8 +174,8 @@ fn draw_ccdf<DB: Backend, X, Y>(
     x: X,
     y: Y,
     lines: &[Line<'_>],
-    floor: f64,
-    (lo, hi): (f64, f64),
+    (floor, lo, hi): (f64, f64, f64),
+    corner: SeriesLabelPosition,
 ) -> Drawn
 where
     X: AsRangedCoord<Value = f64>,
@@ -200,7 +211,49 @@ where
             .label(line.label())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 22, y)], style));
     }
-    legend(&mut chart, SeriesLabelPosition::LowerLeft)
+    legend(&mut chart, corner)
+}
+
+/// The share of a plot's height a legend of `lines` takes (a row of about 20 of some 300 px).
+fn legend_height(lines: &[Line<'_>]) -> f64 {
+    (0.04 + 0.067 * lines.len() as f64).min(0.9)
+}
+
+/// The latency at fraction `f` of the axis from `lo` to `hi`.
+fn along((lo, hi): (f64, f64), log: bool, f: f64) -> f64 {
+    if log {
+        lo * (hi / lo).powf(f)
+    } else {
+        lo + (hi - lo) * f
+    }
+}
+
+/// The CDF's empty corner for the legend: lower right (curves that have risen by then) unless
+/// more curves are still low there than are already high at the upper left.
+fn cdf_legend(lines: &[Line<'_>], range: (f64, f64), log: bool) -> SeriesLabelPosition {
+    let h = legend_height(lines);
+    let lower_right = lines.iter().filter(|l| l.at(along(range, log, 0.6)) < h).count();
+    let upper_left = lines.iter().filter(|l| l.at(along(range, log, 0.4)) > 1.0 - h).count();
+    if upper_left < lower_right {
+        SeriesLabelPosition::UpperLeft
+    } else {
+        SeriesLabelPosition::LowerRight
+    }
+}
+
+/// The CCDF's empty corner for the legend: lower left unless more curves have already fallen
+/// there than are still high at the upper right.
+fn ccdf_legend(lines: &[Line<'_>], range: (f64, f64), log: bool, floor: f64) -> SeriesLabelPosition {
+    let h = legend_height(lines);
+    let height = |g: f64| floor * (1.0 / floor).powf(g);
+    let slower = |l: &Line<'_>, x: f64| 1.0 - l.at(x);
+    let lower_left = lines.iter().filter(|l| slower(l, along(range, log, 0.4)) < height(h)).count();
+    let upper_right = lines.iter().filter(|l| slower(l, along(range, log, 0.6)) > height(1.0 - h)).count();
+    if upper_right < lower_left {
+        SeriesLabelPosition::UpperRight
+    } else {
+        SeriesLabelPosition::LowerLeft
+    }
 }
 
 /// Attempts per replica over time: a line per replica, or a heatmap when there are many. `peak`

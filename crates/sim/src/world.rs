@@ -217,7 +217,7 @@ impl World {
             Event::AttemptEnds { call, attempt, sent, timeout, series, outcome, chip } => {
                 let rtt = self.now.saturating_sub(sent);
                 // Every answer counts, also one its caller stopped waiting for: the series shows
-                // the callee's actual latency against the timeout (adaptive-timeouts.txt §5.2).
+                // the callee's actual latency against the timeout (adaptive-timeouts.txt Fig. 7–14).
                 if let (Some(edge), Outcome::Success) = (series, outcome) {
                     self.metrics.attempt_answered(edge, self.now, rtt);
                 }
