@@ -233,7 +233,7 @@ fn replica_load(out: &mut String, runs: &[&RunResult]) {
     out.push_str("<h3>Load per replica over time</h3>\n");
     let loads: Vec<(&RunResult, &tailguard_sim::ReplicaLoad, f64)> = runs
         .iter()
-        .filter_map(|r| r.series.as_ref().and_then(|s| s.replica_load.as_ref().map(|l| (*r, l, s.interval_s))))
+        .filter_map(|r| r.series.as_ref().and_then(|s| s.replica_load.as_ref().map(|l| (*r, l, interval(s)))))
         .collect();
     if loads.is_empty() {
         note(out, "No per-replica load was recorded (the load generator and older results have none).");
@@ -276,7 +276,7 @@ fn timeouts(out: &mut String, runs: &[&RunResult]) {
     let edges: Vec<(&RunResult, &tailguard_sim::TimeoutSeries, f64)> = runs
         .iter()
         .filter_map(|r| r.series.as_ref().map(|s| (*r, s)))
-        .flat_map(|(r, s)| s.timeouts.iter().map(move |t| (r, t, s.interval_s)))
+        .flat_map(|(r, s)| s.timeouts.iter().map(move |t| (r, t, interval(s))))
         .collect();
     if edges.is_empty() {
         return;
@@ -295,6 +295,15 @@ fn timeouts(out: &mut String, runs: &[&RunResult]) {
         figure(out, &plots::timeout(run, edge, interval), &caption);
     }
     out.push_str("</div>\n");
+}
+
+/// The series' interval, 1 s when a hand-edited file has a useless one.
+fn interval(series: &tailguard_sim::Series) -> f64 {
+    if series.interval_s.is_finite() && series.interval_s > 0.0 {
+        series.interval_s
+    } else {
+        1.0
+    }
 }
 
 /// A number with at most 4 significant decimals, without trailing zeros.

@@ -75,3 +75,24 @@ fn runs_without_successes_or_without_runs_do_not_panic() {
     let empty = Results { experiment: "empty".into(), mode: "lab".into(), seed: 1, runs: vec![] };
     assert!(render_html(&empty).contains("This results file has no runs."));
 }
+
+#[test]
+fn odd_but_valid_json_renders_without_panic() {
+    // A zero interval, replicas without counts, series of unequal lengths, a huge and a zero latency.
+    let mut results = common::simulate_quick();
+    for (i, run) in results.runs.iter_mut().enumerate() {
+        let series = run.series.as_mut().unwrap();
+        series.interval_s = 0.0;
+        if let Some(load) = series.replica_load.as_mut() {
+            load.replicas.iter_mut().step_by(2).for_each(Vec::clear);
+        }
+        for edge in &mut series.timeouts {
+            edge.latency_ms.truncate(i);
+            edge.timeout_ms.iter_mut().for_each(|t| *t = 1e12);
+        }
+        run.cdf.insert(0, [0.0, 0.0]);
+        run.cdf.push([1e9, 1.0]);
+    }
+    let html = render_html(&results);
+    assert_eq!(svg_count(&html), 14);
+}
