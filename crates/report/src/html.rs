@@ -41,6 +41,7 @@ th, td { padding: 4px 10px; text-align: right; border-bottom: 1px solid #e4e4e4;
 th { background: #f4f4f4; font-weight: 600; border-bottom: 1px solid #bbb; }
 th:first-child, td:first-child { text-align: left; }
 td.best { font-weight: 700; }
+.dim { color: #8a8a8a; font-size: 12px; font-weight: 400; }
 .swatch { display: inline-block; width: 11px; height: 11px; border-radius: 2px; margin-right: 6px;
           vertical-align: -1px; }
 .note { font-size: 13px; color: #7a5a00; background: #fff8e1; border-left: 3px solid #e0b000;
@@ -54,8 +55,8 @@ pub(crate) struct Page {
 }
 
 impl Page {
-    /// The head and the header of `results`' report.
-    pub(crate) fn new(results: &Results) -> Page {
+    /// The head and the header of `results`' report; `variants` fixes each variant's color.
+    pub(crate) fn new(results: &Results, variants: &[String]) -> Page {
         let mut out = String::with_capacity(1 << 20);
         let title = escape(&results.experiment);
         let _ = write!(
@@ -75,6 +76,7 @@ impl Page {
                 let _ = write!(out, "<a href=\"#scenario-{i}\">{}</a>", escape(name));
             }
             out.push_str("</nav>\n");
+            overview(&mut out, &scenarios, variants);
         }
         if results.runs.is_empty() {
             out.push_str("<p class=\"note\">This results file has no runs.</p>\n");
@@ -141,6 +143,46 @@ impl Page {
         );
         self.out
     }
+}
+
+/// Scenario × variant: p99 latency, the best of each scenario in bold, and the success rate where
+/// it is below 100 %; the figures below explain each row.
+fn overview(out: &mut String, scenarios: &[(String, Vec<&RunResult>)], variants: &[String]) {
+    out.push_str("<h3>Overview: p99 latency (ms) per scenario, and success where below 100 %</h3>\n<table>\n<tr><th>scenario</th>");
+    for (i, variant) in variants.iter().enumerate() {
+        let _ = write!(
+            out,
+            "<th><span class=\"swatch\" style=\"background:{}\"></span>{}</th>",
+            palette::css(palette::series(i)),
+            escape(variant)
+        );
+    }
+    out.push_str("</tr>\n");
+    for (i, (scenario, runs)) in scenarios.iter().enumerate() {
+        let _ = write!(out, "<tr><td><a href=\"#scenario-{i}\">{}</a></td>", escape(scenario));
+        let p99s: Vec<f64> = runs.iter().filter(|r| r.succeeded > 0).map(|r| r.latency_ms.p99).collect();
+        for variant in variants {
+            let Some(run) = runs.iter().find(|r| r.variant == *variant) else {
+                out.push_str("<td>–</td>");
+                continue;
+            };
+            if run.succeeded == 0 {
+                out.push_str("<td>no successes</td>");
+                continue;
+            }
+            let p99 = run.latency_ms.p99;
+            let best = p99s.iter().all(|&o| p99 <= o) && p99s.iter().any(|&o| p99 < o);
+            let class = if best { " class=\"best\"" } else { "" };
+            let success = if run.success_rate < 0.99995 {
+                format!(" <span class=\"dim\">{:.2} %</span>", 100.0 * run.success_rate)
+            } else {
+                String::new()
+            };
+            let _ = write!(out, "<td{class}>{}{success}</td>", number(p99));
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</table>\n");
 }
 
 fn figure(out: &mut String, svg: &Result<String, String>, caption: &str) {
