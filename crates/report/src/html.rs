@@ -150,12 +150,7 @@ impl Page {
 fn overview(out: &mut String, scenarios: &[(String, Vec<&RunResult>)], variants: &[String]) {
     out.push_str("<h3>Overview: p99 latency (ms) per scenario, and success where below 100 %</h3>\n<table>\n<tr><th>scenario</th>");
     for (i, variant) in variants.iter().enumerate() {
-        let _ = write!(
-            out,
-            "<th><span class=\"swatch\" style=\"background:{}\"></span>{}</th>",
-            palette::css(palette::series(i)),
-            escape(variant)
-        );
+        let _ = write!(out, "<th>{}{}</th>", swatch(palette::series(i)), escape(variant));
     }
     out.push_str("</tr>\n");
     for (i, (scenario, runs)) in scenarios.iter().enumerate() {
@@ -171,8 +166,7 @@ fn overview(out: &mut String, scenarios: &[(String, Vec<&RunResult>)], variants:
                 continue;
             }
             let p99 = run.latency_ms.p99;
-            let best = p99s.iter().all(|&o| p99 <= o) && p99s.iter().any(|&o| p99 < o);
-            let class = if best { " class=\"best\"" } else { "" };
+            let class = if best(p99, &p99s) { " class=\"best\"" } else { "" };
             let success = if run.success_rate < 0.99995 {
                 format!(" <span class=\"dim\">{:.2} %</span>", 100.0 * run.success_rate)
             } else {
@@ -198,12 +192,17 @@ fn note(out: &mut String, text: &str) {
     let _ = writeln!(out, "<p class=\"note\">{}</p>", escape(text));
 }
 
+fn swatch(color: plotters::style::RGBColor) -> String {
+    format!("<span class=\"swatch\" style=\"background:{}\"></span>", palette::css(color))
+}
+
 fn variant_cell(run: &RunResult, color: &dyn Fn(&RunResult) -> plotters::style::RGBColor) -> String {
-    format!(
-        "<td><span class=\"swatch\" style=\"background:{}\"></span>{}</td>",
-        palette::css(color(run)),
-        escape(&run.variant)
-    )
+    format!("<td>{}{}</td>", swatch(color(run)), escape(&run.variant))
+}
+
+/// Whether `value` is the lowest of `all` (which holds it) and not merely equal to all of them.
+fn best(value: f64, all: &[f64]) -> bool {
+    all.iter().all(|&o| value <= o) && all.iter().any(|&o| value < o)
 }
 
 /// p10 … p99.9, max and mean per variant; the lowest of each column in bold.
@@ -225,17 +224,17 @@ fn percentile_table(out: &mut String, runs: &[&RunResult], color: &dyn Fn(&RunRe
     }
     out.push_str("</tr>\n");
     let with_latency: Vec<&&RunResult> = runs.iter().filter(|r| r.succeeded > 0).collect();
+    let columns_of: Vec<Vec<f64>> =
+        columns.iter().map(|(_, value)| with_latency.iter().map(|r| value(r)).collect()).collect();
     for run in runs {
         out.push_str("<tr>");
         out.push_str(&variant_cell(run, color));
-        for (_, value) in &columns {
+        for ((_, value), column) in columns.iter().zip(&columns_of) {
             if run.succeeded == 0 {
                 out.push_str("<td>–</td>");
                 continue;
             }
-            let best = with_latency.iter().all(|other| value(run) <= value(other))
-                && with_latency.iter().any(|other| value(run) < value(other));
-            let class = if best { " class=\"best\"" } else { "" };
+            let class = if best(value(run), column) { " class=\"best\"" } else { "" };
             let _ = write!(out, "<td{class}>{}</td>", number(value(run)));
         }
         out.push_str("</tr>\n");
@@ -372,6 +371,13 @@ mod tests {
     #[test]
     fn escape_covers_text_and_attributes() {
         assert_eq!(escape(r#"<b a="x">'&'</b>"#), "&lt;b a=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/b&gt;");
+    }
+
+    #[test]
+    fn only_a_strictly_lower_value_is_best() {
+        assert!(best(1.0, &[1.0, 2.0, 1.5]));
+        assert!(!best(1.0, &[1.0, 1.0]), "a tie of all is no best");
+        assert!(!best(1.5, &[1.0, 1.5]));
     }
 
     #[test]

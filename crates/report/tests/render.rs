@@ -24,6 +24,9 @@ fn a_simulation_gets_every_plot() {
     assert_eq!(html.matches("(one line per replica)").count(), 3);
     assert_eq!(html.matches("(heatmap, brighter is busier)").count(), 3);
     assert!(!html.contains("class=\"note\""), "nothing is missing: no note");
+    // Two scenarios: an overview row for each, linking to its section.
+    assert!(html.contains("Overview: p99 latency"));
+    assert!(html.contains("<a href=\"#scenario-1\">twelve replicas</a></td>"));
 }
 
 #[test]
@@ -59,6 +62,7 @@ fn an_older_or_load_json_degrades_to_notes() {
     assert!(html.contains("No per-replica load was recorded"));
     assert!(!html.contains("<script>"));
     assert!(html.contains("mode <b>load</b>"));
+    assert!(!html.contains("Overview"), "one scenario needs no overview");
 }
 
 #[test]
