@@ -55,8 +55,9 @@ pub(crate) struct Page {
 }
 
 impl Page {
-    /// The head and the header of `results`' report; `variants` fixes each variant's color.
-    pub(crate) fn new(results: &Results, variants: &[String]) -> Page {
+    /// The head and the header of `results`' report, whose runs are grouped into `scenarios`;
+    /// `variants` fixes each variant's color.
+    pub(crate) fn new(results: &Results, scenarios: &[(String, Vec<&RunResult>)], variants: &[String]) -> Page {
         let mut out = String::with_capacity(1 << 20);
         let title = escape(&results.experiment);
         let _ = write!(
@@ -69,14 +70,13 @@ impl Page {
             results.runs.len(),
             if results.runs.len() == 1 { "" } else { "s" },
         );
-        let scenarios = crate::by_scenario(&results.runs);
         if scenarios.len() > 1 {
             out.push_str("<nav>scenarios: ");
             for (i, (name, _)) in scenarios.iter().enumerate() {
                 let _ = write!(out, "<a href=\"#scenario-{i}\">{}</a>", escape(name));
             }
             out.push_str("</nav>\n");
-            overview(&mut out, &scenarios, variants);
+            overview(&mut out, scenarios, variants);
         }
         if results.runs.is_empty() {
             out.push_str("<p class=\"note\">This results file has no runs.</p>\n");

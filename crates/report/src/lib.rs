@@ -18,9 +18,10 @@ use tailguard_sim::{Results, RunResult};
 /// The whole report for `results` as one HTML document.
 pub fn render_html(results: &Results) -> String {
     let variants = variant_names(results);
-    let mut page = Page::new(results, &variants);
-    for (index, (scenario, runs)) in by_scenario(&results.runs).into_iter().enumerate() {
-        page.scenario(index, &scenario, &runs, &variants);
+    let scenarios = by_scenario(&results.runs);
+    let mut page = Page::new(results, &scenarios, &variants);
+    for (index, (scenario, runs)) in scenarios.iter().enumerate() {
+        page.scenario(index, scenario, runs, &variants);
     }
     page.finish()
 }

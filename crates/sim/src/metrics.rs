@@ -262,8 +262,8 @@ fn cdf_targets() -> impl Iterator<Item = f64> {
 /// The latency distribution as (ms, fraction at or below) points: the buckets where the
 /// cumulative fraction reaches each target of [`cdf_targets`], plus the maximum (fraction 1), with
 /// the exact fraction at or below each. Two scans of the counts (quantiles, then counts between
-/// the points, from the minimum up), each about as fast as one percentile lookup. Buckets are reported by their lowest value,
-/// like the percentiles.
+/// the points, from the minimum up), each about as fast as one percentile lookup. Buckets are
+/// reported by their lowest value, like the percentiles.
 fn cdf(h: &Histogram<u64>) -> Vec<[f64; 2]> {
     if h.is_empty() {
         return Vec::new();
