@@ -30,7 +30,8 @@ h3 { font-size: 15px; margin: 20px 0 6px; color: #444; }
 .meta { color: #555; margin: 0 0 12px; }
 .meta b { color: #222; }
 nav { font-size: 14px; margin: 8px 0 0; }
-nav a { margin-right: 14px; color: #1f5f9f; text-decoration: none; }
+a { color: #1f5f9f; text-decoration: none; }
+nav a { margin-right: 14px; }
 .grid { display: grid; grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 12px 20px; }
 figure { margin: 0; }
 figure svg { width: 100%; height: auto; display: block; }
