@@ -3,6 +3,7 @@
 mod collect;
 mod load;
 mod proxy;
+mod report;
 mod serve;
 mod sim;
 mod table;
@@ -32,6 +33,8 @@ enum Command {
     Load(load::LoadArgs),
     /// Receive OTLP/HTTP spans until ctrl-c, then write them as Jaeger JSON.
     Collect(collect::CollectArgs),
+    /// Render a results JSON as one self-contained HTML report (plots and tables).
+    Report(report::ReportArgs),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +46,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Load(args) => load::run(args),
         Command::Collect(args) => collect::run(args),
+        Command::Report(args) => report::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -31,6 +31,9 @@ pub struct SimArgs {
     /// Requests traced per run with --traces.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_TRACE_SAMPLE, requires = "traces")]
     trace_sample: usize,
+    /// Write the HTML report (plots and tables, see docs/report.md) here.
+    #[arg(long, value_name = "PATH")]
+    report: Option<PathBuf>,
 }
 
 /// The default experiment, embedded so `tailguard demo` runs anywhere.
@@ -45,6 +48,9 @@ pub struct DemoArgs {
     /// Run the full-length experiment instead of the quick one.
     #[arg(long)]
     full: bool,
+    /// Write the HTML report here.
+    #[arg(long, value_name = "PATH")]
+    report: Option<PathBuf>,
 }
 
 pub fn demo(args: DemoArgs) -> anyhow::Result<()> {
@@ -57,6 +63,7 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<()> {
         threads: None,
         traces: None,
         trace_sample: DEFAULT_TRACE_SAMPLE,
+        report: args.report,
     };
     simulate_and_report(&experiment, &sim)
 }
@@ -99,6 +106,9 @@ fn simulate_and_report(experiment: &Experiment, args: &SimArgs) -> anyhow::Resul
     if let Some(out) = &args.traces {
         tailguard_trace::jaeger::write_file(&traces, out)?;
         eprintln!("{} traces written to {}", traces.len(), out.display());
+    }
+    if let Some(out) = &args.report {
+        crate::report::write(&results, out)?;
     }
     Ok(())
 }

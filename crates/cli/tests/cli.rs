@@ -107,3 +107,37 @@ fn collect_refuses_a_busy_address() {
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(stderr.contains(&format!("cannot listen on {addr}")), "{stderr}");
 }
+
+#[test]
+fn sim_writes_a_report_and_report_renders_the_json_beside_it() {
+    let dir = scratch("report");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (json, html) = (dir.join("spec.json"), dir.join("sim.html"));
+    let run = tailguard(&[
+        "sim",
+        &example("speculative.yaml"),
+        "--quick",
+        "--json",
+        json.to_str().unwrap(),
+        "--report",
+        html.to_str().unwrap(),
+    ]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let from_sim = std::fs::read_to_string(&html).unwrap();
+    assert!(from_sim.starts_with("<!DOCTYPE html>") && from_sim.contains("<svg"));
+    // Without --out, the report goes beside the JSON; it is the same page.
+    let run = tailguard(&["report", json.to_str().unwrap()]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert_eq!(std::fs::read_to_string(dir.join("report.html")).unwrap(), from_sim);
+}
+
+#[test]
+fn report_names_the_file_and_the_problem_of_a_malformed_json() {
+    let bad = scratch("bad-results.json");
+    std::fs::write(&bad, r#"{"experiment": "x", "mode": "sim", "seed": 1, "runs": [{"scenario": "a"}]}"#).unwrap();
+    let run = tailguard(&["report", bad.to_str().unwrap()]);
+    assert!(!run.status.success());
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(err.contains("bad-results.json is not a tailguard results JSON"), "{err}");
+    assert!(err.contains("runs[0]: missing field `variant`"), "{err}");
+}

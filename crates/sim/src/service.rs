@@ -18,6 +18,8 @@ pub(crate) struct EdgePolicy {
     pub(crate) policy: ClientPolicy,
     /// Whether it sets attempt timeouts itself (not only through a deadline), for closeness.
     pub(crate) timed: bool,
+    /// The edge's index among the timeout series the metrics keep (edges that are `timed`).
+    pub(crate) series: Option<u16>,
 }
 
 /// A request being handled at a replica.
@@ -27,6 +29,8 @@ pub(crate) struct Job {
     pub(crate) reply: (Key, u32),
     pub(crate) sent: Time,
     pub(crate) timeout: Option<Duration>,
+    /// The timeout series of the edge the request came over, if any.
+    pub(crate) series: Option<u16>,
     pub(crate) fate: Fate,
     /// Its arrival number at the replica (1 = first), for `every`-th request faults.
     pub(crate) nth: u64,
@@ -80,7 +84,11 @@ impl ServiceModel {
             edge_callee.push(callee);
             let timed = edge.policy.timeout != Timeout::None;
             for _ in 0..svc.replicas {
-                policies.push(EdgePolicy { policy: build::client_policy(&edge.policy, endpoints), timed });
+                policies.push(EdgePolicy {
+                    policy: build::client_policy(&edge.policy, endpoints),
+                    timed,
+                    series: None,
+                });
             }
         }
         let replicas = (0..svc.replicas)

@@ -31,12 +31,28 @@ enum Event {
     Arrival,
     /// Closed-loop client `client` sends its next request.
     ClientReady { client: u32 },
-    /// An attempt reaches a replica.
-    AttemptArrives { call: Key, attempt: u32, service: u16, replica: u32, sent: Time, timeout: Option<Duration> },
+    /// An attempt reaches a replica (`series`: its edge's timeout series, if any).
+    AttemptArrives {
+        call: Key,
+        attempt: u32,
+        service: u16,
+        replica: u32,
+        sent: Time,
+        timeout: Option<Duration>,
+        series: Option<u16>,
+    },
     /// A replica finished the local work of a job.
     WorkDone { job: Key },
     /// An attempt's answer reaches its caller (`timeout` is the one its policy set, for closeness).
-    AttemptEnds { call: Key, attempt: u32, sent: Time, timeout: Option<Duration>, outcome: Outcome, chip: bool },
+    AttemptEnds {
+        call: Key,
+        attempt: u32,
+        sent: Time,
+        timeout: Option<Duration>,
+        series: Option<u16>,
+        outcome: Outcome,
+        chip: bool,
+    },
     /// A call asked to be woken.
     Wake { call: Key },
 }
@@ -113,9 +129,19 @@ impl World {
         let target = index(&w.target);
         let user_policy = policies.len();
         let endpoints = services[target as usize].replicas.len();
-        policies.push(EdgePolicy { policy: build::client_policy(&w.client, endpoints), timed: false });
+        policies.push(EdgePolicy { policy: build::client_policy(&w.client, endpoints), timed: false, series: None });
         let loads = services.iter().map(|s| vec![0; s.replicas.len()]).collect();
         let replicas = services.iter().map(|s| s.replicas.len()).collect();
+        let mut timed_edges = Vec::new();
+        for (s, svc) in services.iter().enumerate() {
+            for (&base, &callee) in svc.edge_policy_base.iter().zip(&svc.edge_callee) {
+                if policies[base].timed {
+                    let series = Some(timed_edges.len() as u16);
+                    policies[base..base + svc.replicas.len()].iter_mut().for_each(|p| p.series = series);
+                    timed_edges.push(format!("{}->{}", names[s], names[callee as usize]));
+                }
+            }
+        }
         let mut world = World {
             now: Duration::ZERO,
             events: EventQueue::new(),
@@ -138,7 +164,7 @@ impl World {
             measured_limit: w.requests,
             measured_sent: 0,
             stopped_sending: None,
-            metrics: Metrics::new(replicas, w.warmup.get()),
+            metrics: Metrics::new(names.iter().map(|n| n.to_string()).collect(), replicas, timed_edges, w.warmup.get()),
             events_run: 0,
             tracer: None,
         };
@@ -205,12 +231,17 @@ impl World {
                     self.start_user(Some(client));
                 }
             }
-            Event::AttemptArrives { call, attempt, service, replica, sent, timeout } => {
-                self.attempt_arrives(call, attempt, service, replica, sent, timeout)
+            Event::AttemptArrives { call, attempt, service, replica, sent, timeout, series } => {
+                self.attempt_arrives(call, attempt, service, replica, sent, (timeout, series))
             }
             Event::WorkDone { job } => self.work_done(job),
-            Event::AttemptEnds { call, attempt, sent, timeout, outcome, chip } => {
+            Event::AttemptEnds { call, attempt, sent, timeout, series, outcome, chip } => {
                 let rtt = self.now.saturating_sub(sent);
+                // Every answer counts, also one its caller stopped waiting for: the series shows
+                // the callee's actual latency against the timeout (adaptive-timeouts.txt Fig. 7–14).
+                if let (Some(edge), Outcome::Success) = (series, outcome) {
+                    self.metrics.attempt_answered(edge, self.now, rtt);
+                }
                 let Some(state) = self.calls.get_mut(call) else { return };
                 let timed = self.policies[state.policy].timed && matches!(state.owner, Owner::Job(_));
                 if outcome == Outcome::Success && state.call.is_waiting_for(attempt) {
@@ -306,6 +337,10 @@ impl World {
                         t.attempt_sent(key, attempt, endpoint, policy_timeout, self.now);
                     }
                     self.loads[state.callee as usize][endpoint] += 1;
+                    let series = self.policies[state.policy].series;
+                    if let (Some(edge), Some(timeout)) = (series, policy_timeout) {
+                        self.metrics.timeout_set(edge, self.now, timeout);
+                    }
                     let event = Event::AttemptArrives {
                         call: key,
                         attempt,
@@ -313,6 +348,7 @@ impl World {
                         replica: endpoint as u32,
                         sent: self.now,
                         timeout: policy_timeout,
+                        series,
                     };
                     self.events.push(self.now + self.delay, event);
                 }
@@ -364,7 +400,7 @@ impl World {
         service: u16,
         replica: u32,
         sent: Time,
-        timeout: Option<Duration>,
+        (timeout, series): (Option<Duration>, Option<u16>),
     ) {
         let (s, r) = (service as usize, replica as usize);
         let now = self.now;
@@ -374,7 +410,7 @@ impl World {
                 t.visit(call, attempt, s, replica, Err(outcome), now);
             }
             world.loads[s][r] -= 1;
-            let event = Event::AttemptEnds { call, attempt, sent, timeout, outcome, chip: false };
+            let event = Event::AttemptEnds { call, attempt, sent, timeout, series, outcome, chip: false };
             world.events.push(now + world.delay, event);
         };
         if self.services[s].replicas[r].model.is_down(now) {
@@ -393,6 +429,7 @@ impl World {
             reply: (call, attempt),
             sent,
             timeout,
+            series,
             fate: arrival.fate,
             nth: arrival.ordinal,
             next_call: 0,
@@ -498,7 +535,8 @@ impl World {
         let replica = &mut self.services[s].replicas[r];
         let chip = replica.admission.grant_chip(self.now, queued, replica.model.rng());
         let (call, attempt) = job.reply;
-        let event = Event::AttemptEnds { call, attempt, sent: job.sent, timeout: job.timeout, outcome, chip };
+        let (sent, timeout, series) = (job.sent, job.timeout, job.series);
+        let event = Event::AttemptEnds { call, attempt, sent, timeout, series, outcome, chip };
         self.events.push(self.now + self.delay, event);
     }
 

@@ -42,6 +42,7 @@ variants: [ { name: v } ]
     assert_eq!(r.requests, 20);
     assert_eq!((r.latency_ms.p10, r.latency_ms.max), (200.0, 200.0));
     assert_eq!(r.latency_ms.mean, 195.0, "(100 + 19 × 200) / 20");
+    assert_eq!(r.cdf, vec![[100.0, 0.05], [200.0, 1.0]]);
 }
 
 #[test]
@@ -109,4 +110,61 @@ variants: [ { name: v } ]
 "#);
     let r = &runs[0];
     assert_eq!((r.requests, r.succeeded, r.rejected), (5, 3, 2));
+}
+
+#[test]
+fn the_cdf_and_the_series_are_exact() {
+    // 10 requests/s for 3 s, balanced round robin over two replicas of `back`, so each replica
+    // receives 5 a second; each replica's 5th, 10th, 15th request takes 40 ms instead of 10 ms.
+    // An answer over front → back takes 1 + 10 + 1 = 12 ms, or 42 ms: per second 8 × 12 and 2 × 42,
+    // a mean of 18 ms, all within the fixed 50 ms timeout. The user sees 2 ms more.
+    let runs = run(r#"
+name: series
+services:
+  front:
+    workers: 0
+    calls:
+      - service: back
+        policy: { balancer: { kind: round-robin }, timeout: { kind: fixed, value: 50ms } }
+  back:
+    replicas: 2
+    workers: 0
+    service_time: { dist: constant, value: 10ms }
+    faults: [ { kind: slow, every: 5, service_time: { dist: constant, value: 40ms } } ]
+network: { delay: 1ms }
+workload: { target: front, open: { rate: 10, arrival: constant }, duration: 3s }
+variants: [ { name: v } ]
+"#);
+    let r = &runs[0];
+    assert_eq!((r.requests, r.succeeded, r.duration_s), (30, 30, 3.0));
+    assert_eq!(r.cdf, vec![[14.0, 0.8], [44.0, 1.0]]);
+    let series = r.series.as_ref().expect("a series");
+    assert_eq!(series.interval_s, 1.0);
+    let load = series.replica_load.as_ref().expect("replica load");
+    assert_eq!(load.service, "back");
+    assert_eq!(load.replicas, vec![vec![5, 5, 5], vec![5, 5, 5]]);
+    assert_eq!(series.timeouts.len(), 1);
+    let edge = &series.timeouts[0];
+    assert_eq!(edge.edge, "front->back");
+    assert_eq!(edge.timeout_ms, vec![50.0; 3]);
+    assert_eq!(edge.latency_ms, vec![18.0; 3]);
+}
+
+#[test]
+fn a_deadline_alone_makes_no_timeout_series() {
+    let runs = run(r#"
+name: deadline
+services:
+  front:
+    calls:
+      - service: back
+        policy: { deadline: 1s }
+  back:
+    service_time: { dist: constant, value: 10ms }
+workload: { target: front, open: { rate: 10, arrival: constant }, duration: 2s }
+variants: [ { name: v } ]
+"#);
+    let series = runs[0].series.as_ref().expect("a series");
+    assert!(series.timeouts.is_empty());
+    assert_eq!(series.replica_load.as_ref().expect("replica load").replicas, vec![vec![10, 10]]);
 }
