@@ -27,29 +27,10 @@ pub struct SimArgs {
     threads: Option<usize>,
 }
 
-/// The default experiment, embedded so `tailguard demo` runs anywhere.
-const DEFAULT_EXPERIMENT: &str = include_str!("../../../examples/bloc.yaml");
-
-/// Arguments of `tailguard demo`.
-#[derive(clap::Args)]
-pub struct DemoArgs {
-    /// Write the results JSON here.
-    #[arg(long, value_name = "OUT")]
-    json: Option<PathBuf>,
-    /// Run the full-length experiment instead of the quick one.
-    #[arg(long)]
-    full: bool,
-}
-
-pub fn demo(args: DemoArgs) -> anyhow::Result<()> {
-    let experiment = Experiment::parse(DEFAULT_EXPERIMENT, Path::new("examples/bloc.yaml"))?;
-    let sim = SimArgs {
-        file: PathBuf::from("examples/bloc.yaml (embedded)"),
-        seed: None,
-        json: args.json,
-        quick: !args.full,
-        threads: None,
-    };
+/// `tailguard demo --sim`: the embedded default experiment `text` in the simulator.
+pub fn demo(text: &str, json: Option<PathBuf>, full: bool) -> anyhow::Result<()> {
+    let experiment = Experiment::parse(text, Path::new("examples/bloc.yaml"))?;
+    let sim = SimArgs { file: PathBuf::from("examples/bloc.yaml (embedded)"), seed: None, json, quick: !full, threads: None };
     simulate_and_report(&experiment, &sim)
 }
 

@@ -1,0 +1,244 @@
+//! What a run measured, as the simulator's [`RunResult`]: the user-side numbers come from the
+//! load generator's report (counts, HDR percentiles, CDF), the between-services numbers from the
+//! sidecars' counters, scraped when the warm-up ends, every second after, and when the load ends.
+
+use crate::plan::Plan;
+use crate::scrape::{self, Counts};
+use crate::Cancel;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tailguard_load::LoadReport;
+use tailguard_model::schema::Timeout;
+use tailguard_model::Run;
+use tailguard_sim::{ReplicaLoad, RunResult, Series, TimeoutSeries};
+
+/// The interval of the time series and of the imbalance, as the simulator's.
+pub const INTERVAL: Duration = Duration::from_secs(1);
+/// The most CDF points kept (the tail above p99 is always kept whole).
+const CDF_POINTS: usize = 200;
+
+/// One sidecar whose counters are read.
+#[derive(Clone, Debug)]
+pub struct Sidecar {
+    pub service: String,
+    pub replica: u32,
+    pub admin: SocketAddr,
+}
+
+/// Every sidecar's counters at one moment.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    /// Since the end of the warm-up.
+    pub at: Duration,
+    pub counts: Vec<Counts>,
+}
+
+/// The sidecars of the services of `plan` (not the load generator's).
+pub fn sidecars(plan: &Plan) -> Vec<Sidecar> {
+    plan.replicas.iter().map(|r| Sidecar { service: r.service.clone(), replica: r.index, admin: r.admin() }).collect()
+}
+
+/// Scrapes every sidecar; one that cannot be read keeps its previous counts.
+fn snapshot(sidecars: &[Sidecar], previous: Option<&Snapshot>, at: Duration) -> Snapshot {
+    let counts = sidecars
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            scrape::scrape(s.admin).unwrap_or_else(|_| previous.map(|p| p.counts[i].clone()).unwrap_or_default())
+        })
+        .collect();
+    Snapshot { at, counts }
+}
+
+/// Samples the sidecars from `start + warmup` every [`INTERVAL`] until `done` is set, then once
+/// more. Returns the periodic snapshots (the first is the baseline) and the final one; `tick` is
+/// told the time since `start` at each sample.
+pub fn sample(
+    sidecars: &[Sidecar],
+    start: Instant,
+    warmup: Duration,
+    done: &AtomicBool,
+    cancel: &Cancel,
+    tick: &dyn Fn(Duration),
+) -> (Vec<Snapshot>, Option<Snapshot>) {
+    let mut periodic: Vec<Snapshot> = Vec::new();
+    let origin = start + warmup;
+    // Bounded: one sample a second, and the load generator's own limits end the run.
+    for k in 0..u32::MAX {
+        let due = origin + INTERVAL * k;
+        while Instant::now() < due {
+            if done.load(Ordering::Acquire) || cancel.is_cancelled() {
+                let last = snapshot(sidecars, periodic.last(), Instant::now().saturating_duration_since(origin));
+                return (periodic, Some(last).filter(|_| k > 0));
+            }
+            tick(start.elapsed());
+            std::thread::sleep((due - Instant::now()).min(Duration::from_millis(100)));
+        }
+        let snap = snapshot(sidecars, periodic.last(), INTERVAL * k);
+        periodic.push(snap);
+    }
+    (periodic, None)
+}
+
+/// The run's result: the load report's user-side numbers and the sidecars' between-services ones.
+pub fn result(run: &Run, report: &LoadReport, sidecars: &[Sidecar], periodic: &[Snapshot], last: Option<&Snapshot>) -> RunResult {
+    let mut result = report.to_run(&run.scenario, &run.variant);
+    result.cdf = cdf(report);
+    let (Some(base), Some(end)) = (periodic.first(), last.or(periodic.last())) else { return result };
+    let (mut calls, mut attempts, mut timeouts) = (0.0, 0.0, 0.0);
+    for (i, _) in sidecars.iter().enumerate() {
+        for (upstream, e) in &end.counts[i].egress {
+            let b = base.counts[i].egress.get(upstream).cloned().unwrap_or_default();
+            calls += e.requests - b.requests;
+            attempts += e.attempts - b.attempts;
+            timeouts += e.timeouts - b.timeouts;
+        }
+    }
+    result.attempts = attempts.max(0.0) as u64;
+    result.extra_load = round(if calls > 0.0 { attempts / calls - 1.0 } else { 0.0 });
+    result.timeouts_pct = round(if attempts > 0.0 { 100.0 * timeouts / attempts } else { 0.0 });
+    let load = replica_load(run, sidecars, periodic);
+    result.imbalance = round(load.as_ref().map_or(0.0, |l| imbalance(&l.replicas)));
+    let timeouts = timeout_series(run, sidecars, periodic);
+    if load.is_some() || !timeouts.is_empty() {
+        result.series = Some(Series { interval_s: INTERVAL.as_secs_f64(), replica_load: load, timeouts });
+    }
+    result
+}
+
+/// Services called by another, or the entry service when none is (as the simulator chooses).
+fn called_services(run: &Run) -> Vec<String> {
+    let called: Vec<String> = run
+        .services
+        .keys()
+        .filter(|name| run.services.values().flat_map(|s| &s.calls).any(|c| c.count > 0 && &c.service == *name))
+        .cloned()
+        .collect();
+    if called.is_empty() {
+        vec![run.workload.target.clone()]
+    } else {
+        called
+    }
+}
+
+/// Requests arriving at each replica of the busiest called service (most arrivals; ties: the
+/// later in the file) per interval.
+fn replica_load(run: &Run, sidecars: &[Sidecar], periodic: &[Snapshot]) -> Option<ReplicaLoad> {
+    if periodic.len() < 2 {
+        return None;
+    }
+    let per_service = |service: &str| -> Vec<Vec<u64>> {
+        let index: Vec<usize> = (0..sidecars.len()).filter(|&i| sidecars[i].service == service).collect();
+        index
+            .iter()
+            .map(|&i| {
+                periodic
+                    .windows(2)
+                    .map(|w| (w[1].counts[i].ingress_requests - w[0].counts[i].ingress_requests).max(0.0) as u64)
+                    .collect()
+            })
+            .collect()
+    };
+    let total = |load: &Vec<Vec<u64>>| load.iter().flatten().sum::<u64>();
+    called_services(run)
+        .into_iter()
+        .map(|s| {
+            let load = per_service(&s);
+            (s, load)
+        })
+        .max_by_key(|(_, load)| total(load))
+        .map(|(service, replicas)| ReplicaLoad { service, replicas })
+}
+
+/// Mean over intervals of the population standard deviation of per-replica counts.
+pub fn imbalance(replicas: &[Vec<u64>]) -> f64 {
+    let intervals = replicas.first().map_or(0, Vec::len);
+    if intervals == 0 {
+        return 0.0;
+    }
+    let n = replicas.len() as f64;
+    let total: f64 = (0..intervals)
+        .map(|i| {
+            let mean = replicas.iter().map(|r| r[i] as f64).sum::<f64>() / n;
+            (replicas.iter().map(|r| (r[i] as f64 - mean).powi(2)).sum::<f64>() / n).sqrt()
+        })
+        .sum();
+    total / intervals as f64
+}
+
+/// For each edge with a timeout policy: the mean over its callers of the latest timeout, and the
+/// mean attempt latency, per interval (an interval without attempts repeats the last value).
+fn timeout_series(run: &Run, sidecars: &[Sidecar], periodic: &[Snapshot]) -> Vec<TimeoutSeries> {
+    let mut out = Vec::new();
+    for (caller, service) in &run.services {
+        for call in service.calls.iter().filter(|c| c.count > 0 && c.policy.timeout != Timeout::None) {
+            let callers: Vec<usize> = (0..sidecars.len()).filter(|&i| &sidecars[i].service == caller).collect();
+            let edge = |snap: &Snapshot, i: usize| snap.counts[i].egress.get(&call.service).cloned().unwrap_or_default();
+            let (mut timeout_ms, mut latency_ms) = (Vec::new(), Vec::new());
+            let (mut last_t, mut last_l) = (0.0, 0.0);
+            for w in periodic.windows(2) {
+                let set: Vec<f64> = callers.iter().map(|&i| edge(&w[1], i).timeout_seconds).filter(|t| *t > 0.0).collect();
+                if !set.is_empty() {
+                    last_t = round(1000.0 * set.iter().sum::<f64>() / set.len() as f64);
+                }
+                let (sum, count) = callers.iter().fold((0.0, 0.0), |(s, c), &i| {
+                    let (a, b) = (edge(&w[0], i), edge(&w[1], i));
+                    (s + b.attempt_seconds - a.attempt_seconds, c + b.attempt_count - a.attempt_count)
+                });
+                if count > 0.0 {
+                    last_l = round(1000.0 * sum / count);
+                }
+                timeout_ms.push(last_t);
+                latency_ms.push(last_l);
+            }
+            out.push(TimeoutSeries { edge: format!("{caller}->{}", call.service), timeout_ms, latency_ms });
+        }
+    }
+    out
+}
+
+/// The CDF of successful latencies from the load generator's HDR histogram: every recorded
+/// value's (ms, fraction at or below), thinned to about [`CDF_POINTS`] below p99.
+fn cdf(report: &LoadReport) -> Vec<[f64; 2]> {
+    let h = &report.histogram;
+    let total = h.len();
+    if total == 0 {
+        return Vec::new();
+    }
+    let mut points: Vec<[f64; 2]> = Vec::new();
+    let mut next = 0.0;
+    for v in h.iter_recorded() {
+        let fraction = v.quantile_iterated_to();
+        if fraction < 0.99 && fraction < next {
+            continue;
+        }
+        next = fraction + 0.99 / CDF_POINTS as f64;
+        let ms = round(h.lowest_equivalent(v.value_iterated_to()) as f64 / 1000.0);
+        match points.last_mut() {
+            Some(last) if last[0] >= ms => last[1] = round(fraction),
+            _ => points.push([ms, round(fraction)]),
+        }
+    }
+    if let Some(last) = points.last_mut() {
+        last[1] = 1.0;
+    }
+    points
+}
+
+/// Four decimals, as the simulator rounds.
+pub fn round(x: f64) -> f64 {
+    (x * 10_000.0).round() / 10_000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn imbalance_is_the_mean_per_interval_deviation() {
+        // Interval 0: [2, 0] → σ 1; interval 1: [0, 1] → σ 0.5 (the simulator's own test).
+        assert_eq!(imbalance(&[vec![2, 0], vec![0, 1]]), 0.75);
+        assert_eq!(imbalance(&[]), 0.0);
+    }
+}
