@@ -86,17 +86,20 @@ pub fn result(run: &Run, report: &LoadReport, sidecars: &[Sidecar], periodic: &[
     let mut result = report.to_run(&run.scenario, &run.variant);
     result.cdf = cdf(report);
     let (Some(base), Some(end)) = (periodic.first(), last.or(periodic.last())) else { return result };
-    let (mut calls, mut attempts, mut timeouts) = (0.0, 0.0, 0.0);
+    let (mut extra, mut attempts, mut timeouts) = (0.0, 0.0, 0.0);
     for (i, _) in sidecars.iter().enumerate() {
         for (upstream, e) in &end.counts[i].egress {
             let b = base.counts[i].egress.get(upstream).cloned().unwrap_or_default();
-            calls += e.requests - b.requests;
+            extra += e.extra - b.extra;
             attempts += e.attempts - b.attempts;
             timeouts += e.timeouts - b.timeouts;
         }
     }
     result.attempts = attempts.max(0.0) as u64;
-    result.extra_load = round(if calls > 0.0 { attempts / calls - 1.0 } else { 0.0 });
+    // As the simulator counts: calls that sent no attempt (dropped by the balancer) are not load,
+    // so the calls are the first attempts, and the extra load the retries and hedges per call.
+    let calls = attempts - extra;
+    result.extra_load = round(if calls > 0.0 { extra / calls } else { 0.0 });
     result.timeouts_pct = round(if attempts > 0.0 { 100.0 * timeouts / attempts } else { 0.0 });
     let load = replica_load(run, sidecars, periodic);
     result.imbalance = round(load.as_ref().map_or(0.0, |l| imbalance(&l.replicas)));

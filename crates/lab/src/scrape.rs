@@ -50,6 +50,8 @@ pub struct EgressCounts {
     pub requests: f64,
     pub attempts: f64,
     pub timeouts: f64,
+    /// Retries and hedges sent: the attempts beyond each call's first.
+    pub extra: f64,
     /// Σ and count of attempt latencies (seconds).
     pub attempt_seconds: f64,
     pub attempt_count: f64,
@@ -80,6 +82,7 @@ impl Counts {
                 "tailguard_egress_requests_total" => e.requests += s.value,
                 "tailguard_egress_attempts_total" => e.attempts += s.value,
                 "tailguard_egress_timeouts_total" => e.timeouts += s.value,
+                "tailguard_egress_retries_total" | "tailguard_egress_hedges_total" => e.extra += s.value,
                 "tailguard_egress_attempt_seconds_sum" => e.attempt_seconds += s.value,
                 "tailguard_egress_attempt_seconds_count" => e.attempt_count += s.value,
                 "tailguard_egress_timeout_seconds" => e.timeout_seconds = s.value,
@@ -113,12 +116,14 @@ mod tests {
             tailguard_egress_attempt_seconds_sum{upstream=\"back\",endpoint=\"127.0.0.1:2\"} 0.5\n\
             tailguard_egress_attempt_seconds_count{upstream=\"back\",endpoint=\"127.0.0.1:2\"} 5\n\
             tailguard_egress_timeout_seconds{upstream=\"back\"} 0.025\n\
+            tailguard_egress_retries_total{upstream=\"back\"} 2\n\
+            tailguard_egress_hedges_total{upstream=\"back\"} 1\n\
             tailguard_ingress_requests_total 42\n\
             garbage\n";
         let counts = Counts::from_samples(&parse(text));
         assert_eq!(counts.ingress_requests, 42.0);
         let back = &counts.egress["back"];
-        assert_eq!((back.requests, back.attempts, back.timeouts), (10.0, 12.0, 1.0));
+        assert_eq!((back.requests, back.attempts, back.timeouts, back.extra), (10.0, 12.0, 1.0, 3.0));
         assert_eq!((back.attempt_seconds, back.attempt_count, back.timeout_seconds), (0.5, 5.0, 0.025));
     }
 }
