@@ -99,7 +99,7 @@ pub fn run(command: LabCommand) -> anyhow::Result<()> {
 }
 
 /// `tailguard demo`: the embedded BLOC file's 40x10 scenario in the lab (least-request, bloc and
-/// peak-ewma, 5 s warm-up and 30 s of load each), or `--sim`: the whole file in the simulator.
+/// round-robin, 5 s warm-up and 30 s of load each), or `--sim`: the whole file in the simulator.
 pub fn demo(args: DemoArgs) -> anyhow::Result<()> {
     if args.sim {
         return crate::sim::demo(DEFAULT_EXPERIMENT, args.json, args.full);
@@ -114,7 +114,7 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<()> {
     let mut options = Options::new(std::env::current_exe()?, file, out, seed);
     options.quick = true;
     options.scenarios = vec!["40x10".into()];
-    options.variants = vec!["least-request".into(), "bloc".into(), "peak-ewma".into()];
+    options.variants = vec!["least-request".into(), "bloc".into(), "round-robin".into()];
     options.duration = Some(Duration::from_secs(30));
     options.warmup = Some(Duration::from_secs(5));
     run_lab(&experiment, options)
