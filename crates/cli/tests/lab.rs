@@ -136,3 +136,25 @@ fn unknown_scenarios_and_variants_are_errors_that_list_the_names() {
     assert_eq!(err.to_string(), "no variant named \"nope\"; expected one of: plain, capped");
     pids.assert_all_gone(0);
 }
+
+/// `--isolation netns` needs root and iproute2; elsewhere this test says so and passes.
+#[test]
+fn netns_isolation_runs_the_fixture_and_removes_its_namespaces() {
+    let root = std::process::Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+    if !root || tailguard_lab::netns::available().is_err() {
+        eprintln!("skipped: --isolation netns needs root and iproute2");
+        return;
+    }
+    let pids = Pids::default();
+    let results = run("netns", &fixture("lab-two-tier.yaml"), &pids, |o| {
+        o.isolation = tailguard_lab::Isolation::Netns;
+        o.variants = vec!["plain".into()];
+    })
+    .unwrap();
+    pids.assert_all_gone(6);
+    let r = &results.runs[0];
+    assert_eq!((r.requests, r.succeeded), (120, 120), "{r:?}");
+    let spaces = std::process::Command::new("ip").args(["netns", "list"]).output().unwrap().stdout;
+    let spaces = String::from_utf8_lossy(&spaces);
+    assert!(!spaces.lines().any(|l| l.starts_with("tg")), "namespaces left behind: {spaces}");
+}

@@ -62,7 +62,12 @@ impl Network {
         sh(&["ip", "addr", "add", &format!("{}/16", plan.isolation.host_address(slot)), "dev", &bridge])?;
         sh(&["ip", "link", "set", &bridge, "up"])?;
         if !delay.is_zero() {
-            sh(&["tc", "qdisc", "add", "dev", &bridge, "root", "netem", "delay", &micros(delay)])?;
+            sh(&["tc", "qdisc", "add", "dev", &bridge, "root", "netem", "delay", &micros(delay)]).map_err(|e| {
+                LabError::Network(format!(
+                    "{e}\nthe kernel cannot delay packets (no sch_netem?), so the file's per-hop delay \
+                     ({delay:?}) cannot be applied; run with --isolation loopback (no delay) or load sch_netem"
+                ))
+            })?;
         }
         for r in &plan.replicas {
             let ns = Network::namespace(plan, r);
