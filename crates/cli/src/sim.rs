@@ -30,7 +30,8 @@ pub struct SimArgs {
 /// `tailguard demo --sim`: the embedded default experiment `text` in the simulator.
 pub fn demo(text: &str, json: Option<PathBuf>, full: bool) -> anyhow::Result<()> {
     let experiment = Experiment::parse(text, Path::new("examples/bloc.yaml"))?;
-    let sim = SimArgs { file: PathBuf::from("examples/bloc.yaml (embedded)"), seed: None, json, quick: !full, threads: None };
+    let sim =
+        SimArgs { file: PathBuf::from("examples/bloc.yaml (embedded)"), seed: None, json, quick: !full, threads: None };
     simulate_and_report(&experiment, &sim)
 }
 

@@ -82,7 +82,13 @@ pub fn sample(
 }
 
 /// The run's result: the load report's user-side numbers and the sidecars' between-services ones.
-pub fn result(run: &Run, report: &LoadReport, sidecars: &[Sidecar], periodic: &[Snapshot], last: Option<&Snapshot>) -> RunResult {
+pub fn result(
+    run: &Run,
+    report: &LoadReport,
+    sidecars: &[Sidecar],
+    periodic: &[Snapshot],
+    last: Option<&Snapshot>,
+) -> RunResult {
     let mut result = report.to_run(&run.scenario, &run.variant);
     result.cdf = cdf(report);
     let (Some(base), Some(end)) = (periodic.first(), last.or(periodic.last())) else { return result };
@@ -177,11 +183,13 @@ fn timeout_series(run: &Run, sidecars: &[Sidecar], periodic: &[Snapshot]) -> Vec
     for (caller, service) in &run.services {
         for call in service.calls.iter().filter(|c| c.count > 0 && c.policy.timeout != Timeout::None) {
             let callers: Vec<usize> = (0..sidecars.len()).filter(|&i| &sidecars[i].service == caller).collect();
-            let edge = |snap: &Snapshot, i: usize| snap.counts[i].egress.get(&call.service).cloned().unwrap_or_default();
+            let edge =
+                |snap: &Snapshot, i: usize| snap.counts[i].egress.get(&call.service).cloned().unwrap_or_default();
             let (mut timeout_ms, mut latency_ms) = (Vec::new(), Vec::new());
             let (mut last_t, mut last_l) = (0.0, 0.0);
             for w in periodic.windows(2) {
-                let set: Vec<f64> = callers.iter().map(|&i| edge(&w[1], i).timeout_seconds).filter(|t| *t > 0.0).collect();
+                let set: Vec<f64> =
+                    callers.iter().map(|&i| edge(&w[1], i).timeout_seconds).filter(|t| *t > 0.0).collect();
                 if !set.is_empty() {
                     last_t = round(1000.0 * set.iter().sum::<f64>() / set.len() as f64);
                 }

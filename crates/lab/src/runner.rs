@@ -160,9 +160,8 @@ fn run_one(
     let warmup = run.workload.warmup.get();
     let cancel = options.cancel.clone();
     let (report, (periodic, last)) = std::thread::scope(|scope| {
-        let sampler = scope.spawn(|| {
-            measure::sample(&sidecars, start, warmup, &done, &options.cancel, &|t| observer.tick(t))
-        });
+        let sampler =
+            scope.spawn(|| measure::sample(&sidecars, start, warmup, &done, &options.cancel, &|t| observer.tick(t)));
         let report = runtime.block_on(async {
             tokio::select! {
                 report = tailguard_load::run(config) => report.map_err(LabError::from),
@@ -218,7 +217,8 @@ fn choose_plan(run: &Run, isolation: Isolation) -> Result<Plan, LabError> {
 }
 
 fn netns_block_free(slot: u8) -> bool {
-    let out = |args: &[&str]| Command::new("ip").args(args).output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+    let out =
+        |args: &[&str]| Command::new("ip").args(args).output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
     let (Ok(addrs), Ok(spaces)) = (out(&["-4", "-o", "addr"]), out(&["netns", "list"])) else { return false };
     !addrs.contains(&format!(" 10.{slot}.")) && !spaces.lines().any(|l| l.starts_with(&format!("tg{slot}-")))
 }
@@ -273,7 +273,12 @@ fn serve_command(run: &Run, replica: &Replica, options: &Options) -> Command {
     }
     c.args(["--listen", &replica.serve().to_string()]);
     for call in run.services[&replica.service].calls.iter().filter(|c| c.count > 0) {
-        c.arg("--downstream").arg(format!("{}=http://{}{}", call.service, replica.egress(), plan::route(&call.service)));
+        c.arg("--downstream").arg(format!(
+            "{}=http://{}{}",
+            call.service,
+            replica.egress(),
+            plan::route(&call.service)
+        ));
     }
     c
 }
