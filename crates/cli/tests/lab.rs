@@ -67,8 +67,8 @@ fn the_two_tier_fixture_runs_with_exact_counts_and_the_429_path() {
         assert_eq!((r.requests, r.succeeded, r.failed, r.rejected, r.timed_out), (120, 120, 0, 0, 0), "{r:?}");
         assert_eq!(r.success_rate, 1.0);
         // Four clients on two single-worker backends of 20 ms: two requests at each, so 40 ms is
-        // the floor; the proxies add their hops on top.
-        assert!(r.latency_ms.p50 >= 39.9 && r.latency_ms.p50 < 60.0, "{:?}", r.latency_ms);
+        // the floor; the proxies add their hops on top (a loaded machine adds more).
+        assert!(r.latency_ms.p50 >= 39.9 && r.latency_ms.p50 < 100.0, "{:?}", r.latency_ms);
         assert!(r.throughput_rps > 0.0 && r.duration_s > 0.0);
         assert!(!r.cdf.is_empty() && r.cdf.last().unwrap()[1] == 1.0);
         assert!(r.cdf.windows(2).all(|w| w[0][0] < w[1][0] && w[0][1] < w[1][1]), "{:?}", r.cdf);

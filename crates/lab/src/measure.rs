@@ -91,9 +91,22 @@ pub fn result(
 ) -> RunResult {
     let mut result = report.to_run(&run.scenario, &run.variant);
     result.cdf = cdf(report);
-    let (Some(base), Some(end)) = (periodic.first(), last.or(periodic.last())) else { return result };
+    between_services(run, sidecars, periodic, last, &mut result);
+    result
+}
+
+/// Fills the fields about calls between services from the sidecars' counters: from the first
+/// periodic snapshot (the end of the warm-up) to the last snapshot.
+fn between_services(
+    run: &Run,
+    sidecars: &[Sidecar],
+    periodic: &[Snapshot],
+    last: Option<&Snapshot>,
+    result: &mut RunResult,
+) {
+    let (Some(base), Some(end)) = (periodic.first(), last.or(periodic.last())) else { return };
     let (mut extra, mut attempts, mut timeouts) = (0.0, 0.0, 0.0);
-    for (i, _) in sidecars.iter().enumerate() {
+    for i in 0..sidecars.len() {
         for (upstream, e) in &end.counts[i].egress {
             let b = base.counts[i].egress.get(upstream).cloned().unwrap_or_default();
             extra += e.extra - b.extra;
@@ -113,7 +126,6 @@ pub fn result(
     if load.is_some() || !timeouts.is_empty() {
         result.series = Some(Series { interval_s: INTERVAL.as_secs_f64(), replica_load: load, timeouts });
     }
-    result
 }
 
 /// Services called by another, or the entry service when none is (as the simulator chooses).
@@ -245,6 +257,60 @@ pub fn round(x: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scrape::EgressCounts;
+    use std::path::Path;
+    use tailguard_model::Experiment;
+
+    const FILE: &str = "name: t\nservices:\n  front:\n    calls: [{service: back, policy: {timeout: {kind: fixed, value: 50ms}}}]\n  back:\n    replicas: 2\nworkload: {target: front, open: {rate: 10}, duration: 1s}\nvariants: [{name: v}]\n";
+
+    /// Counters of front-0 (egress to back) and back-0, back-1 (ingress).
+    fn snap(at: u64, egress: (f64, f64, f64, f64, f64), ingress: [f64; 2]) -> Snapshot {
+        let (attempts, extra, timeouts, seconds, count) = egress;
+        let e = EgressCounts {
+            requests: attempts,
+            attempts,
+            timeouts,
+            extra,
+            attempt_seconds: seconds,
+            attempt_count: count,
+            timeout_seconds: 0.05,
+        };
+        let front = Counts { ingress_requests: 0.0, egress: [("back".to_string(), e)].into() };
+        let back = |n| Counts { ingress_requests: n, egress: Default::default() };
+        Snapshot { at: Duration::from_secs(at), counts: vec![front, back(ingress[0]), back(ingress[1])] }
+    }
+
+    #[test]
+    fn counters_become_extra_load_timeouts_imbalance_and_series() {
+        let run = Experiment::parse(FILE, Path::new("t.yaml")).unwrap().resolve("default", "v", false).unwrap();
+        let sidecar = |service: &str, replica| Sidecar {
+            service: service.into(),
+            replica,
+            admin: "127.0.0.1:1".parse().unwrap(),
+        };
+        let sidecars = [sidecar("front", 0), sidecar("back", 0), sidecar("back", 1)];
+        // Warm-up traffic (5 attempts) is subtracted; then 10 and 12 attempts a second.
+        let periodic = [
+            snap(0, (5.0, 0.0, 0.0, 0.1, 5.0), [3.0, 2.0]),
+            snap(1, (15.0, 1.0, 1.0, 0.3, 14.0), [9.0, 6.0]),
+            snap(2, (27.0, 2.0, 1.0, 0.54, 26.0), [15.0, 12.0]),
+        ];
+        let last = snap(2, (30.0, 3.0, 2.0, 0.6, 28.0), [16.0, 14.0]);
+        let mut r = RunResult::default();
+        between_services(&run, &sidecars, &periodic, Some(&last), &mut r);
+        // 25 attempts, 3 of them retries or hedges: 22 calls.
+        assert_eq!((r.attempts, r.extra_load, r.timeouts_pct), (25, round(3.0 / 22.0), 8.0));
+        let series = r.series.unwrap();
+        let load = series.replica_load.unwrap();
+        assert_eq!((load.service.as_str(), load.replicas.clone()), ("back", vec![vec![6, 6], vec![4, 6]]));
+        // Interval 0: [6, 4] → σ 1; interval 1: [6, 6] → σ 0.
+        assert_eq!(r.imbalance, 0.5);
+        let t = &series.timeouts[0];
+        assert_eq!(t.edge, "front->back");
+        assert_eq!(t.timeout_ms, vec![50.0, 50.0]);
+        // (0.3 − 0.1) s over 9 attempts, then 0.24 s over 12.
+        assert_eq!(t.latency_ms, vec![round(200.0 / 9.0), 20.0]);
+    }
 
     #[test]
     fn imbalance_is_the_mean_per_interval_deviation() {

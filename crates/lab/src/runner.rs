@@ -173,9 +173,22 @@ fn run_one(
     });
     let report = report?;
     processes.check_alive()?;
+    keep_metrics(&plan, &dir);
     observer.phase("stopping");
     processes.stop_all();
     Ok(measure::result(run, &report, &sidecars, &periodic, last.as_ref()))
+}
+
+/// Saves each sidecar's final `/metrics` as `metrics-NAME.txt` beside its logs, for a closer
+/// look at a run (per-endpoint attempt histograms, rejections); a sidecar that cannot be read is
+/// skipped.
+fn keep_metrics(plan: &Plan, dir: &Path) {
+    let admins = plan.replicas.iter().map(|r| (r.name(), r.admin()));
+    for (name, admin) in admins.chain(plan.workload_admin.map(|a| ("workload".to_string(), a))) {
+        if let Ok((200, text)) = crate::http::get(admin, "/metrics") {
+            let _ = std::fs::write(dir.join(format!("metrics-{name}.txt")), text);
+        }
+    }
 }
 
 /// Completes once `cancel` is set.
