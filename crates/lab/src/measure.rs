@@ -29,8 +29,7 @@ pub struct Sidecar {
 /// Every sidecar's counters at one moment.
 #[derive(Clone, Debug)]
 pub struct Snapshot {
-    /// Since the end of the warm-up.
-    pub at: Duration,
+    /// In the order of the sidecars.
     pub counts: Vec<Counts>,
 }
 
@@ -40,7 +39,7 @@ pub fn sidecars(plan: &Plan) -> Vec<Sidecar> {
 }
 
 /// Scrapes every sidecar; one that cannot be read keeps its previous counts.
-fn snapshot(sidecars: &[Sidecar], previous: Option<&Snapshot>, at: Duration) -> Snapshot {
+fn snapshot(sidecars: &[Sidecar], previous: Option<&Snapshot>) -> Snapshot {
     let counts = sidecars
         .iter()
         .enumerate()
@@ -48,7 +47,7 @@ fn snapshot(sidecars: &[Sidecar], previous: Option<&Snapshot>, at: Duration) -> 
             scrape::scrape(s.admin).unwrap_or_else(|_| previous.map(|p| p.counts[i].clone()).unwrap_or_default())
         })
         .collect();
-    Snapshot { at, counts }
+    Snapshot { counts }
 }
 
 /// Samples the sidecars from `start + warmup` every [`INTERVAL`] until `done` is set, then once
@@ -69,13 +68,13 @@ pub fn sample(
         let due = origin + INTERVAL * k;
         while Instant::now() < due {
             if done.load(Ordering::Acquire) || cancel.is_cancelled() {
-                let last = snapshot(sidecars, periodic.last(), Instant::now().saturating_duration_since(origin));
+                let last = snapshot(sidecars, periodic.last());
                 return (periodic, Some(last).filter(|_| k > 0));
             }
             tick(start.elapsed());
-            std::thread::sleep((due - Instant::now()).min(Duration::from_millis(100)));
+            std::thread::sleep(due.saturating_duration_since(Instant::now()).min(Duration::from_millis(100)));
         }
-        let snap = snapshot(sidecars, periodic.last(), INTERVAL * k);
+        let snap = snapshot(sidecars, periodic.last());
         periodic.push(snap);
     }
     (periodic, None)
@@ -264,7 +263,7 @@ mod tests {
     const FILE: &str = "name: t\nservices:\n  front:\n    calls: [{service: back, policy: {timeout: {kind: fixed, value: 50ms}}}]\n  back:\n    replicas: 2\nworkload: {target: front, open: {rate: 10}, duration: 1s}\nvariants: [{name: v}]\n";
 
     /// Counters of front-0 (egress to back) and back-0, back-1 (ingress).
-    fn snap(at: u64, egress: (f64, f64, f64, f64, f64), ingress: [f64; 2]) -> Snapshot {
+    fn snap(egress: (f64, f64, f64, f64, f64), ingress: [f64; 2]) -> Snapshot {
         let (attempts, extra, timeouts, seconds, count) = egress;
         let e = EgressCounts {
             requests: attempts,
@@ -277,7 +276,7 @@ mod tests {
         };
         let front = Counts { ingress_requests: 0.0, egress: [("back".to_string(), e)].into() };
         let back = |n| Counts { ingress_requests: n, egress: Default::default() };
-        Snapshot { at: Duration::from_secs(at), counts: vec![front, back(ingress[0]), back(ingress[1])] }
+        Snapshot { counts: vec![front, back(ingress[0]), back(ingress[1])] }
     }
 
     #[test]
@@ -291,11 +290,11 @@ mod tests {
         let sidecars = [sidecar("front", 0), sidecar("back", 0), sidecar("back", 1)];
         // Warm-up traffic (5 attempts) is subtracted; then 10 and 12 attempts a second.
         let periodic = [
-            snap(0, (5.0, 0.0, 0.0, 0.1, 5.0), [3.0, 2.0]),
-            snap(1, (15.0, 1.0, 1.0, 0.3, 14.0), [9.0, 6.0]),
-            snap(2, (27.0, 2.0, 1.0, 0.54, 26.0), [15.0, 12.0]),
+            snap((5.0, 0.0, 0.0, 0.1, 5.0), [3.0, 2.0]),
+            snap((15.0, 1.0, 1.0, 0.3, 14.0), [9.0, 6.0]),
+            snap((27.0, 2.0, 1.0, 0.54, 26.0), [15.0, 12.0]),
         ];
-        let last = snap(2, (30.0, 3.0, 2.0, 0.6, 28.0), [16.0, 14.0]);
+        let last = snap((30.0, 3.0, 2.0, 0.6, 28.0), [16.0, 14.0]);
         let mut r = RunResult::default();
         between_services(&run, &sidecars, &periodic, Some(&last), &mut r);
         // 25 attempts, 3 of them retries or hedges: 22 calls.
