@@ -123,7 +123,6 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<()> {
 fn run_lab(experiment: &Experiment, options: Options) -> anyhow::Result<()> {
     watch_signals(options.cancel.clone());
     let out = options.out.clone();
-    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     eprintln!(
         "lab: {} ({}{}, seed {}), output in {}",
         options.file.display(),
@@ -142,6 +141,7 @@ fn run_lab(experiment: &Experiment, options: Options) -> anyhow::Result<()> {
     let results = results?;
     eprintln!("done in {:.1} s", started.elapsed().as_secs_f64());
     print!("{}", table::render(&results));
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let json = out.join("results.json");
     std::fs::write(&json, serde_json::to_string_pretty(&results)? + "\n")
         .with_context(|| format!("writing {}", json.display()))?;
