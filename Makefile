@@ -7,6 +7,8 @@ BIN := target/release/tailguard
 build:
 	$(CARGO) build --release --locked
 
+# The default experiment (BLOC 40x10: least-request, bloc, round-robin) on real processes, < 3 min;
+# `$(BIN) demo --sim` runs it in the simulator.
 demo: build
 	$(BIN) demo
 

@@ -1,6 +1,7 @@
 //! The `tailguard` command: argument parsing and wiring only; the work happens in the libraries.
 
 mod collect;
+mod lab;
 mod load;
 mod proxy;
 mod report;
@@ -23,8 +24,11 @@ struct Cli {
 enum Command {
     /// Run an experiment file in the simulator (virtual time) and print a comparison table.
     Sim(sim::SimArgs),
-    /// Run the embedded default experiment (examples/bloc.yaml, quick) and print its table.
-    Demo(sim::DemoArgs),
+    /// Run experiment files on real processes (tailguard serve + tailguard proxy sidecars).
+    #[command(subcommand)]
+    Lab(lab::LabCommand),
+    /// Run the embedded default experiment (BLOC 40x10) in the lab, or with --sim in the simulator.
+    Demo(lab::DemoArgs),
     /// Run the sidecar proxy (egress balancing, timeouts, retries, hedging; ingress admission).
     Proxy(proxy::ProxyArgs),
     /// Serve one service of an experiment file as a real synthetic HTTP service.
@@ -41,7 +45,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Sim(args) => sim::run(args),
-        Command::Demo(args) => sim::demo(args),
+        Command::Lab(command) => lab::run(command),
+        Command::Demo(args) => lab::demo(args),
         Command::Proxy(args) => proxy::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Load(args) => load::run(args),

@@ -36,34 +36,18 @@ pub struct SimArgs {
     report: Option<PathBuf>,
 }
 
-/// The default experiment, embedded so `tailguard demo` runs anywhere.
-const DEFAULT_EXPERIMENT: &str = include_str!("../../../examples/bloc.yaml");
-
-/// Arguments of `tailguard demo`.
-#[derive(clap::Args)]
-pub struct DemoArgs {
-    /// Write the results JSON here.
-    #[arg(long, value_name = "OUT")]
-    json: Option<PathBuf>,
-    /// Run the full-length experiment instead of the quick one.
-    #[arg(long)]
-    full: bool,
-    /// Write the HTML report here.
-    #[arg(long, value_name = "PATH")]
-    report: Option<PathBuf>,
-}
-
-pub fn demo(args: DemoArgs) -> anyhow::Result<()> {
-    let experiment = Experiment::parse(DEFAULT_EXPERIMENT, Path::new("examples/bloc.yaml"))?;
+/// `tailguard demo --sim`: the embedded default experiment `text` in the simulator.
+pub fn demo(text: &str, json: Option<PathBuf>, full: bool, report: Option<PathBuf>) -> anyhow::Result<()> {
+    let experiment = Experiment::parse(text, Path::new("examples/bloc.yaml"))?;
     let sim = SimArgs {
         file: PathBuf::from("examples/bloc.yaml (embedded)"),
         seed: None,
-        json: args.json,
-        quick: !args.full,
+        json,
+        quick: !full,
         threads: None,
         traces: None,
         trace_sample: DEFAULT_TRACE_SAMPLE,
-        report: args.report,
+        report,
     };
     simulate_and_report(&experiment, &sim)
 }

@@ -44,8 +44,9 @@ fn sim_prints_a_table_and_writes_identical_json_for_the_same_seed() {
 }
 
 #[test]
-fn demo_runs_the_embedded_default() {
-    let run = tailguard(&["demo"]);
+fn demo_sim_runs_the_embedded_default_in_the_simulator() {
+    // `tailguard demo` (the lab, about 2 min) runs the same code as crates/cli/tests/lab.rs.
+    let run = tailguard(&["demo", "--sim"]);
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let table = String::from_utf8_lossy(&run.stdout);
     assert!(table.contains("40x10") && table.contains("bloc") && table.contains("oracle"), "{table}");

@@ -4,7 +4,7 @@
 
 use crate::duration::Dur;
 use indexmap::IndexMap;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// A whole experiment file: a topology, a workload, and the variants compared over scenarios.
 #[derive(Clone, Debug, Deserialize)]
@@ -120,7 +120,7 @@ pub struct CallEdge {
 }
 
 /// A caller's policies towards one called service.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ClientPolicy {
     /// Endpoint choice.
@@ -141,7 +141,7 @@ pub struct ClientPolicy {
 }
 
 /// Load balancer choice (docs/policies.md).
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum Balancer {
     /// Uniformly at random.
@@ -168,7 +168,7 @@ pub enum Balancer {
 }
 
 /// Timeout policy choice (adaptive-timeouts.txt).
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum Timeout {
     /// No timeout (the deadline still applies).
@@ -228,7 +228,7 @@ fn five() -> u32 {
 }
 
 /// Hedging choice.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum Hedge {
     /// No hedged attempts.
@@ -253,7 +253,7 @@ pub enum Hedge {
 }
 
 /// Retry rules.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Retry {
     /// Attempts in all, the first included (1 = no retries).
@@ -287,7 +287,7 @@ impl Default for Retry {
 }
 
 /// Admission control at a replica.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum Admission {
     /// Admit everything.

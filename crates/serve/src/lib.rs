@@ -16,6 +16,7 @@
 mod behaviour;
 mod calls;
 mod error;
+mod precise;
 mod server;
 mod spec;
 

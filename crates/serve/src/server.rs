@@ -195,7 +195,7 @@ async fn work(app: &App, ordinal: u64) {
         None => None,
     };
     let time = app.behaviour.work_time(ordinal, app.start.elapsed());
-    tokio::time::sleep(time).await;
+    crate::precise::sleep(time).await;
 }
 
 /// A small text answer naming who served it.

@@ -1,0 +1,247 @@
+//! `tailguard lab run` and `tailguard demo`: argument parsing, progress bars, the table and the
+//! files written; the lab itself is `tailguard_lab`.
+
+use crate::table;
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Duration;
+use tailguard_lab::{Cancel, Isolation, Observer, Options, Plan, RunResult};
+use tailguard_model::{Dur, Experiment};
+
+/// `tailguard lab`'s subcommands.
+#[derive(clap::Subcommand)]
+pub enum LabCommand {
+    /// Run an experiment file on real processes (serve + proxy sidecars) and print a comparison table.
+    Run(LabArgs),
+}
+
+/// Arguments of `tailguard lab run`.
+#[derive(clap::Args)]
+pub struct LabArgs {
+    /// The experiment file (YAML), the same the simulator runs.
+    file: PathBuf,
+    /// Apply the file's `quick` overrides (shorter runs).
+    #[arg(long)]
+    quick: bool,
+    /// Where results.json, the sidecar files and the process logs go
+    /// (default: lab-out/EXPERIMENT-TIMESTAMP).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// loopback (no privileges, no network delay) or netns (a namespace per replica, tc netem delay; root).
+    #[arg(long, value_enum, default_value = "loopback")]
+    isolation: IsolationArg,
+    /// Seed of every random stream (default: the file's `seed`, else 1).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Run only this scenario (repeatable).
+    #[arg(long = "scenario", value_name = "S")]
+    scenarios: Vec<String>,
+    /// Run only this variant (repeatable).
+    #[arg(long = "variant", value_name = "V")]
+    variants: Vec<String>,
+    /// Replace the workload's duration (e.g. 30s) for the load generator.
+    #[arg(long, value_parser = parse_dur)]
+    duration: Option<Duration>,
+    /// Replace the workload's warm-up (e.g. 5s) for the load generator.
+    #[arg(long, value_parser = parse_dur)]
+    warmup: Option<Duration>,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum IsolationArg {
+    Loopback,
+    Netns,
+}
+
+fn parse_dur(text: &str) -> Result<Duration, String> {
+    Dur::parse(text).map(Dur::get)
+}
+
+/// The default experiment, embedded so `tailguard demo` runs anywhere.
+const DEFAULT_EXPERIMENT: &str = include_str!("../../../examples/bloc.yaml");
+
+/// Arguments of `tailguard demo`.
+#[derive(clap::Args)]
+pub struct DemoArgs {
+    /// Run the simulator instead of the lab.
+    #[arg(long)]
+    sim: bool,
+    /// Simulator only: write the results JSON here.
+    #[arg(long, value_name = "OUT")]
+    json: Option<PathBuf>,
+    /// Simulator only: run the full-length experiment instead of the quick one.
+    #[arg(long)]
+    full: bool,
+    /// Simulator only: write the HTML report here (the lab always writes one beside its results).
+    #[arg(long, value_name = "PATH")]
+    report: Option<PathBuf>,
+    /// Lab only: where the results go (default: lab-out/bloc-demo-TIMESTAMP).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+}
+
+pub fn run(command: LabCommand) -> anyhow::Result<()> {
+    let LabCommand::Run(args) = command;
+    let experiment = Experiment::load(&args.file)?;
+    let out = args.out.unwrap_or_else(|| default_out(&format!("{}-{}", experiment.file.name, timestamp())));
+    let isolation = match args.isolation {
+        IsolationArg::Loopback => Isolation::Loopback,
+        IsolationArg::Netns => Isolation::Netns,
+    };
+    let seed = args.seed.or(experiment.seed()).unwrap_or(1);
+    let mut options = Options::new(std::env::current_exe()?, args.file.clone(), out, seed);
+    options.quick = args.quick;
+    options.isolation = isolation;
+    options.scenarios = args.scenarios;
+    options.variants = args.variants;
+    options.duration = args.duration;
+    options.warmup = args.warmup;
+    run_lab(&experiment, options)
+}
+
+/// `tailguard demo`: the embedded BLOC file's 40x10 scenario in the lab (least-request, bloc and
+/// round-robin, 5 s warm-up and 30 s of load each), or `--sim`: the whole file in the simulator.
+pub fn demo(args: DemoArgs) -> anyhow::Result<()> {
+    if args.sim {
+        return crate::sim::demo(DEFAULT_EXPERIMENT, args.json, args.full, args.report);
+    }
+    let out = args.out.unwrap_or_else(|| default_out(&format!("bloc-demo-{}", timestamp())));
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    // The processes read the file, so the embedded text is written out first.
+    let file = out.join("bloc.yaml");
+    std::fs::write(&file, DEFAULT_EXPERIMENT).with_context(|| format!("writing {}", file.display()))?;
+    let experiment = Experiment::load(&file)?;
+    let seed = experiment.seed().unwrap_or(1);
+    let mut options = Options::new(std::env::current_exe()?, file, out, seed);
+    options.quick = true;
+    options.scenarios = vec!["40x10".into()];
+    options.variants = vec!["least-request".into(), "bloc".into(), "round-robin".into()];
+    options.duration = Some(Duration::from_secs(30));
+    options.warmup = Some(Duration::from_secs(5));
+    run_lab(&experiment, options)
+}
+
+fn run_lab(experiment: &Experiment, options: Options) -> anyhow::Result<()> {
+    watch_signals(options.cancel.clone());
+    let out = options.out.clone();
+    eprintln!(
+        "lab: {} ({}{}, seed {}), output in {}",
+        options.file.display(),
+        match options.isolation {
+            Isolation::Loopback => "loopback",
+            Isolation::Netns => "netns",
+        },
+        if options.quick { ", quick" } else { "" },
+        options.seed,
+        out.display()
+    );
+    let started = std::time::Instant::now();
+    let progress = Progress::new();
+    let results = tailguard_lab::run(experiment, &options, &progress);
+    progress.bar.finish_and_clear();
+    let results = results?;
+    eprintln!("done in {:.1} s", started.elapsed().as_secs_f64());
+    print!("{}", table::render(&results));
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let json = out.join("results.json");
+    std::fs::write(&json, serde_json::to_string_pretty(&results)? + "\n")
+        .with_context(|| format!("writing {}", json.display()))?;
+    println!("results: {}", json.display());
+    let report = out.join("report.html");
+    crate::report::write(&results, &report)?;
+    println!("report: {}", report.display());
+    Ok(())
+}
+
+/// Ctrl-C or SIGTERM sets `cancel`: the lab then stops every process it started and returns.
+fn watch_signals(cancel: Cancel) {
+    std::thread::spawn(move || {
+        let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+        runtime.block_on(tailguard_proxy::shutdown_signal());
+        eprintln!("\ninterrupted: stopping every process the lab started");
+        cancel.cancel();
+    });
+}
+
+fn default_out(name: &str) -> PathBuf {
+    PathBuf::from("lab-out").join(name)
+}
+
+/// UTC now as `YYYYMMDD-HHMMSS`.
+fn timestamp() -> String {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Howard Hinnant's civil-from-days.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}{month:02}{day:02}-{:02}{:02}{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// Progress: one bar per run, counting the seconds of load against the run's length.
+struct Progress {
+    bar: ProgressBar,
+    terminal: bool,
+}
+
+impl Progress {
+    fn new() -> Progress {
+        let terminal = std::io::stderr().is_terminal();
+        let bar = if terminal { ProgressBar::new(0) } else { ProgressBar::hidden() };
+        let style = ProgressStyle::with_template("{prefix} {bar:30} {pos}/{len} s, eta {eta} {msg}").expect("valid");
+        bar.set_style(style);
+        Progress { bar, terminal }
+    }
+}
+
+impl Observer for Progress {
+    fn run_started(&self, index: usize, total: usize, scenario: &str, variant: &str, expected: Option<Duration>) {
+        self.bar.reset();
+        self.bar.set_length(expected.map_or(0, |d| d.as_secs()));
+        self.bar.set_prefix(format!("[{}/{total}] {scenario} / {variant}", index + 1));
+        if !self.terminal {
+            eprintln!("[{}/{total}] {scenario} / {variant}", index + 1);
+        }
+    }
+
+    fn phase(&self, what: &str) {
+        self.bar.set_message(what.to_string());
+    }
+
+    fn tick(&self, elapsed: Duration) {
+        self.bar.set_position(elapsed.as_secs().min(self.bar.length().unwrap_or(0)));
+    }
+
+    fn run_finished(&self, r: &RunResult) {
+        let line = format!(
+            "  {} / {}: {} requests, {:.2}% success, p50 {:.1} ms, p99 {:.1} ms",
+            r.scenario,
+            r.variant,
+            r.requests,
+            100.0 * r.success_rate,
+            r.latency_ms.p50,
+            r.latency_ms.p99
+        );
+        self.bar.println(&line);
+        if !self.terminal {
+            eprintln!("{line}");
+        }
+    }
+
+    fn note(&self, text: &str) {
+        self.bar.println(format!("note: {text}"));
+        if !self.terminal {
+            eprintln!("note: {text}");
+        }
+    }
+
+    fn ready(&self, _plan: &Plan) {}
+}

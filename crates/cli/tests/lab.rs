@@ -1,0 +1,160 @@
+//! The lab on real processes: `tailguard serve` and `tailguard proxy` started from this very
+//! binary, on loopback, for the two-service fixture (a few seconds per run).
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+use tailguard_lab::{Cancel, LabError, Observer, Options, Plan, Results};
+use tailguard_model::Experiment;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+fn options(test: &str, file: &Path) -> Options {
+    let out = std::env::temp_dir().join(format!("tailguard-lab-test-{test}-{}", std::process::id()));
+    Options::new(PathBuf::from(env!("CARGO_BIN_EXE_tailguard")), file.to_path_buf(), out, 9)
+}
+
+/// Records every PID the lab starts, and can cancel the run once its processes are ready.
+#[derive(Default)]
+struct Pids {
+    pids: Mutex<Vec<(String, u32)>>,
+    cancel_when_ready: Option<Cancel>,
+}
+
+impl Observer for Pids {
+    fn spawned(&self, name: &str, pid: u32) {
+        self.pids.lock().unwrap().push((name.to_string(), pid));
+    }
+    fn ready(&self, _plan: &Plan) {
+        if let Some(cancel) = &self.cancel_when_ready {
+            cancel.cancel();
+        }
+    }
+}
+
+impl Pids {
+    /// Every recorded process is gone (reaped: no /proc entry, not even a zombie).
+    fn assert_all_gone(&self, expected: usize) {
+        let pids = self.pids.lock().unwrap();
+        assert_eq!(pids.len(), expected, "{pids:?}");
+        for (name, pid) in pids.iter() {
+            assert!(!Path::new(&format!("/proc/{pid}")).exists(), "{name} (pid {pid}) outlived the lab");
+        }
+    }
+}
+
+fn run(test: &str, file: &Path, observer: &Pids, tweak: impl FnOnce(&mut Options)) -> Result<Results, LabError> {
+    let experiment = Experiment::load(fixture("lab-two-tier.yaml")).unwrap();
+    let mut options = options(test, file);
+    tweak(&mut options);
+    let result = tailguard_lab::run(&experiment, &options, observer);
+    let _ = std::fs::remove_dir_all(&options.out);
+    result
+}
+
+#[test]
+fn the_two_tier_fixture_runs_with_exact_counts_and_the_429_path() {
+    let pids = Pids::default();
+    let results = run("counts", &fixture("lab-two-tier.yaml"), &pids, |_| {}).unwrap();
+    // Two runs × (front + 2 backends) × (serve + sidecar); no workload sidecar (plain round robin).
+    pids.assert_all_gone(12);
+    assert_eq!((results.experiment.as_str(), results.mode.as_str(), results.seed), ("lab-two-tier", "lab", 9));
+    let [plain, capped] = &results.runs[..] else { panic!("two runs expected: {results:?}") };
+    assert_eq!((plain.variant.as_str(), capped.variant.as_str()), ("plain", "capped"));
+    for r in [plain, capped] {
+        assert_eq!((r.requests, r.succeeded, r.failed, r.rejected, r.timed_out), (120, 120, 0, 0, 0), "{r:?}");
+        assert_eq!(r.success_rate, 1.0);
+        // Four clients on two single-worker backends of 20 ms: two requests at each, so 40 ms is
+        // the floor; the proxies add their hops on top (a loaded machine adds more).
+        assert!(r.latency_ms.p50 >= 39.9 && r.latency_ms.p50 < 100.0, "{:?}", r.latency_ms);
+        assert!(r.throughput_rps > 0.0 && r.duration_s > 0.0);
+        assert!(!r.cdf.is_empty() && r.cdf.last().unwrap()[1] == 1.0);
+        assert!(r.cdf.windows(2).all(|w| w[0][0] < w[1][0] && w[0][1] < w[1][1]), "{:?}", r.cdf);
+    }
+    // Without admission nothing is refused, so nothing is retried.
+    assert_eq!(plain.extra_load, 0.0);
+    assert!(plain.attempts >= 100, "{plain:?}");
+    // With room for one waiting request per backend, a third arrival gets 429 and is retried at
+    // once on the other backend: extra attempts, and still every request answered.
+    assert!(capped.extra_load > 0.0 && capped.attempts > plain.attempts / 2, "{capped:?}");
+}
+
+#[test]
+fn results_json_has_every_field_the_schema_requires() {
+    let pids = Pids::default();
+    let results = run("schema", &fixture("lab-two-tier.yaml"), &pids, |o| o.variants = vec!["plain".into()]).unwrap();
+    pids.assert_all_gone(6);
+    let json = serde_json::to_value(&results).unwrap();
+    let schema: serde_json::Value =
+        serde_json::from_str(include_str!("../../../docs/results.schema.json")).expect("valid schema");
+    let required = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string()).collect()
+    };
+    for key in required(&schema["required"]) {
+        assert!(json.get(&key).is_some(), "results lack {key}");
+    }
+    let run = &json["runs"][0];
+    for key in required(&schema["$defs"]["run"]["required"]) {
+        assert!(run.get(&key).is_some(), "a run lacks {key}");
+    }
+    for key in required(&schema["$defs"]["run"]["properties"]["latency_ms"]["required"]) {
+        assert!(run["latency_ms"][&key].is_number(), "latency_ms lacks {key}");
+    }
+    assert_eq!(json["mode"], "lab");
+}
+
+#[test]
+fn a_process_that_fails_to_start_is_named_and_nothing_outlives_it() {
+    let pids = Pids::default();
+    // The processes read a file without the `back` service: serve for front (told to call back)
+    // and for back (unknown) exit at once.
+    let err = run("fail", &fixture("lab-other.yaml"), &pids, |o| o.ready_timeout = Duration::from_secs(10))
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("serve "), "{err}");
+    assert!(err.contains("exited"), "{err}");
+    assert!(err.contains("stderr") && err.contains("error: ") && err.contains("\"back\""), "quotes its stderr: {err}");
+    // The first run's six processes were all started before the failure was seen.
+    pids.assert_all_gone(6);
+}
+
+#[test]
+fn cancelling_stops_every_process() {
+    let cancel = Cancel::default();
+    let pids = Pids { cancel_when_ready: Some(cancel.clone()), ..Pids::default() };
+    let err = run("cancel", &fixture("lab-two-tier.yaml"), &pids, |o| o.cancel = cancel.clone()).unwrap_err();
+    assert!(matches!(err, LabError::Interrupted), "{err}");
+    pids.assert_all_gone(6);
+}
+
+#[test]
+fn unknown_scenarios_and_variants_are_errors_that_list_the_names() {
+    let pids = Pids::default();
+    let err = run("select", &fixture("lab-two-tier.yaml"), &pids, |o| o.variants = vec!["nope".into()]).unwrap_err();
+    assert_eq!(err.to_string(), "no variant named \"nope\"; expected one of: plain, capped");
+    pids.assert_all_gone(0);
+}
+
+/// `--isolation netns` needs root and iproute2; elsewhere this test says so and passes.
+#[test]
+fn netns_isolation_runs_the_fixture_and_removes_its_namespaces() {
+    let root = std::process::Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+    if !root || tailguard_lab::netns::available().is_err() {
+        eprintln!("skipped: --isolation netns needs root and iproute2");
+        return;
+    }
+    let pids = Pids::default();
+    let results = run("netns", &fixture("lab-two-tier.yaml"), &pids, |o| {
+        o.isolation = tailguard_lab::Isolation::Netns;
+        o.variants = vec!["plain".into()];
+    })
+    .unwrap();
+    pids.assert_all_gone(6);
+    let r = &results.runs[0];
+    assert_eq!((r.requests, r.succeeded), (120, 120), "{r:?}");
+    let spaces = std::process::Command::new("ip").args(["netns", "list"]).output().unwrap().stdout;
+    let spaces = String::from_utf8_lossy(&spaces);
+    assert!(!spaces.lines().any(|l| l.starts_with("tg")), "namespaces left behind: {spaces}");
+}

@@ -1,0 +1,32 @@
+//! What can go wrong in the lab, each error naming the run, the process or the file at fault.
+
+use std::path::PathBuf;
+
+/// An error of the lab. Processes it started are stopped before it is returned.
+#[derive(Debug, thiserror::Error)]
+pub enum LabError {
+    /// The experiment file could not be resolved for a run.
+    #[error(transparent)]
+    Model(#[from] tailguard_model::ModelError),
+    /// A process could not be started.
+    #[error("cannot start {name} ({command}): {source}")]
+    Spawn { name: String, command: String, source: std::io::Error },
+    /// A process exited, or never became ready, while the lab needed it.
+    #[error("{name} {what}; the end of its stderr ({log}):\n{tail}")]
+    Process { name: String, what: String, log: PathBuf, tail: String },
+    /// The load generator refused its configuration.
+    #[error("the load generator: {0}")]
+    Load(#[from] tailguard_load::LoadError),
+    /// A file of the lab's output could not be written.
+    #[error("cannot write {path}: {source}")]
+    Write { path: PathBuf, source: std::io::Error },
+    /// Setting up the network (addresses, namespaces, delays) failed.
+    #[error("network set-up: {0}")]
+    Network(String),
+    /// A scenario or variant named on the command line is not in the file.
+    #[error("{0}")]
+    Select(String),
+    /// Ctrl-C or SIGTERM: the lab stopped what it started and gave up.
+    #[error("interrupted: every process the lab started has been stopped")]
+    Interrupted,
+}

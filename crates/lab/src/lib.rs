@@ -1,0 +1,68 @@
+//! The lab (`tailguard lab run`, docs/lab.md): an experiment file, the very one the simulator
+//! runs, run on real processes.
+//!
+//! For each scenario × variant it starts one `tailguard serve` per replica and beside each a
+//! `tailguard proxy` sidecar ([`plan`]: addresses and the generated sidecar files), waits until
+//! all answer `/healthz` ([`process`]), drives the file's workload with the load generator
+//! (`tailguard_load`, in process), samples the sidecars' `/metrics` each second ([`measure`],
+//! [`scrape`]), stops every process by its PID, and gives the run's [`RunResult`] in the
+//! simulator's schema (mode "lab"). [`netns`] puts each replica in its own network namespace with
+//! the file's per-hop delay.
+//!
+//! Runs that need the simulator's oracle balancer are skipped (no real process sees every queue).
+
+mod error;
+mod http;
+pub mod measure;
+pub mod netns;
+pub mod plan;
+pub mod process;
+mod runner;
+pub mod scrape;
+
+pub use error::LabError;
+pub use plan::{Isolation, Plan};
+pub use runner::{run, Options};
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+pub use tailguard_sim::{Results, RunResult};
+
+/// A flag that stops the lab: set it (from a signal handler, a test) and the lab stops every
+/// process it started and returns [`LabError::Interrupted`].
+#[derive(Clone, Debug, Default)]
+pub struct Cancel(Arc<AtomicBool>);
+
+impl Cancel {
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// What the lab tells its caller as it goes (progress bars, tests that watch the PIDs). Every
+/// method has a default that does nothing.
+pub trait Observer: Sync {
+    /// Run `index` of `total` starts; its load lasts about `expected` (warm-up included).
+    fn run_started(&self, _index: usize, _total: usize, _scenario: &str, _variant: &str, _expected: Option<Duration>) {}
+    /// What the current run is doing ("starting 103 processes", "measuring", "stopping").
+    fn phase(&self, _what: &str) {}
+    /// Time since the load started.
+    fn tick(&self, _elapsed: Duration) {}
+    /// A process was started.
+    fn spawned(&self, _name: &str, _pid: u32) {}
+    /// Every process of the run is ready; `plan` says where each listens. This is where trace
+    /// collection (crates/trace) can attach to the sidecars before the load starts.
+    fn ready(&self, _plan: &Plan) {}
+    /// A run ended.
+    fn run_finished(&self, _result: &RunResult) {}
+    /// Something the user should know (a skipped run, a delay not applied).
+    fn note(&self, _text: &str) {}
+}
+
+/// An observer that ignores everything.
+pub struct Quiet;
+impl Observer for Quiet {}

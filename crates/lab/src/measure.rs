@@ -1,0 +1,320 @@
+//! What a run measured, as the simulator's [`RunResult`]: the user-side numbers come from the
+//! load generator's report (counts, HDR percentiles, CDF), the between-services numbers from the
+//! sidecars' counters, scraped when the warm-up ends, every second after, and when the load ends.
+
+use crate::plan::Plan;
+use crate::scrape::{self, Counts};
+use crate::Cancel;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tailguard_load::LoadReport;
+use tailguard_model::schema::Timeout;
+use tailguard_model::Run;
+use tailguard_sim::{ReplicaLoad, RunResult, Series, TimeoutSeries};
+
+/// The interval of the time series and of the imbalance, as the simulator's.
+pub const INTERVAL: Duration = Duration::from_secs(1);
+/// The most CDF points kept (the tail above p99 is always kept whole).
+const CDF_POINTS: usize = 200;
+
+/// One sidecar whose counters are read.
+#[derive(Clone, Debug)]
+pub struct Sidecar {
+    pub service: String,
+    pub replica: u32,
+    pub admin: SocketAddr,
+}
+
+/// Every sidecar's counters at one moment.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    /// In the order of the sidecars.
+    pub counts: Vec<Counts>,
+}
+
+/// The sidecars of the services of `plan` (not the load generator's).
+pub fn sidecars(plan: &Plan) -> Vec<Sidecar> {
+    plan.replicas.iter().map(|r| Sidecar { service: r.service.clone(), replica: r.index, admin: r.admin() }).collect()
+}
+
+/// Scrapes every sidecar; one that cannot be read keeps its previous counts.
+fn snapshot(sidecars: &[Sidecar], previous: Option<&Snapshot>) -> Snapshot {
+    let counts = sidecars
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            scrape::scrape(s.admin).unwrap_or_else(|_| previous.map(|p| p.counts[i].clone()).unwrap_or_default())
+        })
+        .collect();
+    Snapshot { counts }
+}
+
+/// Samples the sidecars from `start + warmup` every [`INTERVAL`] until `done` is set, then once
+/// more. Returns the periodic snapshots (the first is the baseline) and the final one; `tick` is
+/// told the time since `start` at each sample.
+pub fn sample(
+    sidecars: &[Sidecar],
+    start: Instant,
+    warmup: Duration,
+    done: &AtomicBool,
+    cancel: &Cancel,
+    tick: &dyn Fn(Duration),
+) -> (Vec<Snapshot>, Option<Snapshot>) {
+    let mut periodic: Vec<Snapshot> = Vec::new();
+    let origin = start + warmup;
+    // Bounded: one sample a second, and the load generator's own limits end the run.
+    for k in 0..u32::MAX {
+        let due = origin + INTERVAL * k;
+        while Instant::now() < due {
+            if done.load(Ordering::Acquire) || cancel.is_cancelled() {
+                let last = snapshot(sidecars, periodic.last());
+                return (periodic, Some(last).filter(|_| k > 0));
+            }
+            tick(start.elapsed());
+            std::thread::sleep(due.saturating_duration_since(Instant::now()).min(Duration::from_millis(100)));
+        }
+        let snap = snapshot(sidecars, periodic.last());
+        periodic.push(snap);
+    }
+    (periodic, None)
+}
+
+/// The run's result: the load report's user-side numbers and the sidecars' between-services ones.
+pub fn result(
+    run: &Run,
+    report: &LoadReport,
+    sidecars: &[Sidecar],
+    periodic: &[Snapshot],
+    last: Option<&Snapshot>,
+) -> RunResult {
+    let mut result = report.to_run(&run.scenario, &run.variant);
+    result.cdf = cdf(report);
+    between_services(run, sidecars, periodic, last, &mut result);
+    result
+}
+
+/// Fills the fields about calls between services from the sidecars' counters: from the first
+/// periodic snapshot (the end of the warm-up) to the last snapshot.
+fn between_services(
+    run: &Run,
+    sidecars: &[Sidecar],
+    periodic: &[Snapshot],
+    last: Option<&Snapshot>,
+    result: &mut RunResult,
+) {
+    let (Some(base), Some(end)) = (periodic.first(), last.or(periodic.last())) else { return };
+    let (mut extra, mut attempts, mut timeouts) = (0.0, 0.0, 0.0);
+    for i in 0..sidecars.len() {
+        for (upstream, e) in &end.counts[i].egress {
+            let b = base.counts[i].egress.get(upstream).cloned().unwrap_or_default();
+            extra += e.extra - b.extra;
+            attempts += e.attempts - b.attempts;
+            timeouts += e.timeouts - b.timeouts;
+        }
+    }
+    result.attempts = attempts.max(0.0) as u64;
+    // As the simulator counts: calls that sent no attempt (dropped by the balancer) are not load,
+    // so the calls are the first attempts, and the extra load the retries and hedges per call.
+    let calls = attempts - extra;
+    result.extra_load = round(if calls > 0.0 { extra / calls } else { 0.0 });
+    result.timeouts_pct = round(if attempts > 0.0 { 100.0 * timeouts / attempts } else { 0.0 });
+    let load = replica_load(run, sidecars, periodic);
+    result.imbalance = round(load.as_ref().map_or(0.0, |l| imbalance(&l.replicas)));
+    let timeouts = timeout_series(run, sidecars, periodic);
+    if load.is_some() || !timeouts.is_empty() {
+        result.series = Some(Series { interval_s: INTERVAL.as_secs_f64(), replica_load: load, timeouts });
+    }
+}
+
+/// Services called by another, or the entry service when none is (as the simulator chooses).
+fn called_services(run: &Run) -> Vec<String> {
+    let called: Vec<String> = run
+        .services
+        .keys()
+        .filter(|name| run.services.values().flat_map(|s| &s.calls).any(|c| c.count > 0 && &c.service == *name))
+        .cloned()
+        .collect();
+    if called.is_empty() {
+        vec![run.workload.target.clone()]
+    } else {
+        called
+    }
+}
+
+/// Requests arriving at each replica of the busiest called service (most arrivals; ties: the
+/// later in the file) per interval.
+fn replica_load(run: &Run, sidecars: &[Sidecar], periodic: &[Snapshot]) -> Option<ReplicaLoad> {
+    if periodic.len() < 2 {
+        return None;
+    }
+    let per_service = |service: &str| -> Vec<Vec<u64>> {
+        let index: Vec<usize> = (0..sidecars.len()).filter(|&i| sidecars[i].service == service).collect();
+        index
+            .iter()
+            .map(|&i| {
+                periodic
+                    .windows(2)
+                    .map(|w| (w[1].counts[i].ingress_requests - w[0].counts[i].ingress_requests).max(0.0) as u64)
+                    .collect()
+            })
+            .collect()
+    };
+    let total = |load: &Vec<Vec<u64>>| load.iter().flatten().sum::<u64>();
+    called_services(run)
+        .into_iter()
+        .map(|s| {
+            let load = per_service(&s);
+            (s, load)
+        })
+        .max_by_key(|(_, load)| total(load))
+        .map(|(service, replicas)| ReplicaLoad { service, replicas })
+}
+
+/// Mean over intervals of the population standard deviation of per-replica counts.
+pub fn imbalance(replicas: &[Vec<u64>]) -> f64 {
+    let intervals = replicas.first().map_or(0, Vec::len);
+    if intervals == 0 {
+        return 0.0;
+    }
+    let n = replicas.len() as f64;
+    let total: f64 = (0..intervals)
+        .map(|i| {
+            let mean = replicas.iter().map(|r| r[i] as f64).sum::<f64>() / n;
+            (replicas.iter().map(|r| (r[i] as f64 - mean).powi(2)).sum::<f64>() / n).sqrt()
+        })
+        .sum();
+    total / intervals as f64
+}
+
+/// For each edge with a timeout policy: the mean over its callers of the latest timeout, and the
+/// mean attempt latency, per interval (an interval without attempts repeats the last value).
+fn timeout_series(run: &Run, sidecars: &[Sidecar], periodic: &[Snapshot]) -> Vec<TimeoutSeries> {
+    let mut out = Vec::new();
+    for (caller, service) in &run.services {
+        for call in service.calls.iter().filter(|c| c.count > 0 && c.policy.timeout != Timeout::None) {
+            let callers: Vec<usize> = (0..sidecars.len()).filter(|&i| &sidecars[i].service == caller).collect();
+            let edge =
+                |snap: &Snapshot, i: usize| snap.counts[i].egress.get(&call.service).cloned().unwrap_or_default();
+            let (mut timeout_ms, mut latency_ms) = (Vec::new(), Vec::new());
+            let (mut last_t, mut last_l) = (0.0, 0.0);
+            for w in periodic.windows(2) {
+                let set: Vec<f64> =
+                    callers.iter().map(|&i| edge(&w[1], i).timeout_seconds).filter(|t| *t > 0.0).collect();
+                if !set.is_empty() {
+                    last_t = round(1000.0 * set.iter().sum::<f64>() / set.len() as f64);
+                }
+                let (sum, count) = callers.iter().fold((0.0, 0.0), |(s, c), &i| {
+                    let (a, b) = (edge(&w[0], i), edge(&w[1], i));
+                    (s + b.attempt_seconds - a.attempt_seconds, c + b.attempt_count - a.attempt_count)
+                });
+                if count > 0.0 {
+                    last_l = round(1000.0 * sum / count);
+                }
+                timeout_ms.push(last_t);
+                latency_ms.push(last_l);
+            }
+            out.push(TimeoutSeries { edge: format!("{caller}->{}", call.service), timeout_ms, latency_ms });
+        }
+    }
+    out
+}
+
+/// The CDF of successful latencies from the load generator's HDR histogram: every recorded
+/// value's (ms, fraction at or below), thinned to about [`CDF_POINTS`] below p99.
+fn cdf(report: &LoadReport) -> Vec<[f64; 2]> {
+    let h = &report.histogram;
+    let total = h.len();
+    if total == 0 {
+        return Vec::new();
+    }
+    let mut points: Vec<[f64; 2]> = Vec::new();
+    let mut next = 0.0;
+    for v in h.iter_recorded() {
+        let fraction = v.quantile_iterated_to();
+        if fraction < 0.99 && fraction < next {
+            continue;
+        }
+        next = fraction + 0.99 / CDF_POINTS as f64;
+        let ms = round(h.lowest_equivalent(v.value_iterated_to()) as f64 / 1000.0);
+        match points.last_mut() {
+            Some(last) if last[0] >= ms => last[1] = round(fraction),
+            _ => points.push([ms, round(fraction)]),
+        }
+    }
+    if let Some(last) = points.last_mut() {
+        last[1] = 1.0;
+    }
+    points
+}
+
+/// Four decimals, as the simulator rounds.
+pub fn round(x: f64) -> f64 {
+    (x * 10_000.0).round() / 10_000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scrape::EgressCounts;
+    use std::path::Path;
+    use tailguard_model::Experiment;
+
+    const FILE: &str = "name: t\nservices:\n  front:\n    calls: [{service: back, policy: {timeout: {kind: fixed, value: 50ms}}}]\n  back:\n    replicas: 2\nworkload: {target: front, open: {rate: 10}, duration: 1s}\nvariants: [{name: v}]\n";
+
+    /// Counters of front-0 (egress to back) and back-0, back-1 (ingress).
+    fn snap(egress: (f64, f64, f64, f64, f64), ingress: [f64; 2]) -> Snapshot {
+        let (attempts, extra, timeouts, seconds, count) = egress;
+        let e = EgressCounts {
+            requests: attempts,
+            attempts,
+            timeouts,
+            extra,
+            attempt_seconds: seconds,
+            attempt_count: count,
+            timeout_seconds: 0.05,
+        };
+        let front = Counts { ingress_requests: 0.0, egress: [("back".to_string(), e)].into() };
+        let back = |n| Counts { ingress_requests: n, egress: Default::default() };
+        Snapshot { counts: vec![front, back(ingress[0]), back(ingress[1])] }
+    }
+
+    #[test]
+    fn counters_become_extra_load_timeouts_imbalance_and_series() {
+        let run = Experiment::parse(FILE, Path::new("t.yaml")).unwrap().resolve("default", "v", false).unwrap();
+        let sidecar = |service: &str, replica| Sidecar {
+            service: service.into(),
+            replica,
+            admin: "127.0.0.1:1".parse().unwrap(),
+        };
+        let sidecars = [sidecar("front", 0), sidecar("back", 0), sidecar("back", 1)];
+        // Warm-up traffic (5 attempts) is subtracted; then 10 and 12 attempts a second.
+        let periodic = [
+            snap((5.0, 0.0, 0.0, 0.1, 5.0), [3.0, 2.0]),
+            snap((15.0, 1.0, 1.0, 0.3, 14.0), [9.0, 6.0]),
+            snap((27.0, 2.0, 1.0, 0.54, 26.0), [15.0, 12.0]),
+        ];
+        let last = snap((30.0, 3.0, 2.0, 0.6, 28.0), [16.0, 14.0]);
+        let mut r = RunResult::default();
+        between_services(&run, &sidecars, &periodic, Some(&last), &mut r);
+        // 25 attempts, 3 of them retries or hedges: 22 calls.
+        assert_eq!((r.attempts, r.extra_load, r.timeouts_pct), (25, round(3.0 / 22.0), 8.0));
+        let series = r.series.unwrap();
+        let load = series.replica_load.unwrap();
+        assert_eq!((load.service.as_str(), load.replicas.clone()), ("back", vec![vec![6, 6], vec![4, 6]]));
+        // Interval 0: [6, 4] → σ 1; interval 1: [6, 6] → σ 0.
+        assert_eq!(r.imbalance, 0.5);
+        let t = &series.timeouts[0];
+        assert_eq!(t.edge, "front->back");
+        assert_eq!(t.timeout_ms, vec![50.0, 50.0]);
+        // (0.3 − 0.1) s over 9 attempts, then 0.24 s over 12.
+        assert_eq!(t.latency_ms, vec![round(200.0 / 9.0), 20.0]);
+    }
+
+    #[test]
+    fn imbalance_is_the_mean_per_interval_deviation() {
+        // Interval 0: [2, 0] → σ 1; interval 1: [0, 1] → σ 0.5 (the simulator's own test).
+        assert_eq!(imbalance(&[vec![2, 0], vec![0, 1]]), 0.75);
+        assert_eq!(imbalance(&[]), 0.0);
+    }
+}

@@ -1,0 +1,282 @@
+//! The layout of one run: an address per replica, its four listeners, and the sidecar file that
+//! wires it to the replicas it calls.
+//!
+//! Every replica gets its own IP address and the same four ports: `tailguard serve` on
+//! [`SERVE_PORT`], its sidecar's ingress on [`INGRESS_PORT`] (what callers reach), egress on
+//! [`EGRESS_PORT`] (where serve sends its calls) and admin on [`ADMIN_PORT`]. Loopback runs use
+//! `127.SLOT.(service+1).(replica+1)`, all on `lo`; netns runs use `10.SLOT.(service+1).(replica+1)`
+//! inside the replica's own namespace. `SLOT` is chosen per run so concurrent labs do not collide.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use tailguard_model::schema::{Admission, Balancer, ClientPolicy};
+use tailguard_model::Run;
+
+pub const SERVE_PORT: u16 = 8080;
+pub const EGRESS_PORT: u16 = 4140;
+pub const INGRESS_PORT: u16 = 4143;
+pub const ADMIN_PORT: u16 = 9990;
+
+/// How replicas are separated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isolation {
+    /// Every process on `lo`, each replica on its own 127.x.y.z address; needs no privileges and
+    /// applies no network delay.
+    Loopback,
+    /// Each replica in its own network namespace on a bridge, with `tc netem` delaying every
+    /// packet by the file's per-hop delay (needs root and iproute2).
+    Netns,
+}
+
+impl Isolation {
+    /// The address of replica `replica` of service number `service` in `slot`.
+    pub fn address(self, slot: u8, service: usize, replica: u32) -> IpAddr {
+        let (s, r) = ((service + 1) as u8, (replica + 1) as u8);
+        match self {
+            Isolation::Loopback => IpAddr::V4(Ipv4Addr::new(127, slot, s, r)),
+            Isolation::Netns => IpAddr::V4(Ipv4Addr::new(10, slot, s, r)),
+        }
+    }
+
+    /// Where the load generator's own sidecar (when one is needed) listens: `lo` in loopback runs,
+    /// the bridge's address in netns runs.
+    pub fn host_address(self, slot: u8) -> IpAddr {
+        match self {
+            Isolation::Loopback => IpAddr::V4(Ipv4Addr::new(127, slot, 0, 1)),
+            Isolation::Netns => IpAddr::V4(Ipv4Addr::new(10, slot, 0, 254)),
+        }
+    }
+}
+
+/// The most replicas of a service and services of a file the address scheme can hold.
+pub const MAX_REPLICAS: u32 = 254;
+pub const MAX_SERVICES: usize = 254;
+
+/// One replica: where its processes listen.
+#[derive(Clone, Debug)]
+pub struct Replica {
+    pub service: String,
+    /// Index of the service in the file.
+    pub service_index: usize,
+    pub index: u32,
+    pub ip: IpAddr,
+}
+
+impl Replica {
+    pub fn serve(&self) -> SocketAddr {
+        SocketAddr::new(self.ip, SERVE_PORT)
+    }
+    pub fn ingress(&self) -> SocketAddr {
+        SocketAddr::new(self.ip, INGRESS_PORT)
+    }
+    pub fn egress(&self) -> SocketAddr {
+        SocketAddr::new(self.ip, EGRESS_PORT)
+    }
+    pub fn admin(&self) -> SocketAddr {
+        SocketAddr::new(self.ip, ADMIN_PORT)
+    }
+    /// A name for logs and errors: `backend-3`.
+    pub fn name(&self) -> String {
+        format!("{}-{}", self.service, self.index)
+    }
+}
+
+/// The whole layout of a run.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub isolation: Isolation,
+    pub slot: u8,
+    /// Every replica of every service, services in file order.
+    pub replicas: Vec<Replica>,
+    /// The load generator's sidecar (egress towards the entry service), when the workload's
+    /// client policy is more than plain round robin (which the load generator does itself).
+    pub workload_proxy: Option<SocketAddr>,
+    pub workload_admin: Option<SocketAddr>,
+}
+
+impl Plan {
+    /// The layout of `run` in `slot`.
+    pub fn new(run: &Run, isolation: Isolation, slot: u8) -> Plan {
+        let mut replicas = Vec::new();
+        for (s, (name, service)) in run.services.iter().enumerate() {
+            for r in 0..service.replicas {
+                let ip = isolation.address(slot, s, r);
+                replicas.push(Replica { service: name.clone(), service_index: s, index: r, ip });
+            }
+        }
+        let host = isolation.host_address(slot);
+        let proxied = run.workload.client != ClientPolicy::default();
+        Plan {
+            isolation,
+            slot,
+            replicas,
+            workload_proxy: proxied.then(|| SocketAddr::new(host, EGRESS_PORT)),
+            workload_admin: proxied.then(|| SocketAddr::new(host, ADMIN_PORT)),
+        }
+    }
+
+    /// The replicas of one service.
+    pub fn of<'a>(&'a self, service: &'a str) -> impl Iterator<Item = &'a Replica> + 'a {
+        self.replicas.iter().filter(move |r| r.service == service)
+    }
+
+    /// Where the load generator sends: the workload sidecar's egress, or every replica of the
+    /// entry service's ingress in turn.
+    pub fn load_targets(&self, run: &Run) -> Vec<String> {
+        match self.workload_proxy {
+            Some(addr) => vec![format!("http://{addr}/{}/", run.workload.target)],
+            None => self.of(&run.workload.target).map(|r| format!("http://{}/", r.ingress())).collect(),
+        }
+    }
+
+    /// Every address a process of the run listens on.
+    pub fn listen_addresses(&self) -> Vec<SocketAddr> {
+        let mut all: Vec<SocketAddr> =
+            self.replicas.iter().flat_map(|r| [r.serve(), r.ingress(), r.egress(), r.admin()]).collect();
+        all.extend(self.workload_proxy.iter().chain(&self.workload_admin));
+        all
+    }
+}
+
+/// The URL path prefix under which a caller's egress routes to `callee`.
+pub fn route(callee: &str) -> String {
+    format!("/{callee}/")
+}
+
+/// A sidecar's file (docs/proxy.md), as the lab writes it.
+#[derive(Serialize)]
+pub struct ProxyFile {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    egress: Option<EgressFile>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ingress: Option<IngressFile>,
+    admin: AdminFile,
+    /// The lab stops sidecars only after the load has ended: nothing is left to finish.
+    shutdown_grace: &'static str,
+}
+
+#[derive(Serialize)]
+struct EgressFile {
+    listen: SocketAddr,
+    upstreams: BTreeMap<String, UpstreamFile>,
+}
+
+#[derive(Serialize)]
+struct UpstreamFile {
+    endpoints: Vec<SocketAddr>,
+    #[serde(rename = "match")]
+    route: RouteFile,
+    policy: ClientPolicy,
+}
+
+#[derive(Serialize)]
+struct RouteFile {
+    path_prefix: String,
+}
+
+#[derive(Serialize)]
+struct IngressFile {
+    listen: SocketAddr,
+    app: SocketAddr,
+    admission: Admission,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    workers: Option<u32>,
+}
+
+#[derive(Serialize)]
+struct AdminFile {
+    listen: SocketAddr,
+}
+
+impl ProxyFile {
+    /// The sidecar of `replica`: its ingress admits for serve with the service's admission (and
+    /// knows its worker count, so admission sees the queue as the simulator counts it), its
+    /// egress routes each called service's path prefix to that service's ingresses with the
+    /// edge's policy.
+    pub fn sidecar(run: &Run, plan: &Plan, replica: &Replica) -> ProxyFile {
+        let service = &run.services[&replica.service];
+        let mut upstreams = BTreeMap::new();
+        for call in service.calls.iter().filter(|c| c.count > 0) {
+            upstreams.insert(call.service.clone(), upstream(plan, &call.service, &call.policy));
+        }
+        ProxyFile {
+            egress: (!upstreams.is_empty()).then(|| EgressFile { listen: replica.egress(), upstreams }),
+            ingress: Some(IngressFile {
+                listen: replica.ingress(),
+                app: replica.serve(),
+                admission: service.admission.clone(),
+                workers: (service.workers > 0).then_some(service.workers),
+            }),
+            admin: AdminFile { listen: replica.admin() },
+            shutdown_grace: "1s",
+        }
+    }
+
+    /// The load generator's sidecar: an egress towards the entry service with the workload's
+    /// client policy.
+    pub fn workload(run: &Run, plan: &Plan) -> Option<ProxyFile> {
+        let (listen, admin) = (plan.workload_proxy?, plan.workload_admin?);
+        let target = &run.workload.target;
+        let upstreams = BTreeMap::from([(target.clone(), upstream(plan, target, &run.workload.client))]);
+        Some(ProxyFile {
+            egress: Some(EgressFile { listen, upstreams }),
+            ingress: None,
+            admin: AdminFile { listen: admin },
+            shutdown_grace: "1s",
+        })
+    }
+
+    /// The file as YAML.
+    pub fn to_yaml(&self) -> String {
+        serde_yaml_ng::to_string(self).expect("the sidecar file is plain data")
+    }
+}
+
+fn upstream(plan: &Plan, callee: &str, policy: &ClientPolicy) -> UpstreamFile {
+    UpstreamFile {
+        endpoints: plan.of(callee).map(Replica::ingress).collect(),
+        route: RouteFile { path_prefix: route(callee) },
+        policy: policy.clone(),
+    }
+}
+
+/// Whether a run needs the simulator's oracle (it sees every replica's true queue, which no real
+/// process can): such runs are skipped in the lab.
+pub fn needs_oracle(run: &Run) -> bool {
+    let oracle = |p: &ClientPolicy| p.balancer == Balancer::Oracle;
+    oracle(&run.workload.client) || run.services.values().flat_map(|s| &s.calls).any(|c| oracle(&c.policy))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+    use tailguard_model::Experiment;
+
+    const FILE: &str = "name: t\nservices:\n  front:\n    calls: [{service: back}]\n  back:\n    replicas: 2\n    workers: 1\n    admission: {kind: fixed, capacity: 3}\nworkload: {target: front, open: {rate: 10}, duration: 1s}\nvariants:\n  - name: v\n    edges:\n      front->back: {balancer: {kind: bloc, reset: 1s}, retry: {max_attempts: 4}}\n";
+
+    #[test]
+    fn a_sidecar_file_wires_ingress_admission_and_egress_policy() {
+        let run = Experiment::parse(FILE, Path::new("t.yaml")).unwrap().resolve("default", "v", false).unwrap();
+        let plan = Plan::new(&run, Isolation::Loopback, 7);
+        assert_eq!(plan.replicas.len(), 3);
+        assert_eq!(plan.replicas[2].ip.to_string(), "127.7.2.2");
+        assert_eq!(plan.workload_proxy, None);
+        assert_eq!(plan.load_targets(&run), vec!["http://127.7.1.1:4143/"]);
+        let front = ProxyFile::sidecar(&run, &plan, &plan.replicas[0]).to_yaml();
+        // The generated file is one the proxy reads back with the same policy.
+        let config = serde_yaml_ng::from_str::<serde_yaml_ng::Value>(&front).unwrap();
+        let up = &config["egress"]["upstreams"]["back"];
+        assert_eq!(up["endpoints"][1].as_str(), Some("127.7.2.2:4143"));
+        assert_eq!(up["match"]["path_prefix"].as_str(), Some("/back/"));
+        let policy: ClientPolicy = serde_yaml_ng::from_value(up["policy"].clone()).unwrap();
+        assert_eq!(policy, run.services["front"].calls[0].policy);
+        let back = ProxyFile::sidecar(&run, &plan, &plan.replicas[1]).to_yaml();
+        let config = serde_yaml_ng::from_str::<serde_yaml_ng::Value>(&back).unwrap();
+        assert!(config.get("egress").is_none());
+        assert_eq!(config["ingress"]["workers"].as_u64(), Some(1));
+        let admission: Admission = serde_yaml_ng::from_value(config["ingress"]["admission"].clone()).unwrap();
+        assert_eq!(admission, Admission::Fixed { capacity: 3 });
+    }
+}

@@ -1,0 +1,325 @@
+//! One experiment in the lab: every selected scenario × variant in turn, each on its own set of
+//! processes that is started, measured and stopped before the next.
+
+use crate::error::LabError;
+use crate::measure;
+use crate::netns::Network;
+use crate::plan::{self, Isolation, Plan, ProxyFile, Replica, MAX_REPLICAS, MAX_SERVICES};
+use crate::process::Processes;
+use crate::{Cancel, Observer};
+use rand::Rng;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tailguard_load::{LoadConfig, Shape, Stop, Target};
+use tailguard_model::schema::Arrival;
+use tailguard_model::{Experiment, Run};
+use tailguard_sim::{Results, RunResult};
+
+/// How long one request of the load generator may take before it counts as timed out (the
+/// simulator lets requests drain for 120 s; no example comes near this).
+const LOAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// Attempts at finding a free address block.
+const SLOT_TRIES: usize = 32;
+
+/// How to run an experiment.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The `tailguard` binary the processes run (the CLI passes its own, `current_exe`).
+    pub exe: PathBuf,
+    /// The experiment file the processes read (the one the lab was given).
+    pub file: PathBuf,
+    /// Where generated sidecar files and process logs go (`runs/SCENARIO/VARIANT/`).
+    pub out: PathBuf,
+    pub seed: u64,
+    pub quick: bool,
+    pub isolation: Isolation,
+    /// Only these scenarios (all when empty).
+    pub scenarios: Vec<String>,
+    /// Only these variants (all when empty).
+    pub variants: Vec<String>,
+    /// Replaces the workload's duration and warm-up for the load generator (a shorter demo;
+    /// latency models keep the file's horizon).
+    pub duration: Option<Duration>,
+    pub warmup: Option<Duration>,
+    /// How long every process of a run has to become ready.
+    pub ready_timeout: Duration,
+    pub cancel: Cancel,
+}
+
+impl Options {
+    /// Defaults: loopback, not quick, every scenario and variant, 20 s to become ready.
+    pub fn new(exe: PathBuf, file: PathBuf, out: PathBuf, seed: u64) -> Options {
+        Options {
+            exe,
+            file,
+            out,
+            seed,
+            quick: false,
+            isolation: Isolation::Loopback,
+            scenarios: Vec::new(),
+            variants: Vec::new(),
+            duration: None,
+            warmup: None,
+            ready_timeout: Duration::from_secs(20),
+            cancel: Cancel::default(),
+        }
+    }
+}
+
+/// Runs the selected scenarios × variants of `experiment` and returns their results (mode "lab"),
+/// in file order. Runs needing the oracle are skipped with a note. Every process started is
+/// stopped before this returns, whatever happens.
+pub fn run(experiment: &Experiment, options: &Options, observer: &dyn Observer) -> Result<Results, LabError> {
+    let scenarios = select(experiment.scenario_names(), &options.scenarios, "scenario")?;
+    let variants = select(experiment.variant_names(), &options.variants, "variant")?;
+    if options.isolation == Isolation::Netns {
+        crate::netns::available()?;
+    }
+    let mut runs = Vec::new();
+    for scenario in &scenarios {
+        for variant in &variants {
+            let mut run = experiment.resolve(scenario, variant, options.quick)?;
+            if plan::needs_oracle(&run) {
+                observer.note(&format!(
+                    "{scenario} / {variant}: skipped, its oracle balancer exists only in the simulator"
+                ));
+                continue;
+            }
+            run.workload.duration = options.duration.map(Into::into).or(run.workload.duration);
+            run.workload.warmup = options.warmup.map(Into::into).unwrap_or(run.workload.warmup);
+            runs.push(run);
+        }
+    }
+    let delay = runs.first().map_or(Duration::ZERO, |r| r.network.delay.get());
+    if options.isolation == Isolation::Loopback && !delay.is_zero() {
+        observer.note(&format!(
+            "the file's per-hop network delay ({delay:?}) is not applied on loopback; use --isolation netns to apply it"
+        ));
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| LabError::Network(format!("cannot start the async runtime: {e}")))?;
+    let mut results = Vec::new();
+    let total = runs.len();
+    for (i, run) in runs.iter().enumerate() {
+        if options.cancel.is_cancelled() {
+            return Err(LabError::Interrupted);
+        }
+        observer.run_started(i, total, &run.scenario, &run.variant, run.horizon());
+        let result = run_one(run, options, observer, &runtime)?;
+        observer.run_finished(&result);
+        results.push(result);
+    }
+    Ok(Results { experiment: experiment.file.name.clone(), mode: "lab".to_string(), seed: options.seed, runs: results })
+}
+
+/// The names asked for, checked against the file's, in file order.
+fn select(all: Vec<String>, asked: &[String], what: &str) -> Result<Vec<String>, LabError> {
+    if let Some(bad) = asked.iter().find(|a| !all.contains(a)) {
+        return Err(LabError::Select(format!("no {what} named {bad:?}; expected one of: {}", all.join(", "))));
+    }
+    Ok(all.into_iter().filter(|n| asked.is_empty() || asked.contains(n)).collect())
+}
+
+/// One scenario × variant: processes up, load, measurements, processes down.
+fn run_one(
+    run: &Run,
+    options: &Options,
+    observer: &dyn Observer,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<RunResult, LabError> {
+    check_size(run)?;
+    let plan = choose_plan(run, options.isolation)?;
+    let dir = options.out.join("runs").join(&run.scenario).join(&run.variant);
+    std::fs::create_dir_all(&dir).map_err(|source| LabError::Write { path: dir.clone(), source })?;
+    // Declared before the processes, so it is dropped (torn down) after they are stopped.
+    let _network = match options.isolation {
+        Isolation::Netns => {
+            observer.phase("creating network namespaces");
+            Some(Network::create(&plan, run.network.delay.get())?)
+        }
+        Isolation::Loopback => None,
+    };
+    let mut processes = Processes::default();
+    let count = 2 * plan.replicas.len() + usize::from(plan.workload_proxy.is_some());
+    observer.phase(&format!("starting {count} processes"));
+    let checks = start(run, &plan, options, &dir, &mut processes, observer)?;
+    processes.wait_ready(&checks, options.ready_timeout, &options.cancel)?;
+    observer.ready(&plan);
+
+    observer.phase("measuring");
+    let config = load_config(run, &plan, options.seed)?;
+    let sidecars = measure::sidecars(&plan);
+    let done = AtomicBool::new(false);
+    let start = Instant::now();
+    let warmup = run.workload.warmup.get();
+    let cancel = options.cancel.clone();
+    let (report, (periodic, last)) = std::thread::scope(|scope| {
+        let sampler =
+            scope.spawn(|| measure::sample(&sidecars, start, warmup, &done, &options.cancel, &|t| observer.tick(t)));
+        let report = runtime.block_on(async {
+            tokio::select! {
+                report = tailguard_load::run(config) => report.map_err(LabError::from),
+                () = cancelled(&cancel) => Err(LabError::Interrupted),
+            }
+        });
+        done.store(true, Ordering::Release);
+        (report, sampler.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+    });
+    let report = report?;
+    processes.check_alive()?;
+    keep_metrics(&plan, &dir);
+    observer.phase("stopping");
+    processes.stop_all();
+    Ok(measure::result(run, &report, &sidecars, &periodic, last.as_ref()))
+}
+
+/// Saves each sidecar's final `/metrics` as `metrics-NAME.txt` beside its logs, for a closer
+/// look at a run (per-endpoint attempt histograms, rejections); a sidecar that cannot be read is
+/// skipped.
+fn keep_metrics(plan: &Plan, dir: &Path) {
+    let admins = plan.replicas.iter().map(|r| (r.name(), r.admin()));
+    for (name, admin) in admins.chain(plan.workload_admin.map(|a| ("workload".to_string(), a))) {
+        if let Ok((200, text)) = crate::http::get(admin, "/metrics") {
+            let _ = std::fs::write(dir.join(format!("metrics-{name}.txt")), text);
+        }
+    }
+}
+
+/// Completes once `cancel` is set.
+async fn cancelled(cancel: &Cancel) {
+    while !cancel.is_cancelled() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn check_size(run: &Run) -> Result<(), LabError> {
+    if run.services.len() > MAX_SERVICES {
+        return Err(LabError::Network(format!("the lab runs at most {MAX_SERVICES} services")));
+    }
+    if let Some((name, s)) = run.services.iter().find(|(_, s)| s.replicas > MAX_REPLICAS) {
+        return Err(LabError::Network(format!(
+            "service {name} has {} replicas; the lab runs at most {MAX_REPLICAS} per service",
+            s.replicas
+        )));
+    }
+    Ok(())
+}
+
+/// A layout whose address block is free: on loopback every listen address can be bound; in
+/// netns runs no interface and no namespace already uses the block.
+fn choose_plan(run: &Run, isolation: Isolation) -> Result<Plan, LabError> {
+    let mut rng = rand::thread_rng();
+    for _ in 0..SLOT_TRIES {
+        let slot: u8 = rng.gen_range(2..=250);
+        let plan = Plan::new(run, isolation, slot);
+        let free = match isolation {
+            Isolation::Loopback => plan.listen_addresses().iter().all(|a| TcpListener::bind(a).is_ok()),
+            Isolation::Netns => netns_block_free(slot),
+        };
+        if free {
+            return Ok(plan);
+        }
+    }
+    Err(LabError::Network(format!("no free address block found in {SLOT_TRIES} tries")))
+}
+
+fn netns_block_free(slot: u8) -> bool {
+    let out =
+        |args: &[&str]| Command::new("ip").args(args).output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+    let (Ok(addrs), Ok(spaces)) = (out(&["-4", "-o", "addr"]), out(&["netns", "list"])) else { return false };
+    !addrs.contains(&format!(" 10.{slot}.")) && !spaces.lines().any(|l| l.starts_with(&format!("tg{slot}-")))
+}
+
+/// Writes the sidecar files and starts every process; returns the health checks to wait for.
+fn start(
+    run: &Run,
+    plan: &Plan,
+    options: &Options,
+    dir: &Path,
+    processes: &mut Processes,
+    observer: &dyn Observer,
+) -> Result<Vec<(usize, std::net::SocketAddr)>, LabError> {
+    let mut checks = Vec::new();
+    let mut spawn = |name: String, command: Command, replica: Option<&Replica>, health| {
+        let command = match (options.isolation, replica) {
+            (Isolation::Netns, Some(r)) => Network::wrap(plan, r, &command),
+            _ => command,
+        };
+        let pid = processes.spawn(&name, command, dir)?;
+        observer.spawned(&name, pid);
+        checks.push((checks.len(), health));
+        Ok::<(), LabError>(())
+    };
+    for r in &plan.replicas {
+        spawn(format!("serve {}", r.name()), serve_command(run, r, options), Some(r), r.serve())?;
+        let path = write(dir, &format!("sidecar-{}.yaml", r.name()), &ProxyFile::sidecar(run, plan, r).to_yaml())?;
+        spawn(format!("proxy {}", r.name()), proxy_command(options, &path), Some(r), r.admin())?;
+    }
+    if let (Some(file), Some(admin)) = (ProxyFile::workload(run, plan), plan.workload_admin) {
+        let path = write(dir, "sidecar-workload.yaml", &file.to_yaml())?;
+        spawn("proxy workload".to_string(), proxy_command(options, &path), None, admin)?;
+    }
+    Ok(checks)
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> Result<PathBuf, LabError> {
+    let path = dir.join(name);
+    std::fs::write(&path, text).map_err(|source| LabError::Write { path: path.clone(), source })?;
+    Ok(path)
+}
+
+/// `tailguard serve FILE --service S --replica R --scenario .. --variant .. [--quick] --seed N
+/// --listen ADDR --downstream CALLEE=URL-of-its-sidecar's-egress...`
+fn serve_command(run: &Run, replica: &Replica, options: &Options) -> Command {
+    let mut c = Command::new(&options.exe);
+    c.arg("serve").arg(&options.file);
+    c.args(["--service", &replica.service, "--replica", &replica.index.to_string()]);
+    c.args(["--scenario", &run.scenario, "--variant", &run.variant, "--seed", &options.seed.to_string()]);
+    if options.quick {
+        c.arg("--quick");
+    }
+    c.args(["--listen", &replica.serve().to_string()]);
+    for call in run.services[&replica.service].calls.iter().filter(|c| c.count > 0) {
+        c.arg("--downstream").arg(format!(
+            "{}=http://{}{}",
+            call.service,
+            replica.egress(),
+            plan::route(&call.service)
+        ));
+    }
+    c
+}
+
+fn proxy_command(options: &Options, config: &Path) -> Command {
+    let mut c = Command::new(&options.exe);
+    c.arg("proxy").arg("--config").arg(config);
+    c
+}
+
+/// The file's workload as the load generator's configuration.
+fn load_config(run: &Run, plan: &Plan, seed: u64) -> Result<LoadConfig, LabError> {
+    let w = &run.workload;
+    let shape = match (&w.open, &w.closed) {
+        (Some(open), _) if open.arrival == Arrival::Constant => Shape::Constant { rate: open.rate },
+        (Some(open), _) => Shape::Poisson { rate: open.rate },
+        (None, Some(closed)) => Shape::Closed { clients: closed.clients as usize, think: closed.think.get() },
+        (None, None) => unreachable!("validated: a workload is open or closed"),
+    };
+    let targets = plan
+        .load_targets(run)
+        .iter()
+        .map(|url| Target::parse(url, &tailguard_load::Method::GET))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut config = LoadConfig::new(targets, shape);
+    config.stop = Stop { duration: w.duration.map(|d| d.get()), requests: w.requests };
+    config.warmup = w.warmup.get();
+    config.timeout = LOAD_TIMEOUT;
+    config.seed = seed;
+    Ok(config)
+}
