@@ -31,6 +31,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--storage", help="Optuna storage URL (default: SQLite in --out); a PostgreSQL URL lets machines share a study")
     p.add_argument("--study-name", help="the study's name in the storage (default: EXPERIMENT-ALGO-REDUCE-seedS)")
     p.add_argument("--reduce", default="none", choices=METHODS, help="dimensionality reduction from traces")
+    p.add_argument("--reduce-top", type=int, default=5, help="services critical-path+variability keeps (default 5)")
     p.add_argument("--traces", help="Jaeger JSON traces to reduce with (default: run the defaults once with --traces)")
     p.add_argument("--out", help="output directory (default: tune-out/STUDY)")
     p.add_argument("--tailguard", help="the tailguard binary (default: on PATH, else target/release/tailguard)")
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         objective = Objective(args.objective, tuple(args.run))
         runner = Runner(find_tailguard(args.tailguard), args.backend, args.sim_seed, args.quick, args.timeout)
         settings = Settings(args.file, sp, args.algo, args.budget, runner, objective, args.seed, args.storage,
-                            args.study_name, args.reduce, args.traces, "")
+                            args.study_name, args.reduce, args.traces, args.reduce_top, "")
         name = args.study_name or f"{doc.get('name', 'experiment')}-{args.algo}-{args.reduce}-seed{args.seed}"
         settings.out = args.out or f"tune-out/{name}"
         outcome = run(settings)

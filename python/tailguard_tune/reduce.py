@@ -75,7 +75,7 @@ def parse_traces(doc: object, source: str = "traces") -> list[list[Span]]:
                         operation=str(s.get("operationName", "")),
                         start=int(s["startTime"]),
                         duration=max(int(s["duration"]), 0),
-                        kind=tags.get("span.kind"),
+                        kind=str(tags["span.kind"]).lower() if tags.get("span.kind") else None,
                     )
                 )
             except (KeyError, TypeError, ValueError, AttributeError) as e:

@@ -72,7 +72,7 @@ class Param:
         if self.type == "discrete":
             value: Any = int(stored)
         else:
-            value = float(stored)
+            value = min(max(float(f"{float(stored):.6g}"), self.low), self.high)  # no 0.49999999999999994
         return f"{value:g}{self.unit}" if self.unit else value
 
     def from_yaml(self, value: Any) -> Any:

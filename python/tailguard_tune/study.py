@@ -34,10 +34,11 @@ class Settings:
     runner: Runner
     objective: Objective = field(default_factory=Objective)
     seed: int = 0
-    storage: str | None = None  # an Optuna storage URL; None: SQLite in `out`
+    storage: Any = None  # an Optuna storage URL (or storage object); None: SQLite in `out`
     study_name: str | None = None
     reduce: str = "none"
     traces: str | None = None  # traces to reduce with; None: run the defaults once with --traces
+    reduce_top: int = 5  # critical-path+variability keeps this many services
     out: str = "tune-out"
 
 
@@ -75,7 +76,7 @@ def reduce_space(settings: Settings, doc: dict, say: Callable[[str], None]) -> t
         if not os.path.exists(path):
             raise EvaluationError(f"{settings.runner.backend} wrote no traces to {path}; pass --traces FILE")
         traces = reduce.load_traces(path)
-    selection = reduce.select_services(settings.reduce, traces)
+    selection = reduce.select_services(settings.reduce, traces, top=settings.reduce_top)
     space = reduce.reduce_space(settings.space, doc, selection.services)
     say(
         f"reduce {settings.reduce}: {len(traces)} traces; services kept: {', '.join(selection.services) or 'none'}; "

@@ -25,10 +25,10 @@ def reflect(x: float) -> float:
     would still be outside lands on the bound it passed."""
     if x < 0.0:
         x = -x
-        return 1.0 if x > 1.0 else x
+        return 0.0 if x > 1.0 else x
     if x > 1.0:
         x = 2.0 - x
-        return 0.0 if x < 0.0 else x
+        return 1.0 if x < 0.0 else x
     return x
 
 
