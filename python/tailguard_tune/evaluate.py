@@ -104,14 +104,19 @@ class Runner:
     tailguard: str
     backend: str = "sim"
     seed: int | None = None
-    quick: bool = True
+    quick: bool = False
     timeout_s: float = 600.0
 
-    def command(self, file: str, out: str, traces: str | None = None) -> list[str]:
+    def command(self, file: str, workdir: str, traces: str | None = None) -> tuple[list[str], str]:
+        """The command line for `file` and the results JSON it writes."""
         if self.backend == "sim":
+            out = os.path.join(workdir, "results.json")
             cmd = [self.tailguard, "sim", file, "--json", out]
         elif self.backend == "lab":
-            cmd = [self.tailguard, "lab", "run", file, "--json", out]
+            # The lab writes DIR/results.json (and its processes' logs) under --out (docs/lab.md).
+            lab_dir = os.path.join(workdir, "lab")
+            out = os.path.join(lab_dir, "results.json")
+            cmd = [self.tailguard, "lab", "run", file, "--out", lab_dir]
         else:
             raise ValueError(f"--backend {self.backend!r}: expected sim or lab")
         if self.seed is not None:
@@ -120,14 +125,13 @@ class Runner:
             cmd.append("--quick")
         if traces:
             cmd += ["--traces", traces]
-        return cmd
+        return cmd, out
 
     def run(self, doc: dict, source: str, workdir: str, traces: str | None = None) -> dict:
         """Writes `doc` to `workdir`, runs it and returns the parsed results."""
         file = os.path.join(workdir, "experiment.yaml")
-        out = os.path.join(workdir, "results.json")
         experiment.write(doc, file, source=source)
-        cmd = self.command(file, out, traces)
+        cmd, out = self.command(file, workdir, traces)
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout_s, check=False)
         except subprocess.TimeoutExpired:

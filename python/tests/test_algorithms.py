@@ -119,3 +119,15 @@ def test_objective_statistics_and_runs():
         Objective("p95x")
     with pytest.raises(ValueError, match="SCENARIO/VARIANT"):
         Objective("p95", ("a",))
+
+
+def test_command_lines_of_both_backends():
+    from tailguard_tune.evaluate import Runner
+
+    cmd, out = Runner("tg", "sim", seed=4, quick=True).command("e.yaml", "/w", traces="/w/t.json")
+    assert cmd == ["tg", "sim", "e.yaml", "--json", "/w/results.json", "--seed", "4", "--quick", "--traces", "/w/t.json"]
+    assert out == "/w/results.json"
+    cmd, out = Runner("tg", "lab").command("e.yaml", "/w")
+    assert cmd == ["tg", "lab", "run", "e.yaml", "--out", "/w/lab"] and out == "/w/lab/results.json"
+    with pytest.raises(ValueError, match="expected sim or lab"):
+        Runner("tg", "cloud").command("e.yaml", "/w")
