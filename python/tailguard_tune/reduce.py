@@ -2,7 +2,7 @@
 parameters of the services that matter.
 
 - **critical-path** (Algorithm 1): the services whose own time on a request's critical path is at
-  least 1 ms, in at least `min_share` of the traces;
+  least 1 ms, in at least `min_share` (10 %) of the traces;
 - **variability**: the services whose service time (span duration) has a coefficient of variation
   above 0.5;
 - **critical-path+variability**: of the critical-path services, the `top` (5) with the highest
@@ -40,7 +40,6 @@ class Span:
     operation: str
     start: int  # µs since the epoch (any origin works: only differences are used)
     duration: int  # µs
-    kind: str | None = None  # the span.kind tag: "server", "client", ...
 
     @property
     def end(self) -> int:
@@ -66,7 +65,6 @@ def parse_traces(doc: object, source: str = "traces") -> list[list[Span]]:
             try:
                 refs = [r for r in s.get("references") or [] if r.get("refType") in ("CHILD_OF", "FOLLOWS_FROM")]
                 proc = processes.get(s.get("processID"), {}) if s.get("processID") else s.get("process", {})
-                tags = {tag.get("key"): tag.get("value") for tag in s.get("tags") or []}
                 spans.append(
                     Span(
                         span_id=str(s["spanID"]),
@@ -75,7 +73,6 @@ def parse_traces(doc: object, source: str = "traces") -> list[list[Span]]:
                         operation=str(s.get("operationName", "")),
                         start=int(s["startTime"]),
                         duration=max(int(s["duration"]), 0),
-                        kind=str(tags["span.kind"]).lower() if tags.get("span.kind") else None,
                     )
                 )
             except (KeyError, TypeError, ValueError, AttributeError) as e:
@@ -139,14 +136,26 @@ def critical_path(trace: list[Span]) -> list[tuple[Span, int]]:
     return path
 
 
+def entry_spans(trace: list[Span]) -> set[str]:
+    """The spans in which a service serves a request: those whose parent ran in another service
+    (or that have none). The lab's ingress spans and the simulator's visit spans are these; a
+    service's own call and attempt spans (children in the same process) are not."""
+    service = {s.span_id: s.service for s in trace}
+    return {s.span_id for s in trace if s.parent_id not in service or service[s.parent_id] != s.service}
+
+
 def critical_services(traces: list[list[Span]], threshold_ms: float = 1.0) -> dict[str, float]:
     """For each service, the share of traces in which its own time on the critical path is at least
-    `threshold_ms` (Algorithm 1's "non-negligible latency")."""
+    `threshold_ms` (Algorithm 1's "non-negligible latency"). A service's own time is that of its
+    entry spans not covered by their children; what its call and attempt spans add beyond the
+    callee's span (the network, the sidecars) belongs to no service."""
     counts: dict[str, int] = defaultdict(int)
     for trace in traces:
+        entries = entry_spans(trace)
         own: dict[str, int] = defaultdict(int)
         for span, t in critical_path(trace):
-            own[span.service] += t
+            if span.span_id in entries:
+                own[span.service] += t
         for service, t in own.items():
             if t >= threshold_ms * 1000:
                 counts[service] += 1
@@ -155,13 +164,13 @@ def critical_services(traces: list[list[Span]], threshold_ms: float = 1.0) -> di
 
 
 def service_cv(traces: list[list[Span]]) -> dict[str, float]:
-    """Each service's coefficient of variation of its service time: the durations of the spans it
-    serves (its server spans when spans carry `span.kind`, else all its spans)."""
+    """Each service's coefficient of variation of its service time: the durations of its entry
+    spans (the time from a request's arrival at the service to its answer)."""
     durations: dict[str, list[int]] = defaultdict(list)
-    tagged = any(s.kind for t in traces for s in t)
     for trace in traces:
+        entries = entry_spans(trace)
         for s in trace:
-            if not tagged or s.kind == "server":
+            if s.span_id in entries:
                 durations[s.service].append(s.duration)
     out = {}
     for service, ds in durations.items():

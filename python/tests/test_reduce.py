@@ -76,13 +76,23 @@ def test_a_parent_loop_in_a_broken_trace_ends():
     assert path_of(doc) == []  # no root: nothing to walk, and no endless loop
 
 
+def test_time_in_a_services_own_call_spans_is_the_networks():
+    # api's call span (same process) covers 1.6 ms more than db's visit: the network, not api's work.
+    doc = trace(("a", None, "api", 0, 10), ("call", "a", "api", 0.2, 9.8), ("d", "call", "db", 1, 9))
+    assert path_of(doc) == [("a", 0.4), ("call", 1.6), ("d", 8.0)]
+    assert reduce.critical_services(reduce.parse_traces(doc)) == {"db": 1.0}
+
+
 def test_fixture_file_critical_services_and_cv():
     traces = reduce.load_traces(os.path.join(FIXTURES, "traces.json"))
     assert [s.span_id for s, _ in reduce.critical_path(traces[1])] == ["a2", "c2", "x2", "b2"]
     own = {s.span_id: t for s, t in reduce.critical_path(traces[1])}
     assert own == {"a2": 2700, "c2": 16000, "x2": 500, "b2": 800}
     assert reduce.critical_services(traces) == {"db": 1.0, "frontend": 1.0, "cache": 0.5}
-    cv = reduce.service_cv(traces)  # server spans only: the client span x2 is not frontend's service time
+    # x2 is frontend's own call span: its 0.5 ms on the path (the network) counts for no service,
+    # and its duration is not frontend's service time.
+    assert reduce.entry_spans(traces[1]) == {"a2", "b2", "c2"}
+    cv = reduce.service_cv(traces)
     assert cv["frontend"] == pytest.approx(1 / 3, abs=1e-12)
     assert cv["cache"] == pytest.approx(1100 / 1900, abs=1e-12)
     assert cv["db"] == pytest.approx(0.6, abs=1e-12)
