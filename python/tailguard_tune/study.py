@@ -109,6 +109,23 @@ def _baseline(study: optuna.Study, settings: Settings, doc: dict, space: Space, 
     return value
 
 
+def _open_study(storage: Any, name: str, sampler) -> optuna.Study:
+    """Creates or loads the study. Workers starting together on a new database may race to create
+    its tables; the loser retries (a bounded number of times)."""
+    import sqlalchemy.exc
+
+    for attempt in range(5):
+        try:
+            return optuna.create_study(
+                storage=storage, study_name=name, direction="minimize", sampler=sampler, load_if_exists=True
+            )
+        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError):
+            if attempt == 4:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("the loop returns or raises")
+
+
 def run(settings: Settings, say: Callable[[str], None] = print) -> Outcome:
     """Runs (or resumes) the study until it holds `budget` tuned trials, then writes the outputs."""
     doc = experiment.load(settings.file)
@@ -118,9 +135,7 @@ def run(settings: Settings, say: Callable[[str], None] = print) -> Outcome:
     name = settings.study_name or default_study_name(settings, doc)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sampler = make_sampler(settings.algo, space, settings.seed, settings.budget)
-    study = optuna.create_study(
-        storage=storage, study_name=name, direction="minimize", sampler=sampler, load_if_exists=True
-    )
+    study = _open_study(storage, name, sampler)
     study.set_user_attr("experiment", os.path.abspath(settings.file))
     study.set_user_attr("objective", settings.objective.stat)
     baseline = _baseline(study, settings, doc, space, say)

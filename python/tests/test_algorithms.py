@@ -131,3 +131,31 @@ def test_command_lines_of_both_backends():
     assert cmd == ["tg", "lab", "run", "e.yaml", "--out", "/w/lab"] and out == "/w/lab/results.json"
     with pytest.raises(ValueError, match="expected sim or lab"):
         Runner("tg", "cloud").command("e.yaml", "/w")
+
+
+def test_two_workers_share_one_study_through_its_storage(tmp_path):
+    import threading
+
+    storage = f"sqlite:///{tmp_path / 'shared.db'}"
+    workers = [settings(tmp_path / f"w{i}", "tpe", budget=6, seed=i, storage=storage, study_name="shared") for i in (0, 1)]
+    errors = []
+
+    def work(w):
+        try:
+            run(w, say=lambda _: None)
+        except Exception as e:  # noqa: BLE001 - reported by the assertion below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == []
+    study = optuna.load_study(study_name="shared", storage=storage)
+    tuned = [t for t in study.trials if not t.user_attrs.get("baseline")]
+    # Each worker checks the count before asking: the two may both ask for the last trial.
+    assert 6 <= len(tuned) <= 7
+    assert all(t.state.name == "COMPLETE" for t in study.trials)
+    # Every evaluation is a trial of the shared study (the defaults' once or, if both started at once, twice).
+    assert sum(w.runner.calls for w in workers) == len(study.trials)
