@@ -46,8 +46,21 @@ class Span:
         return self.start + self.duration
 
 
-def parse_traces(doc: object, source: str = "traces") -> list[list[Span]]:
-    """The traces of a Jaeger JSON document (the API's `{"data": [...]}`, a list of traces, or one)."""
+def trace_run(trace: dict) -> tuple[str, str] | None:
+    """The (scenario, variant) a trace belongs to, from its processes' tags (`tailguard sim
+    --traces` tags every process with both), or None when untagged."""
+    for proc in (trace.get("processes") or {}).values():
+        tags = {t.get("key"): t.get("value") for t in (proc or {}).get("tags") or [] if isinstance(t, dict)}
+        if "scenario" in tags and "variant" in tags:
+            return str(tags["scenario"]), str(tags["variant"])
+    return None
+
+
+def parse_traces(doc: object, source: str = "traces", runs: tuple[str, ...] | None = None) -> list[list[Span]]:
+    """The traces of a Jaeger JSON document (the API's `{"data": [...]}`, a list of traces, or one).
+
+    `runs` keeps only the traces of those `SCENARIO/VARIANT` runs (`*` matches any; an empty tuple
+    means the first run in the file); untagged traces are always kept."""
     if isinstance(doc, dict) and "data" in doc:
         doc = doc["data"]
     if isinstance(doc, dict):
@@ -55,10 +68,17 @@ def parse_traces(doc: object, source: str = "traces") -> list[list[Span]]:
     if not isinstance(doc, list):
         raise TraceError(f"{source}: expected Jaeger JSON: {{\"data\": [traces]}}")
     traces = []
+    first_run = None
     for i, t in enumerate(doc):
         where = f"{source}: data.{i}"
         if not isinstance(t, dict) or not isinstance(t.get("spans"), list):
             raise TraceError(f"{where}: expected a trace with `spans`")
+        run = trace_run(t)
+        first_run = first_run or run
+        if runs is not None and run is not None:
+            wanted = [tuple(r.split("/", 1)) for r in runs] if runs else [first_run]
+            if not any(s in ("*", run[0]) and v in ("*", run[1]) for s, v in wanted):
+                continue
         processes = t.get("processes") or {}
         spans = []
         for j, s in enumerate(t["spans"]):
@@ -81,7 +101,7 @@ def parse_traces(doc: object, source: str = "traces") -> list[list[Span]]:
     return traces
 
 
-def load_traces(path: str) -> list[list[Span]]:
+def load_traces(path: str, runs: tuple[str, ...] | None = None) -> list[list[Span]]:
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
@@ -89,7 +109,7 @@ def load_traces(path: str) -> list[list[Span]]:
         raise TraceError(f"{path}: cannot read the traces: {e.strerror}") from None
     except json.JSONDecodeError as e:
         raise TraceError(f"{path}: not JSON: {e}") from None
-    return parse_traces(doc, path)
+    return parse_traces(doc, path, runs)
 
 
 def critical_path(trace: list[Span]) -> list[tuple[Span, int]]:

@@ -67,7 +67,7 @@ def reduce_space(settings: Settings, doc: dict, say: Callable[[str], None]) -> t
     if settings.reduce == "none":
         return settings.space, None
     if settings.traces:
-        traces = reduce.load_traces(settings.traces)
+        traces = reduce.load_traces(settings.traces, settings.objective.runs)
     else:
         os.makedirs(settings.out, exist_ok=True)
         path = os.path.join(settings.out, "traces.json")
@@ -75,7 +75,7 @@ def reduce_space(settings: Settings, doc: dict, say: Callable[[str], None]) -> t
             settings.runner.run(doc, settings.file, tmp, traces=os.path.abspath(path))
         if not os.path.exists(path):
             raise EvaluationError(f"{settings.runner.backend} wrote no traces to {path}; pass --traces FILE")
-        traces = reduce.load_traces(path)
+        traces = reduce.load_traces(path, settings.objective.runs)
     selection = reduce.select_services(settings.reduce, traces, top=settings.reduce_top)
     space = reduce.reduce_space(settings.space, doc, selection.services)
     say(

@@ -135,3 +135,19 @@ def test_bad_trace_files_are_errors_naming_the_place(tmp_path):
         reduce.load_traces(str(bad))
     with pytest.raises(reduce.TraceError, match="cannot read"):
         reduce.load_traces(str(tmp_path / "missing.json"))
+
+
+def test_traces_of_other_runs_are_left_out():
+    def tagged(tid, scenario, variant):
+        doc = trace(("a", None, "api", 0, 10))["data"][0]
+        doc["traceID"] = tid
+        for proc in doc["processes"].values():
+            proc["tags"] = [{"key": "scenario", "value": scenario}, {"key": "variant", "value": variant}]
+        return doc
+
+    doc = {"data": [tagged("1", "normal", "rr"), tagged("2", "normal", "hedge"), tagged("3", "slow", "rr")]}
+    assert len(reduce.parse_traces(doc)) == 3
+    assert len(reduce.parse_traces(doc, runs=())) == 1  # the first run's only
+    assert len(reduce.parse_traces(doc, runs=("*/rr",))) == 2
+    assert len(reduce.parse_traces(doc, runs=("slow/rr", "normal/hedge"))) == 2
+    assert reduce.parse_traces(doc, runs=("none/x",)) == []
