@@ -121,9 +121,9 @@ def absolutize_data_files(doc: Any, base: Path) -> None:
     """Makes `dist: empirical` file paths absolute, so a copy written elsewhere still finds them
     (the model reads them relative to the experiment file's directory)."""
     if isinstance(doc, dict):
-        if doc.get("dist") == "empirical" and isinstance(doc.get("file"), str):
-            if not os.path.isabs(doc["file"]):
-                doc["file"] = str((base / doc["file"]).resolve())
+        file = doc.get("file")
+        if doc.get("dist") == "empirical" and isinstance(file, str) and not os.path.isabs(file):
+            doc["file"] = str((base / file).resolve())
         for v in doc.values():
             absolutize_data_files(v, base)
     elif isinstance(doc, list):

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import optuna  # noqa: E402
-from optuna.trial import TrialState  # noqa: E402
+import matplotlib.pyplot as plt
+import optuna
+from optuna.trial import TrialState
 
-from . import experiment  # noqa: E402
+from . import experiment
 
 if TYPE_CHECKING:
     from .study import Outcome, Settings

@@ -4,8 +4,6 @@ convergence plot, fANOVA importance)."""
 
 from __future__ import annotations
 
-import json
-import logging
 import os
 import tempfile
 import time
@@ -19,9 +17,6 @@ from . import experiment, reduce
 from .algorithms import make_sampler
 from .evaluate import EvaluationError, Objective, Runner
 from .space import Space
-
-log = logging.getLogger("tailguard_tune")
-
 
 @dataclass
 class Settings:

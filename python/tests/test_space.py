@@ -58,8 +58,8 @@ def test_written_values_are_rounded_to_six_digits_and_kept_in_range(doc):
     "entry, message",
     [
         ("{ path: services.dbb.workers, type: discrete, range: [1, 4] }",
-         "s.yaml: parameters.0 (services.dbb.workers): no such path 'services.dbb.workers': "
-         "services has no key 'dbb'; it has: frontend, cache, db"),
+         ("s.yaml: parameters.0 (services.dbb.workers): no such path 'services.dbb.workers': "
+          "services has no key 'dbb'; it has: frontend, cache, db")),
         ("{ path: services.db.calls.0.count, type: discrete, range: [1, 4] }",
          "parameters.0 (services.db.calls.0.count): no such path 'services.db.calls.0.count': services.db has no key 'calls'"),
         ("{ path: services.frontend.calls.2.count, type: discrete, range: [1, 4] }",
