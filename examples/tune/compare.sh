@@ -11,7 +11,9 @@ seeds=${2:-0}
 reduce=${3:-none}
 algos=${4:-random sa dds pso ga bo-gp bo-gbrt bo-rf tpe hybrid}
 tune=${TUNE:-.venv/bin/tailguard-tune}
+extra=${TUNE_ARGS:-}
 out=${OUT:-tune-out/compare}
+mkdir -p "$out"
 printf '%-8s %-26s %4s %6s %10s %8s %12s %s\n' algo reduce seed params "defaults" best improvement seconds
 for algo in $algos; do
   for seed in $seeds; do
@@ -19,7 +21,7 @@ for algo in $algos; do
     rm -rf "$dir"
     start=$(date +%s)
     "$tune" examples/tune/sim-app.yaml --space examples/tune/sim-space.yaml --algo "$algo" --budget "$budget" \
-      --seed "$seed" --reduce "$reduce" --out "$dir" >"$dir.log" 2>&1 || { echo "$algo seed $seed failed: see $dir.log"; continue; }
+      --seed "$seed" --reduce "$reduce" --out "$dir" $extra >"$dir.log" 2>&1 || { echo "$algo seed $seed failed: see $dir.log"; continue; }
     secs=$(( $(date +%s) - start ))
     python3 - "$dir/summary.json" "$secs" <<'PY'
 import json, sys

@@ -159,3 +159,19 @@ def test_two_workers_share_one_study_through_its_storage(tmp_path):
     assert all(t.state.name == "COMPLETE" for t in study.trials)
     # Every evaluation is a trial of the shared study (the defaults' once or, if both started at once, twice).
     assert sum(w.runner.calls for w in workers) == len(study.trials)
+
+
+def test_without_a_trace_file_the_defaults_run_once_with_traces(tmp_path):
+    import shutil
+
+    class TracingRunner(FakeRunner):
+        def run(self, doc, source, workdir, traces=None):
+            self.traced_doc = doc
+            shutil.copy(os.path.join(FIXTURES, "traces.json"), traces)
+            return {"runs": []}
+
+    s = settings(tmp_path, "random", budget=3, runner=TracingRunner(), reduce="critical-path", storage=optuna.storages.InMemoryStorage())
+    outcome = run(s, say=lambda _: None)
+    assert s.runner.traced_doc == experiment.load(TINY)
+    assert (tmp_path / "random" / "traces.json").exists()
+    assert outcome.selection.services == ["cache", "db", "frontend"]

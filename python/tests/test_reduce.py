@@ -151,3 +151,16 @@ def test_traces_of_other_runs_are_left_out():
     assert len(reduce.parse_traces(doc, runs=("*/rr",))) == 2
     assert len(reduce.parse_traces(doc, runs=("slow/rr", "normal/hedge"))) == 2
     assert reduce.parse_traces(doc, runs=("none/x",)) == []
+
+
+def test_the_simulators_traces_of_the_example_point_at_the_post_store():
+    # 12 traces written by `tailguard sim examples/tune/sim-app.yaml --quick --traces OUT --trace-sample 12`.
+    traces = reduce.load_traces(os.path.join(FIXTURES, "sim-app-traces.json"))
+    selection = reduce.select_services("critical-path+variability", traces)
+    assert selection.services == ["post-storage-memcached", "post-storage-mongo"]
+    assert reduce.select_services("critical-path", traces).services == selection.services
+    examples = os.path.join(HERE, "..", "..", "examples", "tune")
+    doc = experiment.load(os.path.join(examples, "sim-app.yaml"))
+    sp = space.load(os.path.join(examples, "sim-space.yaml"), doc)
+    kept = reduce.reduce_space(sp, doc, selection.services)
+    assert kept.names() == sp.names()[:6] and 5 * len(kept) <= len(sp)
