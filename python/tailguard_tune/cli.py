@@ -9,7 +9,7 @@ from . import experiment, space
 from .algorithms import ALGORITHMS
 from .evaluate import EvaluationError, Objective, Runner, find_tailguard
 from .reduce import METHODS, TraceError
-from .study import Settings, run
+from .study import Settings, default_study_name, run
 
 
 def parser() -> argparse.ArgumentParser:
@@ -50,8 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         runner = Runner(find_tailguard(args.tailguard), args.backend, args.sim_seed, args.quick, args.timeout)
         settings = Settings(args.file, sp, args.algo, args.budget, runner, objective, args.seed, args.storage,
                             args.study_name, args.reduce, args.traces, args.reduce_top, "")
-        name = args.study_name or f"{doc.get('name', 'experiment')}-{args.algo}-{args.reduce}-seed{args.seed}"
-        settings.out = args.out or f"tune-out/{name}"
+        settings.out = args.out or f"tune-out/{args.study_name or default_study_name(settings, doc)}"
         outcome = run(settings)
     except (ValueError, EvaluationError, TraceError) as e:
         print(f"tailguard-tune: {e}", file=sys.stderr)

@@ -97,6 +97,15 @@ def percentile_from_cdf(run: dict, pct: float) -> float:
     return float(cdf[-1][0])
 
 
+def _gist(output: str) -> str:
+    """The part of a failed command's output that says why: from its last line starting with
+    "error" (a few lines), else its last lines."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    starts = [i for i, line in enumerate(lines) if line.lower().startswith(("error", "tailguard:"))]
+    chosen = lines[starts[-1] : starts[-1] + 4] if starts else lines[-5:]
+    return " | ".join(chosen)
+
+
 @dataclass
 class Runner:
     """Runs one experiment file with a backend and returns its results document."""
@@ -137,8 +146,7 @@ class Runner:
         except subprocess.TimeoutExpired:
             raise EvaluationError(f"{' '.join(cmd)}: no answer within {self.timeout_s:g} s") from None
         if done.returncode != 0:
-            tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
-            raise EvaluationError(f"{' '.join(cmd[:3])} failed (exit {done.returncode}): " + " | ".join(tail))
+            raise EvaluationError(f"{' '.join(cmd[:3])} failed (exit {done.returncode}): {_gist(done.stderr or done.stdout)}")
         try:
             with open(out, encoding="utf-8") as f:
                 return json.load(f)

@@ -18,6 +18,7 @@ from .algorithms import make_sampler
 from .evaluate import EvaluationError, Objective, Runner
 from .space import Space
 
+
 @dataclass
 class Settings:
     """What `tailguard-tune` was asked to do."""
@@ -57,7 +58,7 @@ def default_study_name(settings: Settings, doc: dict) -> str:
     return f"{doc.get('name', 'experiment')}-{settings.algo}-{settings.reduce}-seed{settings.seed}"
 
 
-def reduce_space(settings: Settings, doc: dict, say: Callable[[str], None]) -> tuple[Space, reduce.Selection | None]:
+def reduced_space(settings: Settings, doc: dict, say: Callable[[str], None]) -> tuple[Space, reduce.Selection | None]:
     """The space after `settings.reduce`, from the given traces or from one run of the defaults."""
     if settings.reduce == "none":
         return settings.space, None
@@ -67,7 +68,10 @@ def reduce_space(settings: Settings, doc: dict, say: Callable[[str], None]) -> t
         os.makedirs(settings.out, exist_ok=True)
         path = os.path.join(settings.out, "traces.json")
         with tempfile.TemporaryDirectory(prefix="tailguard-tune-") as tmp:
-            settings.runner.run(doc, settings.file, tmp, traces=os.path.abspath(path))
+            try:
+                settings.runner.run(doc, settings.file, tmp, traces=os.path.abspath(path))
+            except EvaluationError as e:
+                raise EvaluationError(f"{e} (--reduce runs the defaults once with --traces; or pass --traces FILE)") from None
         if not os.path.exists(path):
             raise EvaluationError(f"{settings.runner.backend} wrote no traces to {path}; pass --traces FILE")
         traces = reduce.load_traces(path, settings.objective.runs)
@@ -124,7 +128,7 @@ def _open_study(storage: Any, name: str, sampler) -> optuna.Study:
 def run(settings: Settings, say: Callable[[str], None] = print) -> Outcome:
     """Runs (or resumes) the study until it holds `budget` tuned trials, then writes the outputs."""
     doc = experiment.load(settings.file)
-    space, selection = reduce_space(settings, doc, say)
+    space, selection = reduced_space(settings, doc, say)
     os.makedirs(settings.out, exist_ok=True)
     storage = settings.storage or f"sqlite:///{os.path.abspath(os.path.join(settings.out, 'study.db'))}"
     name = settings.study_name or default_study_name(settings, doc)
