@@ -4,6 +4,8 @@
 #
 #   examples/tune/compare.sh [BUDGET] [SEEDS] [REDUCE] [ALGOS]
 #   examples/tune/compare.sh 15 "0 1 2" none "hybrid tpe"
+# Environment: OUT (output directory, default tune-out/compare), TUNE (the tuner),
+# TUNE_ARGS (more options, e.g. "--tailguard PATH").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 budget=${1:-15}
