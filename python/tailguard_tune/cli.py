@@ -35,6 +35,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--traces", help="Jaeger JSON traces to reduce with (default: run the defaults once with --traces)")
     p.add_argument("--out", help="output directory (default: tune-out/STUDY)")
     p.add_argument("--tailguard", help="the tailguard binary (default: on PATH, else target/release/tailguard)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="runs per evaluation with seeds S, S+1, ... (their mean is the objective; for the lab's noise)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds one run may take (default 600)")
     return p
 
@@ -44,10 +46,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.budget < 1:
             raise ValueError(f"--budget {args.budget}: expected at least 1")
+        if args.repeats < 1:
+            raise ValueError(f"--repeats {args.repeats}: expected at least 1")
         doc = experiment.load(args.file)
         sp = space.load(args.space, doc)
         objective = Objective(args.objective, tuple(args.run))
-        runner = Runner(find_tailguard(args.tailguard), args.backend, args.sim_seed, args.quick, args.timeout)
+        runner = Runner(find_tailguard(args.tailguard), args.backend, args.sim_seed, args.quick, args.timeout, args.repeats)
         settings = Settings(args.file, sp, args.algo, args.budget, runner, objective, args.seed, args.storage,
                             args.study_name, args.reduce, args.traces, args.reduce_top, "")
         settings.out = args.out or f"tune-out/{args.study_name or default_study_name(settings, doc)}"

@@ -115,8 +115,11 @@ class Runner:
     seed: int | None = None
     quick: bool = False
     timeout_s: float = 600.0
+    repeats: int = 1  # runs per evaluation, seeds S, S+1, ...; the objective is their mean
 
-    def command(self, file: str, workdir: str, traces: str | None = None) -> tuple[list[str], str]:
+    def command(
+        self, file: str, workdir: str, traces: str | None = None, seed: int | None = None
+    ) -> tuple[list[str], str]:
         """The command line for `file` and the results JSON it writes."""
         if self.backend == "sim":
             out = os.path.join(workdir, "results.json")
@@ -128,19 +131,20 @@ class Runner:
             cmd = [self.tailguard, "lab", "run", file, "--out", lab_dir]
         else:
             raise ValueError(f"--backend {self.backend!r}: expected sim or lab")
-        if self.seed is not None:
-            cmd += ["--seed", str(self.seed)]
+        seed = self.seed if seed is None else seed
+        if seed is not None:
+            cmd += ["--seed", str(seed)]
         if self.quick:
             cmd.append("--quick")
         if traces:
             cmd += ["--traces", traces]
         return cmd, out
 
-    def run(self, doc: dict, source: str, workdir: str, traces: str | None = None) -> dict:
+    def run(self, doc: dict, source: str, workdir: str, traces: str | None = None, seed: int | None = None) -> dict:
         """Writes `doc` to `workdir`, runs it and returns the parsed results."""
         file = os.path.join(workdir, "experiment.yaml")
         experiment.write(doc, file, source=source)
-        cmd, out = self.command(file, workdir, traces)
+        cmd, out = self.command(file, workdir, traces, seed)
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout_s, check=False)
         except subprocess.TimeoutExpired:
@@ -154,7 +158,16 @@ class Runner:
             raise EvaluationError(f"{out}: cannot read the results JSON: {e}") from None
 
     def evaluate(self, doc: dict, source: str, objective: Objective) -> tuple[float, dict]:
-        """The objective's value for `doc`, and the results it came from."""
-        with tempfile.TemporaryDirectory(prefix="tailguard-tune-") as tmp:
-            results = self.run(doc, source, tmp)
-        return objective.value(results), results
+        """The objective's value for `doc` (the mean over `repeats` runs with consecutive seeds,
+        from --sim-seed or the file's), and the results of the last run."""
+        if self.repeats <= 1:
+            seeds: list[int | None] = [None]
+        else:
+            first = self.seed if self.seed is not None else int(doc.get("seed") or 1)
+            seeds = [first + i for i in range(self.repeats)]
+        values = []
+        for seed in seeds:
+            with tempfile.TemporaryDirectory(prefix="tailguard-tune-") as tmp:
+                results = self.run(doc, source, tmp, seed=seed)
+            values.append(objective.value(results))
+        return sum(values) / len(values), results

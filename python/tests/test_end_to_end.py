@@ -64,3 +64,11 @@ def test_the_console_script_is_installed():
     script = os.path.join(os.path.dirname(sys.executable), "tailguard-tune")
     done = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0 and "--reduce" in done.stdout
+
+
+def test_repeats_average_runs_with_consecutive_seeds(tmp_path):
+    doc = experiment.load(TINY)
+    tg = find_tailguard()
+    single = [Runner(tg, seed=s).evaluate(doc, TINY, Objective("p95"))[0] for s in (3, 4)]
+    mean, _ = Runner(tg, repeats=2).evaluate(doc, TINY, Objective("p95"))  # the file's seed is 3
+    assert single[0] != single[1] and mean == sum(single) / 2
