@@ -1,11 +1,21 @@
 # tailguard: the two set-up commands are `make demo` and `make test`.
 CARGO ?= cargo
 BIN := target/release/tailguard
+# The tuner (python/) lives in a virtual environment with pinned versions (python/constraints.txt).
+PYTHON ?= python3
+VENV := .venv
 
-.PHONY: build demo test lint bench clean
+.PHONY: build python demo test lint bench clean
 
-build:
+build: python
 	$(CARGO) build --release --locked
+
+python: $(VENV)/.installed
+
+$(VENV)/.installed: python/pyproject.toml python/constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -c python/constraints.txt -e 'python[test]'
+	touch $@
 
 # The default experiment (BLOC 40x10: least-request, bloc, round-robin) on real processes, < 3 min;
 # `$(BIN) demo --sim` runs it in the simulator.
@@ -13,8 +23,9 @@ demo: build
 	$(BIN) demo
 
 # Tests run in release mode: the simulator's reproduction tests simulate minutes of traffic.
-test:
+test: build
 	$(CARGO) test --release --locked --workspace
+	$(VENV)/bin/python -m pytest -q python/tests
 
 lint:
 	$(CARGO) clippy --release --locked --workspace --all-targets -- -D warnings

@@ -1,0 +1,43 @@
+"""The hybrid algorithm of config-tuning.txt §IV-B1: DDS for a fixed number of iterations, then
+Bayesian optimisation with a Gaussian process whose initial samples are DDS's best configurations
+(instead of random ones)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..space import Space
+from .base import AskTellSampler
+from .dds import DDSSampler
+from .skopt_bo import SkoptSampler
+
+
+class HybridSampler(AskTellSampler):
+    """`dds_trials` trials of DDS (half the budget by default), then GP-BO seeded with the best
+    `seeds` points DDS saw (the defaults included)."""
+
+    def __init__(self, space: Space, seed: int | None, budget: int, dds_trials: int | None = None, seeds: int = 5):
+        super().__init__(space, seed)
+        self.dds_trials = dds_trials if dds_trials is not None else max(2, budget // 2)
+        self.dds = DDSSampler(space, seed, self.dds_trials)
+        self.seeds = seeds
+        self.bo: SkoptSampler | None = None
+        self.history: list[tuple[float, int, dict[str, Any]]] = []
+        self.asked = 0
+
+    def ask(self, number: int) -> dict[str, Any]:
+        self.asked += 1
+        if self.asked <= self.dds_trials:
+            return self.dds.ask(number)
+        if self.bo is None:
+            self.bo = SkoptSampler(self.space, self.seed, "GP", n_initial=1)
+            for value, n, params in sorted(self.history, key=lambda h: (h[0], h[1]))[: self.seeds]:
+                self.bo.tell(n, params, value)
+        return self.bo.ask(number)
+
+    def tell(self, number: int, params: dict[str, Any], value: float) -> None:
+        if self.bo is None:
+            self.history.append((value, number, params))
+            self.dds.tell(number, params, value)
+        else:
+            self.bo.tell(number, params, value)

@@ -1,0 +1,66 @@
+"""Bayesian optimisation with scikit-optimize's `Optimizer` (config-tuning.txt's BO GP, BO GBRT and
+BO RF): a surrogate model of the objective (Gaussian process, gradient-boosted trees or a random
+forest) chooses each next configuration by an acquisition function, after `n_initial` random ones.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from skopt import Optimizer
+from skopt.space import Categorical, Integer, Real
+
+from ..space import Param, Space
+from .base import AskTellSampler
+
+
+def _dimension(p: Param):
+    if p.type == "categorical":
+        return Categorical(list(p.labels()), name=p.path)
+    if p.type == "discrete":
+        if p.step == 1:
+            return Integer(int(p.low), int(p.high), prior="log-uniform" if p.log else "uniform", name=p.path)
+        return Integer(0, (int(p.high) - int(p.low)) // p.step, name=p.path)  # step index
+    return Real(float(p.low), float(p.high), prior="log-uniform" if p.log else "uniform", name=p.path)
+
+
+def _to_skopt(p: Param, stored: Any) -> Any:
+    if p.type == "discrete" and p.step != 1:
+        return (int(stored) - int(p.low)) // p.step
+    return stored
+
+
+def _from_skopt(p: Param, x: Any) -> Any:
+    if p.type == "discrete":
+        return int(p.low) + int(x) * p.step if p.step != 1 else int(x)
+    if p.type == "continuous":
+        return float(x)
+    return x
+
+
+class SkoptSampler(AskTellSampler):
+    """`base_estimator` is skopt's: "GP", "GBRT" or "RF"."""
+
+    def __init__(self, space: Space, seed: int | None, base_estimator: str, n_initial: int) -> None:
+        super().__init__(space, seed)
+        kwargs = {} if base_estimator == "GP" else {"acq_optimizer": "sampling"}
+        self.optimizer = Optimizer(
+            [_dimension(p) for p in space.params],
+            base_estimator=base_estimator,
+            n_initial_points=max(1, n_initial),
+            random_state=seed,
+            **kwargs,
+        )
+
+    def ask(self, number: int) -> dict[str, Any]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # skopt warns when it proposes a point twice
+            x = self.optimizer.ask()
+        return {p.path: _from_skopt(p, v) for p, v in zip(self.space.params, x)}
+
+    def tell(self, number: int, params: dict[str, Any], value: float) -> None:
+        x = [_to_skopt(p, params[p.path]) for p in self.space.params]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.optimizer.tell(x, value)

@@ -1,0 +1,177 @@
+"""Every algorithm through the tuner's study loop, on a synthetic objective (no simulator), and the
+objective's selection of runs and statistics."""
+
+import csv
+import json
+import os
+
+import optuna
+import pytest
+
+from tailguard_tune import experiment, space
+from tailguard_tune.algorithms import ALGORITHMS
+from tailguard_tune.evaluate import EvaluationError, Objective
+from tailguard_tune.study import Settings, run
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+TINY = os.path.join(FIXTURES, "tiny.yaml")
+
+
+class FakeRunner:
+    """Stands in for `tailguard sim`: a p95 that falls with the db's workers and replicas and is
+    lowest for a hedge at the 70th percentile; the cache does not matter."""
+
+    backend = "sim"
+
+    def __init__(self, fail_when_workers=None):
+        self.calls = 0
+        self.fail_when_workers = fail_when_workers
+
+    def evaluate(self, doc, source, objective):
+        self.calls += 1
+        db = doc["services"]["db"]
+        if db["workers"] == self.fail_when_workers:
+            raise EvaluationError("tailguard sim failed (exit 1): simulated failure")
+        pct = doc["services"]["frontend"]["calls"][1]["policy"]["hedge"]["percentile"]
+        value = 2.0 + 16.0 / (db["workers"] * db["replicas"]) + abs(pct - 70.0) / 10.0
+        return value, {"runs": [{"latency_ms": {"p95": value}}]}
+
+
+def settings(tmp_path, algo, budget=8, seed=1, runner=None, **kw):
+    doc = experiment.load(TINY)
+    sp = space.load(os.path.join(FIXTURES, "tiny-space.yaml"), doc)
+    return Settings(TINY, sp, algo, budget, runner or FakeRunner(), seed=seed, out=str(tmp_path / algo), **kw)
+
+
+@pytest.mark.parametrize("algo", ALGORITHMS)
+def test_every_algorithm_improves_on_the_defaults_and_is_reproducible(tmp_path, algo):
+    s = settings(tmp_path, algo, storage=optuna.storages.InMemoryStorage())
+    first = run(s, say=lambda _: None)
+    assert first.baseline == pytest.approx(2.0 + 16.0 + 2.9)
+    tuned = [t for t in first.study.trials if not t.user_attrs.get("baseline")]
+    assert len(tuned) == 8 and s.runner.calls == 9  # the defaults, then the budget
+    assert first.best_value < first.baseline
+    again = run(settings(tmp_path / "again", algo, storage=optuna.storages.InMemoryStorage()), say=lambda _: None)
+    assert (again.best_value, again.best_params) == (first.best_value, first.best_params)
+
+
+def test_outputs_and_resuming_a_finished_study(tmp_path):
+    s = settings(tmp_path, "dds", budget=6)
+    outcome = run(s, say=lambda _: None)
+    out = tmp_path / "dds"
+    best = experiment.load(out / "best.yaml")
+    assert best["services"]["db"]["workers"] == outcome.space.to_yaml(outcome.best_params)["services.db.workers"]
+    with open(out / "history.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 7 and rows[0]["baseline"] == "True"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["best"] == outcome.best_value and summary["parameters_tuned"] == 6
+    assert (out / "convergence.png").stat().st_size > 1000
+    assert set(json.loads((out / "importance.json").read_text())) == set(outcome.space.names())
+    # The same command again finds the study full: no new evaluation.
+    again = settings(tmp_path, "dds", budget=6)
+    run(again, say=lambda _: None)
+    assert again.runner.calls == 0
+
+
+def test_a_failed_run_is_a_failed_trial_and_the_study_goes_on(tmp_path):
+    s = settings(tmp_path, "random", budget=12, runner=FakeRunner(fail_when_workers=3), storage=optuna.storages.InMemoryStorage())
+    outcome = run(s, say=lambda _: None)
+    states = [t.state.name for t in outcome.study.trials]
+    assert "FAIL" in states and states.count("COMPLETE") >= 2
+    failed = next(t for t in outcome.study.trials if t.state.name == "FAIL")
+    assert "simulated failure" in failed.user_attrs["error"]
+
+
+def test_reduction_from_a_trace_file_keeps_the_parameters_of_the_services_kept(tmp_path):
+    # The fixture's traces name frontend, cache and db; top-2 by CV on the critical path: cache, db.
+    s = settings(tmp_path, "tpe", reduce="critical-path+variability", reduce_top=2,
+                 traces=os.path.join(FIXTURES, "traces.json"), storage=optuna.storages.InMemoryStorage())
+    outcome = run(s, say=lambda _: None)
+    assert outcome.selection.services == ["cache", "db"]
+    assert outcome.space.names() == [
+        "services.db.workers",
+        "services.db.replicas",
+        "services.frontend.calls.1.policy.hedge.percentile",
+        "services.cache.workers",
+        "services.cache.replicas",
+    ]
+
+
+def test_objective_statistics_and_runs():
+    results = {
+        "runs": [
+            {"scenario": "a", "variant": "x", "latency_ms": {"p95": 10.0, "mean": 4.0},
+             "cdf": [[1.0, 0.5], [2.0, 0.9], [3.0, 0.975], [9.0, 1.0]]},
+            {"scenario": "b", "variant": "x", "latency_ms": {"p95": 20.0, "mean": 6.0}},
+        ]
+    }
+    assert Objective().value(results) == 10.0
+    assert Objective("mean", ("*/x",)).value(results) == 5.0
+    assert Objective("p95", ("b/x",)).value(results) == 20.0
+    assert Objective("p97.5").value(results) == 3.0
+    assert Objective("p90").value(results) == 2.0
+    with pytest.raises(EvaluationError, match="no such run; the results have: a/x, b/x"):
+        Objective("p95", ("c/*",)).value(results)
+    with pytest.raises(EvaluationError, match="needs the run's `cdf`"):
+        Objective("p97", ("b/x",)).value(results)
+    with pytest.raises(ValueError, match="expected one of"):
+        Objective("p95x")
+    with pytest.raises(ValueError, match="SCENARIO/VARIANT"):
+        Objective("p95", ("a",))
+
+
+def test_command_lines_of_both_backends():
+    from tailguard_tune.evaluate import Runner
+
+    cmd, out = Runner("tg", "sim", seed=4, quick=True).command("e.yaml", "/w", traces="/w/t.json")
+    assert cmd == ["tg", "sim", "e.yaml", "--json", "/w/results.json", "--seed", "4", "--quick", "--traces", "/w/t.json"]
+    assert out == "/w/results.json"
+    cmd, out = Runner("tg", "lab").command("e.yaml", "/w")
+    assert cmd == ["tg", "lab", "run", "e.yaml", "--out", "/w/lab"] and out == "/w/lab/results.json"
+    with pytest.raises(ValueError, match="expected sim or lab"):
+        Runner("tg", "cloud").command("e.yaml", "/w")
+
+
+def test_two_workers_share_one_study_through_its_storage(tmp_path):
+    import threading
+
+    storage = f"sqlite:///{tmp_path / 'shared.db'}"
+    workers = [settings(tmp_path / f"w{i}", "tpe", budget=6, seed=i, storage=storage, study_name="shared") for i in (0, 1)]
+    errors = []
+
+    def work(w):
+        try:
+            run(w, say=lambda _: None)
+        except Exception as e:  # noqa: BLE001 - reported by the assertion below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == []
+    study = optuna.load_study(study_name="shared", storage=storage)
+    tuned = [t for t in study.trials if not t.user_attrs.get("baseline")]
+    # Each worker checks the count before asking: the two may both ask for the last trial.
+    assert 6 <= len(tuned) <= 7
+    assert all(t.state.name == "COMPLETE" for t in study.trials)
+    # Every evaluation is a trial of the shared study (the defaults' once or, if both started at once, twice).
+    assert sum(w.runner.calls for w in workers) == len(study.trials)
+
+
+def test_without_a_trace_file_the_defaults_run_once_with_traces(tmp_path):
+    import shutil
+
+    class TracingRunner(FakeRunner):
+        def run(self, doc, source, workdir, traces=None):
+            self.traced_doc = doc
+            shutil.copy(os.path.join(FIXTURES, "traces.json"), traces)
+            return {"runs": []}
+
+    s = settings(tmp_path, "random", budget=3, runner=TracingRunner(), reduce="critical-path", storage=optuna.storages.InMemoryStorage())
+    outcome = run(s, say=lambda _: None)
+    assert s.runner.traced_doc == experiment.load(TINY)
+    assert (tmp_path / "random" / "traces.json").exists()
+    assert outcome.selection.services == ["cache", "db", "frontend"]
