@@ -113,7 +113,9 @@ async fn connection<H, F>(
     let io = Tracked { inner: TokioIo::new(stream), activity: activity.clone() };
     let counted = activity.clone();
     let service = service_fn(move |req| {
-        let response = handler(req);
+        // hyper keeps room for one request's future in every connection, idle or not: boxed, an
+        // idle connection holds a pointer instead of the whole request state.
+        let response = Box::pin(handler(req));
         let activity = counted.clone();
         activity.pending.fetch_add(1, Ordering::Relaxed);
         let guard = Pending(activity);

@@ -177,8 +177,11 @@ async fn a_429_is_retried_on_another_backend() {
     }
     assert!(busy.hits() >= 5, "round robin sent half the first tries to the busy backend");
     let metrics = admin_metrics(&proxy).await;
-    assert!(metrics.contains("tailguard_egress_rejected_total{"), "{metrics}");
-    assert!(metrics.contains("tailguard_egress_retries_total{upstream=\"svc\"}"), "{metrics}");
+    let rejected = format!("tailguard_egress_rejected_total{{upstream=\"svc\",endpoint=\"{}\"}}", busy.addr);
+    assert_eq!(sample(&metrics, &rejected), busy.hits() as f64, "{metrics}");
+    let retries = sample(&metrics, "tailguard_egress_retries_total{upstream=\"svc\"}");
+    assert_eq!(retries, busy.hits() as f64, "every 429 was retried once: {metrics}");
+    assert_eq!(sample(&metrics, "tailguard_egress_requests_total{upstream=\"svc\"}"), 10.0);
     proxy.shutdown().await;
 }
 
@@ -213,8 +216,10 @@ async fn a_hung_backend_is_cut_by_the_timeout() {
         assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
     }
     let metrics = admin_metrics(&proxy).await;
-    assert!(metrics.contains("tailguard_egress_timeouts_total{"), "{metrics}");
-    assert!(metrics.contains("tailguard_egress_timeout_seconds{upstream=\"svc\"} 0.1"), "{metrics}");
+    let timeouts = format!("tailguard_egress_timeouts_total{{upstream=\"svc\",endpoint=\"{}\"}}", hung.addr);
+    assert_eq!(sample(&metrics, &timeouts), hung.hits() as f64, "{metrics}");
+    assert!(hung.hits() >= 1);
+    assert_eq!(sample(&metrics, "tailguard_egress_timeout_seconds{upstream=\"svc\"}"), 0.1);
     proxy.shutdown().await;
     // Without one, the caller gets 504 once the timeout fires.
     let proxy = egress(&[&hung], "{timeout: {kind: fixed, value: 100ms}}").await;
@@ -238,7 +243,7 @@ async fn a_hedge_rescues_a_slow_backends_request() {
         assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
     }
     let metrics = admin_metrics(&proxy).await;
-    assert!(metrics.contains("tailguard_egress_hedges_total{upstream=\"svc\"}"), "{metrics}");
+    assert!(sample(&metrics, "tailguard_egress_hedges_total{upstream=\"svc\"}") >= 1.0, "{metrics}");
     assert!(slow.hits() >= 1 && fast.hits() >= 4);
     proxy.shutdown().await;
 }
@@ -345,6 +350,13 @@ async fn fetch(addr: SocketAddr, path: &str) -> String {
 
 async fn admin_metrics(proxy: &Proxy) -> String {
     fetch(proxy.admin.unwrap(), "/metrics").await
+}
+
+/// The value of the sample `series` (name and labels, exactly as exposed) in `metrics`.
+fn sample(metrics: &str, series: &str) -> f64 {
+    let line = metrics.lines().find(|l| l.strip_prefix(series).is_some_and(|rest| rest.starts_with(' ')));
+    let line = line.unwrap_or_else(|| panic!("no {series} in\n{metrics}"));
+    line[series.len()..].trim().parse().unwrap()
 }
 
 /// A proxy from the whole file `text`.
@@ -564,4 +576,21 @@ async fn the_ingress_carries_h2c_and_trailers_to_an_h2c_app() {
     let response = tokio::time::timeout(Duration::from_secs(5), h2.request(req)).await.unwrap().unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     proxy.shutdown().await;
+}
+
+#[test]
+fn one_worker_runs_the_proxy_on_a_current_thread_runtime() {
+    use tokio::runtime::RuntimeFlavor;
+    let runtime = tailguard_proxy::runtime(Some(1)).unwrap();
+    assert_eq!(runtime.handle().runtime_flavor(), RuntimeFlavor::CurrentThread);
+    runtime.block_on(async {
+        let backend = Backend::start("a", Mode::Ok(Duration::ZERO)).await;
+        let proxy = egress(&[&backend], "{}").await;
+        let (status, _, body) = get(&client(), proxy.egress.unwrap(), "svc", &[]).await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "a"));
+        proxy.shutdown().await;
+    });
+    let runtime = tailguard_proxy::runtime(Some(3)).unwrap();
+    assert_eq!(runtime.handle().runtime_flavor(), RuntimeFlavor::MultiThread);
+    assert_eq!(runtime.metrics().num_workers(), 3);
 }
