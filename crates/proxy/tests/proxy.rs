@@ -399,6 +399,83 @@ async fn a_slowloris_client_is_cut_by_the_header_read_timeout() {
 }
 
 #[tokio::test]
+async fn a_client_stalling_in_the_h2_preface_is_cut_and_a_split_preface_is_served() {
+    let (backend, task) = h2c_backend("grpc").await;
+    let text = format!(
+        "egress:\n  listen: 127.0.0.1:0\n  upstreams:\n    svc:\n      endpoints: [{backend}]\n      match: {{path_prefix: /}}\n      protocol: h2c\nlimits: {{header_read_timeout: 500ms}}\n"
+    );
+    let proxy = proxy_of(&text).await;
+    let addr = proxy.egress.unwrap();
+    // Half the preface, then nothing: closed after the header read timeout.
+    let mut stalled = TcpStream::connect(addr).await.unwrap();
+    stalled.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+    let started = Instant::now();
+    let mut reply = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(4), stalled.read_to_end(&mut reply)).await;
+    assert!(closed.is_ok(), "the connection is still open after 4 s");
+    assert!(started.elapsed() >= Duration::from_millis(400), "closed too early: {:?}", started.elapsed());
+    // The preface in two pieces 50 ms apart is HTTP/2 all the same.
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(Prefaced(stream))).await.unwrap();
+    let driver = tokio::spawn(conn);
+    let req = Request::get(format!("http://{addr}/x")).body(Empty::<Bytes>::new()).unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(5), sender.send_request(req)).await.unwrap().unwrap();
+    assert_eq!((response.version(), response.status()), (hyper::Version::HTTP_2, StatusCode::OK));
+    driver.abort();
+    proxy.shutdown().await;
+    task.abort();
+}
+
+/// A stream whose first 16 preface bytes were already written by hand: hyper's HTTP/2 client
+/// writes the whole preface, so the part already sent is skipped once.
+struct Prefaced(TcpStream);
+
+impl tokio::io::AsyncRead for Prefaced {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Prefaced {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        const SENT: &[u8] = b"PRI * HTTP/2.0\r\n";
+        if let Some(rest) = buf.strip_prefix(SENT) {
+            // Claim the bytes already sent as written, and send the rest.
+            return match std::pin::Pin::new(&mut self.0).poll_write(cx, rest) {
+                std::task::Poll::Ready(Ok(n)) => std::task::Poll::Ready(Ok(n + SENT.len())),
+                other => other,
+            };
+        }
+        std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+#[tokio::test]
 async fn an_oversized_head_gets_431() {
     let backend = Backend::start("a", Mode::Ok(Duration::ZERO)).await;
     let proxy = proxy_of(&egress_with_limits(&backend, "{max_header_bytes: 8192}")).await;
