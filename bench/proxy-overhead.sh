@@ -12,6 +12,7 @@
 source "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-3}; DUR=${DUR:-5s}
 build_tailguard; install_debian_peers
+ulimit -n 8192 2>/dev/null || true   # 1,000 held connections, on both ends, in processes started from here
 
 BACKEND=18080; P_TG=18081; P_HA=18082; P_NX=18083; ADMIN=18091
 nginx_static $BACKEND; PID_BACKEND=$LAST_PID

@@ -67,7 +67,8 @@ struct Upstream {
 
 /// What a request needs of an endpoint, prepared once: its URI authority and its metrics.
 struct Endpoint {
-    authority: Authority,
+    /// `None` if the address is no URI authority (then no attempt can be sent there).
+    authority: Option<Authority>,
     metrics: EndpointMetrics,
 }
 
@@ -219,7 +220,7 @@ impl Upstream {
             .endpoints
             .iter()
             .map(|addr| Endpoint {
-                authority: Authority::try_from(addr.to_string()).expect("a socket address is a URI authority"),
+                authority: Authority::try_from(addr.to_string()).ok(),
                 metrics: metrics.endpoint(name, &addr.to_string()),
             })
             .collect();
@@ -375,7 +376,7 @@ impl<'a> Driver<'a> {
                 }
             },
         };
-        let Some(authority) = self.upstream.endpoints.get(endpoint).map(|e| e.authority.clone()) else {
+        let Some(authority) = self.upstream.endpoints.get(endpoint).and_then(|e| e.authority.clone()) else {
             self.unsendable.push(attempt);
             return;
         };
