@@ -410,7 +410,11 @@ impl<'a> Driver<'a> {
             config::Protocol::Http1 => Version::HTTP_11,
             config::Protocol::H2c => Version::HTTP_2,
         };
-        let mut request = Request::builder().method(t.method.clone()).uri(uri).version(version).body(body)?;
+        // Set in place: each step of `Request::builder()` moves the whole request head.
+        let mut request = Request::new(body);
+        *request.method_mut() = t.method.clone();
+        *request.uri_mut() = uri;
+        *request.version_mut() = version;
         *request.headers_mut() = t.headers.clone();
         if let Some(r) = remaining {
             let ms = r.as_millis().to_string();
