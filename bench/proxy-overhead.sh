@@ -5,12 +5,14 @@
 #   throughput : closed loop, 64 clients, DUR (5 s; after a 1 s warm-up run)
 #   CPU/request: the proxy's utime+stime (/proc/PID/stat) over that run / its requests
 #   added p50  : open loop 1,000 req/s for DUR: p50 through the proxy − p50 direct to the backend
-#   RSS        : VmRSS (/proc/PID/status) while 1,000 closed-loop clients (think 1 s) hold connections
+#   RSS        : VmRSS (/proc/PID/status) while bench/hold.py holds 1,000 keep-alive connections,
+#                each sending a GET once a second (turns spread evenly: 1,000 req/s, no bursts)
 # Targets: throughput >= 0.9 x HAProxy, CPU/req <= HAProxy, added p50 <= 0.2 ms, RSS < 30 MB.
 # Env: RUNS (3), DUR (5s).
 source "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-3}; DUR=${DUR:-5s}
 build_tailguard; install_debian_peers
+ulimit -n 8192 2>/dev/null || true   # 1,000 held connections, on both ends, in processes started from here
 
 BACKEND=18080; P_TG=18081; P_HA=18082; P_NX=18083; ADMIN=18091
 nginx_static $BACKEND; PID_BACKEND=$LAST_PID
@@ -28,7 +30,7 @@ egress:
 admin:
   listen: 127.0.0.1:$ADMIN
 CONF
-start tg env TOKIO_WORKER_THREADS=1 "$TG" proxy --config "$WORK/tg.yaml"; PID_TG=$LAST_PID
+start tg "$TG" proxy --config "$WORK/tg.yaml" --workers 1; PID_TG=$LAST_PID
 
 cat >"$WORK/haproxy.cfg" <<CONF
 global
@@ -90,10 +92,11 @@ for run in $(seq 1 "$RUNS"); do
     CPU[$n]+="$(python3 -c "print(($c1 - $c0) / $HZ / $req * 1e6)") "     # µs per request
     load "$url" --rate 1000 --duration "$DUR" --warmup 1s --json "$WORK/p.json"
     P50[$n]+="$(jget "$WORK/p.json" 'r["latency_ms"]["p50"]') "
-    # 1,000 connections held open: 1,000 clients, each one request a second for 8 s; RSS and the
-    # open connections sampled once a second from the 3rd to the 7th second, the highest kept
-    "$TG" load "$url" --clients 1000 --think 1s --duration 8s >/dev/null 2>&1 &
+    # 1,000 connections held open for 8 s once all are open; RSS and the open connections
+    # sampled once a second from the 3rd to the 7th second, the highest kept
+    python3 bench/hold.py "${PORT[$n]}" 1000 8 >"$WORK/hold.out" 2>&1 &
     lp=$!; PIDS+=("$lp")
+    for _ in $(seq 1 100); do grep -q '^open' "$WORK/hold.out" && break; sleep 0.1; done
     sleep 2; conns=0; rss=0
     for _ in 1 2 3 4 5; do
       sleep 1
@@ -101,7 +104,7 @@ for run in $(seq 1 "$RUNS"); do
       k=$(rss_kb "${PID[$n]}"); [ "$k" -gt "$rss" ] && rss=$k
     done
     RSS[$n]+="$rss "
-    wait "$lp" || true
+    wait "$lp" || { cat "$WORK/hold.out" >&2; exit 1; }
     [ "$conns" -ge 1000 ] || echo "warning: $n: only $conns connections open when RSS was read" >&2
   done
 done

@@ -10,13 +10,17 @@ pub struct ProxyArgs {
     /// The proxy's configuration file (YAML, docs/proxy.md).
     #[arg(long, value_name = "FILE")]
     pub config: PathBuf,
+    /// The proxy's threads, overriding the file's `workers` (1: everything on one thread).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub workers: Option<u16>,
 }
 
 /// Loads the file, serves until ctrl-c or SIGTERM, then shuts down gracefully.
 pub fn run(args: ProxyArgs) -> anyhow::Result<()> {
     let config = tailguard_proxy::Config::load(&args.config)?;
-    let runtime =
-        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
+    keep_freed_memory();
+    let workers = args.workers.map(usize::from).or(config.workers);
+    let runtime = tailguard_proxy::runtime(workers).context("cannot start the runtime")?;
     runtime.block_on(async {
         let proxy = tailguard_proxy::Proxy::start(config).await.context("cannot bind the proxy's listeners")?;
         for (name, addr) in [("egress", proxy.egress), ("ingress", proxy.ingress), ("admin", proxy.admin)] {
@@ -30,3 +34,18 @@ pub fn run(args: ProxyArgs) -> anyhow::Result<()> {
         Ok(())
     })
 }
+
+/// glibc's malloc gives the top of its heap back to the kernel whenever more than 128 KiB is
+/// free there, and the proxy's per-request allocations then fault the same pages in again: 0.05
+/// to 0.18 page faults per request, measured, and 1-2 µs of system time per request. Keeping up
+/// to 2 MiB of freed memory brings that to 0.002 (1 MiB was enough, measured).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn keep_freed_memory() {
+    // SAFETY: mallopt only sets a malloc parameter; no other thread exists yet.
+    unsafe {
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 2 << 20);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn keep_freed_memory() {}

@@ -31,6 +31,11 @@ pub struct Config {
     /// How long in-flight requests may take to finish on shutdown.
     #[serde(default)]
     pub shutdown_grace: Option<Dur>,
+    /// The proxy's own threads: 1 runs everything on one thread (tokio's current-thread
+    /// runtime, the cheapest per request); unset, one per core. Not `ingress.workers`, which is
+    /// the application's concurrency.
+    #[serde(default)]
+    pub workers: Option<usize>,
     /// Limits on every listener's connections.
     #[serde(default)]
     pub limits: Limits,
@@ -246,6 +251,9 @@ impl Config {
         if self.limits.max_header_bytes < crate::server::MIN_HEADER_BYTES {
             return Err(ModelError::at("limits.max_header_bytes", "expected at least 8192 bytes"));
         }
+        if self.workers == Some(0) {
+            return Err(ModelError::at("workers", "expected at least 1"));
+        }
         if self.limits.max_connections == 0 {
             return Err(ModelError::at("limits.max_connections", "expected at least 1"));
         }
@@ -300,7 +308,10 @@ mod tests {
         assert_eq!(egress.upstreams["backend"].route, Route::Host("backend".into()));
         assert_eq!(egress.max_replay_body, DEFAULT_MAX_REPLAY_BODY);
         assert_eq!(c.ingress.unwrap().workers, Some(4));
+        assert_eq!(c.workers, None);
         assert_eq!(c.tracing, None);
+        let c = parse("workers: 1\negress: {listen: 127.0.0.1:1, upstreams: {}}").unwrap();
+        assert_eq!(c.workers, Some(1));
     }
 
     #[test]
@@ -332,6 +343,8 @@ mod tests {
         assert!(e.contains("tracing.otlp_endpoint") && e.contains("http://"), "{e}");
         let e = parse(&format!("{ingress}tracing: {{otlp_endpoint: 'http://127.0.0.1:4318', sample: 2}}")).unwrap_err();
         assert!(e.contains("tracing.sample"), "{e}");
+        let e = parse("workers: 0\negress: {listen: 127.0.0.1:1, upstreams: {}}").unwrap_err();
+        assert_eq!(e, "proxy.yaml: workers: expected at least 1");
         let e = parse("admin: {listen: 127.0.0.1:1}").unwrap_err();
         assert!(e.contains("at least one of `egress` and `ingress`"), "{e}");
     }

@@ -1,37 +1,44 @@
 //! The egress: the local application's outbound requests, routed to an upstream by Host or path
 //! prefix and carried out by a [`Call`] driven in real time.
 //!
-//! Each request's future owns its `Call`; attempts run as tasks in a `JoinSet` (a `Cancel` aborts
-//! one), and one `sleep_until` serves the call's `WakeAt`s. The upstream's `ClientPolicy` sits
-//! behind a mutex, held only for the policy's (fast, sans-IO) steps. Time is the time since the
-//! proxy started.
+//! Each request's future owns its `Call` and polls its attempts' response futures itself (a
+//! `Cancel` drops one; no task per attempt, so an answer wakes the request directly), and one
+//! `sleep_until` serves the call's `WakeAt`s. The upstream's `ClientPolicy` sits behind a mutex,
+//! held only for the policy's (fast, sans-IO) steps. Time is the time since the proxy started.
 //!
 //! Bodies up to `max_replay_body` are buffered so retries and hedges can replay them; larger ones
 //! (or of unknown length) are streamed once, and such a request is neither retried nor hedged.
 
 use crate::config;
 use crate::http::{self, Body, BoxError, CHIP, DEADLINE_MS};
-use crate::metrics::{seconds, EndpointLabels, Metrics, UpstreamLabels};
+use crate::metrics::{seconds, EndpointMetrics, Metrics, UpstreamMetrics};
 use crate::trace::{CallTrace, Tracing};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::{Body as _, Incoming};
 use hyper::header::HeaderValue;
+use hyper::http::uri::{Authority, PathAndQuery, Scheme};
 use hyper::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::client::legacy::{connect::HttpConnector, Client, ResponseFuture};
 use hyper_util::rt::TokioExecutor;
 use rand::SeedableRng;
 use rand_pcg::Pcg64Mcg;
-use std::collections::{BTreeSet, HashMap};
-use std::net::SocketAddr;
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, RwLock};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 use tailguard_model::build;
 use tailguard_policy::call::{Action, Call, ClientPolicy, Ctx, Finish};
 use tailguard_policy::{EndpointId, Feedback, Outcome, Time};
-use tokio::task::{AbortHandle, JoinSet};
 
 type HttpClient = Client<HttpConnector, Body>;
+
+/// Idle HTTP/1 connections kept per endpoint (as nginx's `keepalive 64`). A burst opens as many
+/// connections as it has requests in flight; beyond this many, those that fall idle are closed
+/// instead of holding their buffers (about 25 KiB each) until the pool's 90 s idle timeout.
+const MAX_IDLE_PER_ENDPOINT: usize = 64;
 
 /// The outbound side: routes and upstreams.
 pub struct Egress {
@@ -54,9 +61,17 @@ struct Routes {
 struct Upstream {
     name: String,
     config: config::Upstream,
-    labels: UpstreamLabels,
-    endpoint_labels: Vec<EndpointLabels>,
+    metrics: UpstreamMetrics,
+    /// Per endpoint, in the order of `config.endpoints`.
+    endpoints: Vec<Endpoint>,
     core: Mutex<Core>,
+}
+
+/// What a request needs of an endpoint, prepared once: its URI authority and its metrics.
+struct Endpoint {
+    /// `None` if the address is no URI authority (then no attempt can be sent there).
+    authority: Option<Authority>,
+    metrics: EndpointMetrics,
 }
 
 /// What a policy step needs: the policy and the random source.
@@ -68,7 +83,7 @@ struct Core {
 /// The request as every attempt replays it.
 struct Template {
     method: Method,
-    path: String,
+    path: PathAndQuery,
     headers: HeaderMap,
     body: Replay,
 }
@@ -79,7 +94,15 @@ enum Replay {
     Once(Option<Incoming>),
 }
 
-/// How an attempt ended, as its task reports it.
+/// An attempt in flight: its response, when it comes, is fed back to the call.
+struct Attempt {
+    attempt: u32,
+    endpoint: EndpointId,
+    sent: Time,
+    response: ResponseFuture,
+}
+
+/// How an attempt ended.
 struct AttemptEnd {
     attempt: u32,
     endpoint: EndpointId,
@@ -90,8 +113,8 @@ struct AttemptEnd {
 impl Egress {
     /// The egress of `config`; `epoch` is the proxy's time zero.
     pub fn new(config: &config::Egress, epoch: Instant, metrics: Arc<Metrics>) -> Egress {
-        let routes = RwLock::new(Arc::new(Routes::new(config, None)));
-        let http1 = Client::builder(TokioExecutor::new()).build_http();
+        let routes = RwLock::new(Arc::new(Routes::new(config, None, &metrics)));
+        let http1 = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(MAX_IDLE_PER_ENDPOINT).build_http();
         let h2c = Client::builder(TokioExecutor::new()).http2_only(true).build_http();
         Egress { routes, http1, h2c, epoch, metrics, tracing: None }
     }
@@ -106,7 +129,7 @@ impl Egress {
     /// old ones. An upstream whose name and settings are unchanged keeps its policy state.
     pub fn reload(&self, config: &config::Egress) {
         let mut routes = self.routes.write().unwrap_or_else(|poisoned| poisoned.into_inner());
-        *routes = Arc::new(Routes::new(config, Some(&routes)));
+        *routes = Arc::new(Routes::new(config, Some(&routes), &self.metrics));
     }
 
     fn routes(&self) -> Arc<Routes> {
@@ -128,12 +151,12 @@ impl Egress {
             Ok(t) => t,
             Err(e) => return http::text(StatusCode::BAD_REQUEST, &format!("tailguard: cannot read the body: {e}")),
         };
-        self.metrics.requests.get_or_create(&upstream.labels).inc();
+        upstream.metrics.requests.inc();
         let started = Instant::now();
         let mut driver = Driver::new(self, upstream.clone(), template);
         driver.trace = trace;
         let response = driver.run(deadline).await;
-        self.metrics.request_latency.get_or_create(&upstream.labels).observe(seconds(started.elapsed()));
+        upstream.metrics.request_latency.observe(seconds(started.elapsed()));
         response
     }
 
@@ -143,14 +166,14 @@ impl Egress {
 }
 
 impl Routes {
-    fn new(config: &config::Egress, old: Option<&Routes>) -> Routes {
+    fn new(config: &config::Egress, old: Option<&Routes>, metrics: &Metrics) -> Routes {
         let upstreams = config
             .upstreams
             .iter()
             .enumerate()
             .map(|(i, (name, u))| {
                 let same = old.and_then(|old| old.upstreams.iter().find(|o| o.name == *name && o.config == *u));
-                same.cloned().unwrap_or_else(|| Arc::new(Upstream::new(name, u, i as u64)))
+                same.cloned().unwrap_or_else(|| Arc::new(Upstream::new(name, u, i as u64, metrics)))
             })
             .collect();
         Routes { upstreams, max_replay_body: config.max_replay_body }
@@ -190,30 +213,34 @@ async fn template(req: Request<Incoming>, max_replay_body: usize) -> Result<Temp
         headers.insert(hyper::header::TE, HeaderValue::from_static("trailers"));
     }
     let small = body.size_hint().upper().is_some_and(|n| n <= max_replay_body as u64);
-    let body = if small {
+    let body = if body.is_end_stream() {
+        Replay::Buffered(Bytes::new())
+    } else if small {
         Replay::Buffered(Limited::new(body, max_replay_body).collect().await?.to_bytes())
     } else {
         Replay::Once(Some(body))
     };
-    let path = parts.uri.path_and_query().map_or("/", |pq| pq.as_str()).to_string();
+    let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
     Ok(Template { method: parts.method, path, headers, body })
 }
 
 impl Upstream {
-    fn new(name: &str, config: &config::Upstream, seed: u64) -> Upstream {
+    fn new(name: &str, config: &config::Upstream, seed: u64, metrics: &Metrics) -> Upstream {
         let policy = build::client_policy(&config.policy, config.endpoints.len());
-        let labels = UpstreamLabels { upstream: name.to_string() };
-        let endpoint_labels = config
+        let endpoints = config
             .endpoints
             .iter()
-            .map(|e| EndpointLabels { upstream: name.to_string(), endpoint: e.to_string() })
+            .map(|addr| Endpoint {
+                authority: Authority::try_from(addr.to_string()).ok(),
+                metrics: metrics.endpoint(name, &addr.to_string()),
+            })
             .collect();
         let rng = Pcg64Mcg::seed_from_u64(seed ^ u64::from(std::process::id()));
         Upstream {
             name: name.to_string(),
             config: config.clone(),
-            labels,
-            endpoint_labels,
+            metrics: metrics.upstream(name),
+            endpoints,
             core: Mutex::new(Core { policy, rng }),
         }
     }
@@ -242,8 +269,7 @@ struct Driver<'a> {
     template: Template,
     out: Vec<Action>,
     wakes: BTreeSet<Time>,
-    attempts: JoinSet<AttemptEnd>,
-    live: HashMap<u32, AbortHandle>,
+    attempts: Vec<Attempt>,
     /// Sends the call asked for that the driver could not carry out (a streamed body, spent).
     unsendable: Vec<u32>,
     winner: Option<Response<Incoming>>,
@@ -260,8 +286,7 @@ impl<'a> Driver<'a> {
             template,
             out: Vec::new(),
             wakes: BTreeSet::new(),
-            attempts: JoinSet::new(),
-            live: HashMap::new(),
+            attempts: Vec::new(),
             unsendable: Vec::new(),
             winner: None,
             last_error: None,
@@ -304,10 +329,8 @@ impl<'a> Driver<'a> {
             }
             let wake = self.wakes.first().map(|t| tokio::time::Instant::from_std(self.egress.epoch + *t));
             tokio::select! {
-                Some(joined) = self.attempts.join_next(), if !self.attempts.is_empty() => {
-                    if let Ok(end) = joined {
-                        self.on_end(&mut call, end);
-                    }
+                end = next_end(&mut self.attempts), if !self.attempts.is_empty() => {
+                    self.on_end(&mut call, end);
                 }
                 () = sleep_until(wake), if wake.is_some() => {
                     let now = self.egress.now();
@@ -326,7 +349,7 @@ impl<'a> Driver<'a> {
                 Action::Send { attempt, endpoint, policy_timeout, .. } => {
                     if let Some(trace) = &mut self.trace {
                         let addr = self.upstream.config.endpoints.get(endpoint);
-                        trace.on_send(attempt, addr, policy_timeout, !self.live.is_empty());
+                        trace.on_send(attempt, addr, policy_timeout, !self.attempts.is_empty());
                     }
                     self.count_send(attempt, endpoint, policy_timeout);
                     self.send(call, attempt, endpoint);
@@ -335,11 +358,10 @@ impl<'a> Driver<'a> {
                     if let Some(trace) = &mut self.trace {
                         trace.on_cancel(attempt, reason);
                     }
-                    if let Some(handle) = self.live.remove(&attempt) {
-                        handle.abort();
-                    }
+                    // Dropping the response future abandons the exchange.
+                    self.attempts.retain(|a| a.attempt != attempt);
                     if reason == Outcome::TimedOut {
-                        self.metrics_endpoint(endpoint, |m, l| m.timeouts.get_or_create(l).inc());
+                        self.metrics_endpoint(endpoint, |m| m.timeouts.inc());
                     }
                 }
                 Action::WakeAt(t) => {
@@ -352,27 +374,26 @@ impl<'a> Driver<'a> {
     }
 
     fn count_send(&self, attempt: u32, endpoint: EndpointId, policy_timeout: Option<Duration>) {
-        let m = &self.egress.metrics;
-        let labels = &self.upstream.labels;
+        let m = &self.upstream.metrics;
         if attempt > 0 {
             // Another attempt still in flight means this one is speculative.
-            if self.live.is_empty() {
-                m.retries.get_or_create(labels).inc();
+            if self.attempts.is_empty() {
+                m.retries.inc();
             } else {
-                m.hedges.get_or_create(labels).inc();
+                m.hedges.inc();
             }
         }
-        m.timeout_seconds.get_or_create(labels).set(policy_timeout.map_or(0.0, seconds));
-        self.metrics_endpoint(endpoint, |m, l| m.attempts.get_or_create(l).inc());
+        m.timeout_seconds.set(policy_timeout.map_or(0.0, seconds));
+        self.metrics_endpoint(endpoint, |m| m.attempts.inc());
     }
 
-    fn metrics_endpoint<R>(&self, endpoint: EndpointId, f: impl FnOnce(&Metrics, &EndpointLabels) -> R) {
-        if let Some(labels) = self.upstream.endpoint_labels.get(endpoint) {
-            f(&self.egress.metrics, labels);
+    fn metrics_endpoint<R>(&self, endpoint: EndpointId, f: impl FnOnce(&EndpointMetrics) -> R) {
+        if let Some(e) = self.upstream.endpoints.get(endpoint) {
+            f(&e.metrics);
         }
     }
 
-    /// Starts attempt `attempt` to `endpoint` as a task.
+    /// Starts attempt `attempt` to `endpoint`.
     fn send(&mut self, call: &Call, attempt: u32, endpoint: EndpointId) {
         let body = match &mut self.template.body {
             Replay::Buffered(bytes) => http::full(bytes.clone()),
@@ -384,13 +405,13 @@ impl<'a> Driver<'a> {
                 }
             },
         };
-        let Some(addr) = self.upstream.config.endpoints.get(endpoint) else {
+        let Some(authority) = self.upstream.endpoints.get(endpoint).and_then(|e| e.authority.clone()) else {
             self.unsendable.push(attempt);
             return;
         };
         let now = self.egress.now();
         let remaining = call.deadline().map(|d| d.saturating_sub(now));
-        let mut request = match self.request(*addr, body, remaining) {
+        let mut request = match self.request(authority, body, remaining) {
             Ok(r) => r,
             Err(_) => {
                 self.unsendable.push(attempt);
@@ -401,25 +422,31 @@ impl<'a> Driver<'a> {
             trace.inject(attempt, request.headers_mut());
         }
         let client = match self.upstream.config.protocol {
-            config::Protocol::Http1 => self.egress.http1.clone(),
-            config::Protocol::H2c => self.egress.h2c.clone(),
+            config::Protocol::Http1 => &self.egress.http1,
+            config::Protocol::H2c => &self.egress.h2c,
         };
-        let handle = self.attempts.spawn(async move {
-            let result = client.request(request).await;
-            AttemptEnd { attempt, endpoint, sent: now, result }
-        });
-        self.live.insert(attempt, handle);
+        let response = client.request(request);
+        self.attempts.push(Attempt { attempt, endpoint, sent: now, response });
     }
 
-    /// The attempt's request to `addr`, with the remaining deadline for the next hop.
-    fn request(&self, addr: SocketAddr, body: Body, remaining: Option<Duration>) -> Result<Request<Body>, BoxError> {
+    /// The attempt's request to `authority`, with the remaining deadline for the next hop.
+    fn request(
+        &self,
+        authority: Authority,
+        body: Body,
+        remaining: Option<Duration>,
+    ) -> Result<Request<Body>, BoxError> {
         let t = &self.template;
-        let uri: Uri = format!("http://{addr}{}", t.path).parse()?;
+        let uri = Uri::builder().scheme(Scheme::HTTP).authority(authority).path_and_query(t.path.clone()).build()?;
         let version = match self.upstream.config.protocol {
             config::Protocol::Http1 => Version::HTTP_11,
             config::Protocol::H2c => Version::HTTP_2,
         };
-        let mut request = Request::builder().method(t.method.clone()).uri(uri).version(version).body(body)?;
+        // Set in place: each step of `Request::builder()` moves the whole request head.
+        let mut request = Request::new(body);
+        *request.method_mut() = t.method.clone();
+        *request.uri_mut() = uri;
+        *request.version_mut() = version;
         *request.headers_mut() = t.headers.clone();
         if let Some(r) = remaining {
             let ms = r.as_millis().to_string();
@@ -430,7 +457,6 @@ impl<'a> Driver<'a> {
 
     /// Feeds an attempt's end back to the call, keeping the response it may return.
     fn on_end(&mut self, call: &mut Call, end: AttemptEnd) {
-        self.live.remove(&end.attempt);
         if let Some(trace) = &mut self.trace {
             trace.on_end(end.attempt, &end.result);
         }
@@ -438,14 +464,14 @@ impl<'a> Driver<'a> {
             return;
         }
         let rtt = self.egress.now().saturating_sub(end.sent);
-        self.metrics_endpoint(end.endpoint, |m, l| m.attempt_latency.get_or_create(l).observe(seconds(rtt)));
+        self.metrics_endpoint(end.endpoint, |m| m.attempt_latency.observe(seconds(rtt)));
         let feedback = match end.result {
             Ok(response) => {
                 let feedback =
                     Feedback::new(outcome(response.status()), rtt).with_chip(http::has_chip(response.headers()));
                 match feedback.outcome {
                     Outcome::Success => self.winner = Some(response),
-                    Outcome::Rejected => self.metrics_endpoint(end.endpoint, |m, l| m.rejected.get_or_create(l).inc()),
+                    Outcome::Rejected => self.metrics_endpoint(end.endpoint, |m| m.rejected.inc()),
                     _ => self.last_error = Some(response),
                 }
                 feedback
@@ -483,6 +509,20 @@ fn clean(response: Response<Incoming>) -> Response<Body> {
     http::strip_internal(&mut parts.headers, &[]);
     debug_assert!(!parts.headers.contains_key(CHIP));
     Response::from_parts(parts, body.map_err(BoxError::from).boxed())
+}
+
+/// The first of `attempts` to end, removed from them.
+async fn next_end(attempts: &mut Vec<Attempt>) -> AttemptEnd {
+    std::future::poll_fn(|cx| {
+        for i in 0..attempts.len() {
+            if let Poll::Ready(result) = Pin::new(&mut attempts[i].response).poll(cx) {
+                let Attempt { attempt, endpoint, sent, .. } = attempts.swap_remove(i);
+                return Poll::Ready(AttemptEnd { attempt, endpoint, sent, result });
+            }
+        }
+        Poll::Pending
+    })
+    .await
 }
 
 async fn sleep_until(at: Option<tokio::time::Instant>) {

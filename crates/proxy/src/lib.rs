@@ -114,6 +114,20 @@ impl Proxy {
     }
 }
 
+/// The runtime for a proxy of `workers` threads (the file's `workers`, or `--workers`): tokio's
+/// current-thread runtime for 1 (no work stealing, no cross-thread wakeups), else a multi-thread
+/// runtime (unset: one thread per core, or `TOKIO_WORKER_THREADS`).
+pub fn runtime(workers: Option<usize>) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = match workers {
+        Some(1) => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    };
+    if let Some(n) = workers.filter(|n| *n > 1) {
+        builder.worker_threads(n);
+    }
+    builder.enable_all().build()
+}
+
 /// Runs the proxy of `config` until `signal` completes, then shuts down gracefully.
 pub async fn run(config: Config, signal: impl Future<Output = ()>) -> std::io::Result<()> {
     let proxy = Proxy::start(config).await?;

@@ -103,6 +103,29 @@ impl Metrics {
         Metrics { registry, ..m }
     }
 
+    /// The per-upstream metrics of `upstream`, resolved once so requests skip the label lookup.
+    pub fn upstream(&self, upstream: &str) -> UpstreamMetrics {
+        let labels = UpstreamLabels { upstream: upstream.to_string() };
+        UpstreamMetrics {
+            requests: self.requests.get_or_create(&labels).clone(),
+            request_latency: self.request_latency.get_or_create(&labels).clone(),
+            retries: self.retries.get_or_create(&labels).clone(),
+            hedges: self.hedges.get_or_create(&labels).clone(),
+            timeout_seconds: self.timeout_seconds.get_or_create(&labels).clone(),
+        }
+    }
+
+    /// The per-endpoint metrics of `endpoint` of `upstream`, resolved once.
+    pub fn endpoint(&self, upstream: &str, endpoint: &str) -> EndpointMetrics {
+        let labels = EndpointLabels { upstream: upstream.to_string(), endpoint: endpoint.to_string() };
+        EndpointMetrics {
+            attempts: self.attempts.get_or_create(&labels).clone(),
+            attempt_latency: self.attempt_latency.get_or_create(&labels).clone(),
+            timeouts: self.timeouts.get_or_create(&labels).clone(),
+            rejected: self.rejected.get_or_create(&labels).clone(),
+        }
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -110,6 +133,35 @@ impl Metrics {
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
     }
+}
+
+/// One upstream's metrics: handles sharing their values with the registered families (a clone of
+/// a prometheus-client metric is the same metric), so counting costs no hashing or locking.
+#[derive(Clone, Debug)]
+pub struct UpstreamMetrics {
+    /// See [`Metrics::requests`].
+    pub requests: Counter,
+    /// See [`Metrics::request_latency`].
+    pub request_latency: Histogram,
+    /// See [`Metrics::retries`].
+    pub retries: Counter,
+    /// See [`Metrics::hedges`].
+    pub hedges: Counter,
+    /// See [`Metrics::timeout_seconds`].
+    pub timeout_seconds: Gauge<f64, AtomicU64>,
+}
+
+/// One endpoint's metrics, resolved like [`UpstreamMetrics`].
+#[derive(Clone, Debug)]
+pub struct EndpointMetrics {
+    /// See [`Metrics::attempts`].
+    pub attempts: Counter,
+    /// See [`Metrics::attempt_latency`].
+    pub attempt_latency: Histogram,
+    /// See [`Metrics::timeouts`].
+    pub timeouts: Counter,
+    /// See [`Metrics::rejected`].
+    pub rejected: Counter,
 }
 
 /// Seconds as the float Prometheus histograms take.

@@ -88,6 +88,9 @@ impl Watch {
         if new.limits != self.current.limits {
             restart("limits");
         }
+        if new.workers != self.current.workers {
+            restart("workers");
+        }
         if new.admin.as_ref().map(|a| a.listen) != self.current.admin.as_ref().map(|a| a.listen) {
             restart("admin");
         }

@@ -34,7 +34,7 @@ pub async fn serve<H, F>(
     F: Future<Output = Response<Body>> + Send + 'static,
 {
     let graceful = GracefulShutdown::new();
-    let builder = Arc::new(builder(&limits));
+    let builders = Arc::new(Builders::new(&limits));
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     loop {
         // A connection slot first: beyond `max_connections`, new connections wait in the
@@ -56,11 +56,11 @@ pub async fn serve<H, F>(
                 Ok((stream, _)) => {
                     let _ = stream.set_nodelay(true);
                     let watcher = graceful.watcher();
-                    let builder = builder.clone();
+                    let builders = builders.clone();
                     let handler = handler.clone();
                     let idle = limits.idle_timeout.0;
                     tokio::spawn(async move {
-                        connection(stream, builder, handler, idle, watcher).await;
+                        connection(stream, builders, handler, idle, watcher).await;
                         drop(slot);
                     });
                 }
@@ -76,6 +76,48 @@ pub async fn serve<H, F>(
     }
     drop(listener);
     let _ = tokio::time::timeout(grace, graceful.shutdown()).await;
+}
+
+/// The connection builders of `limits`, one per protocol: [`connection`] tells HTTP/1.1 from h2c
+/// (prior knowledge) itself. hyper-util's `auto` builder would read the first 24 bytes to tell
+/// them apart and hand them back separately, and that split first read makes hyper grow each
+/// HTTP/1 connection's read buffer from 8 to 16 KiB for good (measured: 3.5 MB per 1,000
+/// connections).
+struct Builders {
+    http1: auto::Builder<TokioExecutor>,
+    h2c: auto::Builder<TokioExecutor>,
+    /// How long a client may take to show which protocol it speaks.
+    preface_timeout: Duration,
+}
+
+impl Builders {
+    fn new(limits: &Limits) -> Builders {
+        let both = builder(limits);
+        Builders {
+            http1: both.clone().http1_only(),
+            h2c: both.http2_only(),
+            preface_timeout: limits.header_read_timeout.0,
+        }
+    }
+}
+
+/// The HTTP/2 connection preface (RFC 9113 §3.4).
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Whether the client opened with the HTTP/2 preface, peeked so that hyper still reads it.
+async fn opens_with_h2_preface(stream: &TcpStream) -> std::io::Result<bool> {
+    let mut buf = [0u8; 24];
+    loop {
+        let n = stream.peek(&mut buf).await?;
+        if n == 0 || buf[..n] != H2_PREFACE[..n] {
+            return Ok(false);
+        }
+        if n == H2_PREFACE.len() {
+            return Ok(true);
+        }
+        // Part of the preface: peeking again would return at once with the same bytes.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
 }
 
 /// The connection builder of `limits`: HTTP/1.1 and h2c by prior knowledge.
@@ -100,7 +142,7 @@ pub const MIN_HEADER_BYTES: usize = 8192;
 /// waiting for its response) for `idle`.
 async fn connection<H, F>(
     stream: TcpStream,
-    builder: Arc<auto::Builder<TokioExecutor>>,
+    builders: Arc<Builders>,
     handler: H,
     idle: Duration,
     watcher: hyper_util::server::graceful::Watcher,
@@ -108,12 +150,19 @@ async fn connection<H, F>(
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
+    let h2c = match tokio::time::timeout(builders.preface_timeout, opens_with_h2_preface(&stream)).await {
+        Ok(Ok(h2c)) => h2c,
+        // Too slow to show its protocol (a slowloris), or gone.
+        _ => return,
+    };
     let start = Instant::now();
     let activity = Arc::new(Activity { last: AtomicU64::new(0), pending: AtomicUsize::new(0), start });
     let io = Tracked { inner: TokioIo::new(stream), activity: activity.clone() };
     let counted = activity.clone();
     let service = service_fn(move |req| {
-        let response = handler(req);
+        // hyper keeps room for one request's future in every connection, idle or not: boxed, an
+        // idle connection holds a pointer instead of the whole request state.
+        let response = Box::pin(handler(req));
         let activity = counted.clone();
         activity.pending.fetch_add(1, Ordering::Relaxed);
         let guard = Pending(activity);
@@ -123,6 +172,7 @@ async fn connection<H, F>(
             Ok::<_, Infallible>(response)
         }
     });
+    let builder = if h2c { &builders.h2c } else { &builders.http1 };
     let conn = builder.serve_connection(io, service);
     let conn = watcher.watch(conn);
     let mut conn = std::pin::pin!(conn);

@@ -177,8 +177,11 @@ async fn a_429_is_retried_on_another_backend() {
     }
     assert!(busy.hits() >= 5, "round robin sent half the first tries to the busy backend");
     let metrics = admin_metrics(&proxy).await;
-    assert!(metrics.contains("tailguard_egress_rejected_total{"), "{metrics}");
-    assert!(metrics.contains("tailguard_egress_retries_total{upstream=\"svc\"}"), "{metrics}");
+    let rejected = format!("tailguard_egress_rejected_total{{upstream=\"svc\",endpoint=\"{}\"}}", busy.addr);
+    assert_eq!(sample(&metrics, &rejected), busy.hits() as f64, "{metrics}");
+    let retries = sample(&metrics, "tailguard_egress_retries_total{upstream=\"svc\"}");
+    assert_eq!(retries, busy.hits() as f64, "every 429 was retried once: {metrics}");
+    assert_eq!(sample(&metrics, "tailguard_egress_requests_total{upstream=\"svc\"}"), 10.0);
     proxy.shutdown().await;
 }
 
@@ -213,8 +216,10 @@ async fn a_hung_backend_is_cut_by_the_timeout() {
         assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
     }
     let metrics = admin_metrics(&proxy).await;
-    assert!(metrics.contains("tailguard_egress_timeouts_total{"), "{metrics}");
-    assert!(metrics.contains("tailguard_egress_timeout_seconds{upstream=\"svc\"} 0.1"), "{metrics}");
+    let timeouts = format!("tailguard_egress_timeouts_total{{upstream=\"svc\",endpoint=\"{}\"}}", hung.addr);
+    assert_eq!(sample(&metrics, &timeouts), hung.hits() as f64, "{metrics}");
+    assert!(hung.hits() >= 1);
+    assert_eq!(sample(&metrics, "tailguard_egress_timeout_seconds{upstream=\"svc\"}"), 0.1);
     proxy.shutdown().await;
     // Without one, the caller gets 504 once the timeout fires.
     let proxy = egress(&[&hung], "{timeout: {kind: fixed, value: 100ms}}").await;
@@ -238,7 +243,7 @@ async fn a_hedge_rescues_a_slow_backends_request() {
         assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
     }
     let metrics = admin_metrics(&proxy).await;
-    assert!(metrics.contains("tailguard_egress_hedges_total{upstream=\"svc\"}"), "{metrics}");
+    assert!(sample(&metrics, "tailguard_egress_hedges_total{upstream=\"svc\"}") >= 1.0, "{metrics}");
     assert!(slow.hits() >= 1 && fast.hits() >= 4);
     proxy.shutdown().await;
 }
@@ -347,6 +352,13 @@ async fn admin_metrics(proxy: &Proxy) -> String {
     fetch(proxy.admin.unwrap(), "/metrics").await
 }
 
+/// The value of the sample `series` (name and labels, exactly as exposed) in `metrics`.
+fn sample(metrics: &str, series: &str) -> f64 {
+    let line = metrics.lines().find(|l| l.strip_prefix(series).is_some_and(|rest| rest.starts_with(' ')));
+    let line = line.unwrap_or_else(|| panic!("no {series} in\n{metrics}"));
+    line[series.len()..].trim().parse().unwrap()
+}
+
 /// A proxy from the whole file `text`.
 async fn proxy_of(text: &str) -> Proxy {
     Proxy::start(Config::parse(text, Path::new("test.yaml")).unwrap()).await.unwrap()
@@ -384,6 +396,83 @@ async fn a_slowloris_client_is_cut_by_the_header_read_timeout() {
     let (status, _, _) = get(&client(), proxy.egress.unwrap(), "svc", &[]).await;
     assert_eq!(status, StatusCode::OK);
     proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_client_stalling_in_the_h2_preface_is_cut_and_a_split_preface_is_served() {
+    let (backend, task) = h2c_backend("grpc").await;
+    let text = format!(
+        "egress:\n  listen: 127.0.0.1:0\n  upstreams:\n    svc:\n      endpoints: [{backend}]\n      match: {{path_prefix: /}}\n      protocol: h2c\nlimits: {{header_read_timeout: 500ms}}\n"
+    );
+    let proxy = proxy_of(&text).await;
+    let addr = proxy.egress.unwrap();
+    // Half the preface, then nothing: closed after the header read timeout.
+    let mut stalled = TcpStream::connect(addr).await.unwrap();
+    stalled.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+    let started = Instant::now();
+    let mut reply = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(4), stalled.read_to_end(&mut reply)).await;
+    assert!(closed.is_ok(), "the connection is still open after 4 s");
+    assert!(started.elapsed() >= Duration::from_millis(400), "closed too early: {:?}", started.elapsed());
+    // The preface in two pieces 50 ms apart is HTTP/2 all the same.
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(Prefaced(stream))).await.unwrap();
+    let driver = tokio::spawn(conn);
+    let req = Request::get(format!("http://{addr}/x")).body(Empty::<Bytes>::new()).unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(5), sender.send_request(req)).await.unwrap().unwrap();
+    assert_eq!((response.version(), response.status()), (hyper::Version::HTTP_2, StatusCode::OK));
+    driver.abort();
+    proxy.shutdown().await;
+    task.abort();
+}
+
+/// A stream whose first 16 preface bytes were already written by hand: hyper's HTTP/2 client
+/// writes the whole preface, so the part already sent is skipped once.
+struct Prefaced(TcpStream);
+
+impl tokio::io::AsyncRead for Prefaced {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Prefaced {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        const SENT: &[u8] = b"PRI * HTTP/2.0\r\n";
+        if let Some(rest) = buf.strip_prefix(SENT) {
+            // Claim the bytes already sent as written, and send the rest.
+            return match std::pin::Pin::new(&mut self.0).poll_write(cx, rest) {
+                std::task::Poll::Ready(Ok(n)) => std::task::Poll::Ready(Ok(n + SENT.len())),
+                other => other,
+            };
+        }
+        std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
+    }
 }
 
 #[tokio::test]
@@ -564,4 +653,21 @@ async fn the_ingress_carries_h2c_and_trailers_to_an_h2c_app() {
     let response = tokio::time::timeout(Duration::from_secs(5), h2.request(req)).await.unwrap().unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     proxy.shutdown().await;
+}
+
+#[test]
+fn one_worker_runs_the_proxy_on_a_current_thread_runtime() {
+    use tokio::runtime::RuntimeFlavor;
+    let runtime = tailguard_proxy::runtime(Some(1)).unwrap();
+    assert_eq!(runtime.handle().runtime_flavor(), RuntimeFlavor::CurrentThread);
+    runtime.block_on(async {
+        let backend = Backend::start("a", Mode::Ok(Duration::ZERO)).await;
+        let proxy = egress(&[&backend], "{}").await;
+        let (status, _, body) = get(&client(), proxy.egress.unwrap(), "svc", &[]).await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "a"));
+        proxy.shutdown().await;
+    });
+    let runtime = tailguard_proxy::runtime(Some(3)).unwrap();
+    assert_eq!(runtime.handle().runtime_flavor(), RuntimeFlavor::MultiThread);
+    assert_eq!(runtime.metrics().num_workers(), 3);
 }
