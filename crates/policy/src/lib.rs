@@ -54,6 +54,18 @@ impl Outcome {
     pub fn not_processed(self) -> bool {
         matches!(self, Outcome::Rejected | Outcome::Unavailable)
     }
+
+    /// The outcome's name in span tags and logs ("timed_out", ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Success => "success",
+            Outcome::Rejected => "rejected",
+            Outcome::Error => "error",
+            Outcome::Unavailable => "unavailable",
+            Outcome::TimedOut => "timed_out",
+            Outcome::Cancelled => "cancelled",
+        }
+    }
 }
 
 /// What a caller learns when an attempt to an endpoint ends.

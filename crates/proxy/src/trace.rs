@@ -206,7 +206,7 @@ impl CallTrace {
     fn end_attempt(&mut self, attempt: u32, outcome: Outcome, status: Option<StatusCode>) {
         if let Some(i) = self.attempts.iter().position(|(a, _)| *a == attempt) {
             let (_, cx) = self.attempts.swap_remove(i);
-            end(&cx, outcome_name(outcome), status);
+            end(&cx, outcome.name(), status);
         }
     }
 
@@ -214,10 +214,10 @@ impl CallTrace {
     /// application gets.
     pub(crate) fn finish(mut self, outcome: Outcome, attempts: u32, status: StatusCode) {
         for (_, cx) in std::mem::take(&mut self.attempts) {
-            end(&cx, outcome_name(Outcome::Cancelled), None);
+            end(&cx, Outcome::Cancelled.name(), None);
         }
         self.cx.span().set_attribute(KeyValue::new("attempts", i64::from(attempts)));
-        end(&self.cx, outcome_name(outcome), Some(status));
+        end(&self.cx, outcome.name(), Some(status));
     }
 }
 
@@ -232,18 +232,6 @@ fn end(cx: &Context, outcome: &'static str, status: Option<StatusCode>) {
         span.set_status(Status::error(outcome));
     }
     span.end();
-}
-
-/// The policy outcome's name in span tags.
-fn outcome_name(outcome: Outcome) -> &'static str {
-    match outcome {
-        Outcome::Success => "success",
-        Outcome::Rejected => "rejected",
-        Outcome::Error => "error",
-        Outcome::Unavailable => "unavailable",
-        Outcome::TimedOut => "timed_out",
-        Outcome::Cancelled => "cancelled",
-    }
 }
 
 #[cfg(test)]

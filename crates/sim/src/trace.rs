@@ -230,19 +230,19 @@ impl Tracer {
         let Some(i) = rec.attempts.iter().position(|(a, _)| *a == attempt) else { return };
         let (_, span) = rec.attempts.swap_remove(i);
         let trace = rec.trace;
-        self.end(trace, span, now, [Tag::new("outcome", outcome_name(outcome))]);
+        self.end(trace, span, now, [Tag::new("outcome", outcome.name())]);
     }
 
     /// Call `key` finished; for the user's call the trace is filed once its last span ends.
     pub(crate) fn call_finished(&mut self, key: Key, user: bool, outcome: Outcome, attempts: u32, now: Time) {
         let Some(rec) = self.calls.remove(&key) else { return };
         for (_, span) in rec.attempts {
-            self.end(rec.trace, span, now, [Tag::new("outcome", outcome_name(Outcome::Cancelled))]);
+            self.end(rec.trace, span, now, [Tag::new("outcome", Outcome::Cancelled.name())]);
         }
         if user {
             self.open.get_mut(&rec.trace).expect("open").done = true;
         }
-        let tags = [Tag::new("outcome", outcome_name(outcome)), Tag::new("attempts", attempts)];
+        let tags = [Tag::new("outcome", outcome.name()), Tag::new("attempts", attempts)];
         self.end(rec.trace, rec.span, now, tags);
     }
 
@@ -267,7 +267,7 @@ impl Tracer {
             Ok(job) => {
                 self.jobs.insert(job, JobRec { trace, span, work_started: None });
             }
-            Err(outcome) => self.end(trace, span, now, [Tag::new("outcome", outcome_name(outcome))]),
+            Err(outcome) => self.end(trace, span, now, [Tag::new("outcome", outcome.name())]),
         }
     }
 
@@ -292,7 +292,7 @@ impl Tracer {
     /// Job `job` answered with `outcome` (`None`: it was lost and never answers).
     pub(crate) fn visit_ended(&mut self, job: Key, outcome: Option<Outcome>, now: Time) {
         let Some(j) = self.jobs.remove(&job) else { return };
-        let name = outcome.map_or("lost", outcome_name);
+        let name = outcome.map_or("lost", Outcome::name);
         self.end(j.trace, j.span, now, [Tag::new("outcome", name)]);
     }
 
@@ -301,17 +301,5 @@ impl Tracer {
         let mut kept: Vec<Trace> = self.slots.into_iter().filter_map(|(_, t)| t).collect();
         kept.sort_by_key(|t| t.id);
         kept
-    }
-}
-
-/// An outcome's name in span tags (the proxy's names).
-fn outcome_name(outcome: Outcome) -> &'static str {
-    match outcome {
-        Outcome::Success => "success",
-        Outcome::Rejected => "rejected",
-        Outcome::Error => "error",
-        Outcome::Unavailable => "unavailable",
-        Outcome::TimedOut => "timed_out",
-        Outcome::Cancelled => "cancelled",
     }
 }
