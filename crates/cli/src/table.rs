@@ -77,7 +77,8 @@ pub fn memory(results: &Results) -> String {
             ]);
         }
     }
-    let mut out = "\nresident memory (peak RSS of the largest replica) and requests one replica held at most:\n".to_string();
+    let mut out =
+        "\nresident memory (peak RSS of the largest replica) and requests one replica held at most:\n".to_string();
     layout(&rows, 3, &mut out);
     out
 }
