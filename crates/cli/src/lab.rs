@@ -143,7 +143,7 @@ fn run_lab(experiment: &Experiment, options: Options) -> anyhow::Result<()> {
     progress.bar.finish_and_clear();
     let results = results?;
     eprintln!("done in {:.1} s", started.elapsed().as_secs_f64());
-    print!("{}", table::render(&results));
+    print!("{}{}", table::render(&results), table::memory(&results));
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let json = out.join("results.json");
     std::fs::write(&json, serde_json::to_string_pretty(&results)? + "\n")

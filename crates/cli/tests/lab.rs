@@ -73,6 +73,21 @@ fn the_two_tier_fixture_runs_with_exact_counts_and_the_429_path() {
         assert!(!r.cdf.is_empty() && r.cdf.last().unwrap()[1] == 1.0);
         assert!(r.cdf.windows(2).all(|w| w[0][0] < w[1][0] && w[0][1] < w[1][1]), "{:?}", r.cdf);
     }
+    // Every serve and sidecar's resident memory was read from /proc while it ran: a few MB, far
+    // from zero and from a runaway; the serve entries carry the requests their replica held.
+    for r in [plain, capped] {
+        let mut seen: Vec<(&str, u32, &str)> =
+            r.memory.iter().map(|m| (m.service.as_str(), m.replica, m.role.as_str())).collect();
+        seen.sort();
+        let roles = |s, i| [(s, i, "service"), (s, i, "sidecar")];
+        let expected: Vec<_> = [roles("back", 0), roles("back", 1), roles("front", 0)].concat();
+        assert_eq!(seen, expected, "{:?}", r.memory);
+        for m in &r.memory {
+            assert!(m.mean_rss_mb > 1.0 && m.peak_rss_mb >= m.mean_rss_mb && m.peak_rss_mb < 1024.0, "{m:?}");
+            assert_eq!(m.peak_in_flight.is_some(), m.role == "service", "{m:?}");
+            assert!(m.peak_in_flight.unwrap_or(0) <= 4, "four clients: {m:?}");
+        }
+    }
     // Without admission nothing is refused, so nothing is retried.
     assert_eq!(plain.extra_load, 0.0);
     assert!(plain.attempts >= 100, "{plain:?}");

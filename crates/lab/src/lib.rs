@@ -4,9 +4,9 @@
 //! For each scenario × variant it starts one `tailguard serve` per replica and beside each a
 //! `tailguard proxy` sidecar ([`plan`]: addresses and the generated sidecar files), waits until
 //! all answer `/healthz` ([`process`]), drives the file's workload with the load generator
-//! (`tailguard_load`, in process), samples the sidecars' `/metrics` each second ([`measure`],
-//! [`scrape`]), stops every process by its PID, and gives the run's [`RunResult`] in the
-//! simulator's schema (mode "lab"). [`netns`] puts each replica in its own network namespace with
+//! (`tailguard_load`, in process), samples the sidecars' `/metrics` ([`measure`], [`scrape`]) and
+//! the processes' resident memory ([`memory`]) each second, stops every process by its PID, and
+//! gives the run's [`RunResult`] in the simulator's schema (mode "lab"). [`netns`] puts each replica in its own network namespace with
 //! the file's per-hop delay.
 //!
 //! Runs that need the simulator's oracle balancer are skipped (no real process sees every queue).
@@ -14,6 +14,7 @@
 mod error;
 mod http;
 pub mod measure;
+pub mod memory;
 pub mod netns;
 pub mod plan;
 pub mod process;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tailguard_load::LoadReport;
 use tailguard_model::schema::Timeout;
 use tailguard_model::Run;
-use tailguard_sim::{ReplicaLoad, RunResult, Series, TimeoutSeries};
+use tailguard_sim::{ProcessMemory, ReplicaLoad, RunResult, Series, TimeoutSeries};
 
 /// The interval of the time series and of the imbalance, as the simulator's.
 pub const INTERVAL: Duration = Duration::from_secs(1);
@@ -80,18 +80,49 @@ pub fn sample(
     (periodic, None)
 }
 
-/// The run's result: the load report's user-side numbers and the sidecars' between-services ones.
+/// The run's result: the load report's user-side numbers, the sidecars' between-services ones,
+/// and the processes' `memory` with the requests each service held.
 pub fn result(
     run: &Run,
     report: &LoadReport,
     sidecars: &[Sidecar],
     periodic: &[Snapshot],
     last: Option<&Snapshot>,
+    memory: Vec<ProcessMemory>,
 ) -> RunResult {
     let mut result = report.to_run(&run.scenario, &run.variant);
+    // As the simulator counts: the measured time is the sending window (the workload's duration),
+    // not until the slowest request came back, so a 10 s straggler at the end does not dilute
+    // the throughput of requests that were all answered.
+    let sending = report.sending.as_secs_f64();
+    if sending > 0.0 {
+        result.duration_s = round(sending);
+        result.throughput_rps = round(report.succeeded as f64 / sending);
+    }
     result.cdf = cdf(report);
     between_services(run, sidecars, periodic, last, &mut result);
+    result.memory = with_in_flight(memory, sidecars, periodic, last);
     result
+}
+
+/// Adds to each "service" entry the peak and mean of its sidecar's ingress in-flight gauge over
+/// the snapshots: the requests that replica held, the resource a missing timeout piles up.
+fn with_in_flight(
+    mut memory: Vec<ProcessMemory>,
+    sidecars: &[Sidecar],
+    periodic: &[Snapshot],
+    last: Option<&Snapshot>,
+) -> Vec<ProcessMemory> {
+    let snaps: Vec<&Snapshot> = periodic.iter().chain(last).collect();
+    for m in memory.iter_mut().filter(|m| m.role == "service") {
+        let Some(i) = sidecars.iter().position(|s| s.service == m.service && s.replica == m.replica) else { continue };
+        let held: Vec<f64> = snaps.iter().map(|s| s.counts[i].ingress_in_flight).collect();
+        if !held.is_empty() {
+            m.peak_in_flight = Some(held.iter().copied().fold(0.0, f64::max) as u64);
+            m.mean_in_flight = Some(round(held.iter().sum::<f64>() / held.len() as f64));
+        }
+    }
+    memory
 }
 
 /// Fills the fields about calls between services from the sidecars' counters: from the first
@@ -274,8 +305,8 @@ mod tests {
             attempt_count: count,
             timeout_seconds: 0.05,
         };
-        let front = Counts { ingress_requests: 0.0, egress: [("back".to_string(), e)].into() };
-        let back = |n| Counts { ingress_requests: n, egress: Default::default() };
+        let front = Counts { ingress_requests: 0.0, ingress_in_flight: 0.0, egress: [("back".to_string(), e)].into() };
+        let back = |n| Counts { ingress_requests: n, ingress_in_flight: n / 3.0, egress: Default::default() };
         Snapshot { counts: vec![front, back(ingress[0]), back(ingress[1])] }
     }
 
@@ -309,6 +340,19 @@ mod tests {
         assert_eq!(t.timeout_ms, vec![50.0, 50.0]);
         // (0.3 − 0.1) s over 9 attempts, then 0.24 s over 12.
         assert_eq!(t.latency_ms, vec![round(200.0 / 9.0), 20.0]);
+
+        // back-0 held 1, 3, 5 and 16/3 requests at the four snapshots; sidecars hold none.
+        let entry = |service: &str, role: &str| ProcessMemory {
+            service: service.into(),
+            role: role.into(),
+            peak_rss_mb: 10.0,
+            mean_rss_mb: 8.0,
+            ..ProcessMemory::default()
+        };
+        let memory = vec![entry("back", "service"), entry("back", "sidecar"), entry("gone", "service")];
+        let memory = with_in_flight(memory, &sidecars, &periodic, Some(&last));
+        assert_eq!((memory[0].peak_in_flight, memory[0].mean_in_flight), (Some(5), Some(round(43.0 / 12.0))));
+        assert_eq!((memory[1].peak_in_flight, memory[2].peak_in_flight), (None, None));
     }
 
     #[test]

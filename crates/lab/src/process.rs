@@ -69,6 +69,11 @@ impl Processes {
         self.procs.iter().map(|p| p.child.id()).collect()
     }
 
+    /// The PID of the process started as `name`.
+    pub fn pid_of(&self, name: &str) -> Option<u32> {
+        self.procs.iter().find(|p| p.name == name).map(|p| p.child.id())
+    }
+
     /// An error if any process has exited.
     pub fn check_alive(&mut self) -> Result<(), LabError> {
         for p in &mut self.procs {

@@ -3,6 +3,7 @@
 
 use crate::error::LabError;
 use crate::measure;
+use crate::memory;
 use crate::netns::Network;
 use crate::plan::{self, Isolation, Plan, ProxyFile, Replica, MAX_REPLICAS, MAX_SERVICES};
 use crate::process::Processes;
@@ -159,9 +160,11 @@ fn run_one(
     let start = Instant::now();
     let warmup = run.workload.warmup.get();
     let cancel = options.cancel.clone();
+    let mut rss = memory::Samples::new(memory::watched(&plan, |name| processes.pid_of(name)));
     let (report, (periodic, last)) = std::thread::scope(|scope| {
         let sampler =
             scope.spawn(|| measure::sample(&sidecars, start, warmup, &done, &options.cancel, &|t| observer.tick(t)));
+        scope.spawn(|| memory::sample(&mut rss, start, warmup, &done, &options.cancel));
         let report = runtime.block_on(async {
             tokio::select! {
                 report = tailguard_load::run(config) => report.map_err(LabError::from),
@@ -176,7 +179,7 @@ fn run_one(
     keep_metrics(&plan, &dir);
     observer.phase("stopping");
     processes.stop_all();
-    Ok(measure::result(run, &report, &sidecars, &periodic, last.as_ref()))
+    Ok(measure::result(run, &report, &sidecars, &periodic, last.as_ref(), rss.entries()))
 }
 
 /// Saves each sidecar's final `/metrics` as `metrics-NAME.txt` beside its logs, for a closer

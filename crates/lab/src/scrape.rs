@@ -64,6 +64,8 @@ pub struct EgressCounts {
 pub struct Counts {
     /// Requests that reached its ingress (admitted or not).
     pub ingress_requests: f64,
+    /// Requests its application holds now (a gauge).
+    pub ingress_in_flight: f64,
     pub egress: BTreeMap<String, EgressCounts>,
 }
 
@@ -74,6 +76,10 @@ impl Counts {
         for s in samples {
             if s.name == "tailguard_ingress_requests_total" {
                 counts.ingress_requests = s.value;
+                continue;
+            }
+            if s.name == "tailguard_ingress_in_flight" {
+                counts.ingress_in_flight = s.value;
                 continue;
             }
             let Some(upstream) = s.label("upstream") else { continue };
@@ -119,9 +125,10 @@ mod tests {
             tailguard_egress_retries_total{upstream=\"back\"} 2\n\
             tailguard_egress_hedges_total{upstream=\"back\"} 1\n\
             tailguard_ingress_requests_total 42\n\
+            tailguard_ingress_in_flight 7\n\
             garbage\n";
         let counts = Counts::from_samples(&parse(text));
-        assert_eq!(counts.ingress_requests, 42.0);
+        assert_eq!((counts.ingress_requests, counts.ingress_in_flight), (42.0, 7.0));
         let back = &counts.egress["back"];
         assert_eq!((back.requests, back.attempts, back.timeouts, back.extra), (10.0, 12.0, 1.0, 3.0));
         assert_eq!((back.attempt_seconds, back.attempt_count, back.timeout_seconds), (0.5, 5.0, 0.025));

@@ -14,7 +14,7 @@ mod slab;
 mod trace;
 mod world;
 
-pub use results::{Latency, ReplicaLoad, Results, RunResult, Series, TimeoutSeries};
+pub use results::{Latency, ProcessMemory, ReplicaLoad, Results, RunResult, Series, TimeoutSeries};
 pub use tailguard_trace::Trace;
 pub use trace::CLIENT as TRACE_CLIENT;
 

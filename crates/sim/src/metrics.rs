@@ -187,6 +187,7 @@ impl Metrics {
             attempts: self.attempts,
             cdf: cdf(h),
             series: self.series(measured, busiest),
+            memory: Vec::new(),
         }
     }
 

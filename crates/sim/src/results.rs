@@ -59,6 +59,30 @@ pub struct RunResult {
     /// What changed over the run, one value per interval; absent when not recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub series: Option<Series>,
+    /// The lab only: resident memory of every service's processes over the run; empty elsewhere.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub memory: Vec<ProcessMemory>,
+}
+
+/// Resident memory of one lab process (a replica's `tailguard serve` or its sidecar), read from
+/// `/proc/PID/status` every second of measured time; case-for-timeouts.txt shows requests held
+/// without a timeout piling up in the caller's memory.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ProcessMemory {
+    pub service: String,
+    pub replica: u32,
+    /// "service" (the replica's own work: `tailguard serve`) or "sidecar" (its `tailguard proxy`).
+    pub role: String,
+    /// The most resident memory the process ever had (VmHWM), MB.
+    pub peak_rss_mb: f64,
+    /// The mean of the resident memory (VmRSS) sampled over the measured time, MB.
+    pub mean_rss_mb: f64,
+    /// "service" entries: the most requests the replica held at a sample (its sidecar's ingress
+    /// in-flight gauge), and their mean over the samples.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_in_flight: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_in_flight: Option<f64>,
 }
 
 /// Time series of one run, sampled every `interval_s` seconds of measured time (index 0 is the
