@@ -18,7 +18,7 @@ use tailguard_load::{LoadConfig, Shape, Stop, Target};
 use tailguard_model::schema::Arrival;
 use tailguard_model::{Experiment, Run};
 use tailguard_sim::{Results, RunResult};
-use tailguard_trace::{jaeger, Trace};
+use tailguard_trace::{jaeger, JaegerError, Trace};
 
 /// How long one request of the load generator may take before it counts as timed out (the
 /// simulator lets requests drain for 120 s; no example comes near this).
@@ -124,7 +124,12 @@ pub fn run(experiment: &Experiment, options: &Options, observer: &dyn Observer) 
         results.push(result);
     }
     if let Tracing::Collect { out, .. } = &options.tracing {
-        jaeger::write_file(&traces, out).map_err(|e| LabError::Network(format!("writing the traces: {e}")))?;
+        jaeger::write_file(&traces, out).map_err(|e| match e {
+            JaegerError::Io { source, .. } => LabError::Write { path: out.clone(), source },
+            JaegerError::Format { message, .. } => {
+                LabError::Write { path: out.clone(), source: std::io::Error::other(message) }
+            }
+        })?;
     }
     Ok(Results { experiment: experiment.file.name.clone(), mode: "lab".to_string(), seed: options.seed, runs: results })
 }
