@@ -7,7 +7,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
-use tailguard_lab::{Cancel, Isolation, Observer, Options, Plan, RunResult};
+use tailguard_lab::{traces, Cancel, Isolation, Observer, Options, Plan, RunResult, Tracing};
 use tailguard_model::{Dur, Experiment};
 
 /// `tailguard lab`'s subcommands.
@@ -47,6 +47,19 @@ pub struct LabArgs {
     /// Replace the workload's warm-up (e.g. 5s) for the load generator.
     #[arg(long, value_parser = parse_dur)]
     warmup: Option<Duration>,
+    /// Write the collected traces (Jaeger JSON) here instead of DIR/traces.json.
+    #[arg(long, value_name = "OUT", conflicts_with_all = ["otlp_endpoint", "no_traces"])]
+    traces: Option<PathBuf>,
+    /// Send the sidecars' spans to this OTLP/HTTP collector (Jaeger, OpenTelemetry Collector)
+    /// instead of collecting them; no traces.json is written.
+    #[arg(long, value_name = "URL", value_parser = traces::parse_endpoint, conflicts_with = "no_traces")]
+    otlp_endpoint: Option<String>,
+    /// The fraction of requests traced (0 to 1).
+    #[arg(long, value_name = "RATIO", default_value_t = 1.0, value_parser = traces::parse_sample)]
+    trace_sample: f64,
+    /// Trace nothing: the sidecars build no tracer.
+    #[arg(long)]
+    no_traces: bool,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -98,6 +111,12 @@ pub fn run(command: LabCommand) -> anyhow::Result<()> {
     options.variants = args.variants;
     options.duration = args.duration;
     options.warmup = args.warmup;
+    let sample = args.trace_sample;
+    options.tracing = match (args.no_traces, args.otlp_endpoint, args.traces) {
+        (true, _, _) => Tracing::Off,
+        (_, Some(endpoint), _) => Tracing::Export { endpoint, sample },
+        (_, None, out) => Tracing::Collect { out: out.unwrap_or_else(|| options.out.join("traces.json")), sample },
+    };
     run_lab(&experiment, options)
 }
 
@@ -152,6 +171,11 @@ fn run_lab(experiment: &Experiment, options: Options) -> anyhow::Result<()> {
     let report = out.join("report.html");
     crate::report::write(&results, &report)?;
     println!("report: {}", report.display());
+    match &options.tracing {
+        Tracing::Collect { out, .. } => println!("traces: {}", out.display()),
+        Tracing::Export { endpoint, .. } => println!("traces: sent to {endpoint}"),
+        Tracing::Off => {}
+    }
     Ok(())
 }
 

@@ -4,8 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
-use tailguard_lab::{Cancel, LabError, Observer, Options, Plan, Results};
+use tailguard_lab::{Cancel, LabError, Observer, Options, Plan, Results, Tracing};
 use tailguard_model::Experiment;
+use tailguard_trace::{jaeger, Collector, Trace};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
@@ -46,12 +47,45 @@ impl Pids {
 }
 
 fn run(test: &str, file: &Path, observer: &Pids, tweak: impl FnOnce(&mut Options)) -> Result<Results, LabError> {
+    run_and_look(test, file, observer, tweak, |_| {})
+}
+
+/// [`run`], with a look at the output directory (`look` gets the options) before it is removed.
+fn run_and_look(
+    test: &str,
+    file: &Path,
+    observer: &Pids,
+    tweak: impl FnOnce(&mut Options),
+    look: impl FnOnce(&Options),
+) -> Result<Results, LabError> {
     let experiment = Experiment::load(fixture("lab-two-tier.yaml")).unwrap();
     let mut options = options(test, file);
     tweak(&mut options);
     let result = tailguard_lab::run(&experiment, &options, observer);
+    look(&options);
     let _ = std::fs::remove_dir_all(&options.out);
     result
+}
+
+/// One request of the fixture's `plain` variant: front's ingress (the root: the load generator
+/// sends no `traceparent`) → its call to back → one attempt → back's ingress.
+fn assert_two_tier_tree(trace: &Trace) {
+    let kind = |s| Trace::tag(s, "span.kind").and_then(|v| v.as_str());
+    let roots: Vec<_> = trace.roots().collect();
+    let [root] = roots[..] else { panic!("one root expected: {trace:?}") };
+    assert_eq!((trace.service(root), root.operation.as_str(), kind(root)), ("front", "ingress", Some("server")));
+    // The root covers back's 20 ms of work.
+    assert!(root.duration_us >= 20_000, "{root:?}");
+    let [call] = trace.children(root.id)[..] else { panic!("one call expected: {trace:?}") };
+    assert_eq!((trace.service(call), call.operation.as_str()), ("front", "egress back"));
+    let [attempt] = trace.children(call.id)[..] else { panic!("one attempt expected: {trace:?}") };
+    assert_eq!(
+        (trace.service(attempt), attempt.operation.as_str(), kind(attempt)),
+        ("front", "attempt", Some("client"))
+    );
+    let [visit] = trace.children(attempt.id)[..] else { panic!("one visit expected: {trace:?}") };
+    assert_eq!((trace.service(visit), visit.operation.as_str(), kind(visit)), ("back", "ingress", Some("server")));
+    assert!(trace.children(visit.id).is_empty() && trace.spans.len() == 4, "{trace:?}");
 }
 
 #[test]
@@ -99,7 +133,15 @@ fn the_two_tier_fixture_runs_with_exact_counts_and_the_429_path() {
 #[test]
 fn results_json_has_every_field_the_schema_requires() {
     let pids = Pids::default();
-    let results = run("schema", &fixture("lab-two-tier.yaml"), &pids, |o| o.variants = vec!["plain".into()]).unwrap();
+    let tweak = |o: &mut Options| {
+        o.variants = vec!["plain".into()];
+        o.tracing = Tracing::Off;
+    };
+    let look = |o: &Options| {
+        let yaml = std::fs::read_to_string(o.out.join("runs/default/plain/sidecar-front-0.yaml")).unwrap();
+        assert!(!yaml.contains("tracing") && !o.out.join("traces.json").exists(), "{yaml}");
+    };
+    let results = run_and_look("schema", &fixture("lab-two-tier.yaml"), &pids, tweak, look).unwrap();
     pids.assert_all_gone(6);
     let json = serde_json::to_value(&results).unwrap();
     let schema: serde_json::Value =
@@ -118,6 +160,60 @@ fn results_json_has_every_field_the_schema_requires() {
         assert!(run["latency_ms"][&key].is_number(), "latency_ms lacks {key}");
     }
     assert_eq!(json["mode"], "lab");
+}
+
+#[test]
+fn the_lab_collects_one_trace_per_request_into_traces_json() {
+    let pids = Pids::default();
+    let mut traces = Vec::new();
+    // No warm-up: the load generator sends exactly the 120 measured requests.
+    let tweak = |o: &mut Options| {
+        o.variants = vec!["plain".into()];
+        o.warmup = Some(Duration::ZERO);
+    };
+    let look = |o: &Options| {
+        let Tracing::Collect { out, sample } = &o.tracing else { panic!("collecting is the default: {o:?}") };
+        assert_eq!((out, *sample), (&o.out.join("traces.json"), 1.0));
+        let yaml = std::fs::read_to_string(o.out.join("runs/default/plain/sidecar-back-0.yaml")).unwrap();
+        assert!(yaml.contains("service_name: back"), "{yaml}");
+        traces = jaeger::read_file(out).unwrap();
+    };
+    let results = run_and_look("traces", &fixture("lab-two-tier.yaml"), &pids, tweak, look).unwrap();
+    pids.assert_all_gone(6);
+    assert_eq!(results.runs[0].requests, 120);
+    // Every request, its spans all flushed by the sidecars' SIGTERM exit, with unique trace ids.
+    assert_eq!(traces.len(), 120);
+    let mut ids: Vec<u128> = traces.iter().map(|t| t.id).collect();
+    ids.dedup();
+    assert_eq!(ids.len(), 120);
+    for trace in &traces {
+        assert_two_tier_tree(trace);
+        // Tagged with its run, as `tailguard sim --traces` tags its processes.
+        for p in &trace.processes {
+            let tag = |k| p.tags.iter().find(|t| t.key == k).and_then(|t| t.value.as_str());
+            assert_eq!((tag("scenario"), tag("variant")), (Some("default"), Some("plain")), "{p:?}");
+        }
+    }
+}
+
+#[test]
+fn otlp_endpoint_sends_sampled_spans_elsewhere_and_writes_no_traces_json() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let collector = runtime.block_on(Collector::start("127.0.0.1:0".parse().unwrap())).unwrap();
+    let pids = Pids::default();
+    let tweak = |o: &mut Options| {
+        o.variants = vec!["plain".into()];
+        o.warmup = Some(Duration::ZERO);
+        o.tracing = Tracing::Export { endpoint: collector.endpoint(), sample: 0.5 };
+    };
+    let look = |o: &Options| assert!(!o.out.join("traces.json").exists(), "no traces.json with an endpoint");
+    run_and_look("otlp", &fixture("lab-two-tier.yaml"), &pids, tweak, look).unwrap();
+    pids.assert_all_gone(6);
+    let traces = runtime.block_on(collector.shutdown());
+    // About half of the 120 requests (binomial: outside 25..95 once in 10^10 runs), each trace
+    // whole: the entry sidecar decides, the callee follows its `traceparent`.
+    assert!((25..95).contains(&traces.len()), "{} traces", traces.len());
+    traces.iter().for_each(assert_two_tier_tree);
 }
 
 #[test]

@@ -9,6 +9,8 @@
 //! gives the run's [`RunResult`] in the simulator's schema (mode "lab"). [`netns`] puts each replica in its own network namespace with
 //! the file's per-hop delay.
 //!
+//! The sidecars export spans to a collector the lab runs ([`traces`]) or to one the user gives.
+//!
 //! Runs that need the simulator's oracle balancer are skipped (no real process sees every queue).
 
 mod error;
@@ -20,10 +22,12 @@ pub mod plan;
 pub mod process;
 mod runner;
 pub mod scrape;
+pub mod traces;
 
 pub use error::LabError;
 pub use plan::{Isolation, Plan};
 pub use runner::{run, Options};
+pub use traces::Tracing;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

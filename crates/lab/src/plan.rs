@@ -154,6 +154,16 @@ pub struct ProxyFile {
     admin: AdminFile,
     /// The lab stops sidecars only after the load has ended: nothing is left to finish.
     shutdown_grace: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tracing: Option<TracingFile>,
+}
+
+/// The proxy's `tracing:` section (docs/traces.md).
+#[derive(Serialize)]
+struct TracingFile {
+    otlp_endpoint: String,
+    service_name: String,
+    sample: f64,
 }
 
 #[derive(Serialize)]
@@ -210,6 +220,7 @@ impl ProxyFile {
             }),
             admin: AdminFile { listen: replica.admin() },
             shutdown_grace: "1s",
+            tracing: None,
         }
     }
 
@@ -224,7 +235,16 @@ impl ProxyFile {
             ingress: None,
             admin: AdminFile { listen: admin },
             shutdown_grace: "1s",
+            tracing: None,
         })
+    }
+
+    /// The file with a `tracing:` section: spans of `service` to `endpoint`, a `sample` fraction
+    /// of new traces.
+    pub fn traced(mut self, endpoint: &str, service: &str, sample: f64) -> ProxyFile {
+        let (otlp_endpoint, service_name) = (endpoint.to_string(), service.to_string());
+        self.tracing = Some(TracingFile { otlp_endpoint, service_name, sample });
+        self
     }
 
     /// The file as YAML.
@@ -278,5 +298,13 @@ mod tests {
         assert_eq!(config["ingress"]["workers"].as_u64(), Some(1));
         let admission: Admission = serde_yaml_ng::from_value(config["ingress"]["admission"].clone()).unwrap();
         assert_eq!(admission, Admission::Fixed { capacity: 3 });
+        let traced =
+            ProxyFile::sidecar(&run, &plan, &plan.replicas[1]).traced("http://127.0.0.1:9/v1/traces", "back", 0.5);
+        let config = serde_yaml_ng::from_str::<serde_yaml_ng::Value>(&traced.to_yaml()).unwrap();
+        assert_eq!(config["tracing"]["otlp_endpoint"].as_str(), Some("http://127.0.0.1:9/v1/traces"));
+        assert_eq!(
+            (config["tracing"]["service_name"].as_str(), config["tracing"]["sample"].as_f64()),
+            (Some("back"), Some(0.5))
+        );
     }
 }

@@ -120,6 +120,12 @@ impl Processes {
     /// Stops every process: SIGTERM to each by its PID, up to [`STOP_GRACE`] for all to exit,
     /// then SIGKILL to those left; every child is reaped.
     pub fn stop_all(&mut self) {
+        self.stop_within(STOP_GRACE);
+    }
+
+    /// [`stop_all`](Self::stop_all) with `grace` between SIGTERM and SIGKILL (sidecars that
+    /// export spans need longer: they send their last batch on SIGTERM).
+    pub fn stop_within(&mut self, grace: Duration) {
         for p in &mut self.procs {
             if matches!(p.child.try_wait(), Ok(None)) {
                 // SAFETY: kill(2) on the PID of a child we have not reaped yet: it cannot be reused.
@@ -128,7 +134,7 @@ impl Processes {
                 }
             }
         }
-        let deadline = Instant::now() + STOP_GRACE;
+        let deadline = Instant::now() + grace;
         while Instant::now() < deadline && self.procs.iter_mut().any(|p| matches!(p.child.try_wait(), Ok(None))) {
             std::thread::sleep(POLL);
         }

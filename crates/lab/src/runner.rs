@@ -7,6 +7,7 @@ use crate::memory;
 use crate::netns::Network;
 use crate::plan::{self, Isolation, Plan, ProxyFile, Replica, MAX_REPLICAS, MAX_SERVICES};
 use crate::process::Processes;
+use crate::traces::{RunCollector, Tracing, CLIENT, FLUSH_GRACE};
 use crate::{Cancel, Observer};
 use rand::Rng;
 use std::net::TcpListener;
@@ -18,6 +19,7 @@ use tailguard_load::{LoadConfig, Shape, Stop, Target};
 use tailguard_model::schema::Arrival;
 use tailguard_model::{Experiment, Run};
 use tailguard_sim::{Results, RunResult};
+use tailguard_trace::{jaeger, JaegerError, Trace};
 
 /// How long one request of the load generator may take before it counts as timed out (the
 /// simulator lets requests drain for 120 s; no example comes near this).
@@ -48,11 +50,15 @@ pub struct Options {
     /// How long every process of a run has to become ready.
     pub ready_timeout: Duration,
     pub cancel: Cancel,
+    /// What the sidecars do with spans (docs/traces.md).
+    pub tracing: Tracing,
 }
 
 impl Options {
-    /// Defaults: loopback, not quick, every scenario and variant, 20 s to become ready.
+    /// Defaults: loopback, not quick, every scenario and variant, 20 s to become ready, every
+    /// request traced into `OUT/traces.json`.
     pub fn new(exe: PathBuf, file: PathBuf, out: PathBuf, seed: u64) -> Options {
+        let tracing = Tracing::Collect { out: out.join("traces.json"), sample: 1.0 };
         Options {
             exe,
             file,
@@ -66,6 +72,7 @@ impl Options {
             warmup: None,
             ready_timeout: Duration::from_secs(20),
             cancel: Cancel::default(),
+            tracing,
         }
     }
 }
@@ -106,15 +113,24 @@ pub fn run(experiment: &Experiment, options: &Options, observer: &dyn Observer) 
         .build()
         .map_err(|e| LabError::Network(format!("cannot start the async runtime: {e}")))?;
     let mut results = Vec::new();
+    let mut traces = Vec::new();
     let total = runs.len();
     for (i, run) in runs.iter().enumerate() {
         if options.cancel.is_cancelled() {
             return Err(LabError::Interrupted);
         }
         observer.run_started(i, total, &run.scenario, &run.variant, run.horizon());
-        let result = run_one(run, options, observer, &runtime)?;
+        let result = run_one(run, options, observer, &runtime, &mut traces)?;
         observer.run_finished(&result);
         results.push(result);
+    }
+    if let Tracing::Collect { out, .. } = &options.tracing {
+        jaeger::write_file(&traces, out).map_err(|e| match e {
+            JaegerError::Io { source, .. } => LabError::Write { path: out.clone(), source },
+            JaegerError::Format { message, .. } => {
+                LabError::Write { path: out.clone(), source: std::io::Error::other(message) }
+            }
+        })?;
     }
     Ok(Results { experiment: experiment.file.name.clone(), mode: "lab".to_string(), seed: options.seed, runs: results })
 }
@@ -127,12 +143,14 @@ fn select(all: Vec<String>, asked: &[String], what: &str) -> Result<Vec<String>,
     Ok(all.into_iter().filter(|n| asked.is_empty() || asked.contains(n)).collect())
 }
 
-/// One scenario × variant: processes up, load, measurements, processes down.
+/// One scenario × variant: processes up, load, measurements, processes down; the run's traces
+/// (when the lab collects them) are added to `traces`.
 fn run_one(
     run: &Run,
     options: &Options,
     observer: &dyn Observer,
     runtime: &tokio::runtime::Runtime,
+    traces: &mut Vec<Trace>,
 ) -> Result<RunResult, LabError> {
     check_size(run)?;
     let plan = choose_plan(run, options.isolation)?;
@@ -146,10 +164,19 @@ fn run_one(
         }
         Isolation::Loopback => None,
     };
+    // Started after the network (netns runs bind it on the bridge), stopped after the processes.
+    let collector = match options.tracing {
+        Tracing::Collect { .. } => Some(RunCollector::start(&plan, runtime)?),
+        _ => None,
+    };
+    let endpoint = match &options.tracing {
+        Tracing::Export { endpoint, .. } => Some(endpoint.clone()),
+        _ => collector.as_ref().map(RunCollector::endpoint),
+    };
     let mut processes = Processes::default();
     let count = 2 * plan.replicas.len() + usize::from(plan.workload_proxy.is_some());
     observer.phase(&format!("starting {count} processes"));
-    let checks = start(run, &plan, options, &dir, &mut processes, observer)?;
+    let checks = start(run, &plan, options, endpoint.as_deref(), &dir, &mut processes, observer)?;
     processes.wait_ready(&checks, options.ready_timeout, &options.cancel)?;
     observer.ready(&plan);
 
@@ -178,7 +205,16 @@ fn run_one(
     processes.check_alive()?;
     keep_metrics(&plan, &dir);
     observer.phase("stopping");
-    processes.stop_all();
+    // SIGTERM lets the sidecars send their last spans before they exit.
+    processes.stop_within(if endpoint.is_some() { FLUSH_GRACE } else { crate::process::STOP_GRACE });
+    if let Some(collector) = collector {
+        let (run_traces, dropped) = collector.finish(runtime, &run.scenario, &run.variant);
+        if dropped > 0 {
+            observer
+                .note(&format!("{} / {}: {dropped} spans dropped (the collector was full)", run.scenario, run.variant));
+        }
+        traces.extend(run_traces);
+    }
     Ok(measure::result(run, &report, &sidecars, &periodic, last.as_ref(), rss.entries()))
 }
 
@@ -239,11 +275,13 @@ fn netns_block_free(slot: u8) -> bool {
     !addrs.contains(&format!(" 10.{slot}.")) && !spaces.lines().any(|l| l.starts_with(&format!("tg{slot}-")))
 }
 
-/// Writes the sidecar files and starts every process; returns the health checks to wait for.
+/// Writes the sidecar files (exporting spans to `endpoint`, if any) and starts every process;
+/// returns the health checks to wait for.
 fn start(
     run: &Run,
     plan: &Plan,
     options: &Options,
+    endpoint: Option<&str>,
     dir: &Path,
     processes: &mut Processes,
     observer: &dyn Observer,
@@ -259,13 +297,18 @@ fn start(
         checks.push((checks.len(), health));
         Ok::<(), LabError>(())
     };
+    let traced = |file: ProxyFile, service: &str| match (endpoint, options.tracing.sample()) {
+        (Some(endpoint), Some(sample)) => file.traced(endpoint, service, sample),
+        _ => file,
+    };
     for r in &plan.replicas {
         spawn(format!("serve {}", r.name()), serve_command(run, r, options), Some(r), r.serve())?;
-        let path = write(dir, &format!("sidecar-{}.yaml", r.name()), &ProxyFile::sidecar(run, plan, r).to_yaml())?;
+        let file = traced(ProxyFile::sidecar(run, plan, r), &r.service);
+        let path = write(dir, &format!("sidecar-{}.yaml", r.name()), &file.to_yaml())?;
         spawn(format!("proxy {}", r.name()), proxy_command(options, &path), Some(r), r.admin())?;
     }
     if let (Some(file), Some(admin)) = (ProxyFile::workload(run, plan), plan.workload_admin) {
-        let path = write(dir, "sidecar-workload.yaml", &file.to_yaml())?;
+        let path = write(dir, "sidecar-workload.yaml", &traced(file, CLIENT).to_yaml())?;
         spawn("proxy workload".to_string(), proxy_command(options, &path), None, admin)?;
     }
     Ok(checks)

@@ -1,0 +1,112 @@
+//! Spans from the sidecars (docs/traces.md): where the lab tells them to export, and the
+//! in-process collector that receives a run's spans when no collector is given.
+//!
+//! Each run gets its own [`Collector`] (started once the run's network exists, stopped after its
+//! processes), so its traces are known to be that run's; like `tailguard sim --traces`, the lab
+//! tags every process with the run's `scenario` and `variant` and writes all runs to one Jaeger
+//! file, which the tuner (python/tailguard_tune) filters by those tags.
+
+use crate::error::LabError;
+use crate::plan::{Isolation, Plan};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+use tailguard_trace::{Collector, CollectorHandle, Tag, Trace};
+
+/// The service name of the workload's sidecar in traces, as the simulator names the workload.
+pub const CLIENT: &str = "client";
+/// How long stopped processes get to exit when their sidecars export spans: the sidecar's
+/// shutdown grace (1 s) plus the proxy's wait for its last export (at most 5 s), and a margin.
+pub const FLUSH_GRACE: Duration = Duration::from_secs(8);
+
+/// What the sidecars do with spans.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Tracing {
+    /// No `tracing:` section: the sidecars build no tracer (for overhead-sensitive runs).
+    Off,
+    /// The lab collects spans itself and writes every run's traces to `out` (Jaeger JSON).
+    Collect { out: PathBuf, sample: f64 },
+    /// The sidecars export to this OTLP/HTTP URL (a Jaeger or OpenTelemetry Collector); the lab
+    /// writes nothing.
+    Export { endpoint: String, sample: f64 },
+}
+
+impl Tracing {
+    /// The fraction of requests traced, if any are.
+    pub fn sample(&self) -> Option<f64> {
+        match self {
+            Tracing::Off => None,
+            Tracing::Collect { sample, .. } | Tracing::Export { sample, .. } => Some(*sample),
+        }
+    }
+}
+
+/// A `--trace-sample` value: a fraction from 0 to 1.
+pub fn parse_sample(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+        _ => Err(format!("expected a fraction from 0 to 1, got {text:?}")),
+    }
+}
+
+/// An `--otlp-endpoint` value: an `http://` URL (OTLP/HTTP; the proxy adds `/v1/traces` to a
+/// URL without a path).
+pub fn parse_endpoint(text: &str) -> Result<String, String> {
+    match text.strip_prefix("http://") {
+        Some(rest) if !rest.is_empty() && !rest.starts_with('/') => Ok(text.to_string()),
+        _ => Err(format!("expected an http:// URL such as http://127.0.0.1:4318/v1/traces, got {text:?}")),
+    }
+}
+
+/// One run's collector.
+pub(crate) struct RunCollector(CollectorHandle);
+
+impl RunCollector {
+    /// Starts a collector the run's sidecars can reach: on loopback at 127.0.0.1, in netns runs
+    /// on the bridge's address (the host side of every namespace); a free port either way.
+    pub(crate) fn start(plan: &Plan, runtime: &tokio::runtime::Runtime) -> Result<RunCollector, LabError> {
+        let ip = match plan.isolation {
+            Isolation::Loopback => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            Isolation::Netns => plan.isolation.host_address(plan.slot),
+        };
+        let bind = SocketAddr::new(ip, 0);
+        let handle = runtime
+            .block_on(Collector::start(bind))
+            .map_err(|e| LabError::Network(format!("cannot start the trace collector on {bind}: {e}")))?;
+        Ok(RunCollector(handle))
+    }
+
+    /// The URL for the sidecars' `tracing.otlp_endpoint`.
+    pub(crate) fn endpoint(&self) -> String {
+        self.0.endpoint()
+    }
+
+    /// Stops the collector (call it once the sidecars have exited and flushed) and returns the
+    /// run's traces, every process tagged with `scenario` and `variant`, and the count of spans
+    /// dropped because the collector was full.
+    pub(crate) fn finish(self, runtime: &tokio::runtime::Runtime, scenario: &str, variant: &str) -> (Vec<Trace>, u64) {
+        let dropped = self.0.dropped();
+        let mut traces = runtime.block_on(self.0.shutdown());
+        for process in traces.iter_mut().flat_map(|t| &mut t.processes) {
+            process.tags.push(Tag::new("scenario", scenario));
+            process.tags.push(Tag::new("variant", variant));
+        }
+        (traces, dropped)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_are_checked() {
+        assert_eq!(parse_sample("0.25"), Ok(0.25));
+        assert!(parse_sample("1.5").unwrap_err().contains("fraction"));
+        assert!(parse_sample("x").is_err());
+        assert_eq!(parse_endpoint("http://127.0.0.1:4318").as_deref(), Ok("http://127.0.0.1:4318"));
+        assert!(parse_endpoint("127.0.0.1:4318").unwrap_err().contains("http://"));
+        assert!(parse_endpoint("https://collector:4318").is_err());
+        assert!(parse_endpoint("http://").is_err());
+    }
+}
