@@ -17,6 +17,7 @@ pub mod measure;
 pub mod netns;
 pub mod plan;
 pub mod process;
+pub mod real;
 mod runner;
 pub mod scrape;
 
