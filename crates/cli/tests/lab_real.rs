@@ -94,7 +94,15 @@ fn nginx_redis_and_memcached_serve_real_calls_and_are_stopped() {
     let names: Vec<&str> = pids.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(
         names,
-        ["serve front-0", "proxy front-0", "nginx web-0", "proxy web-0", "redis cache-0", "redis cache-1", "memcached kv-0"]
+        [
+            "serve front-0",
+            "proxy front-0",
+            "nginx web-0",
+            "proxy web-0",
+            "redis cache-0",
+            "redis cache-1",
+            "memcached kv-0"
+        ]
     );
     for (name, pid) in &pids {
         assert!(!Path::new(&format!("/proc/{pid}")).exists(), "{name} (pid {pid}) outlived the lab");

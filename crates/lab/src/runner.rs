@@ -147,7 +147,9 @@ fn run_one(
         Isolation::Loopback => None,
     };
     let mut processes = Processes::default();
-    let count = plan.replicas.len() + plan.replicas.iter().filter(|r| r.sidecar).count() + usize::from(plan.workload_proxy.is_some());
+    let count = plan.replicas.len()
+        + plan.replicas.iter().filter(|r| r.sidecar).count()
+        + usize::from(plan.workload_proxy.is_some());
     observer.phase(&format!("starting {count} processes"));
     let checks = start(run, &plan, options, &dir, &mut processes, observer)?;
     processes.wait_ready(&checks, options.ready_timeout, &options.cancel)?;
@@ -260,7 +262,12 @@ fn start(
     for r in &plan.replicas {
         match real::program(run, r, dir)? {
             Some(program) => spawn(program.name, program.command, Some(r), program.probe)?,
-            None => spawn(format!("serve {}", r.name()), serve_command(run, plan, r, options), Some(r), Probe::Http(r.serve()))?,
+            None => spawn(
+                format!("serve {}", r.name()),
+                serve_command(run, plan, r, options),
+                Some(r),
+                Probe::Http(r.serve()),
+            )?,
         }
         if !r.sidecar {
             continue;

@@ -2,14 +2,14 @@
 //! this process is, where its downstream calls go, and its seed.
 
 use crate::error::ServeError;
+use crate::store::Protocol;
 use hyper::Uri;
+use indexmap::IndexMap;
 use std::path::PathBuf;
 use std::time::Duration;
-use crate::store::Protocol;
-use indexmap::IndexMap;
 use tailguard_model::schema::Service;
-use tailguard_model::Kind;
 use tailguard_model::Experiment;
+use tailguard_model::Kind;
 
 /// The seed used when neither the command line nor the file gives one (as `tailguard sim`).
 pub const DEFAULT_SEED: u64 = 1;
