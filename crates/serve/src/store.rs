@@ -54,10 +54,19 @@ impl Store {
         let k = (z ^ (z >> 31)) % KEYS;
         let addr = self.replicas[(k % self.replicas.len() as u64) as usize];
         let key = format!("tailguard:{k}");
-        let mut conn = self.connection(addr).await?;
-        let outcome = tokio::time::timeout(COMMAND_TIMEOUT, get_or_set(self.protocol, &mut conn, &key))
-            .await
-            .unwrap_or_else(|_| Err(format!("no answer from {addr} within {COMMAND_TIMEOUT:?}")));
+        // An idle connection the store has closed fails at once: that one attempt is made again
+        // on a new connection, as pooling clients do.
+        let pooled = self.idle.lock().expect("no panic while held").get_mut(&addr).and_then(Vec::pop);
+        let reused = pooled.is_some();
+        let mut conn = match pooled {
+            Some(conn) => conn,
+            None => self.connect(addr).await?,
+        };
+        let mut outcome = self.exchange(&mut conn, addr, &key).await;
+        if outcome.is_err() && reused {
+            conn = self.connect(addr).await?;
+            outcome = self.exchange(&mut conn, addr, &key).await;
+        }
         // Only a connection whose exchange completed is reused: any other may hold half a reply.
         if outcome.is_ok() {
             self.idle.lock().expect("no panic while held").entry(addr).or_default().push(conn);
@@ -65,10 +74,13 @@ impl Store {
         outcome.map_err(|e| format!("{addr}: {e}"))
     }
 
-    async fn connection(&self, addr: SocketAddr) -> Result<BufStream<TcpStream>, String> {
-        if let Some(conn) = self.idle.lock().expect("no panic while held").get_mut(&addr).and_then(Vec::pop) {
-            return Ok(conn);
-        }
+    async fn exchange(&self, conn: &mut BufStream<TcpStream>, addr: SocketAddr, key: &str) -> Result<(), String> {
+        tokio::time::timeout(COMMAND_TIMEOUT, get_or_set(self.protocol, conn, key))
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer from {addr} within {COMMAND_TIMEOUT:?}")))
+    }
+
+    async fn connect(&self, addr: SocketAddr) -> Result<BufStream<TcpStream>, String> {
         let stream = tokio::time::timeout(COMMAND_TIMEOUT, TcpStream::connect(addr))
             .await
             .map_err(|_| format!("connecting to {addr} took over {COMMAND_TIMEOUT:?}"))?
