@@ -9,6 +9,9 @@
 //! simulator's schema (mode "lab"). [`netns`] puts each replica in its own network namespace with
 //! the file's per-hop delay.
 //!
+//! Services of `kind: nginx|redis|memcached` run Debian's real program instead of serve
+//! ([`real`]).
+//!
 //! Runs that need the simulator's oracle balancer are skipped (no real process sees every queue).
 
 mod error;

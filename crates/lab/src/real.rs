@@ -67,8 +67,6 @@ pub struct Real {
     pub name: String,
     pub command: Command,
     pub probe: Probe,
-    /// Whether a sidecar runs beside it (nginx).
-    pub sidecar: bool,
 }
 
 /// The real program of `replica`, or `None` for a synthetic service (`tailguard serve`). Writes
@@ -84,22 +82,17 @@ pub fn program(run: &Run, replica: &Replica, dir: &Path) -> Result<Option<Real>,
             write_nginx(&prefix, &config, addr, upstream)?;
             let mut c = Command::new(find("nginx")?);
             c.arg("-p").arg(&prefix).arg("-c").arg(prefix.join("nginx.conf")).args(["-e", "stderr"]);
-            Real { name: format!("nginx {}", replica.name()), command: c, probe: Probe::Http(addr), sidecar: true }
+            Real { name: format!("nginx {}", replica.name()), command: c, probe: Probe::Http(addr) }
         }
         Program::Redis(config) => {
             let mut c = Command::new(find("redis-server")?);
             c.args(redis_args(&config, addr)).arg("--dir").arg(dir);
-            Real { name: format!("redis {}", replica.name()), command: c, probe: Probe::Redis(addr), sidecar: false }
+            Real { name: format!("redis {}", replica.name()), command: c, probe: Probe::Redis(addr) }
         }
         Program::Memcached(config) => {
             let mut c = Command::new(find("memcached")?);
             c.args(memcached_args(&config, addr));
-            Real {
-                name: format!("memcached {}", replica.name()),
-                command: c,
-                probe: Probe::Memcached(addr),
-                sidecar: false,
-            }
+            Real { name: format!("memcached {}", replica.name()), command: c, probe: Probe::Memcached(addr) }
         }
     };
     Ok(Some(real))
@@ -116,7 +109,7 @@ pub fn downstream(run: &Run, plan: &Plan, replica: &Replica, callee: &str) -> St
     format!("{}://{}", kind.name(), addrs.join(","))
 }
 
-/// Whether `kind`'s replicas have a sidecar.
+/// Whether `kind`'s replicas have a sidecar (nginx does; redis and memcached speak no HTTP).
 pub fn has_sidecar(kind: Kind) -> bool {
     kind.speaks_http()
 }
