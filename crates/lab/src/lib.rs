@@ -10,6 +10,8 @@
 //! the file's per-hop delay.
 //!
 //! The sidecars export spans to a collector the lab runs ([`traces`]) or to one the user gives.
+//! Services of `kind: nginx|redis|memcached` run Debian's real program instead of serve
+//! ([`real`]).
 //!
 //! Runs that need the simulator's oracle balancer are skipped (no real process sees every queue).
 
@@ -20,6 +22,7 @@ pub mod memory;
 pub mod netns;
 pub mod plan;
 pub mod process;
+pub mod real;
 mod runner;
 pub mod scrape;
 pub mod traces;

@@ -35,7 +35,11 @@ pub struct Snapshot {
 
 /// The sidecars of the services of `plan` (not the load generator's).
 pub fn sidecars(plan: &Plan) -> Vec<Sidecar> {
-    plan.replicas.iter().map(|r| Sidecar { service: r.service.clone(), replica: r.index, admin: r.admin() }).collect()
+    plan.replicas
+        .iter()
+        .filter(|r| r.sidecar)
+        .map(|r| Sidecar { service: r.service.clone(), replica: r.index, admin: r.admin() })
+        .collect()
 }
 
 /// Scrapes every sidecar; one that cannot be read keeps its previous counts.

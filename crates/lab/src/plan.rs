@@ -61,6 +61,8 @@ pub struct Replica {
     pub service_index: usize,
     pub index: u32,
     pub ip: IpAddr,
+    /// Whether a sidecar runs beside it (not for redis and memcached, crate::real).
+    pub sidecar: bool,
 }
 
 impl Replica {
@@ -102,7 +104,8 @@ impl Plan {
         for (s, (name, service)) in run.services.iter().enumerate() {
             for r in 0..service.replicas {
                 let ip = isolation.address(slot, s, r);
-                replicas.push(Replica { service: name.clone(), service_index: s, index: r, ip });
+                let sidecar = crate::real::has_sidecar(service.kind);
+                replicas.push(Replica { service: name.clone(), service_index: s, index: r, ip, sidecar });
             }
         }
         let host = isolation.host_address(slot);
@@ -207,7 +210,8 @@ impl ProxyFile {
     pub fn sidecar(run: &Run, plan: &Plan, replica: &Replica) -> ProxyFile {
         let service = &run.services[&replica.service];
         let mut upstreams = BTreeMap::new();
-        for call in service.calls.iter().filter(|c| c.count > 0) {
+        // Calls to redis and memcached go straight to them (crate::real), not through the egress.
+        for call in service.calls.iter().filter(|c| c.count > 0 && run.services[&c.service].kind.speaks_http()) {
             upstreams.insert(call.service.clone(), upstream(plan, &call.service, &call.policy));
         }
         ProxyFile {

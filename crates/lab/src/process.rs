@@ -4,11 +4,10 @@
 //! return or a panic leaves no orphan behind.
 
 use crate::error::LabError;
-use crate::http;
+use crate::real::Probe;
 use crate::Cancel;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
-use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -84,18 +83,19 @@ impl Processes {
         Ok(())
     }
 
-    /// Waits until every `(process index, address)` answers `GET /healthz` with 200, at most
-    /// `timeout`; an error names the first process that exited or is still not ready.
+    /// Waits until every `(process index, probe)` succeeds (`GET /healthz` answers 200, or a
+    /// real program's own ping), at most `timeout`; an error names the first process that exited
+    /// or is still not ready.
     pub fn wait_ready(
         &mut self,
-        checks: &[(usize, SocketAddr)],
+        checks: &[(usize, Probe)],
         timeout: Duration,
         cancel: &Cancel,
     ) -> Result<(), LabError> {
         let start = Instant::now();
-        let mut pending: Vec<(usize, SocketAddr)> = checks.to_vec();
+        let mut pending: Vec<(usize, Probe)> = checks.to_vec();
         loop {
-            pending.retain(|&(_, addr)| !http::get(addr, "/healthz").is_ok_and(|(status, _)| status == 200));
+            pending.retain(|&(_, probe)| !probe.ready());
             if pending.is_empty() {
                 return Ok(());
             }
@@ -104,10 +104,11 @@ impl Processes {
                 return Err(LabError::Interrupted);
             }
             if start.elapsed() > timeout {
-                let (i, addr) = pending[0];
+                let (i, probe) = pending[0];
                 let what = format!(
-                    "was not ready within {:.0} s (GET http://{addr}/healthz; {} of {} processes not ready)",
+                    "was not ready within {:.0} s ({}; {} of {} processes not ready)",
                     timeout.as_secs_f64(),
+                    probe.describe(),
                     pending.len(),
                     checks.len()
                 );

@@ -7,6 +7,7 @@ use crate::memory;
 use crate::netns::Network;
 use crate::plan::{self, Isolation, Plan, ProxyFile, Replica, MAX_REPLICAS, MAX_SERVICES};
 use crate::process::Processes;
+use crate::real::{self, Probe};
 use crate::traces::{RunCollector, Tracing, CLIENT, FLUSH_GRACE};
 use crate::{Cancel, Observer};
 use rand::Rng;
@@ -174,7 +175,9 @@ fn run_one(
         _ => collector.as_ref().map(RunCollector::endpoint),
     };
     let mut processes = Processes::default();
-    let count = 2 * plan.replicas.len() + usize::from(plan.workload_proxy.is_some());
+    let count = plan.replicas.len()
+        + plan.replicas.iter().filter(|r| r.sidecar).count()
+        + usize::from(plan.workload_proxy.is_some());
     observer.phase(&format!("starting {count} processes"));
     let checks = start(run, &plan, options, endpoint.as_deref(), &dir, &mut processes, observer)?;
     processes.wait_ready(&checks, options.ready_timeout, &options.cancel)?;
@@ -222,7 +225,7 @@ fn run_one(
 /// look at a run (per-endpoint attempt histograms, rejections); a sidecar that cannot be read is
 /// skipped.
 fn keep_metrics(plan: &Plan, dir: &Path) {
-    let admins = plan.replicas.iter().map(|r| (r.name(), r.admin()));
+    let admins = plan.replicas.iter().filter(|r| r.sidecar).map(|r| (r.name(), r.admin()));
     for (name, admin) in admins.chain(plan.workload_admin.map(|a| ("workload".to_string(), a))) {
         if let Ok((200, text)) = crate::http::get(admin, "/metrics") {
             let _ = std::fs::write(dir.join(format!("metrics-{name}.txt")), text);
@@ -285,7 +288,7 @@ fn start(
     dir: &Path,
     processes: &mut Processes,
     observer: &dyn Observer,
-) -> Result<Vec<(usize, std::net::SocketAddr)>, LabError> {
+) -> Result<Vec<(usize, Probe)>, LabError> {
     let mut checks = Vec::new();
     let mut spawn = |name: String, command: Command, replica: Option<&Replica>, health| {
         let command = match (options.isolation, replica) {
@@ -302,14 +305,25 @@ fn start(
         _ => file,
     };
     for r in &plan.replicas {
-        spawn(format!("serve {}", r.name()), serve_command(run, r, options), Some(r), r.serve())?;
+        match real::program(run, r, dir)? {
+            Some(program) => spawn(program.name, program.command, Some(r), program.probe)?,
+            None => spawn(
+                format!("serve {}", r.name()),
+                serve_command(run, plan, r, options),
+                Some(r),
+                Probe::Http(r.serve()),
+            )?,
+        }
+        if !r.sidecar {
+            continue;
+        }
         let file = traced(ProxyFile::sidecar(run, plan, r), &r.service);
         let path = write(dir, &format!("sidecar-{}.yaml", r.name()), &file.to_yaml())?;
-        spawn(format!("proxy {}", r.name()), proxy_command(options, &path), Some(r), r.admin())?;
+        spawn(format!("proxy {}", r.name()), proxy_command(options, &path), Some(r), Probe::Http(r.admin()))?;
     }
     if let (Some(file), Some(admin)) = (ProxyFile::workload(run, plan), plan.workload_admin) {
         let path = write(dir, "sidecar-workload.yaml", &traced(file, CLIENT).to_yaml())?;
-        spawn("proxy workload".to_string(), proxy_command(options, &path), None, admin)?;
+        spawn("proxy workload".to_string(), proxy_command(options, &path), None, Probe::Http(admin))?;
     }
     Ok(checks)
 }
@@ -322,7 +336,7 @@ fn write(dir: &Path, name: &str, text: &str) -> Result<PathBuf, LabError> {
 
 /// `tailguard serve FILE --service S --replica R --scenario .. --variant .. [--quick] --seed N
 /// --listen ADDR --downstream CALLEE=URL-of-its-sidecar's-egress...`
-fn serve_command(run: &Run, replica: &Replica, options: &Options) -> Command {
+fn serve_command(run: &Run, plan: &Plan, replica: &Replica, options: &Options) -> Command {
     let mut c = Command::new(&options.exe);
     c.arg("serve").arg(&options.file);
     c.args(["--service", &replica.service, "--replica", &replica.index.to_string()]);
@@ -332,12 +346,7 @@ fn serve_command(run: &Run, replica: &Replica, options: &Options) -> Command {
     }
     c.args(["--listen", &replica.serve().to_string()]);
     for call in run.services[&replica.service].calls.iter().filter(|c| c.count > 0) {
-        c.arg("--downstream").arg(format!(
-            "{}=http://{}{}",
-            call.service,
-            replica.egress(),
-            plan::route(&call.service)
-        ));
+        c.arg("--downstream").arg(format!("{}={}", call.service, real::downstream(run, plan, replica, &call.service)));
     }
     c
 }

@@ -63,10 +63,23 @@ pub struct Service {
     /// Whether `calls` run one after another or all at once.
     #[serde(default)]
     pub fanout: Fanout,
+    /// What runs as each replica: `tailguard serve` (synthetic) or a real program (lab only).
+    #[serde(default)]
+    pub kind: crate::real::Kind,
+    /// The real program's own parameters (docs/experiment-files.md lists them per kind).
+    #[serde(default)]
+    pub config: IndexMap<String, serde_yaml_ng::Value>,
 }
 
 fn one() -> u32 {
     1
+}
+
+impl Service {
+    /// The kind with its parameters (checked when the file was read, so this cannot fail then).
+    pub fn program(&self) -> Result<crate::real::Program, crate::ModelError> {
+        crate::real::Program::parse(self.kind, &self.config)
+    }
 }
 
 /// A count that must be at least 1, with the error people expect for 0 and negative numbers

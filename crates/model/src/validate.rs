@@ -9,6 +9,7 @@
 
 use crate::duration::Dur;
 use crate::error::{join, ModelError};
+use crate::real::Kind;
 use crate::schema::*;
 use indexmap::IndexMap;
 use std::collections::HashSet;
@@ -82,6 +83,43 @@ fn service(s: &Service, services: &IndexMap<String, Service>, base_dir: &Path, h
         known_service(&call.service, services).map_err(|m| ModelError::at(join(&at, "service"), m))?;
         client_policy(&call.policy).map_err(|e| e.under(&join(&at, "policy")))?;
     }
+    real(s, services)
+}
+
+/// A real program's parameters, and what such a node cannot do: redis and memcached make no
+/// calls and have no sidecar (no admission, no workers); nginx proxies to at most one service that
+/// speaks HTTP; no real program has injected faults; only a synthetic service calls redis or
+/// memcached (it speaks their protocols).
+fn real(s: &Service, services: &IndexMap<String, Service>) -> Check {
+    s.program()?;
+    let kind = s.kind;
+    if kind == Kind::Synthetic {
+        return Ok(());
+    }
+    let not = |at: &str, what: &str| Err(ModelError::at(at, format!("a {} service {what}", kind.name())));
+    if !s.faults.is_empty() {
+        return not("faults", "runs the real program; expected no injected faults");
+    }
+    if kind == Kind::Nginx {
+        if s.calls.len() > 1 || s.calls.iter().any(|c| c.count != 1) {
+            return not("calls", "proxies each request to one service; expected at most one call with count 1");
+        }
+    } else {
+        if !s.calls.is_empty() {
+            return not("calls", "calls no other service; expected no `calls`");
+        }
+        if s.admission != Admission::None {
+            return not("admission", "has no sidecar to admit requests; expected no `admission`");
+        }
+        if s.workers != 0 {
+            return not("workers", "sets its threads in `config`; expected no `workers`");
+        }
+    }
+    for (i, call) in s.calls.iter().enumerate() {
+        if services.get(&call.service).is_some_and(|callee| !callee.kind.speaks_http()) {
+            return not(&format!("calls.{i}.service"), "speaks HTTP only; expected a synthetic or nginx callee");
+        }
+    }
     Ok(())
 }
 
@@ -140,6 +178,12 @@ fn no_cycles(services: &IndexMap<String, Service>) -> Check {
 
 fn workload(w: &Workload, services: &IndexMap<String, Service>) -> Check {
     known_service(&w.target, services).map_err(|m| ModelError::at("target", m))?;
+    if !services[&w.target].kind.speaks_http() {
+        return Err(ModelError::at(
+            "target",
+            format!("the load generator speaks HTTP; expected a synthetic or nginx service, got {:?}", w.target),
+        ));
+    }
     match (&w.open, &w.closed) {
         (Some(open), None) => {
             if !(open.rate.is_finite() && open.rate > 0.0) {
@@ -461,6 +505,29 @@ mod tests {
     fn service_names_must_fit_paths_and_edge_keys() {
         assert!(check("{a: {}, b.c: {}}").starts_with("services.b.c: expected a service name without '.'"));
         assert!(check("{a: {}, workload: {}}").contains("reserved for the load generator"));
+    }
+
+    #[test]
+    fn real_programs_are_checked() {
+        let ok = "{a: {calls: [{service: web}, {service: cache}]}, web: {kind: nginx, config: {worker_processes: 2}, calls: [{service: b}]}, b: {}, cache: {kind: redis, replicas: 2, config: {hz: 20}}}";
+        assert_eq!(check(ok), "ok");
+        assert_eq!(
+            check("{a: {calls: [{service: c}]}, c: {kind: memcached, config: {threads: 0}}}"),
+            "services.c.config.threads: expected an integer from 1 to 256, got 0"
+        );
+        assert_eq!(
+            check("{a: {calls: [{service: c}]}, c: {kind: redis, calls: [{service: d}]}, d: {}}"),
+            "services.c.calls: a redis service calls no other service; expected no `calls`"
+        );
+        assert_eq!(
+            check("{a: {kind: nginx, calls: [{service: c}]}, c: {kind: redis}}"),
+            "services.a.calls.0.service: a nginx service speaks HTTP only; expected a synthetic or nginx callee"
+        );
+        assert_eq!(
+            check("{a: {calls: [{service: c}]}, c: {kind: memcached, workers: 2}}"),
+            "services.c.workers: a memcached service sets its threads in `config`; expected no `workers`"
+        );
+        assert!(check("{a: {kind: redis}}").starts_with("workload.target: the load generator speaks HTTP"));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! A request's downstream calls: plain HTTP GETs to each called service's URL (in the lab, the
 //! replica's sidecar egress, which balances, times out, retries and hedges; this side does none
-//! of that), one after another or all at once, each edge `count` times.
+//! of that), or a command to a redis or memcached callee ([`crate::store`]), one after another or
+//! all at once, each edge `count` times.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
@@ -12,7 +13,8 @@ use hyper_util::rt::TokioExecutor;
 use tailguard_model::schema::Fanout;
 use tokio::task::JoinSet;
 
-use crate::spec::Spec;
+use crate::spec::{Downstream, Spec};
+use crate::store::Store;
 
 /// The most of a downstream answer's body that is read (and thrown away).
 const MAX_BODY: usize = 1 << 20;
@@ -39,8 +41,8 @@ impl TraceContext {
 /// The calls every request makes, and the client that makes them.
 #[derive(Clone, Debug)]
 pub struct Calls {
-    /// (callee, URL) per call, each edge repeated `count` times, in file order.
-    plan: Vec<(String, Uri)>,
+    /// (callee, where) per call, each edge repeated `count` times, in file order.
+    plan: Vec<(String, Target)>,
     fanout: Fanout,
     client: Client<HttpConnector, Empty<Bytes>>,
 }
@@ -49,10 +51,14 @@ impl Calls {
     /// The call plan of `spec`: edges with `count: 0` are left out.
     pub fn new(spec: &Spec) -> Calls {
         let mut plan = Vec::new();
-        for (edge, url) in spec.service.calls.iter().zip(&spec.downstream) {
-            if let Some(url) = url {
-                plan.extend(std::iter::repeat_n((edge.service.clone(), url.clone()), edge.count as usize));
-            }
+        for (edge, down) in spec.service.calls.iter().zip(&spec.downstream) {
+            let target = match down {
+                Some(Downstream::Http(url)) => Target::Http(url.clone()),
+                // One store (one connection pool) per edge, shared by its `count` calls.
+                Some(Downstream::Store(protocol, addrs)) => Target::Store(Store::new(*protocol, addrs.clone())),
+                None => continue,
+            };
+            plan.extend(std::iter::repeat_n((edge.service.clone(), target), edge.count as usize));
         }
         let client = Client::builder(TokioExecutor::new()).build_http();
         Calls { plan, fanout: spec.service.fanout, client }
@@ -63,17 +69,17 @@ impl Calls {
     pub async fn make(&self, context: &TraceContext) -> Result<(), String> {
         match self.fanout {
             Fanout::Sequential => {
-                for (callee, url) in &self.plan {
-                    call(&self.client, callee, url.clone(), context).await?;
+                for (callee, target) in &self.plan {
+                    call(&self.client, callee, target, context).await?;
                 }
                 Ok(())
             }
             Fanout::Parallel => {
                 let mut set = JoinSet::new();
-                for (callee, url) in &self.plan {
-                    let (client, callee, url) = (self.client.clone(), callee.clone(), url.clone());
+                for (callee, target) in &self.plan {
+                    let (client, callee, target) = (self.client.clone(), callee.clone(), target.clone());
                     let context = context.clone();
-                    set.spawn(async move { call(&client, &callee, url, &context).await });
+                    set.spawn(async move { call(&client, &callee, &target, &context).await });
                 }
                 let mut first_failure = None;
                 while let Some(joined) = set.join_next().await {
@@ -88,13 +94,25 @@ impl Calls {
     }
 }
 
-/// One GET; success is a 2xx status with its body read (so the connection can be reused).
+/// Where one call goes.
+#[derive(Clone, Debug)]
+enum Target {
+    Http(Uri),
+    Store(Store),
+}
+
+/// One call: an HTTP GET (success is a 2xx status with its body read, so the connection can be
+/// reused) or one store command exchange.
 async fn call(
     client: &Client<HttpConnector, Empty<Bytes>>,
     callee: &str,
-    url: Uri,
+    target: &Target,
     context: &TraceContext,
 ) -> Result<(), String> {
+    let url = match target {
+        Target::Http(url) => url.clone(),
+        Target::Store(store) => return store.call().await.map_err(|e| format!("{callee}: {e}")),
+    };
     let mut request = Request::get(url).body(Empty::new()).map_err(|e| format!("{callee}: {e}"))?;
     for (name, value) in [("traceparent", &context.traceparent), ("tracestate", &context.tracestate)] {
         if let Some(value) = value {

@@ -19,11 +19,12 @@ mod error;
 mod precise;
 mod server;
 mod spec;
+pub mod store;
 
 pub use behaviour::{Arrival, Behaviour, Fate, MAX_WORK};
 pub use error::ServeError;
 pub use server::{Running, Server, LOST_HOLD, SERVED_BY};
-pub use spec::{Options, Spec, DEFAULT_SEED};
+pub use spec::{Downstream, Options, Spec, DEFAULT_SEED};
 
 /// Completes when the process is asked to stop: Ctrl-C, or SIGTERM on Unix. If a signal handler
 /// cannot be installed, that signal is not waited for.

@@ -2,11 +2,14 @@
 //! this process is, where its downstream calls go, and its seed.
 
 use crate::error::ServeError;
+use crate::store::Protocol;
 use hyper::Uri;
+use indexmap::IndexMap;
 use std::path::PathBuf;
 use std::time::Duration;
 use tailguard_model::schema::Service;
 use tailguard_model::Experiment;
+use tailguard_model::Kind;
 
 /// The seed used when neither the command line nor the file gives one (as `tailguard sim`).
 pub const DEFAULT_SEED: u64 = 1;
@@ -50,9 +53,18 @@ pub struct Spec {
     pub horizon: Option<Duration>,
     /// The seed of the whole run.
     pub seed: u64,
-    /// The URL of each call edge, in the order of `service.calls`; `None` for an edge with
+    /// Where each call edge goes, in the order of `service.calls`; `None` for an edge with
     /// `count: 0` that was given no URL (it is never called).
-    pub downstream: Vec<Option<Uri>>,
+    pub downstream: Vec<Option<Downstream>>,
+}
+
+/// Where one call edge goes: an HTTP URL (a synthetic or nginx callee, through the sidecar), or
+/// the replicas of a redis or memcached callee, reached directly over their own protocol
+/// (`redis://HOST:PORT,HOST:PORT`, `memcached://...`).
+#[derive(Clone, Debug)]
+pub enum Downstream {
+    Http(Uri),
+    Store(crate::store::Protocol, Vec<std::net::SocketAddr>),
 }
 
 impl Spec {
@@ -80,7 +92,7 @@ impl Spec {
                 options.service, service.replicas, service.replicas, options.replica
             )));
         }
-        let downstream = downstream_urls(&options.service, &service, &options.downstream)?;
+        let downstream = downstream_urls(&options.service, &service, &run.services, &options.downstream)?;
         Ok(Spec {
             name: options.service.clone(),
             index,
@@ -96,7 +108,12 @@ impl Spec {
 
 /// The URL of each call edge of `service`, from the (name, URL) pairs given: every called service
 /// needs one, and every pair must name a called service.
-fn downstream_urls(name: &str, service: &Service, given: &[(String, String)]) -> Result<Vec<Option<Uri>>, ServeError> {
+fn downstream_urls(
+    name: &str,
+    service: &Service,
+    services: &IndexMap<String, Service>,
+    given: &[(String, String)],
+) -> Result<Vec<Option<Downstream>>, ServeError> {
     let called: Vec<&str> = service.calls.iter().map(|c| c.service.as_str()).collect();
     for (callee, _) in given {
         if !called.contains(&callee.as_str()) {
@@ -118,13 +135,36 @@ fn downstream_urls(name: &str, service: &Service, given: &[(String, String)]) ->
                 edge.service
             )));
         };
-        urls.push(Some(parse_url(&edge.service, url)?));
+        let kind = services.get(&edge.service).map_or(Kind::Synthetic, |s| s.kind);
+        urls.push(Some(parse_url(&edge.service, kind, url)?));
     }
     Ok(urls)
 }
 
-/// An `http://` URL with a host; a path-less URL gets `/`.
-fn parse_url(callee: &str, url: &str) -> Result<Uri, ServeError> {
+/// An `http://` URL with a host (a path-less URL gets `/`) for a callee that speaks HTTP;
+/// `redis://` or `memcached://` and its replicas' addresses, comma-separated, for a store.
+fn parse_url(callee: &str, kind: Kind, url: &str) -> Result<Downstream, ServeError> {
+    let store = match kind {
+        Kind::Redis => Some(Protocol::Redis),
+        Kind::Memcached => Some(Protocol::Memcached),
+        Kind::Synthetic | Kind::Nginx => None,
+    };
+    if let Some(protocol) = store {
+        let bad = |why: String| {
+            ServeError::Options(format!(
+                "--downstream {callee}={url}: {why}; expected {0}://HOST:PORT[,HOST:PORT...] (\"{callee}\" is a {0} service)",
+                kind.name()
+            ))
+        };
+        let Some(list) = url.strip_prefix(&format!("{}://", kind.name())) else {
+            return Err(bad("wrong scheme".to_string()));
+        };
+        let addrs = list
+            .split(',')
+            .map(|a| a.parse().map_err(|e| bad(format!("{a:?} is not an address ({e})"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        return Ok(Downstream::Store(protocol, addrs));
+    }
     let bad = |why: &str| {
         ServeError::Options(format!(
             "--downstream {callee}={url}: {why}; expected a URL such as http://127.0.0.1:8080/"
@@ -137,5 +177,5 @@ fn parse_url(callee: &str, url: &str) -> Result<Uri, ServeError> {
     if uri.authority().is_none() {
         return Err(bad("the URL has no host"));
     }
-    Ok(uri)
+    Ok(Downstream::Http(uri))
 }

@@ -34,6 +34,18 @@ pub enum SimError {
     /// The event loop ran away (a model that never lets virtual time advance).
     #[error("the simulation ran more than {events} events without finishing; check for a zero-delay loop")]
     Runaway { events: u64 },
+    /// A service runs real software, which only the lab can run.
+    #[error("service {service:?} is `kind: {kind}`: the simulator has no model of real {kind}; run the file with `tailguard lab run`, or make the service synthetic (a service_time shaped like it)")]
+    RealService { service: String, kind: &'static str },
+}
+
+/// Refuses runs with real programs: the simulator models only synthetic services, and a guessed
+/// service time would pass a model off as a measurement.
+fn synthetic_only(run: &Run) -> Result<(), SimError> {
+    match run.services.iter().find(|(_, s)| s.kind != tailguard_model::Kind::Synthetic) {
+        Some((name, s)) => Err(SimError::RealService { service: name.clone(), kind: s.kind.name() }),
+        None => Ok(()),
+    }
 }
 
 /// How to run an experiment.
@@ -62,6 +74,7 @@ pub struct Progress<'a> {
 
 /// Runs one resolved scenario × variant with `seed`; returns its result and its event count.
 pub fn run_one(run: &Run, seed: u64) -> Result<(RunResult, u64), SimError> {
+    synthetic_only(run)?;
     let seed = run_seed(seed, &run.scenario);
     world::World::new(run, seed)?.run(&run.scenario, &run.variant)
 }
@@ -69,6 +82,7 @@ pub fn run_one(run: &Run, seed: u64) -> Result<(RunResult, u64), SimError> {
 /// [`run_one`], also keeping the spans of up to `sample` measured requests (docs/traces.md).
 /// The result is the same as without traces: tracing draws from a random stream of its own.
 pub fn run_one_traced(run: &Run, seed: u64, sample: usize) -> Result<(RunResult, u64, Vec<Trace>), SimError> {
+    synthetic_only(run)?;
     let seed = run_seed(seed, &run.scenario);
     let mut world = world::World::new(run, seed)?;
     world.trace(run, seed, sample);
@@ -104,7 +118,9 @@ fn simulate_inner(
     let mut runs = Vec::new();
     for scenario in experiment.scenario_names() {
         for variant in experiment.variant_names() {
-            runs.push(experiment.resolve(&scenario, &variant, options.quick)?);
+            let run = experiment.resolve(&scenario, &variant, options.quick)?;
+            synthetic_only(&run)?;
+            runs.push(run);
         }
     }
     let total = runs.len();

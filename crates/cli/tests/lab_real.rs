@@ -1,0 +1,116 @@
+//! Real programs as nodes (docs/lab.md, "Real services"): Debian's nginx, redis-server and
+//! memcached started by the lab beside `tailguard serve`, reached by real calls, and stopped.
+//! Needs the three packages (.ci/run installs them).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+use tailguard_lab::{Observer, Options, Plan};
+use tailguard_model::Experiment;
+
+/// Records the PIDs and, while the load runs, what the real programs hold.
+#[derive(Default)]
+struct Watch {
+    pids: Mutex<Vec<(String, u32)>>,
+    plan: Mutex<Option<Plan>>,
+    /// The most keys seen in redis (both replicas) and items in memcached, and nginx's answer.
+    seen: Mutex<(u64, u64, Option<String>)>,
+}
+
+fn addr(plan: &Plan, service: &str) -> Vec<SocketAddr> {
+    plan.of(service).map(|r| r.serve()).collect()
+}
+
+/// Sends `request` and reads lines until one equals `last` (bounded by a read timeout).
+fn ask(addr: SocketAddr, request: &str, last: &str) -> Vec<String> {
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(300)) else { return Vec::new() };
+    stream.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut lines = Vec::new();
+    for line in BufReader::new(stream.take(1 << 20)).lines().take(200) {
+        let Ok(line) = line else { break };
+        let done = line.trim_end() == last || last.is_empty();
+        lines.push(line.trim_end().to_string());
+        if done {
+            break;
+        }
+    }
+    lines
+}
+
+impl Observer for Watch {
+    fn spawned(&self, name: &str, pid: u32) {
+        self.pids.lock().unwrap().push((name.to_string(), pid));
+    }
+    fn ready(&self, plan: &Plan) {
+        *self.plan.lock().unwrap() = Some(plan.clone());
+    }
+    fn tick(&self, _elapsed: Duration) {
+        let Some(plan) = self.plan.lock().unwrap().clone() else { return };
+        let keys: u64 = addr(&plan, "cache")
+            .iter()
+            .filter_map(|a| ask(*a, "DBSIZE\r\n", "").first()?.strip_prefix(':')?.parse::<u64>().ok())
+            .sum();
+        let items = ask(addr(&plan, "kv")[0], "stats\r\n", "END")
+            .iter()
+            .find_map(|l| l.strip_prefix("STAT curr_items ")?.parse::<u64>().ok())
+            .unwrap_or(0);
+        let page = ask(addr(&plan, "web")[0], "GET /any HTTP/1.0\r\n\r\n", "").first().cloned();
+        let mut seen = self.seen.lock().unwrap();
+        seen.0 = seen.0.max(keys);
+        seen.1 = seen.1.max(items);
+        seen.2 = seen.2.take().or(page);
+    }
+}
+
+#[test]
+fn nginx_redis_and_memcached_serve_real_calls_and_are_stopped() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab-real.yaml");
+    let experiment = Experiment::load(&file).unwrap();
+    let out = std::env::temp_dir().join(format!("tailguard-lab-real-{}", std::process::id()));
+    let options = Options::new(PathBuf::from(env!("CARGO_BIN_EXE_tailguard")), file.clone(), out.clone(), 3);
+    let watch = Watch::default();
+    let results = tailguard_lab::run(&experiment, &options, &watch).unwrap_or_else(|e| panic!("{e}"));
+    let run = &results.runs[0];
+    assert_eq!((run.requests, run.succeeded, run.failed), (200, 200, 0), "{run:?}");
+    serde_json::from_str::<serde_json::Value>(&serde_json::to_string(&results).unwrap()).unwrap();
+
+    // The programs held what the calls stored: every request missed or hit a key of its own,
+    // keys come from 1000, so 200 requests stored between a few dozen and 200 keys in each.
+    let (keys, items, page) = watch.seen.lock().unwrap().clone();
+    assert!((50..=200).contains(&keys), "redis held {keys} keys");
+    assert!((50..=200).contains(&items), "memcached held {items} items");
+    assert_eq!(page.as_deref(), Some("HTTP/1.1 200 OK"));
+    // The nginx page went through the frontend's sidecar: its egress counted the attempts.
+    let metrics = std::fs::read_to_string(out.join("runs/default/v/metrics-front-0.txt")).unwrap();
+    assert!(metrics.contains("upstream=\"web\"") && !metrics.contains("upstream=\"cache\""), "{metrics}");
+    let conf = std::fs::read_to_string(out.join("runs/default/v/nginx-web-0/nginx.conf")).unwrap();
+    assert!(conf.contains("worker_processes 2;") && conf.contains("worker_connections 128;"), "{conf}");
+
+    // front: serve + sidecar, web: nginx + sidecar, cache: 2 × redis, kv: memcached.
+    let pids = watch.pids.lock().unwrap().clone();
+    let names: Vec<&str> = pids.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "serve front-0",
+            "proxy front-0",
+            "nginx web-0",
+            "proxy web-0",
+            "redis cache-0",
+            "redis cache-1",
+            "memcached kv-0"
+        ]
+    );
+    for (name, pid) in &pids {
+        assert!(!Path::new(&format!("/proc/{pid}")).exists(), "{name} (pid {pid}) outlived the lab");
+    }
+    // nginx's workers went with their master: nothing listens any more.
+    let plan = watch.plan.lock().unwrap().clone().unwrap();
+    for a in ["web", "cache", "kv"].iter().flat_map(|s| addr(&plan, s)) {
+        assert!(TcpStream::connect_timeout(&a, Duration::from_millis(200)).is_err(), "{a} still answers");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
