@@ -168,9 +168,7 @@ fn run_lab(experiment: &Experiment, options: Options) -> anyhow::Result<()> {
     std::fs::write(&json, serde_json::to_string_pretty(&results)? + "\n")
         .with_context(|| format!("writing {}", json.display()))?;
     println!("results: {}", json.display());
-    let report = out.join("report.html");
-    crate::report::write(&results, &report)?;
-    println!("report: {}", report.display());
+    crate::report::write(&results, &out.join("report.html"))?;
     match &options.tracing {
         Tracing::Collect { out, .. } => println!("traces: {}", out.display()),
         Tracing::Export { endpoint, .. } => println!("traces: sent to {endpoint}"),
