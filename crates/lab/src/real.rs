@@ -187,32 +187,22 @@ fn nginx_conf(config: &NginxConfig, listen: SocketAddr, upstream: Option<(Socket
 
 /// redis-server's arguments: the replica's address, no persistence, the service's parameters.
 fn redis_args(config: &RedisConfig, addr: SocketAddr) -> Vec<String> {
-    let mut args: Vec<String> = vec![
-        "--bind".into(),
-        addr.ip().to_string(),
-        "--port".into(),
-        addr.port().to_string(),
-        "--daemonize".into(),
-        "no".into(),
-        "--protected-mode".into(),
-        "no".into(),
-        "--save".into(),
-        String::new(),
-        "--appendonly".into(),
-        "no".into(),
-        "--logfile".into(),
-        String::new(),
-    ];
-    for (key, value) in [
+    [
+        ("bind", addr.ip().to_string()),
+        ("port", addr.port().to_string()),
+        ("daemonize", "no".into()),
+        ("protected-mode", "no".into()),
+        ("save", String::new()),
+        ("appendonly", "no".into()),
+        ("logfile", String::new()),
         ("hz", config.hz.to_string()),
         ("io-threads", config.io_threads.to_string()),
         ("maxmemory", format!("{}mb", config.maxmemory_mb)),
         ("maxmemory-policy", config.maxmemory_policy.clone()),
-    ] {
-        args.push(format!("--{key}"));
-        args.push(value);
-    }
-    args
+    ]
+    .into_iter()
+    .flat_map(|(key, value)| [format!("--{key}"), value])
+    .collect()
 }
 
 /// memcached's arguments: the replica's address, no UDP, the service's parameters.
