@@ -188,11 +188,15 @@ fn the_lab_collects_one_trace_per_request_into_traces_json() {
     assert_eq!(ids.len(), 120);
     for trace in &traces {
         assert_two_tier_tree(trace);
-        // Tagged with its run, as `tailguard sim --traces` tags its processes.
-        for p in &trace.processes {
-            let tag = |k| p.tags.iter().find(|t| t.key == k).and_then(|t| t.value.as_str());
-            assert_eq!((tag("scenario"), tag("variant")), (Some("default"), Some("plain")), "{p:?}");
-        }
+        assert_tagged_with_the_run(trace);
+    }
+}
+
+/// Every process carries its run's tags exactly once, as `tailguard sim --traces` tags its processes.
+fn assert_tagged_with_the_run(trace: &Trace) {
+    for p in &trace.processes {
+        let tag = |k| p.tags.iter().filter(|t| t.key == k).map(|t| t.value.as_str()).collect::<Vec<_>>();
+        assert_eq!((tag("scenario"), tag("variant")), (vec![Some("default")], vec![Some("plain")]), "{p:?}");
     }
 }
 
@@ -214,6 +218,8 @@ fn otlp_endpoint_sends_sampled_spans_elsewhere_and_writes_no_traces_json() {
     // whole: the entry sidecar decides, the callee follows its `traceparent`.
     assert!((25..95).contains(&traces.len()), "{} traces", traces.len());
     traces.iter().for_each(assert_two_tier_tree);
+    // The collector is not the lab's, yet it can tell the run apart.
+    traces.iter().for_each(assert_tagged_with_the_run);
 }
 
 #[test]

@@ -167,6 +167,8 @@ struct TracingFile {
     otlp_endpoint: String,
     service_name: String,
     sample: f64,
+    /// The run's `scenario` and `variant`, so any collector can tell runs apart.
+    resource: BTreeMap<&'static str, String>,
 }
 
 #[derive(Serialize)]
@@ -243,11 +245,12 @@ impl ProxyFile {
         })
     }
 
-    /// The file with a `tracing:` section: spans of `service` to `endpoint`, a `sample` fraction
-    /// of new traces.
-    pub fn traced(mut self, endpoint: &str, service: &str, sample: f64) -> ProxyFile {
+    /// The file with a `tracing:` section: spans of `service` in `run` to `endpoint`, a `sample`
+    /// fraction of new traces.
+    pub fn traced(mut self, run: &Run, endpoint: &str, service: &str, sample: f64) -> ProxyFile {
         let (otlp_endpoint, service_name) = (endpoint.to_string(), service.to_string());
-        self.tracing = Some(TracingFile { otlp_endpoint, service_name, sample });
+        let resource = BTreeMap::from([("scenario", run.scenario.clone()), ("variant", run.variant.clone())]);
+        self.tracing = Some(TracingFile { otlp_endpoint, service_name, sample, resource });
         self
     }
 
@@ -302,13 +305,19 @@ mod tests {
         assert_eq!(config["ingress"]["workers"].as_u64(), Some(1));
         let admission: Admission = serde_yaml_ng::from_value(config["ingress"]["admission"].clone()).unwrap();
         assert_eq!(admission, Admission::Fixed { capacity: 3 });
-        let traced =
-            ProxyFile::sidecar(&run, &plan, &plan.replicas[1]).traced("http://127.0.0.1:9/v1/traces", "back", 0.5);
+        let traced = ProxyFile::sidecar(&run, &plan, &plan.replicas[1]).traced(
+            &run,
+            "http://127.0.0.1:9/v1/traces",
+            "back",
+            0.5,
+        );
         let config = serde_yaml_ng::from_str::<serde_yaml_ng::Value>(&traced.to_yaml()).unwrap();
         assert_eq!(config["tracing"]["otlp_endpoint"].as_str(), Some("http://127.0.0.1:9/v1/traces"));
         assert_eq!(
             (config["tracing"]["service_name"].as_str(), config["tracing"]["sample"].as_f64()),
             (Some("back"), Some(0.5))
         );
+        let resource = &config["tracing"]["resource"];
+        assert_eq!((resource["scenario"].as_str(), resource["variant"].as_str()), (Some("default"), Some("v")));
     }
 }

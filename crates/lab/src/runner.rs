@@ -211,7 +211,7 @@ fn run_one(
     // SIGTERM lets the sidecars send their last spans before they exit.
     processes.stop_within(if endpoint.is_some() { FLUSH_GRACE } else { crate::process::STOP_GRACE });
     if let Some(collector) = collector {
-        let (run_traces, dropped) = collector.finish(runtime, &run.scenario, &run.variant);
+        let (run_traces, dropped) = collector.finish(runtime);
         if dropped > 0 {
             observer
                 .note(&format!("{} / {}: {dropped} spans dropped (the collector was full)", run.scenario, run.variant));
@@ -301,7 +301,7 @@ fn start(
         Ok::<(), LabError>(())
     };
     let traced = |file: ProxyFile, service: &str| match (endpoint, options.tracing.sample()) {
-        (Some(endpoint), Some(sample)) => file.traced(endpoint, service, sample),
+        (Some(endpoint), Some(sample)) => file.traced(run, endpoint, service, sample),
         _ => file,
     };
     for r in &plan.replicas {

@@ -2,8 +2,9 @@
 //! in-process collector that receives a run's spans when no collector is given.
 //!
 //! Each run gets its own [`Collector`] (started once the run's network exists, stopped after its
-//! processes), so its traces are known to be that run's; like `tailguard sim --traces`, the lab
-//! tags every process with the run's `scenario` and `variant` and writes all runs to one Jaeger
+//! processes), so its traces are known to be that run's. Like `tailguard sim --traces`, every
+//! process carries the run's `scenario` and `variant` as tags (each sidecar sets them as resource
+//! attributes, so an external collector sees them too) and the lab writes all runs to one Jaeger
 //! file, which the tuner (python/tailguard_tune) filters by those tags.
 
 use crate::error::LabError;
@@ -11,7 +12,7 @@ use crate::plan::{Isolation, Plan};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
-use tailguard_trace::{Collector, CollectorHandle, Tag, Trace};
+use tailguard_trace::{Collector, CollectorHandle, Trace};
 
 /// The service name of the workload's sidecar in traces, as the simulator names the workload.
 pub const CLIENT: &str = "client";
@@ -82,16 +83,11 @@ impl RunCollector {
     }
 
     /// Stops the collector (call it once the sidecars have exited and flushed) and returns the
-    /// run's traces, every process tagged with `scenario` and `variant`, and the count of spans
-    /// dropped because the collector was full.
-    pub(crate) fn finish(self, runtime: &tokio::runtime::Runtime, scenario: &str, variant: &str) -> (Vec<Trace>, u64) {
+    /// run's traces (each sidecar tags its process with the run's `scenario` and `variant`) and
+    /// the count of spans dropped because the collector was full.
+    pub(crate) fn finish(self, runtime: &tokio::runtime::Runtime) -> (Vec<Trace>, u64) {
         let dropped = self.0.dropped();
-        let mut traces = runtime.block_on(self.0.shutdown());
-        for process in traces.iter_mut().flat_map(|t| &mut t.processes) {
-            process.tags.push(Tag::new("scenario", scenario));
-            process.tags.push(Tag::new("variant", variant));
-        }
-        (traces, dropped)
+        (runtime.block_on(self.0.shutdown()), dropped)
     }
 }
 

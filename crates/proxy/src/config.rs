@@ -92,6 +92,10 @@ pub struct Tracing {
     /// `traceparent` is always recorded, so one trace is kept or dropped whole.
     #[serde(default = "default_sample")]
     pub sample: f64,
+    /// More resource attributes on every span, as `OTEL_RESOURCE_ATTRIBUTES` would add (e.g. the
+    /// lab's `scenario` and `variant`, so a shared collector can tell runs apart).
+    #[serde(default)]
+    pub resource: BTreeMap<String, String>,
 }
 
 fn default_service_name() -> String {
@@ -275,6 +279,10 @@ impl Config {
             if tracing.service_name.is_empty() {
                 return Err(ModelError::at("tracing.service_name", "expected a non-empty name"));
             }
+            if let Some(key) = tracing.resource.keys().find(|k| k.is_empty() || k.as_str() == "service.name") {
+                let what = "expected attribute names other than `service.name` (set by `service_name`)";
+                return Err(ModelError::at(format!("tracing.resource.{key}"), what));
+            }
         }
         Ok(())
     }
@@ -322,6 +330,7 @@ mod tests {
         .unwrap();
         let t = c.tracing.unwrap();
         assert_eq!((t.service_name.as_str(), t.sample), ("tailguard-proxy", 1.0));
+        assert!(t.resource.is_empty());
     }
 
     #[test]
@@ -343,6 +352,11 @@ mod tests {
         assert!(e.contains("tracing.otlp_endpoint") && e.contains("http://"), "{e}");
         let e = parse(&format!("{ingress}tracing: {{otlp_endpoint: 'http://127.0.0.1:4318', sample: 2}}")).unwrap_err();
         assert!(e.contains("tracing.sample"), "{e}");
+        let e = parse(&format!(
+            "{ingress}tracing: {{otlp_endpoint: 'http://127.0.0.1:4318', resource: {{service.name: x}}}}"
+        ))
+        .unwrap_err();
+        assert!(e.contains("tracing.resource.service.name"), "{e}");
         let e = parse("workers: 0\negress: {listen: 127.0.0.1:1, upstreams: {}}").unwrap_err();
         assert_eq!(e, "proxy.yaml: workers: expected at least 1");
         let e = parse("admin: {listen: 127.0.0.1:1}").unwrap_err();

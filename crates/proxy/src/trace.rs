@@ -69,7 +69,12 @@ impl Tracing {
         let provider = SdkTracerProvider::builder()
             .with_span_processor(processor)
             .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(config.sample))))
-            .with_resource(Resource::builder_empty().with_service_name(config.service_name.clone()).build())
+            .with_resource(
+                Resource::builder_empty()
+                    .with_service_name(config.service_name.clone())
+                    .with_attributes(config.resource.iter().map(|(k, v)| KeyValue::new(k.clone(), v.clone())))
+                    .build(),
+            )
             .build();
         let tracer = provider.tracer("tailguard-proxy");
         Ok(Tracing { provider, tracer })

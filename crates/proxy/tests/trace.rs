@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use tailguard_model::Experiment;
 use tailguard_proxy::{Config, Proxy};
 use tailguard_serve::{Options, Running, Server, Spec};
-use tailguard_trace::{Collector, Span, Trace, Value};
+use tailguard_trace::{Collector, Process, Span, Trace, Value};
 
 const LOCAL: ([u8; 4], u16) = ([127, 0, 0, 1], 0);
 
@@ -200,4 +200,24 @@ async fn an_ingress_refusal_is_a_rejected_server_span() {
         .collect();
     outcomes.sort();
     assert_eq!(outcomes, vec![("rejected".to_string(), 429), ("success".to_string(), 200)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resource_attributes_tag_the_process() {
+    let collector = Collector::start(SocketAddr::from(LOCAL)).await.unwrap();
+    let app = serve("backend", None, "1ms").await;
+    let text = format!(
+        "{}\ntracing: {{otlp_endpoint: '{}', service_name: backend, resource: {{scenario: 40x10, variant: bloc}}}}\n",
+        ingress_to(app.addr()),
+        collector.endpoint()
+    );
+    let sidecar = Proxy::start(Config::parse(&text, Path::new("proxy.yaml")).unwrap()).await.unwrap();
+    assert_eq!(get(sidecar.ingress.unwrap()).await, StatusCode::OK);
+    sidecar.shutdown().await;
+    let traces = collector.shutdown().await;
+    let processes: Vec<&Process> = traces.iter().flat_map(|t| &t.processes).collect();
+    assert_eq!(processes.len(), 1, "{traces:#?}");
+    assert_eq!(processes[0].service, "backend");
+    let tag = |key: &str| processes[0].tags.iter().find(|t| t.key == key).map(|t| t.value.clone());
+    assert_eq!((tag("scenario"), tag("variant")), (Some(Value::from("40x10")), Some(Value::from("bloc"))));
 }
