@@ -52,10 +52,6 @@ class Server:
 
     def __init__(self, bindir: str) -> None:
         self.bindir = bindir
-        self.dir = tempfile.mkdtemp(prefix="tailguard-pg-")
-        self.data = os.path.join(self.dir, "data")
-        self.port = free_port()
-        self.pid: int | None = None
         self.user = None
         if os.geteuid() == 0:
             for name in ("postgres", "nobody"):
@@ -66,7 +62,12 @@ class Server:
                     continue
             if self.user is None:
                 pytest.fail("running as root, and neither a postgres nor a nobody user exists to run PostgreSQL as")
+        self.dir = tempfile.mkdtemp(prefix="tailguard-pg-")
+        if self.user:
             os.chown(self.dir, self.user.pw_uid, self.user.pw_gid)
+        self.data = os.path.join(self.dir, "data")
+        self.port = free_port()
+        self.pid: int | None = None
 
     def _run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         ids = {"user": self.user.pw_uid, "group": self.user.pw_gid, "extra_groups": []} if self.user else {}
