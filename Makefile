@@ -14,7 +14,7 @@ python: $(VENV)/.installed
 
 $(VENV)/.installed: python/pyproject.toml python/constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check -c python/constraints.txt -e 'python[test]'
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -c python/constraints.txt -e 'python[test,postgres]'
 	touch $@
 
 # The default experiment (BLOC 40x10: least-request, bloc, round-robin) on real processes, < 3 min;

@@ -110,7 +110,8 @@ def _baseline(study: optuna.Study, settings: Settings, doc: dict, space: Space, 
 
 def _open_study(storage: Any, name: str, sampler) -> optuna.Study:
     """Creates or loads the study. Workers starting together on a new database may race to create
-    its tables; the loser retries (a bounded number of times)."""
+    its tables (SQLite: "database is locked"; PostgreSQL: a duplicate table or type); the loser
+    retries (a bounded number of times)."""
     import sqlalchemy.exc
 
     for attempt in range(5):
@@ -118,7 +119,7 @@ def _open_study(storage: Any, name: str, sampler) -> optuna.Study:
             return optuna.create_study(
                 storage=storage, study_name=name, direction="minimize", sampler=sampler, load_if_exists=True
             )
-        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError):
+        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
             if attempt == 4:
                 raise
             time.sleep(0.2 * (attempt + 1))

@@ -9,7 +9,7 @@ import optuna
 import pytest
 
 from tailguard_tune import experiment, space
-from tailguard_tune.algorithms import ALGORITHMS
+from tailguard_tune.algorithms import ALGORITHMS, make_sampler, tpe_startup
 from tailguard_tune.evaluate import EvaluationError, Objective
 from tailguard_tune.study import Settings, run
 
@@ -53,6 +53,15 @@ def test_every_algorithm_improves_on_the_defaults_and_is_reproducible(tmp_path, 
     assert first.best_value < first.baseline
     again = run(settings(tmp_path / "again", algo, storage=optuna.storages.InMemoryStorage()), say=lambda _: None)
     assert (again.best_value, again.best_params) == (first.best_value, first.best_params)
+
+
+def test_tpe_starts_with_a_third_of_the_budget_at_random_but_no_more_than_one_per_two_dimensions():
+    assert [tpe_startup(15, d) for d in (1, 2, 6, 7, 10, 32)] == [2, 2, 3, 4, 5, 5]
+    assert [tpe_startup(b, 32) for b in (4, 8, 15, 30, 60)] == [3, 3, 5, 10, 16]
+    doc = experiment.load(TINY)
+    sp = space.load(os.path.join(FIXTURES, "tiny-space.yaml"), doc)  # 6 parameters
+    sampler = make_sampler("tpe", sp, 0, 15)
+    assert sampler._n_startup_trials == 3  # Optuna's own attribute: what the sampler will do
 
 
 def test_outputs_and_resuming_a_finished_study(tmp_path):

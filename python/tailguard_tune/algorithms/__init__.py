@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import optuna
@@ -22,6 +23,17 @@ def initial_random(budget: int) -> int:
     return max(3, budget // 3)
 
 
+def tpe_startup(budget: int, dim: int) -> int:
+    """TPE's startup trials (Optuna counts the defaults' trial among them): a third of the budget,
+    but no more than one per two dimensions of the space. The random start is there to spread
+    points along every dimension before the Parzen estimators split good from bad; a small space
+    needs fewer, and the trials it does not need are better spent on the model. On examples/tune
+    at budget 15 (mean p95 improvement, seeds 0-19): in the 6-parameter reduced space 3 startup
+    trials give 57.25 % against 57.12 % for 5; in the 32-parameter space (seeds 0-9) 5 give 57.28 %
+    against 57.15 % for 3 (docs/tune.md, "Dimensionality reduction")."""
+    return max(2, min(initial_random(budget), math.ceil(dim / 2)))
+
+
 def make_sampler(name: str, space: Space, seed: int | None, budget: int) -> optuna.samplers.BaseSampler:
     """The sampler of algorithm `name` for a study of `budget` trials over `space`."""
     if name == "random":
@@ -29,7 +41,8 @@ def make_sampler(name: str, space: Space, seed: int | None, budget: int) -> optu
     if name == "tpe":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.samplers.TPESampler(seed=seed, n_startup_trials=initial_random(budget), multivariate=True)
+            startup = tpe_startup(budget, len(space))
+            return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, multivariate=True)
     if name == "ga":
         # Optuna's NSGA-II with one objective is an elitist genetic algorithm (crossover + mutation).
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(4, min(10, budget // 3)))
