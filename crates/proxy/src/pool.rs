@@ -122,8 +122,7 @@ impl Pool {
         if !request.headers().contains_key(hyper::header::HOST) {
             request.headers_mut().insert(hyper::header::HOST, self.host.clone());
         }
-        let reused = poll_fn(|cx| Poll::Ready(self.checkout(cx))).await;
-        let (conn, reused) = match reused {
+        let (conn, reused) = match self.checkout() {
             Some(conn) => (conn, true),
             None => (self.connect().await?, false),
         };
@@ -152,16 +151,18 @@ impl Pool {
     }
 
     /// The newest idle connection that is still open and ready for a request.
-    fn checkout(&self, cx: &mut Context<'_>) -> Option<Box<Conn>> {
+    fn checkout(&self) -> Option<Box<Conn>> {
         let mut idle = self.lock();
+        let mut cx = Context::from_waker(Waker::noop());
         while let Some((mut conn, since)) = idle.conns.pop() {
             if since.elapsed() >= IDLE_TIMEOUT {
                 // The rest of the stack is older still.
                 idle.conns.clear();
                 return None;
             }
-            // Polled here, the driver notices an endpoint's close (and registers this task).
-            if !conn.drive(cx) && conn.sender.is_ready() {
+            // Polled here, the driver notices an endpoint's close. No waker: the exchange polls
+            // it again at once.
+            if !conn.drive(&mut cx) && conn.sender.is_ready() {
                 return Some(conn);
             }
         }
@@ -254,7 +255,10 @@ async fn exchange(
         if open && conn.drive(cx) {
             open = false;
         }
-        response.as_mut().poll(cx)
+        // Only the driver completes the response, so while it runs, the response needs no waker
+        // of its own: registering this task's would wake it again for what this poll sees.
+        let mut quiet = Context::from_waker(Waker::noop());
+        response.as_mut().poll(if open { &mut quiet } else { cx })
     })
     .await;
     match result {
@@ -277,15 +281,18 @@ struct PooledBody {
 impl PooledBody {
     /// Polls the body, then (if it is waiting) the connection that feeds it, then the body again.
     fn poll_body(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        if let Poll::Ready(frame) = Pin::new(&mut self.body).poll_frame(cx) {
+        let Some(conn) = &mut self.conn else { return Pin::new(&mut self.body).poll_frame(cx) };
+        // As in `exchange`: only the driver feeds the body, so the body is polled without a
+        // waker and the driver with this task's.
+        let mut quiet = Context::from_waker(Waker::noop());
+        if let Poll::Ready(frame) = Pin::new(&mut self.body).poll_frame(&mut quiet) {
             return Poll::Ready(frame);
         }
-        if let Some(conn) = &mut self.conn {
-            if conn.drive(cx) {
-                self.conn = None;
-            }
+        if conn.drive(cx) {
+            self.conn = None;
+            return Pin::new(&mut self.body).poll_frame(cx);
         }
-        Pin::new(&mut self.body).poll_frame(cx)
+        Pin::new(&mut self.body).poll_frame(&mut quiet)
     }
 
     fn release(&mut self) {
