@@ -22,7 +22,7 @@ egress:
         balancer: {kind: round-robin}
         retry: {max_attempts: 1}
 CONF
-start tg valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.out" "$TG" proxy --config "$WORK/tg.yaml" --workers 1
+start tg valgrind --tool=callgrind ${CG_ARGS:-} --callgrind-out-file="$WORK/cg.out" "$TG" proxy --config "$WORK/tg.yaml" --workers 1
 PID_TG=$LAST_PID
 wait_port $P_TG
 

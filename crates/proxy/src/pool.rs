@@ -28,6 +28,7 @@ use hyper_util::rt::TokioIo;
 use std::future::{poll_fn, Future};
 use std::net::SocketAddr;
 use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -65,6 +66,38 @@ struct Idle {
 struct Conn {
     sender: SendRequest<Body>,
     driver: Connection<TokioIo<TcpStream>, Body>,
+    /// The waker the driver is polled with.
+    relay: Arc<Relay>,
+    waker: Waker,
+}
+
+/// The waker a connection's driver registers (for its socket and for the channels it feeds the
+/// response through): it wakes the task that polled the driver last, if any, unless muted.
+///
+/// Muted while the response body is read: taking a chunk tells the driver there is room for the
+/// next, which would wake the reading task for nothing, since it polls the driver next anyway.
+#[derive(Default)]
+struct Relay {
+    task: Mutex<Option<Waker>>,
+    muted: AtomicBool,
+    /// Whether a wake came while muted (from this side, or from the socket on another thread).
+    missed: AtomicBool,
+}
+
+impl std::task::Wake for Relay {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if self.muted.load(Ordering::Acquire) {
+            self.missed.store(true, Ordering::Release);
+        } else {
+            if let Some(task) = &*self.task.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) {
+                task.wake_by_ref();
+            }
+        }
+    }
 }
 
 /// Why a request got no response.
@@ -79,9 +112,36 @@ pub enum Error {
 }
 
 impl Conn {
-    /// Polls the connection's driver; `true` once it has finished (the connection is closed).
-    fn drive(&mut self, cx: &mut Context<'_>) -> bool {
-        Pin::new(&mut self.driver).poll(cx).is_ready()
+    fn new(sender: SendRequest<Body>, driver: Connection<TokioIo<TcpStream>, Body>) -> Box<Conn> {
+        let relay = Arc::new(Relay::default());
+        let waker = Waker::from(relay.clone());
+        Box::new(Conn { sender, driver, relay, waker })
+    }
+
+    /// Polls the connection's driver on behalf of `task` (`None`: nothing to wake, as for an idle
+    /// connection); `true` once it has finished (the connection is closed).
+    fn drive(&mut self, task: Option<&Waker>) -> bool {
+        {
+            let mut current = self.relay.task.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            match (task, &*current) {
+                (Some(task), Some(old)) if old.will_wake(task) => {}
+                _ => *current = task.cloned(),
+            }
+        }
+        Pin::new(&mut self.driver).poll(&mut Context::from_waker(&self.waker)).is_ready()
+    }
+
+    /// Runs `poll` (a poll of what the driver feeds) with the relay muted. A wake missed meanwhile
+    /// is passed on to `cx`'s task if `poll` is pending: it may have come from the socket, and
+    /// nothing else would poll the driver again. (When `poll` is ready, the reader polls again.)
+    fn muted<T>(&self, cx: &Context<'_>, poll: impl FnOnce() -> Poll<T>) -> Poll<T> {
+        self.relay.muted.store(true, Ordering::Release);
+        let result = poll();
+        self.relay.muted.store(false, Ordering::Release);
+        if self.relay.missed.swap(false, Ordering::AcqRel) && result.is_pending() {
+            cx.waker().wake_by_ref();
+        }
+        result
     }
 }
 
@@ -153,7 +213,6 @@ impl Pool {
     /// The newest idle connection that is still open and ready for a request.
     fn checkout(&self) -> Option<Box<Conn>> {
         let mut idle = self.lock();
-        let mut cx = Context::from_waker(Waker::noop());
         while let Some((mut conn, since)) = idle.conns.pop() {
             if since.elapsed() >= IDLE_TIMEOUT {
                 // The rest of the stack is older still.
@@ -162,7 +221,7 @@ impl Pool {
             }
             // Polled here, the driver notices an endpoint's close. No waker: the exchange polls
             // it again at once.
-            if !conn.drive(&mut cx) && conn.sender.is_ready() {
+            if !conn.drive(None) && conn.sender.is_ready() {
                 return Some(conn);
             }
         }
@@ -173,7 +232,7 @@ impl Pool {
         let stream = TcpStream::connect(self.addr).await.map_err(|e| Error::Connect(self.addr, e))?;
         let _ = stream.set_nodelay(true);
         let (sender, driver) = self.builder.handshake(TokioIo::new(stream)).await?;
-        Ok(Box::new(Conn { sender, driver }))
+        Ok(Conn::new(sender, driver))
     }
 
     fn respond(self: Arc<Self>, response: Response<Incoming>, conn: Option<Box<Conn>>) -> Response<Body> {
@@ -192,7 +251,7 @@ impl Pool {
     fn put(self: &Arc<Self>, mut conn: Box<Conn>) {
         // One poll lets hyper finish the exchange and ready the connection for the next request;
         // nothing needs waking until a request takes it out (and polls it with its own context).
-        if conn.drive(&mut Context::from_waker(Waker::noop())) || !conn.sender.is_ready() {
+        if conn.drive(None) || !conn.sender.is_ready() {
             return;
         }
         let mut idle = self.lock();
@@ -212,8 +271,7 @@ impl Pool {
     /// is left (the sweeper stops until one is put back).
     fn sweep(&self) -> bool {
         let mut idle = self.lock();
-        let mut cx = Context::from_waker(Waker::noop());
-        idle.conns.retain_mut(|(conn, since)| since.elapsed() < IDLE_TIMEOUT && !conn.drive(&mut cx));
+        idle.conns.retain_mut(|(conn, since)| since.elapsed() < IDLE_TIMEOUT && !conn.drive(None));
         idle.swept = !idle.conns.is_empty();
         idle.swept
     }
@@ -252,7 +310,7 @@ async fn exchange(
     let mut open = true;
     let result = poll_fn(|cx| {
         // The driver first: it writes the request and reads the response into the future.
-        if open && conn.drive(cx) {
+        if open && conn.drive(Some(cx.waker())) {
             open = false;
         }
         // Only the driver completes the response, so while it runs, the response needs no waker
@@ -270,6 +328,11 @@ async fn exchange(
     }
 }
 
+/// A context whose waker does nothing.
+fn quiet() -> Context<'static> {
+    Context::from_waker(Waker::noop())
+}
+
 /// A response body that owns its connection: reading it drives the connection, and once it has
 /// ended the connection goes back to the pool. Dropped before its end, it closes the connection.
 struct PooledBody {
@@ -281,18 +344,19 @@ struct PooledBody {
 impl PooledBody {
     /// Polls the body, then (if it is waiting) the connection that feeds it, then the body again.
     fn poll_body(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let Some(conn) = &mut self.conn else { return Pin::new(&mut self.body).poll_frame(cx) };
+        let PooledBody { body, conn: Some(conn), .. } = self else {
+            return Pin::new(&mut self.body).poll_frame(cx);
+        };
         // As in `exchange`: only the driver feeds the body, so the body is polled without a
-        // waker and the driver with this task's.
-        let mut quiet = Context::from_waker(Waker::noop());
-        if let Poll::Ready(frame) = Pin::new(&mut self.body).poll_frame(&mut quiet) {
+        // waker (and the relay muted), the driver with this task's.
+        if let Poll::Ready(frame) = conn.muted(cx, || Pin::new(&mut *body).poll_frame(&mut quiet())) {
             return Poll::Ready(frame);
         }
-        if conn.drive(cx) {
+        if conn.drive(Some(cx.waker())) {
             self.conn = None;
             return Pin::new(&mut self.body).poll_frame(cx);
         }
-        Pin::new(&mut self.body).poll_frame(&mut quiet)
+        conn.muted(cx, || Pin::new(body).poll_frame(&mut quiet()))
     }
 
     fn release(&mut self) {
@@ -358,6 +422,8 @@ mod tests {
         Slow(Duration),
         /// Sends the head and half the body of the first request, then stalls.
         Stall,
+        /// Answers with a chunked body of 20 chunks, 2 ms apart.
+        Chunked,
     }
 
     /// An HTTP/1 endpoint on 127.0.0.1 that counts the connections it accepted and has open.
@@ -411,6 +477,23 @@ mod tests {
             }
             match mode {
                 Mode::SwallowSecond if n == 1 => return,
+                Mode::Chunked => {
+                    let head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
+                    if stream.write_all(head).await.is_err() {
+                        return;
+                    }
+                    for i in 0..20 {
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                        let chunk = format!("2\r\n{i:02}\r\n");
+                        if stream.write_all(chunk.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                    if stream.write_all(b"0\r\n\r\n").await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
                 Mode::Slow(delay) => tokio::time::sleep(delay).await,
                 Mode::Stall => {
                     let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nok").await;
@@ -463,6 +546,22 @@ mod tests {
         }
         assert_eq!(e.accepted.load(Ordering::SeqCst), 1);
         assert_eq!(pool.idle(), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_streamed_body_is_read_whole_across_threads_and_its_connection_reused() {
+        let e = endpoint(Mode::Chunked).await;
+        let pool = Arc::new(Pool::new(e.addr));
+        let expected: String = (0..20).map(|i| format!("{i:02}")).collect();
+        // Two threads: the socket's wakes may come from the other one while the body is read.
+        for _ in 0..5 {
+            let body = tokio::spawn({
+                let pool = pool.clone();
+                async move { fetch(&pool, false).await.unwrap() }
+            });
+            assert_eq!(body.await.unwrap(), expected.as_str());
+        }
+        assert_eq!(e.accepted.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]
