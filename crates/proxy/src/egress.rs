@@ -161,12 +161,14 @@ impl Egress {
         let Some(upstream) = routes.route(&req) else {
             return http::text(StatusCode::NOT_FOUND, "tailguard: no upstream matches this request");
         };
-        let deadline = match http::deadline_ms(req.headers()) {
-            Ok(ms) => ms.map(|ms| self.now().saturating_add(Duration::from_millis(ms))),
+        let found = http::scan(req.headers());
+        // The deadline header is internal: without any, no lookup.
+        let deadline = match found.internal.then(|| http::deadline_ms(req.headers())).transpose() {
+            Ok(ms) => ms.flatten().map(|ms| self.now().saturating_add(Duration::from_millis(ms))),
             Err(e) => return http::text(StatusCode::BAD_REQUEST, &e),
         };
         let trace = self.tracing.as_ref().map(|t| t.call(req.headers(), &upstream.name));
-        let (template, streamed) = match template(req, routes.max_replay_body).await {
+        let (template, streamed) = match template(req, found, routes.max_replay_body).await {
             Ok(t) => t,
             Err(e) => return http::text(StatusCode::BAD_REQUEST, &format!("tailguard: cannot read the body: {e}")),
         };
@@ -222,15 +224,24 @@ impl Routes {
 
 /// Splits `req` into what each attempt replays, buffering a body up to `max_replay_body`; a
 /// larger body (or one of unknown length) comes back apart, to be streamed once.
-async fn template(req: Request<Incoming>, max_replay_body: usize) -> Result<(Template, Option<Incoming>), BoxError> {
+async fn template(
+    req: Request<Incoming>,
+    found: http::Found,
+    max_replay_body: usize,
+) -> Result<(Template, Option<Incoming>), BoxError> {
     let (parts, body) = req.into_parts();
     let mut headers = parts.headers;
-    // `te: trailers` is the one hop-by-hop header HTTP/2 keeps: gRPC servers expect it.
-    let te_trailers = headers.get(hyper::header::TE).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"));
-    http::strip_hop_by_hop(&mut headers);
-    http::strip_internal(&mut headers, &[]);
-    if te_trailers {
-        headers.insert(hyper::header::TE, HeaderValue::from_static("trailers"));
+    if found.hop_by_hop {
+        // `te: trailers` is the one hop-by-hop header HTTP/2 keeps: gRPC servers expect it.
+        let te_trailers =
+            headers.get(hyper::header::TE).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"));
+        http::strip_hop_by_hop(&mut headers);
+        if te_trailers {
+            headers.insert(hyper::header::TE, HeaderValue::from_static("trailers"));
+        }
+    }
+    if found.internal {
+        http::strip_internal(&mut headers, &[]);
     }
     let small = body.size_hint().upper().is_some_and(|n| n <= max_replay_body as u64);
     let (body, streamed) = if body.is_end_stream() {
@@ -382,7 +393,10 @@ impl<'a> Driver<'a> {
 
     /// Carries out the call's pending actions; the finish, if one came.
     fn apply(&mut self, call: &Call) -> Option<Finish> {
-        for action in std::mem::take(&mut self.out) {
+        // Drained, not dropped: the next policy step reuses its room.
+        let mut out = std::mem::take(&mut self.out);
+        let mut finished = None;
+        for action in out.drain(..) {
             match action {
                 Action::Send { attempt, endpoint, policy_timeout, .. } => {
                     if let Some(trace) = &mut self.trace {
@@ -405,10 +419,14 @@ impl<'a> Driver<'a> {
                 Action::WakeAt(t) => {
                     self.wakes.insert(t);
                 }
-                Action::Finish(finish) => return Some(finish),
+                Action::Finish(finish) => {
+                    finished = Some(finish);
+                    break;
+                }
             }
         }
-        None
+        self.out = out;
+        finished
     }
 
     fn count_send(&self, attempt: u32, endpoint: EndpointId, policy_timeout: Option<Duration>) {
@@ -434,7 +452,7 @@ impl<'a> Driver<'a> {
     /// Starts attempt `attempt` to `endpoint`.
     fn send(&mut self, call: &Call, attempt: u32, endpoint: EndpointId) {
         let body = match (&self.template.body, self.streamed.take()) {
-            (Some(bytes), _) => http::full(bytes.clone()),
+            (Some(bytes), _) => http::bytes(bytes),
             (None, Some(body)) => body.map_err(BoxError::from).boxed(),
             (None, None) => {
                 self.unsendable.push(attempt);
@@ -458,12 +476,8 @@ impl<'a> Driver<'a> {
                 let rebuild = self.replayable.then(|| {
                     let template = self.template.clone();
                     move || {
-                        http1_request(
-                            &template,
-                            http::full(template.body.clone().unwrap_or_default()),
-                            remaining,
-                            &traced,
-                        )
+                        let body = template.body.as_ref().map_or_else(http::empty, http::bytes);
+                        http1_request(&template, body, remaining, &traced)
                     }
                 });
                 let pool = target.pool.clone();
@@ -496,9 +510,11 @@ impl<'a> Driver<'a> {
         let rtt = self.egress.now().saturating_sub(end.sent);
         self.metrics_endpoint(end.endpoint, |m| m.attempt_latency.observe(seconds(rtt)));
         let feedback = match end.result {
-            Ok(response) => {
-                let feedback =
-                    Feedback::new(outcome(response.status()), rtt).with_chip(http::has_chip(response.headers()));
+            Ok(mut response) => {
+                let found = http::scan(response.headers());
+                let chip = found.internal && http::has_chip(response.headers());
+                clean(&mut response, found);
+                let feedback = Feedback::new(outcome(response.status()), rtt).with_chip(chip);
                 match feedback.outcome {
                     Outcome::Success => self.winner = Some(response),
                     Outcome::Rejected => self.metrics_endpoint(end.endpoint, |m| m.rejected.inc()),
@@ -520,7 +536,7 @@ impl<'a> Driver<'a> {
             _ => None,
         };
         if let Some(response) = upstream_response {
-            return clean(response);
+            return response;
         }
         match finish.outcome {
             Outcome::TimedOut => http::text(StatusCode::GATEWAY_TIMEOUT, "tailguard: the request timed out"),
@@ -571,13 +587,17 @@ fn attempt_request(t: &Template, body: Body, remaining: Option<Duration>, traced
     request
 }
 
-/// An upstream's response as the application gets it: no internal or hop-by-hop headers.
-fn clean(mut response: Response<Body>) -> Response<Body> {
+/// Makes an upstream's response what the application gets: no internal or hop-by-hop headers
+/// (`found` by a scan of its headers).
+fn clean(response: &mut Response<Body>, found: http::Found) {
     let headers = response.headers_mut();
-    http::strip_hop_by_hop(headers);
-    http::strip_internal(headers, &[]);
+    if found.hop_by_hop {
+        http::strip_hop_by_hop(headers);
+    }
+    if found.internal {
+        http::strip_internal(headers, &[]);
+    }
     debug_assert!(!headers.contains_key(CHIP));
-    response
 }
 
 /// The first of `attempts` to end, removed from them.
