@@ -72,24 +72,33 @@ pub fn scan(headers: &HeaderMap) -> Found {
     let mut found = Found::default();
     for name in headers.keys() {
         let name = name.as_str();
-        found.hop_by_hop |= is_hop_by_hop(name);
+        found.hop_by_hop |= hop_by_hop(name).is_some();
         found.internal |= name.starts_with(INTERNAL_PREFIX);
     }
     found
 }
 
-/// Whether `name` (lowercase, as parsed) is one of [`HOP_BY_HOP`]: matched by length, then bytes.
-fn is_hop_by_hop(name: &str) -> bool {
-    matches!(
-        name,
-        "connection" | "keep-alive" | "proxy-connection" | "te" | "trailer" | "transfer-encoding" | "upgrade"
-    )
+/// Where `name` (lowercase, as parsed) is in [`HOP_BY_HOP`], if it is: matched by length, then
+/// bytes, no hashing.
+fn hop_by_hop(name: &str) -> Option<usize> {
+    let i = match name {
+        "connection" => 0,
+        "keep-alive" => 1,
+        "proxy-connection" => 2,
+        "te" => 3,
+        "trailer" => 4,
+        "transfer-encoding" => 5,
+        "upgrade" => 6,
+        _ => return None,
+    };
+    Some(i)
 }
 
-/// Removes hop-by-hop headers, if [`scan`] finds any.
+/// Removes hop-by-hop headers: only those present, since each removal hashes its name.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    if scan(headers).hop_by_hop {
-        for name in &HOP_BY_HOP {
+    let present = headers.keys().filter_map(|name| hop_by_hop(name.as_str())).fold(0u8, |set, i| set | 1 << i);
+    for (i, name) in HOP_BY_HOP.iter().enumerate() {
+        if present & 1 << i != 0 {
             headers.remove(name);
         }
     }
@@ -133,6 +142,8 @@ mod tests {
             let mut h = headers.clone();
             h.insert(name, HeaderValue::from_static("x"));
             assert_eq!(scan(&h), Found { hop_by_hop: true, internal: false }, "{name}");
+            strip_hop_by_hop(&mut h);
+            assert_eq!(h, headers, "{name}");
         }
         headers.insert(CHIP, HeaderValue::from_static("1"));
         assert_eq!(scan(&headers), Found { hop_by_hop: false, internal: true });

@@ -307,20 +307,23 @@ async fn exchange(
     request: Request<Body>,
 ) -> Result<(Response<Incoming>, Option<Box<Conn>>), (hyper::Error, Option<Request<Body>>)> {
     let mut response = pin!(conn.sender.try_send_request(request));
-    let mut open = true;
+    let mut conn = Some(conn);
     let result = poll_fn(|cx| {
         // The driver first: it writes the request and reads the response into the future.
-        if open && conn.drive(Some(cx.waker())) {
-            open = false;
+        if conn.as_mut().is_some_and(|c| c.drive(Some(cx.waker()))) {
+            // Finished: dropped, it hands back a request it never took (or fails the one it took).
+            conn = None;
         }
         // Only the driver completes the response, so while it runs, the response needs no waker
         // of its own: registering this task's would wake it again for what this poll sees.
-        let mut quiet = Context::from_waker(Waker::noop());
-        response.as_mut().poll(if open { &mut quiet } else { cx })
+        match conn {
+            Some(_) => response.as_mut().poll(&mut quiet()),
+            None => response.as_mut().poll(cx),
+        }
     })
     .await;
     match result {
-        Ok(response) => Ok((response, open.then_some(conn))),
+        Ok(response) => Ok((response, conn)),
         Err(mut e) => {
             let unsent = e.take_message();
             Err((e.into_error(), unsent))
