@@ -314,6 +314,8 @@ async fn the_ingress_strips_spoofed_headers_and_sets_its_chip() {
         assert_eq!((status, body.as_str()), (StatusCode::OK, "app"));
         assert!(!headers.contains_key("x-tailguard-chip"));
     }
+    assert_eq!(app.hits(), 4);
+    assert_eq!(app.accepted.load(Ordering::SeqCst), 1, "the ingress keeps its connection to the app alive");
     proxy.shutdown().await;
     server.shutdown().await;
 }
