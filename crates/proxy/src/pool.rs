@@ -230,7 +230,9 @@ impl Pool {
 
     async fn connect(&self) -> Result<Box<Conn>, Error> {
         let stream = TcpStream::connect(self.addr).await.map_err(|e| Error::Connect(self.addr, e))?;
-        let _ = stream.set_nodelay(true);
+        // No TCP_NODELAY, as hyper-util's connector: each request head goes out in one write
+        // anyway, and with it set the proxy spent ~0.7 µs more system time per request (64
+        // clients through `--workers 1` to nginx, same syscalls).
         let (sender, driver) = self.builder.handshake(TokioIo::new(stream)).await?;
         Ok(Conn::new(sender, driver))
     }
