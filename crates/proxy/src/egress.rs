@@ -481,7 +481,7 @@ impl<'a> Driver<'a> {
                     }
                 });
                 let pool = target.pool.clone();
-                Box::pin(async move { Ok(pool.send(request, rebuild).await?) })
+                Box::pin(pool.send(request, rebuild))
             }
             config::Protocol::H2c => {
                 let Some(request) = target

@@ -148,7 +148,7 @@ impl Ingress {
     /// Sends `request` to the application (never twice: its body is streamed).
     async fn call(&self, request: Request<Body>) -> Result<Response<Body>, BoxError> {
         match &self.client {
-            AppClient::Http1(pool) => Ok(pool.clone().send(request, None::<fn() -> Request<Body>>).await?),
+            AppClient::Http1(pool) => pool.clone().send(request, None::<fn() -> Request<Body>>).await,
             AppClient::H2c(client) => Ok(client.request(request).await?.map(|b| b.map_err(BoxError::from).boxed())),
         }
     }

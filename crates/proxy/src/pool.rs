@@ -171,40 +171,53 @@ impl Pool {
     /// with a body that returns the connection once read. `rebuild` remakes the request for a
     /// replay after it was written on a connection the endpoint closed; `None` when the request
     /// must not be sent twice (a non-idempotent method or a streamed body).
-    pub async fn send<F>(
+    ///
+    /// The error type is the caller's (any that an [`Error`] converts into), so that the future
+    /// needs no wrapper to convert it: that would hold a second copy of the request.
+    pub async fn send<F, E>(
         self: Arc<Self>,
         mut request: Request<Body>,
         rebuild: Option<F>,
-    ) -> Result<Response<Body>, Error>
+    ) -> Result<Response<Body>, E>
     where
         F: FnOnce() -> Request<Body>,
+        E: From<Error>,
     {
         if !request.headers().contains_key(hyper::header::HOST) {
             request.headers_mut().insert(hyper::header::HOST, self.host.clone());
         }
         let (conn, reused) = match self.checkout() {
             Some(conn) => (conn, true),
-            None => (self.connect().await?, false),
+            // Boxed: connecting is rare, and its future would otherwise take room in every attempt.
+            None => (Box::pin(self.connect()).await?, false),
         };
-        let first = exchange(conn, request).await;
-        let (replay, error) = match first {
+        let (error, unsent) = match exchange(conn, request).await {
             Ok((response, conn)) => return Ok(self.respond(response, conn)),
-            Err((error, unsent)) if reused => match (unsent, rebuild) {
-                (Some(request), _) => (request, error),
-                (None, Some(rebuild)) if closed_under(&error) => {
-                    let mut request = rebuild();
-                    if !request.headers().contains_key(hyper::header::HOST) {
-                        request.headers_mut().insert(hyper::header::HOST, self.host.clone());
-                    }
-                    (request, error)
-                }
-                _ => return Err(error.into()),
-            },
-            Err((error, _)) => return Err(error.into()),
+            Err(failed) => failed,
         };
-        drop(error);
+        let replay = match (unsent, rebuild) {
+            _ if !reused => None,
+            (Some(request), _) => Some(request),
+            (None, Some(rebuild)) if closed_under(&error) => {
+                let mut request = rebuild();
+                if !request.headers().contains_key(hyper::header::HOST) {
+                    request.headers_mut().insert(hyper::header::HOST, self.host.clone());
+                }
+                Some(request)
+            }
+            _ => None,
+        };
+        match replay {
+            // Boxed: rare, and its future would otherwise take room in every attempt's.
+            Some(request) => Ok(Box::pin(self.replay(request)).await?),
+            None => Err(Error::from(error).into()),
+        }
+    }
+
+    /// Sends `request` again, on a new connection.
+    async fn replay(self: Arc<Self>, request: Request<Body>) -> Result<Response<Body>, Error> {
         let conn = self.connect().await?;
-        match exchange(conn, replay).await {
+        match exchange(conn, request).await {
             Ok((response, conn)) => Ok(self.respond(response, conn)),
             Err((error, _)) => Err(error.into()),
         }
@@ -526,12 +539,15 @@ mod tests {
 
     type Rebuild = fn() -> Request<Body>;
 
+    fn send(pool: &Arc<Pool>, rebuild: Option<Rebuild>) -> impl Future<Output = Result<Response<Body>, Error>> {
+        pool.clone().send(get(), rebuild)
+    }
+
     /// Sends a GET (replayable unless `once`) and reads its body.
     async fn fetch(pool: &Arc<Pool>, once: bool) -> Result<Bytes, Error> {
         let rebuild: Option<Rebuild> = if once { None } else { Some(get) };
-        let response = tokio::time::timeout(Duration::from_secs(5), pool.clone().send(get(), rebuild))
-            .await
-            .expect("an answer within 5 s")?;
+        let response =
+            tokio::time::timeout(Duration::from_secs(5), send(pool, rebuild)).await.expect("an answer within 5 s")?;
         Ok(response.into_body().collect().await.unwrap().to_bytes())
     }
 
@@ -602,7 +618,7 @@ mod tests {
         let e = endpoint(Mode::Stall).await;
         let pool = Arc::new(Pool::new(e.addr));
         // The head came, the body stalls: dropping the body drops the connection.
-        let response = pool.clone().send(get(), None::<Rebuild>).await.unwrap();
+        let response = send(&pool, None).await.unwrap();
         let mut body = response.into_body();
         let first = tokio::time::timeout(Duration::from_secs(5), body.frame()).await.unwrap();
         assert_eq!(first.unwrap().unwrap().into_data().unwrap(), "ok");
@@ -614,7 +630,7 @@ mod tests {
         let e = endpoint(Mode::Slow(Duration::from_millis(300))).await;
         let pool = Arc::new(Pool::new(e.addr));
         assert_eq!(fetch(&pool, false).await.unwrap(), "ok");
-        let attempt = pool.clone().send(get(), None::<Rebuild>);
+        let attempt = send(&pool, None);
         assert!(tokio::time::timeout(Duration::from_millis(100), attempt).await.is_err());
         assert_eq!(pool.idle(), 0);
         assert_eq!(fetch(&pool, false).await.unwrap(), "ok");
