@@ -148,7 +148,12 @@ impl Conn {
 impl Pool {
     /// The pool of `addr`, empty.
     pub fn new(addr: SocketAddr) -> Pool {
-        let host = if addr.port() == 80 { addr.ip().to_string() } else { addr.to_string() };
+        // As hyper-util's client writes it: no port when it is the default one.
+        let host = match addr {
+            SocketAddr::V4(a) if a.port() == 80 => a.ip().to_string(),
+            SocketAddr::V6(a) if a.port() == 80 => format!("[{}]", a.ip()),
+            _ => addr.to_string(),
+        };
         Pool {
             addr,
             host: HeaderValue::try_from(host).expect("a socket address is a valid header value"),
@@ -556,6 +561,15 @@ mod tests {
     /// Lets the endpoint's tasks see closes.
     async fn settle() {
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    #[test]
+    fn a_request_without_host_gets_the_endpoints() {
+        let host = |addr: &str| Pool::new(addr.parse().unwrap()).host;
+        assert_eq!(host("127.0.0.1:8080"), "127.0.0.1:8080");
+        assert_eq!(host("127.0.0.1:80"), "127.0.0.1");
+        assert_eq!(host("[::1]:8080"), "[::1]:8080");
+        assert_eq!(host("[::1]:80"), "[::1]");
     }
 
     #[tokio::test]
