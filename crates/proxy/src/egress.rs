@@ -8,10 +8,14 @@
 //!
 //! Bodies up to `max_replay_body` are buffered so retries and hedges can replay them; larger ones
 //! (or of unknown length) are streamed once, and such a request is neither retried nor hedged.
+//!
+//! HTTP/1 attempts go through each endpoint's own connection [`Pool`]; h2c attempts through
+//! hyper-util's client (one multiplexed connection per endpoint).
 
 use crate::config;
 use crate::http::{self, Body, BoxError, CHIP, DEADLINE_MS};
 use crate::metrics::{seconds, EndpointMetrics, Metrics, UpstreamMetrics};
+use crate::pool::{self, Pool};
 use crate::trace::{CallTrace, Tracing};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
@@ -19,12 +23,13 @@ use hyper::body::{Body as _, Incoming};
 use hyper::header::HeaderValue;
 use hyper::http::uri::{Authority, PathAndQuery, Scheme};
 use hyper::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
-use hyper_util::client::legacy::{connect::HttpConnector, Client, ResponseFuture};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use rand::SeedableRng;
 use rand_pcg::Pcg64Mcg;
 use std::collections::BTreeSet;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, RwLock};
 use std::task::Poll;
@@ -35,16 +40,10 @@ use tailguard_policy::{EndpointId, Feedback, Outcome, Time};
 
 type HttpClient = Client<HttpConnector, Body>;
 
-/// Idle HTTP/1 connections kept per endpoint (as nginx's `keepalive 64`). A burst opens as many
-/// connections as it has requests in flight; beyond this many, those that fall idle are closed
-/// instead of holding their buffers (about 25 KiB each) until the pool's 90 s idle timeout.
-const MAX_IDLE_PER_ENDPOINT: usize = 64;
-
 /// The outbound side: routes and upstreams.
 pub struct Egress {
     /// Swapped whole on reload; each request keeps the routes it started with.
     routes: RwLock<Arc<Routes>>,
-    http1: HttpClient,
     h2c: HttpClient,
     epoch: Instant,
     metrics: Arc<Metrics>,
@@ -67,10 +66,14 @@ struct Upstream {
     core: Mutex<Core>,
 }
 
-/// What a request needs of an endpoint, prepared once: its URI authority and its metrics.
+/// What a request needs of an endpoint, prepared once: its URI authority, its HTTP/1
+/// connections and its metrics.
 struct Endpoint {
-    /// `None` if the address is no URI authority (then no attempt can be sent there).
+    addr: SocketAddr,
+    /// `None` if the address is no URI authority (then no h2c attempt can be sent there).
     authority: Option<Authority>,
+    /// Kept across reloads for as long as some upstream lists the address.
+    pool: Arc<Pool>,
     metrics: EndpointMetrics,
 }
 
@@ -80,19 +83,17 @@ struct Core {
     rng: Pcg64Mcg,
 }
 
-/// The request as every attempt replays it.
+/// The request as every attempt replays it; shared with the attempts, which may rebuild it.
 struct Template {
     method: Method,
     path: PathAndQuery,
     headers: HeaderMap,
-    body: Replay,
+    /// The body when buffered (replayable); `None` when it is streamed once.
+    body: Option<Bytes>,
 }
 
-/// A request body: buffered (replayable) or streamed once.
-enum Replay {
-    Buffered(Bytes),
-    Once(Option<Incoming>),
-}
+/// An attempt's response, when it comes.
+type ResponseFuture = Pin<Box<dyn Future<Output = Result<Response<Body>, AttemptError>> + Send>>;
 
 /// An attempt in flight: its response, when it comes, is fed back to the call.
 struct Attempt {
@@ -107,16 +108,34 @@ struct AttemptEnd {
     attempt: u32,
     endpoint: EndpointId,
     sent: Time,
-    result: Result<Response<Incoming>, hyper_util::client::legacy::Error>,
+    result: Result<Response<Body>, AttemptError>,
+}
+
+/// Why an attempt got no response.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AttemptError {
+    #[error(transparent)]
+    Http1(#[from] pool::Error),
+    #[error(transparent)]
+    H2c(#[from] hyper_util::client::legacy::Error),
+}
+
+impl AttemptError {
+    /// Whether no connection could be opened (nothing reached the endpoint).
+    pub(crate) fn is_connect(&self) -> bool {
+        match self {
+            AttemptError::Http1(e) => matches!(e, pool::Error::Connect(..)),
+            AttemptError::H2c(e) => e.is_connect(),
+        }
+    }
 }
 
 impl Egress {
     /// The egress of `config`; `epoch` is the proxy's time zero.
     pub fn new(config: &config::Egress, epoch: Instant, metrics: Arc<Metrics>) -> Egress {
         let routes = RwLock::new(Arc::new(Routes::new(config, None, &metrics)));
-        let http1 = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(MAX_IDLE_PER_ENDPOINT).build_http();
         let h2c = Client::builder(TokioExecutor::new()).http2_only(true).build_http();
-        Egress { routes, http1, h2c, epoch, metrics, tracing: None }
+        Egress { routes, h2c, epoch, metrics, tracing: None }
     }
 
     /// Makes spans per call and attempt when `tracing` is set.
@@ -142,18 +161,20 @@ impl Egress {
         let Some(upstream) = routes.route(&req) else {
             return http::text(StatusCode::NOT_FOUND, "tailguard: no upstream matches this request");
         };
-        let deadline = match http::deadline_ms(req.headers()) {
-            Ok(ms) => ms.map(|ms| self.now().saturating_add(Duration::from_millis(ms))),
+        let found = http::scan(req.headers());
+        // The deadline header is internal: without any, no lookup.
+        let deadline = match found.internal.then(|| http::deadline_ms(req.headers())).transpose() {
+            Ok(ms) => ms.flatten().map(|ms| self.now().saturating_add(Duration::from_millis(ms))),
             Err(e) => return http::text(StatusCode::BAD_REQUEST, &e),
         };
         let trace = self.tracing.as_ref().map(|t| t.call(req.headers(), &upstream.name));
-        let template = match template(req, routes.max_replay_body).await {
+        let (template, streamed) = match template(req, found, routes.max_replay_body).await {
             Ok(t) => t,
             Err(e) => return http::text(StatusCode::BAD_REQUEST, &format!("tailguard: cannot read the body: {e}")),
         };
         upstream.metrics.requests.inc();
         let started = Instant::now();
-        let mut driver = Driver::new(self, upstream.clone(), template);
+        let mut driver = Driver::new(self, upstream.clone(), Arc::new(template), streamed);
         driver.trace = trace;
         let response = driver.run(deadline).await;
         upstream.metrics.request_latency.observe(seconds(started.elapsed()));
@@ -173,7 +194,7 @@ impl Routes {
             .enumerate()
             .map(|(i, (name, u))| {
                 let same = old.and_then(|old| old.upstreams.iter().find(|o| o.name == *name && o.config == *u));
-                same.cloned().unwrap_or_else(|| Arc::new(Upstream::new(name, u, i as u64, metrics)))
+                same.cloned().unwrap_or_else(|| Arc::new(Upstream::new(name, u, i as u64, metrics, old)))
             })
             .collect();
         Routes { upstreams, max_replay_body: config.max_replay_body }
@@ -201,37 +222,54 @@ impl Routes {
     }
 }
 
-/// Splits `req` into what each attempt replays, buffering a body up to `max_replay_body`.
-async fn template(req: Request<Incoming>, max_replay_body: usize) -> Result<Template, BoxError> {
+/// Splits `req` into what each attempt replays, buffering a body up to `max_replay_body`; a
+/// larger body (or one of unknown length) comes back apart, to be streamed once.
+async fn template(
+    req: Request<Incoming>,
+    found: http::Found,
+    max_replay_body: usize,
+) -> Result<(Template, Option<Incoming>), BoxError> {
     let (parts, body) = req.into_parts();
     let mut headers = parts.headers;
-    // `te: trailers` is the one hop-by-hop header HTTP/2 keeps: gRPC servers expect it.
-    let te_trailers = headers.get(hyper::header::TE).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"));
-    http::strip_hop_by_hop(&mut headers);
-    http::strip_internal(&mut headers, &[]);
-    if te_trailers {
-        headers.insert(hyper::header::TE, HeaderValue::from_static("trailers"));
+    if found.hop_by_hop {
+        // `te: trailers` is the one hop-by-hop header HTTP/2 keeps: gRPC servers expect it.
+        let te_trailers =
+            headers.get(hyper::header::TE).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"));
+        http::strip_hop_by_hop(&mut headers);
+        if te_trailers {
+            headers.insert(hyper::header::TE, HeaderValue::from_static("trailers"));
+        }
+    }
+    if found.internal {
+        http::strip_internal(&mut headers, &[]);
     }
     let small = body.size_hint().upper().is_some_and(|n| n <= max_replay_body as u64);
-    let body = if body.is_end_stream() {
-        Replay::Buffered(Bytes::new())
+    let (body, streamed) = if body.is_end_stream() {
+        (Some(Bytes::new()), None)
     } else if small {
-        Replay::Buffered(Limited::new(body, max_replay_body).collect().await?.to_bytes())
+        (Some(Limited::new(body, max_replay_body).collect().await?.to_bytes()), None)
     } else {
-        Replay::Once(Some(body))
+        (None, Some(body))
     };
     let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
-    Ok(Template { method: parts.method, path, headers, body })
+    Ok((Template { method: parts.method, path, headers, body }, streamed))
 }
 
 impl Upstream {
-    fn new(name: &str, config: &config::Upstream, seed: u64, metrics: &Metrics) -> Upstream {
+    /// The upstream `name`; its endpoints keep their connection pools from `old` routes.
+    fn new(name: &str, config: &config::Upstream, seed: u64, metrics: &Metrics, old: Option<&Routes>) -> Upstream {
         let policy = build::client_policy(&config.policy, config.endpoints.len());
+        let old_pool = |addr: &SocketAddr| {
+            let mut endpoints = old.into_iter().flat_map(|r| r.upstreams.iter()).flat_map(|u| u.endpoints.iter());
+            endpoints.find(|e| e.addr == *addr).map(|e| e.pool.clone())
+        };
         let endpoints = config
             .endpoints
             .iter()
             .map(|addr| Endpoint {
+                addr: *addr,
                 authority: Authority::try_from(addr.to_string()).ok(),
+                pool: old_pool(addr).unwrap_or_else(|| Arc::new(Pool::new(*addr))),
                 metrics: metrics.endpoint(name, &addr.to_string()),
             })
             .collect();
@@ -266,24 +304,36 @@ pub(crate) fn outcome(status: StatusCode) -> Outcome {
 struct Driver<'a> {
     egress: &'a Egress,
     upstream: Arc<Upstream>,
-    template: Template,
+    template: Arc<Template>,
+    /// The body when streamed once (taken by the first attempt).
+    streamed: Option<Incoming>,
+    /// Whether an attempt's request may be rebuilt and sent again (idempotent, buffered body).
+    replayable: bool,
     out: Vec<Action>,
     wakes: BTreeSet<Time>,
     attempts: Vec<Attempt>,
     /// Sends the call asked for that the driver could not carry out (a streamed body, spent).
     unsendable: Vec<u32>,
-    winner: Option<Response<Incoming>>,
-    last_error: Option<Response<Incoming>>,
+    winner: Option<Response<Body>>,
+    last_error: Option<Response<Body>>,
     /// The call's spans, when tracing.
     trace: Option<CallTrace>,
 }
 
 impl<'a> Driver<'a> {
-    fn new(egress: &'a Egress, upstream: Arc<Upstream>, template: Template) -> Driver<'a> {
+    fn new(
+        egress: &'a Egress,
+        upstream: Arc<Upstream>,
+        template: Arc<Template>,
+        streamed: Option<Incoming>,
+    ) -> Driver<'a> {
+        let replayable = template.body.is_some() && idempotent(&template.method);
         Driver {
             egress,
             upstream,
             template,
+            streamed,
+            replayable,
             out: Vec::new(),
             wakes: BTreeSet::new(),
             attempts: Vec::new(),
@@ -304,9 +354,8 @@ impl<'a> Driver<'a> {
     }
 
     async fn run(mut self, deadline: Option<Time>) -> Response<Body> {
-        let replayable = matches!(self.template.body, Replay::Buffered(_));
-        let idempotent = replayable && idempotent(&self.template.method);
-        let mut call = self.step(|ctx| Call::start(ctx, idempotent, deadline));
+        let replayable = self.replayable;
+        let mut call = self.step(|ctx| Call::start(ctx, replayable, deadline));
         loop {
             if let Some(finish) = self.apply(&call) {
                 let trace = self.trace.take();
@@ -344,7 +393,10 @@ impl<'a> Driver<'a> {
 
     /// Carries out the call's pending actions; the finish, if one came.
     fn apply(&mut self, call: &Call) -> Option<Finish> {
-        for action in std::mem::take(&mut self.out) {
+        // Drained, not dropped: the next policy step reuses its room.
+        let mut out = std::mem::take(&mut self.out);
+        let mut finished = None;
+        for action in out.drain(..) {
             match action {
                 Action::Send { attempt, endpoint, policy_timeout, .. } => {
                     if let Some(trace) = &mut self.trace {
@@ -367,10 +419,14 @@ impl<'a> Driver<'a> {
                 Action::WakeAt(t) => {
                     self.wakes.insert(t);
                 }
-                Action::Finish(finish) => return Some(finish),
+                Action::Finish(finish) => {
+                    finished = Some(finish);
+                    break;
+                }
             }
         }
-        None
+        self.out = out;
+        finished
     }
 
     fn count_send(&self, attempt: u32, endpoint: EndpointId, policy_timeout: Option<Duration>) {
@@ -395,64 +451,52 @@ impl<'a> Driver<'a> {
 
     /// Starts attempt `attempt` to `endpoint`.
     fn send(&mut self, call: &Call, attempt: u32, endpoint: EndpointId) {
-        let body = match &mut self.template.body {
-            Replay::Buffered(bytes) => http::full(bytes.clone()),
-            Replay::Once(body) => match body.take() {
-                Some(b) => b.map_err(BoxError::from).boxed(),
-                None => {
-                    self.unsendable.push(attempt);
-                    return;
-                }
-            },
+        let body = match (&self.template.body, self.streamed.take()) {
+            (Some(bytes), _) => http::bytes(bytes),
+            (None, Some(body)) => body.map_err(BoxError::from).boxed(),
+            (None, None) => {
+                self.unsendable.push(attempt);
+                return;
+            }
         };
-        let Some(authority) = self.upstream.endpoints.get(endpoint).and_then(|e| e.authority.clone()) else {
+        let Some(target) = self.upstream.endpoints.get(endpoint) else {
             self.unsendable.push(attempt);
             return;
         };
         let now = self.egress.now();
         let remaining = call.deadline().map(|d| d.saturating_sub(now));
-        let mut request = match self.request(authority, body, remaining) {
-            Ok(r) => r,
-            Err(_) => {
-                self.unsendable.push(attempt);
-                return;
+        // The trace context, kept apart so that a replay can carry it too.
+        let mut traced = HeaderMap::new();
+        if let Some(trace) = &self.trace {
+            trace.inject(attempt, &mut traced);
+        }
+        let response: ResponseFuture = match self.upstream.config.protocol {
+            config::Protocol::Http1 => {
+                let request = http1_request(&self.template, body, remaining, &traced);
+                let rebuild = self.replayable.then(|| {
+                    let template = self.template.clone();
+                    move || {
+                        let body = template.body.as_ref().map_or_else(http::empty, http::bytes);
+                        http1_request(&template, body, remaining, &traced)
+                    }
+                });
+                let pool = target.pool.clone();
+                Box::pin(pool.send(request, rebuild))
+            }
+            config::Protocol::H2c => {
+                let Some(request) = target
+                    .authority
+                    .clone()
+                    .and_then(|a| h2c_request(&self.template, a, body, remaining, &traced).ok())
+                else {
+                    self.unsendable.push(attempt);
+                    return;
+                };
+                let response = self.egress.h2c.request(request);
+                Box::pin(async move { Ok(response.await?.map(|b| b.map_err(BoxError::from).boxed())) })
             }
         };
-        if let Some(trace) = &self.trace {
-            trace.inject(attempt, request.headers_mut());
-        }
-        let client = match self.upstream.config.protocol {
-            config::Protocol::Http1 => &self.egress.http1,
-            config::Protocol::H2c => &self.egress.h2c,
-        };
-        let response = client.request(request);
         self.attempts.push(Attempt { attempt, endpoint, sent: now, response });
-    }
-
-    /// The attempt's request to `authority`, with the remaining deadline for the next hop.
-    fn request(
-        &self,
-        authority: Authority,
-        body: Body,
-        remaining: Option<Duration>,
-    ) -> Result<Request<Body>, BoxError> {
-        let t = &self.template;
-        let uri = Uri::builder().scheme(Scheme::HTTP).authority(authority).path_and_query(t.path.clone()).build()?;
-        let version = match self.upstream.config.protocol {
-            config::Protocol::Http1 => Version::HTTP_11,
-            config::Protocol::H2c => Version::HTTP_2,
-        };
-        // Set in place: each step of `Request::builder()` moves the whole request head.
-        let mut request = Request::new(body);
-        *request.method_mut() = t.method.clone();
-        *request.uri_mut() = uri;
-        *request.version_mut() = version;
-        *request.headers_mut() = t.headers.clone();
-        if let Some(r) = remaining {
-            let ms = r.as_millis().to_string();
-            request.headers_mut().insert(DEADLINE_MS, HeaderValue::from_str(&ms)?);
-        }
-        Ok(request)
     }
 
     /// Feeds an attempt's end back to the call, keeping the response it may return.
@@ -466,9 +510,11 @@ impl<'a> Driver<'a> {
         let rtt = self.egress.now().saturating_sub(end.sent);
         self.metrics_endpoint(end.endpoint, |m| m.attempt_latency.observe(seconds(rtt)));
         let feedback = match end.result {
-            Ok(response) => {
-                let feedback =
-                    Feedback::new(outcome(response.status()), rtt).with_chip(http::has_chip(response.headers()));
+            Ok(mut response) => {
+                let found = http::scan(response.headers());
+                let chip = found.internal && http::has_chip(response.headers());
+                clean(&mut response, found);
+                let feedback = Feedback::new(outcome(response.status()), rtt).with_chip(chip);
                 match feedback.outcome {
                     Outcome::Success => self.winner = Some(response),
                     Outcome::Rejected => self.metrics_endpoint(end.endpoint, |m| m.rejected.inc()),
@@ -490,7 +536,7 @@ impl<'a> Driver<'a> {
             _ => None,
         };
         if let Some(response) = upstream_response {
-            return clean(response);
+            return response;
         }
         match finish.outcome {
             Outcome::TimedOut => http::text(StatusCode::GATEWAY_TIMEOUT, "tailguard: the request timed out"),
@@ -502,13 +548,56 @@ impl<'a> Driver<'a> {
     }
 }
 
-/// An upstream's response as the application gets it: no internal or hop-by-hop headers.
-fn clean(response: Response<Incoming>) -> Response<Body> {
-    let (mut parts, body) = response.into_parts();
-    http::strip_hop_by_hop(&mut parts.headers);
-    http::strip_internal(&mut parts.headers, &[]);
-    debug_assert!(!parts.headers.contains_key(CHIP));
-    Response::from_parts(parts, body.map_err(BoxError::from).boxed())
+/// An HTTP/1 attempt's request (origin-form URI; the pool sets `Host` if the application sent
+/// none) with the remaining deadline for the next hop and the attempt's trace context.
+fn http1_request(t: &Template, body: Body, remaining: Option<Duration>, traced: &HeaderMap) -> Request<Body> {
+    let mut request = attempt_request(t, body, remaining, traced);
+    *request.uri_mut() = Uri::from(t.path.clone());
+    request
+}
+
+/// An h2c attempt's request (absolute URI to `authority`).
+fn h2c_request(
+    t: &Template,
+    authority: Authority,
+    body: Body,
+    remaining: Option<Duration>,
+    traced: &HeaderMap,
+) -> Result<Request<Body>, BoxError> {
+    let uri = Uri::builder().scheme(Scheme::HTTP).authority(authority).path_and_query(t.path.clone()).build()?;
+    let mut request = attempt_request(t, body, remaining, traced);
+    *request.uri_mut() = uri;
+    *request.version_mut() = Version::HTTP_2;
+    Ok(request)
+}
+
+/// The template's method and headers on `body`, plus the deadline left and the trace context.
+fn attempt_request(t: &Template, body: Body, remaining: Option<Duration>, traced: &HeaderMap) -> Request<Body> {
+    // Set in place: each step of `Request::builder()` moves the whole request head.
+    let mut request = Request::new(body);
+    *request.method_mut() = t.method.clone();
+    *request.headers_mut() = t.headers.clone();
+    let headers = request.headers_mut();
+    if let Some(r) = remaining {
+        headers.insert(DEADLINE_MS, HeaderValue::from(u64::try_from(r.as_millis()).unwrap_or(u64::MAX)));
+    }
+    for (name, value) in traced {
+        headers.insert(name, value.clone());
+    }
+    request
+}
+
+/// Makes an upstream's response what the application gets: no internal or hop-by-hop headers
+/// (`found` by a scan of its headers).
+fn clean(response: &mut Response<Body>, found: http::Found) {
+    let headers = response.headers_mut();
+    if found.hop_by_hop {
+        http::strip_hop_by_hop(headers);
+    }
+    if found.internal {
+        http::strip_internal(headers, &[]);
+    }
+    debug_assert!(!headers.contains_key(CHIP));
 }
 
 /// The first of `attempts` to end, removed from them.

@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Empty, Full};
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Response, StatusCode};
 
@@ -36,6 +36,20 @@ pub fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into()).map_err(|never| match never {}).boxed()
 }
 
+/// An empty body: no allocation (boxing a zero-sized body allocates nothing).
+pub fn empty() -> Body {
+    Empty::new().map_err(|never| match never {}).boxed()
+}
+
+/// A body holding a copy of `bytes` (a reference count), empty ones without an allocation.
+pub fn bytes(bytes: &Bytes) -> Body {
+    if bytes.is_empty() {
+        empty()
+    } else {
+        full(bytes.clone())
+    }
+}
+
 /// A plain-text response with `status`.
 pub fn text(status: StatusCode, message: &str) -> Response<Body> {
     let mut response = Response::new(full(format!("{message}\n")));
@@ -44,11 +58,47 @@ pub fn text(status: StatusCode, message: &str) -> Response<Body> {
     response
 }
 
-/// Removes hop-by-hop headers. Most messages have none: one scan of the names finds that out,
-/// instead of seven removals that each hash a name.
+/// What one pass over a message's header names found. Most messages have neither hop-by-hop
+/// nor `x-tailguard-*` headers, and then nothing needs removing or looking up (each lookup or
+/// removal hashes a name).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Found {
+    pub hop_by_hop: bool,
+    pub internal: bool,
+}
+
+/// One pass over the names of `headers`.
+pub fn scan(headers: &HeaderMap) -> Found {
+    let mut found = Found::default();
+    for name in headers.keys() {
+        let name = name.as_str();
+        found.hop_by_hop |= hop_by_hop(name).is_some();
+        found.internal |= name.starts_with(INTERNAL_PREFIX);
+    }
+    found
+}
+
+/// Where `name` (lowercase, as parsed) is in [`HOP_BY_HOP`], if it is: matched by length, then
+/// bytes, no hashing.
+fn hop_by_hop(name: &str) -> Option<usize> {
+    let i = match name {
+        "connection" => 0,
+        "keep-alive" => 1,
+        "proxy-connection" => 2,
+        "te" => 3,
+        "trailer" => 4,
+        "transfer-encoding" => 5,
+        "upgrade" => 6,
+        _ => return None,
+    };
+    Some(i)
+}
+
+/// Removes hop-by-hop headers: only those present, since each removal hashes its name.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    if headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
-        for name in &HOP_BY_HOP {
+    let present = headers.keys().filter_map(|name| hop_by_hop(name.as_str())).fold(0u8, |set, i| set | 1 << i);
+    for (i, name) in HOP_BY_HOP.iter().enumerate() {
+        if present & 1 << i != 0 {
             headers.remove(name);
         }
     }
@@ -76,4 +126,26 @@ pub fn deadline_ms(headers: &HeaderMap) -> Result<Option<u64>, String> {
 /// Whether the response carries a chip (`x-tailguard-chip: 1`).
 pub fn has_chip(headers: &HeaderMap) -> bool {
     headers.get(CHIP).is_some_and(|v| v.as_bytes() == b"1")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scan_finds_hop_by_hop_and_internal_headers() {
+        let mut headers = HeaderMap::new();
+        headers.insert("content-type", HeaderValue::from_static("text/plain"));
+        headers.insert("x-tailguard", HeaderValue::from_static("not internal: no dash"));
+        assert_eq!(scan(&headers), Found::default());
+        for name in &HOP_BY_HOP {
+            let mut h = headers.clone();
+            h.insert(name, HeaderValue::from_static("x"));
+            assert_eq!(scan(&h), Found { hop_by_hop: true, internal: false }, "{name}");
+            strip_hop_by_hop(&mut h);
+            assert_eq!(h, headers, "{name}");
+        }
+        headers.insert(CHIP, HeaderValue::from_static("1"));
+        assert_eq!(scan(&headers), Found { hop_by_hop: false, internal: true });
+    }
 }

@@ -13,10 +13,12 @@
 use crate::config;
 use crate::http::{self, Body, BoxError, CHIP, DEADLINE_MS};
 use crate::metrics::Metrics;
+use crate::pool::Pool;
 use crate::trace::{ServerSpan, Tracing};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::HeaderValue;
+use hyper::http::uri::PathAndQuery;
 use hyper::{Request, Response, StatusCode, Uri, Version};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
@@ -32,13 +34,20 @@ use tailguard_policy::Time;
 /// The inbound side.
 pub struct Ingress {
     app: SocketAddr,
-    client: Client<HttpConnector, Body>,
-    version: Version,
+    client: AppClient,
     state: Arc<Mutex<State>>,
     workers: Option<u32>,
     epoch: Instant,
     metrics: Arc<Metrics>,
     tracing: Option<Arc<Tracing>>,
+}
+
+/// How the ingress reaches the application.
+enum AppClient {
+    /// Kept-alive HTTP/1 connections.
+    Http1(Arc<Pool>),
+    /// HTTP/2 by prior knowledge, through hyper-util's client.
+    H2c(Box<Client<HttpConnector, Body>>),
 }
 
 /// Admission state: the policy, the requests the application holds, the random source.
@@ -58,12 +67,11 @@ impl Ingress {
         };
         Ingress {
             app: config.app,
-            client: Client::builder(TokioExecutor::new())
-                .http2_only(config.protocol == config::Protocol::H2c)
-                .build_http(),
-            version: match config.protocol {
-                config::Protocol::Http1 => Version::HTTP_11,
-                config::Protocol::H2c => Version::HTTP_2,
+            client: match config.protocol {
+                config::Protocol::Http1 => AppClient::Http1(Arc::new(Pool::new(config.app))),
+                config::Protocol::H2c => {
+                    AppClient::H2c(Box::new(Client::builder(TokioExecutor::new()).http2_only(true).build_http()))
+                }
             },
             state: Arc::new(Mutex::new(state)),
             workers: config.workers,
@@ -121,20 +129,28 @@ impl Ingress {
             span.inject(request.headers_mut());
         }
         let answer = match deadline {
-            Some(d) => tokio::time::timeout(d, self.client.request(request)).await.ok(),
-            None => Some(self.client.request(request).await),
+            Some(d) => tokio::time::timeout(d, self.call(request)).await.ok(),
+            None => Some(self.call(request).await),
         };
         drop(held);
         let mut response = match answer {
             None => http::text(StatusCode::GATEWAY_TIMEOUT, "tailguard: the deadline passed"),
             Some(Err(_)) => http::text(StatusCode::BAD_GATEWAY, "tailguard: the application is unreachable"),
-            Some(Ok(r)) => r.map(|b| b.map_err(BoxError::from).boxed()),
+            Some(Ok(r)) => r,
         };
         http::strip_hop_by_hop(response.headers_mut());
         http::strip_internal(response.headers_mut(), &[]);
         let chip = if self.chip() { "1" } else { "0" };
         response.headers_mut().insert(CHIP, HeaderValue::from_static(chip));
         response
+    }
+
+    /// Sends `request` to the application (never twice: its body is streamed).
+    async fn call(&self, request: Request<Body>) -> Result<Response<Body>, BoxError> {
+        match &self.client {
+            AppClient::Http1(pool) => pool.clone().send(request, None::<fn() -> Request<Body>>).await,
+            AppClient::H2c(client) => Ok(client.request(request).await?.map(|b| b.map_err(BoxError::from).boxed())),
+        }
     }
 
     /// Admits a request, counting it until the returned guard drops; `None` means 429.
@@ -164,9 +180,19 @@ impl Ingress {
     /// The request as the application gets it: no hop-by-hop headers, no spoofed internal ones.
     fn app_request(&self, req: Request<Incoming>) -> Result<Request<Body>, BoxError> {
         let (mut parts, body) = req.into_parts();
-        let path = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
-        parts.uri = format!("http://{}{path}", self.app).parse::<Uri>()?;
-        parts.version = self.version;
+        let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
+        match self.client {
+            // Origin-form: the pool's connections go to the application only.
+            AppClient::Http1(_) => {
+                parts.uri = Uri::from(path);
+                parts.version = Version::HTTP_11;
+            }
+            AppClient::H2c(_) => {
+                parts.uri =
+                    Uri::builder().scheme("http").authority(self.app.to_string()).path_and_query(path).build()?;
+                parts.version = Version::HTTP_2;
+            }
+        }
         let te_trailers =
             parts.headers.get(hyper::header::TE).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"));
         http::strip_hop_by_hop(&mut parts.headers);

@@ -11,7 +11,7 @@
 //! Without `tracing:` none of this exists: the listeners hold `None` and skip it with a branch.
 
 use crate::config;
-use hyper::body::Incoming;
+use crate::http::Body;
 use hyper::{HeaderMap, Response, StatusCode};
 use opentelemetry::propagation::TextMapPropagator as _;
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt as _, Tracer as _, TracerProvider as _};
@@ -190,11 +190,7 @@ impl CallTrace {
     }
 
     /// Ends attempt `attempt` with its answer (or transport error).
-    pub(crate) fn on_end(
-        &mut self,
-        attempt: u32,
-        result: &Result<Response<Incoming>, hyper_util::client::legacy::Error>,
-    ) {
+    pub(crate) fn on_end(&mut self, attempt: u32, result: &Result<Response<Body>, crate::egress::AttemptError>) {
         let (outcome, status) = match result {
             Ok(r) => (crate::egress::outcome(r.status()), Some(r.status())),
             Err(e) if e.is_connect() => (Outcome::Unavailable, None),

@@ -34,6 +34,8 @@ enum Mode {
 struct Backend {
     addr: SocketAddr,
     hits: Arc<AtomicUsize>,
+    /// Connections accepted.
+    accepted: Arc<AtomicUsize>,
     task: JoinHandle<()>,
 }
 
@@ -43,10 +45,13 @@ impl Backend {
         let addr = listener.local_addr().unwrap();
         let hits = Arc::new(AtomicUsize::new(0));
         let counter = hits.clone();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let accepts = accepted.clone();
         let task = tokio::spawn(async move {
             let mut conns = JoinSet::new();
             loop {
                 let Ok((stream, _)) = listener.accept().await else { continue };
+                accepts.fetch_add(1, Ordering::SeqCst);
                 let counter = counter.clone();
                 let service = service_fn(move |req: Request<Incoming>| {
                     counter.fetch_add(1, Ordering::SeqCst);
@@ -57,7 +62,7 @@ impl Backend {
                 });
             }
         });
-        Backend { addr, hits, task }
+        Backend { addr, hits, accepted, task }
     }
 
     fn hits(&self) -> usize {
@@ -162,6 +167,20 @@ async fn round_robin_spreads_requests_over_three_backends() {
     // An unknown host finds no upstream.
     let (status, _, _) = get(&client, proxy.egress.unwrap(), "other", &[]).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_egress_reuses_kept_alive_connections() {
+    let backend = Backend::start("a", Mode::Ok(Duration::ZERO)).await;
+    let proxy = egress(&[&backend], "{}").await;
+    let client = client();
+    for _ in 0..20 {
+        let (status, _, body) = get(&client, proxy.egress.unwrap(), "svc", &[]).await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "a"));
+    }
+    assert_eq!(backend.hits(), 20);
+    assert_eq!(backend.accepted.load(Ordering::SeqCst), 1);
     proxy.shutdown().await;
 }
 
@@ -287,13 +306,16 @@ async fn the_ingress_strips_spoofed_headers_and_sets_its_chip() {
     assert!(!headers.contains_key("x-tailguard-deadline"), "the app's own internal headers are dropped");
     // Through an egress: the chip reaches the egress's policy and is stripped before the client.
     let ingress = server.ingress.unwrap();
-    let caller = Backend { addr: ingress, hits: Arc::default(), task: tokio::spawn(async {}) };
+    let caller =
+        Backend { addr: ingress, hits: Arc::default(), accepted: Arc::default(), task: tokio::spawn(async {}) };
     let proxy = egress(&[&caller], "{balancer: {kind: bloc}}").await;
     for _ in 0..3 {
         let (status, headers, body) = get(&client(), proxy.egress.unwrap(), "svc", &[]).await;
         assert_eq!((status, body.as_str()), (StatusCode::OK, "app"));
         assert!(!headers.contains_key("x-tailguard-chip"));
     }
+    assert_eq!(app.hits(), 4);
+    assert_eq!(app.accepted.load(Ordering::SeqCst), 1, "the ingress keeps its connection to the app alive");
     proxy.shutdown().await;
     server.shutdown().await;
 }

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Instructions per proxied request (issue #3's development measure; noise-free, unlike CPU time):
+# `tailguard proxy --workers 1` under callgrind in front of a single-process nginx serving a 3-byte
+# file on 127.0.0.1; after WARMUP requests the counters are zeroed, then REQUESTS closed-loop
+# requests from CLIENTS clients are counted. Prints the proxy's instructions per request.
+# Env: REQUESTS (5000), WARMUP (500), CLIENTS (1), CG_OUT (a path to keep the callgrind dump at).
+source "$(dirname "$0")/lib.sh"
+REQUESTS=${REQUESTS:-5000}; WARMUP=${WARMUP:-500}; CLIENTS=${CLIENTS:-1}
+build_tailguard; install_debian_peers
+command -v valgrind >/dev/null || { echo "valgrind is needed" >&2; exit 1; }
+
+BACKEND=18180; P_TG=18181
+nginx_static $BACKEND
+cat >"$WORK/tg.yaml" <<CONF
+egress:
+  listen: 127.0.0.1:$P_TG
+  upstreams:
+    backend:
+      endpoints: [127.0.0.1:$BACKEND]
+      match: {path_prefix: /}
+      policy:
+        balancer: {kind: round-robin}
+        retry: {max_attempts: 1}
+CONF
+start tg valgrind --tool=callgrind ${CG_ARGS:-} --callgrind-out-file="$WORK/cg.out" "$TG" proxy --config "$WORK/tg.yaml" --workers 1
+PID_TG=$LAST_PID
+wait_port $P_TG
+
+load() { "$TG" load "$@" >/dev/null 2>"$WORK/load.err" || { cat "$WORK/load.err" >&2; return 1; }; }
+url=http://127.0.0.1:$P_TG/
+load "$url" --clients "$CLIENTS" --requests "$WARMUP" --timeout 30s
+callgrind_control -z "$PID_TG" >/dev/null
+load "$url" --clients "$CLIENTS" --requests "$REQUESTS" --timeout 30s --json "$WORK/r.json"
+callgrind_control -d "$PID_TG" >/dev/null
+ok=$(jget "$WORK/r.json" 'r["succeeded"]')
+[ "$ok" = "$REQUESTS" ] || { echo "only $ok of $REQUESTS requests succeeded" >&2; exit 1; }
+# the dump after zeroing: its totals are the measured requests' instructions
+dump=$(ls -t "$WORK"/cg.out.* | head -1)
+ir=$(awk '/^(summary|totals):/ { print $2; exit }' "$dump")
+[ -n "${CG_OUT:-}" ] && cp "$dump" "$CG_OUT"
+python3 -c "print(f'proxy instructions per request: {$ir / $REQUESTS:.0f} ($REQUESTS requests, $CLIENTS clients)')"

@@ -1,0 +1,672 @@
+//! Kept-alive HTTP/1 connections to one endpoint, on `hyper::client::conn::http1`.
+//!
+//! Each endpoint has its own [`Pool`], so finding a connection hashes nothing: the idle ones are a
+//! stack (the most recently used on top, whose buffers are warm), at most [`MAX_IDLE`] deep,
+//! closed after [`IDLE_TIMEOUT`]. A request takes an idle connection or connects a new one (no
+//! connect raced against the checkout, as hyper-util's pooled client does).
+//!
+//! No task per connection: hyper's connection future is polled by whoever is waiting on it. While
+//! the request waits for its response head, the attempt's future polls it; then the response body
+//! ([`PooledBody`]) owns the connection and polls it while the body is read, and puts it back
+//! into the pool once the body has ended. A connection whose attempt or body is dropped early (a
+//! cancelled attempt, a client gone mid-response) is closed, never reused. While idle in the pool
+//! nothing polls it; taking it out polls it once, which finds a connection the endpoint closed.
+//!
+//! Replays follow hyper-util's client and RFC 9112 §9.3.1: a request that failed on a reused
+//! connection before any of its response arrived is sent once more on a new connection when hyper
+//! hands it back unsent, or when the caller can rebuild it (idempotent, buffered body) and the
+//! connection was closed or reset under it (an endpoint closing an idle connection as the request
+//! went out).
+
+use crate::http::{Body, BoxError};
+use bytes::Bytes;
+use hyper::body::{Body as _, Frame, Incoming, SizeHint};
+use hyper::client::conn::http1::{self, Connection, SendRequest};
+use hyper::header::HeaderValue;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use std::future::{poll_fn, Future};
+use std::net::SocketAddr;
+use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+use tokio::net::TcpStream;
+
+/// Idle connections kept per endpoint (as nginx's `keepalive 64`). A burst opens as many
+/// connections as it has requests in flight; beyond this many, those that fall idle are closed
+/// instead of holding their buffers (about 25 KiB each).
+pub const MAX_IDLE: usize = 64;
+
+/// How long an idle connection is kept (hyper-util's pooled client's default).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// How often idle connections are checked for their timeout and for the endpoint closing them.
+const SWEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// The idle HTTP/1 connections to one endpoint, and how to open more.
+pub struct Pool {
+    addr: SocketAddr,
+    /// The `Host` of requests that come without one (as hyper-util's client sets it).
+    host: HeaderValue,
+    builder: http1::Builder,
+    idle: Mutex<Idle>,
+}
+
+/// The idle stack, newest on top, and whether a sweeper watches it.
+struct Idle {
+    conns: Vec<(Box<Conn>, Instant)>,
+    swept: bool,
+}
+
+/// One connection: the handle that sends on it and the future that drives it. Always boxed: it
+/// moves from the pool to the attempt to the response body and back, and hyper's connection state
+/// is large.
+struct Conn {
+    sender: SendRequest<Body>,
+    driver: Connection<TokioIo<TcpStream>, Body>,
+    /// The waker the driver is polled with.
+    relay: Arc<Relay>,
+    waker: Waker,
+}
+
+/// The waker a connection's driver registers (for its socket and for the channels it feeds the
+/// response through): it wakes the task that polled the driver last, if any, unless muted.
+///
+/// Muted while the response body is read: taking a chunk tells the driver there is room for the
+/// next, which would wake the reading task for nothing, since it polls the driver next anyway.
+#[derive(Default)]
+struct Relay {
+    task: Mutex<Option<Waker>>,
+    muted: AtomicBool,
+    /// Whether a wake came while muted (from this side, or from the socket on another thread).
+    missed: AtomicBool,
+}
+
+impl std::task::Wake for Relay {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if self.muted.load(Ordering::Acquire) {
+            self.missed.store(true, Ordering::Release);
+        } else {
+            if let Some(task) = &*self.task.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) {
+                task.wake_by_ref();
+            }
+        }
+    }
+}
+
+/// Why a request got no response.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No connection to the endpoint could be opened (nothing was sent).
+    #[error("connecting to {0}: {1}")]
+    Connect(SocketAddr, #[source] std::io::Error),
+    /// The exchange failed.
+    #[error(transparent)]
+    Http(#[from] hyper::Error),
+}
+
+impl Conn {
+    fn new(sender: SendRequest<Body>, driver: Connection<TokioIo<TcpStream>, Body>) -> Box<Conn> {
+        let relay = Arc::new(Relay::default());
+        let waker = Waker::from(relay.clone());
+        Box::new(Conn { sender, driver, relay, waker })
+    }
+
+    /// Polls the connection's driver on behalf of `task` (`None`: nothing to wake, as for an idle
+    /// connection); `true` once it has finished (the connection is closed).
+    fn drive(&mut self, task: Option<&Waker>) -> bool {
+        {
+            let mut current = self.relay.task.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            match (task, &*current) {
+                (Some(task), Some(old)) if old.will_wake(task) => {}
+                _ => *current = task.cloned(),
+            }
+        }
+        Pin::new(&mut self.driver).poll(&mut Context::from_waker(&self.waker)).is_ready()
+    }
+
+    /// Runs `poll` (a poll of what the driver feeds) with the relay muted. A wake missed meanwhile
+    /// is passed on to `cx`'s task if `poll` is pending: it may have come from the socket, and
+    /// nothing else would poll the driver again. (When `poll` is ready, the reader polls again.)
+    fn muted<T>(&self, cx: &Context<'_>, poll: impl FnOnce() -> Poll<T>) -> Poll<T> {
+        self.relay.muted.store(true, Ordering::Release);
+        let result = poll();
+        self.relay.muted.store(false, Ordering::Release);
+        if self.relay.missed.swap(false, Ordering::AcqRel) && result.is_pending() {
+            cx.waker().wake_by_ref();
+        }
+        result
+    }
+}
+
+impl Pool {
+    /// The pool of `addr`, empty.
+    pub fn new(addr: SocketAddr) -> Pool {
+        // As hyper-util's client writes it: no port when it is the default one.
+        let host = match addr {
+            SocketAddr::V4(a) if a.port() == 80 => a.ip().to_string(),
+            SocketAddr::V6(a) if a.port() == 80 => format!("[{}]", a.ip()),
+            _ => addr.to_string(),
+        };
+        Pool {
+            addr,
+            host: HeaderValue::try_from(host).expect("a socket address is a valid header value"),
+            builder: http1::Builder::new(),
+            idle: Mutex::new(Idle { conns: Vec::new(), swept: false }),
+        }
+    }
+
+    /// Idle connections now.
+    #[cfg(test)]
+    fn idle(&self) -> usize {
+        self.lock().conns.len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Idle> {
+        self.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Sends `request` (origin-form URI) on a kept-alive connection or a new one; its response
+    /// with a body that returns the connection once read. `rebuild` remakes the request for a
+    /// replay after it was written on a connection the endpoint closed; `None` when the request
+    /// must not be sent twice (a non-idempotent method or a streamed body).
+    ///
+    /// The error type is the caller's (any that an [`Error`] converts into), so that the future
+    /// needs no wrapper to convert it: that would hold a second copy of the request.
+    pub async fn send<F, E>(
+        self: Arc<Self>,
+        mut request: Request<Body>,
+        rebuild: Option<F>,
+    ) -> Result<Response<Body>, E>
+    where
+        F: FnOnce() -> Request<Body>,
+        E: From<Error>,
+    {
+        if !request.headers().contains_key(hyper::header::HOST) {
+            request.headers_mut().insert(hyper::header::HOST, self.host.clone());
+        }
+        let (conn, reused) = match self.checkout() {
+            Some(conn) => (conn, true),
+            // Boxed: connecting is rare, and its future would otherwise take room in every attempt.
+            None => (Box::pin(self.connect()).await?, false),
+        };
+        let (error, unsent) = match exchange(conn, request).await {
+            Ok((response, conn)) => return Ok(self.respond(response, conn)),
+            Err(failed) => failed,
+        };
+        let replay = match (unsent, rebuild) {
+            _ if !reused => None,
+            (Some(request), _) => Some(request),
+            (None, Some(rebuild)) if closed_under(&error) => {
+                let mut request = rebuild();
+                if !request.headers().contains_key(hyper::header::HOST) {
+                    request.headers_mut().insert(hyper::header::HOST, self.host.clone());
+                }
+                Some(request)
+            }
+            _ => None,
+        };
+        match replay {
+            // Boxed: rare, and its future would otherwise take room in every attempt's.
+            Some(request) => Ok(Box::pin(self.replay(request)).await?),
+            None => Err(Error::from(error).into()),
+        }
+    }
+
+    /// Sends `request` again, on a new connection.
+    async fn replay(self: Arc<Self>, request: Request<Body>) -> Result<Response<Body>, Error> {
+        let conn = self.connect().await?;
+        match exchange(conn, request).await {
+            Ok((response, conn)) => Ok(self.respond(response, conn)),
+            Err((error, _)) => Err(error.into()),
+        }
+    }
+
+    /// The newest idle connection that is still open and ready for a request.
+    fn checkout(&self) -> Option<Box<Conn>> {
+        let mut idle = self.lock();
+        while let Some((mut conn, since)) = idle.conns.pop() {
+            if since.elapsed() >= IDLE_TIMEOUT {
+                // The rest of the stack is older still.
+                idle.conns.clear();
+                return None;
+            }
+            // Polled here, the driver notices an endpoint's close. No waker: the exchange polls
+            // it again at once.
+            if !conn.drive(None) && conn.sender.is_ready() {
+                return Some(conn);
+            }
+        }
+        None
+    }
+
+    async fn connect(&self) -> Result<Box<Conn>, Error> {
+        let stream = TcpStream::connect(self.addr).await.map_err(|e| Error::Connect(self.addr, e))?;
+        // No TCP_NODELAY, as hyper-util's connector: each request head goes out in one write
+        // anyway, and with it set the proxy spent ~0.7 µs more system time per request (64
+        // clients through `--workers 1` to nginx, same syscalls).
+        let (sender, driver) = self.builder.handshake(TokioIo::new(stream)).await?;
+        Ok(Conn::new(sender, driver))
+    }
+
+    fn respond(self: Arc<Self>, response: Response<Incoming>, conn: Option<Box<Conn>>) -> Response<Body> {
+        response.map(|body| {
+            use http_body_util::BodyExt as _;
+            let mut pooled = PooledBody { body, conn, pool: self };
+            if pooled.is_end_stream() {
+                // Nothing to read: the connection goes back now.
+                pooled.release();
+            }
+            pooled.map_err(BoxError::from).boxed()
+        })
+    }
+
+    /// Returns `conn`, its exchange complete, to the idle stack if it stays open and there is room.
+    fn put(self: &Arc<Self>, mut conn: Box<Conn>) {
+        // One poll lets hyper finish the exchange and ready the connection for the next request;
+        // nothing needs waking until a request takes it out (and polls it with its own context).
+        if conn.drive(None) || !conn.sender.is_ready() {
+            return;
+        }
+        let mut idle = self.lock();
+        if idle.conns.len() >= MAX_IDLE {
+            return;
+        }
+        idle.conns.push((conn, Instant::now()));
+        if !idle.swept {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                idle.swept = true;
+                runtime.spawn(sweep(Arc::downgrade(self)));
+            }
+        }
+    }
+
+    /// Drops idle connections past their timeout or closed by the endpoint; `false` once none
+    /// is left (the sweeper stops until one is put back).
+    fn sweep(&self) -> bool {
+        let mut idle = self.lock();
+        idle.conns.retain_mut(|(conn, since)| since.elapsed() < IDLE_TIMEOUT && !conn.drive(None));
+        idle.swept = !idle.conns.is_empty();
+        idle.swept
+    }
+}
+
+/// Closes a pool's expired and dead idle connections every [`SWEEP_EVERY`] while it has any.
+async fn sweep(pool: Weak<Pool>) {
+    loop {
+        tokio::time::sleep(SWEEP_EVERY).await;
+        match pool.upgrade() {
+            Some(pool) if pool.sweep() => {}
+            _ => return,
+        }
+    }
+}
+
+/// Whether `error` says the connection was closed or reset before the response began: an
+/// endpoint closing an idle connection as the request was written.
+fn closed_under(error: &hyper::Error) -> bool {
+    if error.is_incomplete_message() {
+        return true;
+    }
+    let io = std::error::Error::source(error).and_then(|e| e.downcast_ref::<std::io::Error>());
+    io.is_some_and(|e| matches!(e.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe))
+}
+
+/// Sends `request` on `conn`, driving the connection until the response head arrives. On success
+/// the connection comes back with the response unless it already closed; on failure, the error
+/// and the request if hyper never started writing it.
+#[allow(clippy::type_complexity)]
+async fn exchange(
+    mut conn: Box<Conn>,
+    request: Request<Body>,
+) -> Result<(Response<Incoming>, Option<Box<Conn>>), (hyper::Error, Option<Request<Body>>)> {
+    let mut response = pin!(conn.sender.try_send_request(request));
+    let mut conn = Some(conn);
+    let result = poll_fn(|cx| {
+        // The driver first: it writes the request and reads the response into the future.
+        if conn.as_mut().is_some_and(|c| c.drive(Some(cx.waker()))) {
+            // Finished: dropped, it hands back a request it never took (or fails the one it took).
+            conn = None;
+        }
+        // Only the driver completes the response, so while it runs, the response needs no waker
+        // of its own: registering this task's would wake it again for what this poll sees.
+        match conn {
+            Some(_) => response.as_mut().poll(&mut quiet()),
+            None => response.as_mut().poll(cx),
+        }
+    })
+    .await;
+    match result {
+        Ok(response) => Ok((response, conn)),
+        Err(mut e) => {
+            let unsent = e.take_message();
+            Err((e.into_error(), unsent))
+        }
+    }
+}
+
+/// A context whose waker does nothing.
+fn quiet() -> Context<'static> {
+    Context::from_waker(Waker::noop())
+}
+
+/// A response body that owns its connection: reading it drives the connection, and once it has
+/// ended the connection goes back to the pool. Dropped before its end, it closes the connection.
+struct PooledBody {
+    body: Incoming,
+    conn: Option<Box<Conn>>,
+    pool: Arc<Pool>,
+}
+
+impl PooledBody {
+    /// Polls the body, then (if it is waiting) the connection that feeds it, then the body again.
+    fn poll_body(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let PooledBody { body, conn: Some(conn), .. } = self else {
+            return Pin::new(&mut self.body).poll_frame(cx);
+        };
+        // As in `exchange`: only the driver feeds the body, so the body is polled without a
+        // waker (and the relay muted), the driver with this task's.
+        if let Poll::Ready(frame) = conn.muted(cx, || Pin::new(&mut *body).poll_frame(&mut quiet())) {
+            return Poll::Ready(frame);
+        }
+        if conn.drive(Some(cx.waker())) {
+            self.conn = None;
+            return Pin::new(&mut self.body).poll_frame(cx);
+        }
+        conn.muted(cx, || Pin::new(body).poll_frame(&mut quiet()))
+    }
+
+    fn release(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            self.pool.put(conn);
+        }
+    }
+}
+
+impl hyper::body::Body for PooledBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = self.get_mut();
+        let frame = std::task::ready!(this.poll_body(cx));
+        match &frame {
+            None => this.release(),
+            Some(Ok(_)) if this.body.is_end_stream() => this.release(),
+            Some(Err(_)) => this.conn = None,
+            Some(Ok(_)) => {}
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Drop for PooledBody {
+    fn drop(&mut self) {
+        // Read to its end (a reader may stop polling once the size hint is met): reusable.
+        if self.body.is_end_stream() {
+            self.release();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    /// What the test endpoint does with the requests on each connection.
+    #[derive(Clone, Copy)]
+    enum Mode {
+        /// Answers every request.
+        KeepAlive,
+        /// Answers the first request, then closes the connection (an idle close).
+        CloseAfterOne,
+        /// Answers the first request; reads the second and closes without answering (an idle
+        /// close racing the request).
+        SwallowSecond,
+        /// Answers after `delay`.
+        Slow(Duration),
+        /// Sends the head and half the body of the first request, then stalls.
+        Stall,
+        /// Answers with a chunked body of 20 chunks, 2 ms apart.
+        Chunked,
+    }
+
+    /// An HTTP/1 endpoint on 127.0.0.1 that counts the connections it accepted and has open.
+    struct Endpoint {
+        addr: SocketAddr,
+        accepted: Arc<AtomicUsize>,
+        open: Arc<AtomicUsize>,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    impl Drop for Endpoint {
+        fn drop(&mut self) {
+            self.task.abort();
+        }
+    }
+
+    async fn endpoint(mode: Mode) -> Endpoint {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (accepted, open) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (a, o) = (accepted.clone(), open.clone());
+        let task = tokio::spawn(async move {
+            let mut conns = tokio::task::JoinSet::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                a.fetch_add(1, Ordering::SeqCst);
+                o.fetch_add(1, Ordering::SeqCst);
+                let o = o.clone();
+                conns.spawn(async move {
+                    serve(stream, mode).await;
+                    o.fetch_sub(1, Ordering::SeqCst);
+                });
+            }
+        });
+        Endpoint { addr, accepted, open, task }
+    }
+
+    /// Reads request heads (GETs, no bodies) and answers them as `mode` says.
+    async fn serve(mut stream: TcpStream, mode: Mode) {
+        let mut buf = Vec::new();
+        for n in 0..1000 {
+            loop {
+                if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    buf.drain(..end + 4);
+                    break;
+                }
+                let mut chunk = [0u8; 4096];
+                match stream.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                }
+            }
+            match mode {
+                Mode::SwallowSecond if n == 1 => return,
+                Mode::Chunked => {
+                    let head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
+                    if stream.write_all(head).await.is_err() {
+                        return;
+                    }
+                    for i in 0..20 {
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                        let chunk = format!("2\r\n{i:02}\r\n");
+                        if stream.write_all(chunk.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                    if stream.write_all(b"0\r\n\r\n").await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                Mode::Slow(delay) => tokio::time::sleep(delay).await,
+                Mode::Stall => {
+                    let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nok").await;
+                    // Until the client closes.
+                    let mut chunk = [0u8; 64];
+                    while let Ok(1..) = stream.read(&mut chunk).await {}
+                    return;
+                }
+                _ => {}
+            }
+            if stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await.is_err() {
+                return;
+            }
+            if matches!(mode, Mode::CloseAfterOne) {
+                return;
+            }
+        }
+    }
+
+    fn get() -> Request<Body> {
+        let mut request = Request::new(crate::http::full(Bytes::new()));
+        *request.uri_mut() = Uri::from_static("/");
+        request
+    }
+
+    type Rebuild = fn() -> Request<Body>;
+
+    fn send(pool: &Arc<Pool>, rebuild: Option<Rebuild>) -> impl Future<Output = Result<Response<Body>, Error>> {
+        pool.clone().send(get(), rebuild)
+    }
+
+    /// Sends a GET (replayable unless `once`) and reads its body.
+    async fn fetch(pool: &Arc<Pool>, once: bool) -> Result<Bytes, Error> {
+        let rebuild: Option<Rebuild> = if once { None } else { Some(get) };
+        let response =
+            tokio::time::timeout(Duration::from_secs(5), send(pool, rebuild)).await.expect("an answer within 5 s")?;
+        Ok(response.into_body().collect().await.unwrap().to_bytes())
+    }
+
+    use hyper::Uri;
+
+    /// Lets the endpoint's tasks see closes.
+    async fn settle() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    #[test]
+    fn a_request_without_host_gets_the_endpoints() {
+        let host = |addr: &str| Pool::new(addr.parse().unwrap()).host;
+        assert_eq!(host("127.0.0.1:8080"), "127.0.0.1:8080");
+        assert_eq!(host("127.0.0.1:80"), "127.0.0.1");
+        assert_eq!(host("[::1]:8080"), "[::1]:8080");
+        assert_eq!(host("[::1]:80"), "[::1]");
+    }
+
+    #[tokio::test]
+    async fn a_kept_alive_connection_is_reused() {
+        let e = endpoint(Mode::KeepAlive).await;
+        let pool = Arc::new(Pool::new(e.addr));
+        for _ in 0..20 {
+            assert_eq!(fetch(&pool, false).await.unwrap(), "ok");
+        }
+        assert_eq!(e.accepted.load(Ordering::SeqCst), 1);
+        assert_eq!(pool.idle(), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_streamed_body_is_read_whole_across_threads_and_its_connection_reused() {
+        let e = endpoint(Mode::Chunked).await;
+        let pool = Arc::new(Pool::new(e.addr));
+        let expected: String = (0..20).map(|i| format!("{i:02}")).collect();
+        // Two threads: the socket's wakes may come from the other one while the body is read.
+        for _ in 0..5 {
+            let body = tokio::spawn({
+                let pool = pool.clone();
+                async move { fetch(&pool, false).await.unwrap() }
+            });
+            assert_eq!(body.await.unwrap(), expected.as_str());
+        }
+        assert_eq!(e.accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_endpoint_closed_while_idle_is_not_used() {
+        let e = endpoint(Mode::CloseAfterOne).await;
+        let pool = Arc::new(Pool::new(e.addr));
+        for _ in 0..3 {
+            assert_eq!(fetch(&pool, true).await.unwrap(), "ok");
+            settle().await;
+        }
+        assert_eq!(e.accepted.load(Ordering::SeqCst), 3);
+        // The sweeper's pass drops it from the idle stack.
+        pool.sweep();
+        assert_eq!(pool.idle(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_request_the_endpoint_closed_under_is_replayed_on_a_new_connection() {
+        let e = endpoint(Mode::SwallowSecond).await;
+        let pool = Arc::new(Pool::new(e.addr));
+        assert_eq!(fetch(&pool, false).await.unwrap(), "ok");
+        // Written on the kept-alive connection, which closes unanswered: sent again on a new one.
+        assert_eq!(fetch(&pool, false).await.unwrap(), "ok");
+        assert_eq!(e.accepted.load(Ordering::SeqCst), 2);
+        // A request that may not be sent twice fails instead.
+        let error = fetch(&pool, true).await.unwrap_err();
+        assert!(matches!(&error, Error::Http(e) if e.is_incomplete_message()), "{error}");
+        assert_eq!(e.accepted.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_connection_abandoned_mid_response_is_closed_not_reused() {
+        let e = endpoint(Mode::Stall).await;
+        let pool = Arc::new(Pool::new(e.addr));
+        // The head came, the body stalls: dropping the body drops the connection.
+        let response = send(&pool, None).await.unwrap();
+        let mut body = response.into_body();
+        let first = tokio::time::timeout(Duration::from_secs(5), body.frame()).await.unwrap();
+        assert_eq!(first.unwrap().unwrap().into_data().unwrap(), "ok");
+        drop(body);
+        assert_eq!(pool.idle(), 0);
+        settle().await;
+        assert_eq!(e.open.load(Ordering::SeqCst), 0, "the endpoint saw the connection close");
+        // Dropped before its head (an attempt cancelled by a timeout): likewise.
+        let e = endpoint(Mode::Slow(Duration::from_millis(300))).await;
+        let pool = Arc::new(Pool::new(e.addr));
+        assert_eq!(fetch(&pool, false).await.unwrap(), "ok");
+        let attempt = send(&pool, None);
+        assert!(tokio::time::timeout(Duration::from_millis(100), attempt).await.is_err());
+        assert_eq!(pool.idle(), 0);
+        assert_eq!(fetch(&pool, false).await.unwrap(), "ok");
+        assert_eq!(e.accepted.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn at_most_max_idle_connections_are_kept() {
+        let e = endpoint(Mode::Slow(Duration::from_millis(200))).await;
+        let pool = Arc::new(Pool::new(e.addr));
+        let burst = MAX_IDLE + 6;
+        let mut requests = tokio::task::JoinSet::new();
+        for _ in 0..burst {
+            let pool = pool.clone();
+            requests.spawn(async move { fetch(&pool, false).await.unwrap() });
+        }
+        while let Some(body) = requests.join_next().await {
+            assert_eq!(body.unwrap(), "ok");
+        }
+        assert_eq!(e.accepted.load(Ordering::SeqCst), burst);
+        assert_eq!(pool.idle(), MAX_IDLE);
+        settle().await;
+        assert_eq!(e.open.load(Ordering::SeqCst), MAX_IDLE);
+    }
+}
