@@ -55,8 +55,7 @@ def best_file(outcome: Outcome, settings: Settings, doc: dict, path: str) -> Non
     experiment.write(experiment.with_values(doc, values), path, source=settings.file, header=header)
 
 
-def history(study: optuna.Study, path: str) -> list[dict[str, Any]]:
-    trials = study.get_trials(deepcopy=False)
+def history(trials: list[optuna.trial.FrozenTrial], path: str) -> list[dict[str, Any]]:
     names = sorted({k for t in trials for k in t.params})
     rows = []
     for t in trials:
@@ -77,8 +76,8 @@ def history(study: optuna.Study, path: str) -> list[dict[str, Any]]:
     return rows
 
 
-def convergence(study: optuna.Study, baseline: float, stat: str, title: str, path: str) -> None:
-    trials = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if not t.user_attrs.get("baseline")]
+def convergence(trials: list[optuna.trial.FrozenTrial], baseline: float, stat: str, title: str, path: str) -> None:
+    trials = [t for t in trials if t.state == TrialState.COMPLETE and not t.user_attrs.get("baseline")]
     xs = list(range(1, len(trials) + 1))
     values = [t.value for t in trials]
     best, so_far = [], baseline
@@ -103,9 +102,9 @@ def write_all(outcome: Outcome, settings: Settings, doc: dict) -> None:
     out = settings.out
     os.makedirs(out, exist_ok=True)
     best_file(outcome, settings, doc, os.path.join(out, "best.yaml"))
-    history(outcome.study, os.path.join(out, "history.csv"))
+    history(outcome.trials, os.path.join(out, "history.csv"))
     title = f"{doc.get('name', '')}: {settings.algo}, reduce {settings.reduce}"
-    convergence(outcome.study, outcome.baseline, settings.objective.stat, title, os.path.join(out, "convergence.png"))
+    convergence(outcome.trials, outcome.baseline, settings.objective.stat, title, os.path.join(out, "convergence.png"))
     with open(os.path.join(out, "importance.json"), "w", encoding="utf-8") as f:
         json.dump(outcome.importance, f, indent=2)
     summary = {

@@ -41,6 +41,7 @@ class Settings:
 @dataclass
 class Outcome:
     study: optuna.Study
+    trials: list[optuna.trial.FrozenTrial]  # the study's trials when the outputs were written
     space: Space  # the space tuned (after reduction)
     baseline: float
     best_value: float
@@ -160,13 +161,15 @@ def run(settings: Settings, say: Callable[[str], None] = print) -> Outcome:
         best = min(t.value for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
         say(f"trial {trial.number}: {settings.objective.stat} = {value:.3f} ms (best {best:.3f}, defaults {baseline:.3f})")
 
-    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    # One snapshot for every output: workers sharing the study may add trials meanwhile.
+    trials = study.get_trials(deepcopy=False)
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
     if not complete:
         raise EvaluationError("no trial completed; see the errors above")
     best = min(complete, key=lambda t: (t.value, t.number))
     from . import output  # matplotlib is imported only when writing the outputs
 
     importance = output.importance(study, settings.seed)
-    outcome = Outcome(study, space, baseline, float(best.value), dict(best.params), selection, importance)
+    outcome = Outcome(study, trials, space, baseline, float(best.value), dict(best.params), selection, importance)
     output.write_all(outcome, settings, doc)
     return outcome
