@@ -140,12 +140,17 @@ fn between_services(
 ) {
     let (Some(base), Some(end)) = (periodic.first(), last.or(periodic.last())) else { return };
     let (mut extra, mut attempts, mut timeouts) = (0.0, 0.0, 0.0);
+    let (mut answered, mut answer, mut headroom, mut headroom_n) = (0.0, 0.0, 0.0, 0.0);
     for i in 0..sidecars.len() {
         for (upstream, e) in &end.counts[i].egress {
             let b = base.counts[i].egress.get(upstream).cloned().unwrap_or_default();
             extra += e.extra - b.extra;
             attempts += e.attempts - b.attempts;
             timeouts += e.timeouts - b.timeouts;
+            answered += e.answered_seconds - b.answered_seconds;
+            answer += e.answer_seconds - b.answer_seconds;
+            headroom += e.headroom_sum - b.headroom_sum;
+            headroom_n += e.headroom_count - b.headroom_count;
         }
     }
     result.attempts = attempts.max(0.0) as u64;
@@ -154,6 +159,9 @@ fn between_services(
     let calls = attempts - extra;
     result.extra_load = round(if calls > 0.0 { extra / calls } else { 0.0 });
     result.timeouts_pct = round(if attempts > 0.0 { 100.0 * timeouts / attempts } else { 0.0 });
+    // adaptive-timeouts.txt §5.2, as the simulator computes them (crates/sim/src/metrics.rs).
+    result.time_fraction = round(if answer > 0.0 { answered / answer } else { 0.0 });
+    result.closeness_pct = round(if headroom_n > 0.0 { 100.0 * headroom / headroom_n } else { 0.0 });
     let load = replica_load(run, sidecars, periodic);
     result.imbalance = round(load.as_ref().map_or(0.0, |l| imbalance(&l.replicas)));
     let timeouts = timeout_series(run, sidecars, periodic);
@@ -308,6 +316,12 @@ mod tests {
             attempt_seconds: seconds,
             attempt_count: count,
             timeout_seconds: 0.05,
+            // As if every attempt answered and each timeout cost 50 ms more; each answer with
+            // a headroom of 0.25.
+            answered_seconds: seconds + 0.05 * timeouts,
+            answer_seconds: seconds,
+            headroom_sum: 0.25 * count,
+            headroom_count: count,
         };
         let front = Counts { ingress_requests: 0.0, ingress_in_flight: 0.0, egress: [("back".to_string(), e)].into() };
         let back = |n| Counts { ingress_requests: n, ingress_in_flight: n / 3.0, egress: Default::default() };
@@ -334,6 +348,8 @@ mod tests {
         between_services(&run, &sidecars, &periodic, Some(&last), &mut r);
         // 25 attempts, 3 of them retries or hedges: 22 calls.
         assert_eq!((r.attempts, r.extra_load, r.timeouts_pct), (25, round(3.0 / 22.0), 8.0));
+        // (0.6 + 0.1 − 0.1 − 0) s answered over (0.6 − 0.1) s of answering attempts.
+        assert_eq!((r.time_fraction, r.closeness_pct), (round(0.6 / 0.5), 25.0));
         let series = r.series.unwrap();
         let load = series.replica_load.unwrap();
         assert_eq!((load.service.as_str(), load.replicas.clone()), ("back", vec![vec![6, 6], vec![4, 6]]));

@@ -57,6 +57,13 @@ pub struct EgressCounts {
     pub attempt_count: f64,
     /// The timeout policy's latest value (seconds; 0 when untimed).
     pub timeout_seconds: f64,
+    /// Σ latency of requests answered with success, and of the attempts that answered them
+    /// (seconds): time fraction's numerator and denominator.
+    pub answered_seconds: f64,
+    pub answer_seconds: f64,
+    /// Σ and count of (timeout − latency) / latency over successful attempts sent with a timeout.
+    pub headroom_sum: f64,
+    pub headroom_count: f64,
 }
 
 /// What one sidecar has counted.
@@ -92,6 +99,10 @@ impl Counts {
                 "tailguard_egress_attempt_seconds_sum" => e.attempt_seconds += s.value,
                 "tailguard_egress_attempt_seconds_count" => e.attempt_count += s.value,
                 "tailguard_egress_timeout_seconds" => e.timeout_seconds = s.value,
+                "tailguard_egress_answered_seconds_total" => e.answered_seconds += s.value,
+                "tailguard_egress_answer_seconds_total" => e.answer_seconds += s.value,
+                "tailguard_egress_timeout_headroom_sum" => e.headroom_sum += s.value,
+                "tailguard_egress_timeout_headroom_count" => e.headroom_count += s.value,
                 _ => {}
             }
         }
@@ -124,6 +135,10 @@ mod tests {
             tailguard_egress_timeout_seconds{upstream=\"back\"} 0.025\n\
             tailguard_egress_retries_total{upstream=\"back\"} 2\n\
             tailguard_egress_hedges_total{upstream=\"back\"} 1\n\
+            tailguard_egress_answered_seconds_total{upstream=\"back\"} 1.5\n\
+            tailguard_egress_answer_seconds_total{upstream=\"back\"} 1.25\n\
+            tailguard_egress_timeout_headroom_sum{upstream=\"back\"} 2.5\n\
+            tailguard_egress_timeout_headroom_count{upstream=\"back\"} 9\n\
             tailguard_ingress_requests_total 42\n\
             tailguard_ingress_in_flight 7\n\
             garbage\n";
@@ -132,5 +147,7 @@ mod tests {
         let back = &counts.egress["back"];
         assert_eq!((back.requests, back.attempts, back.timeouts, back.extra), (10.0, 12.0, 1.0, 3.0));
         assert_eq!((back.attempt_seconds, back.attempt_count, back.timeout_seconds), (0.5, 5.0, 0.025));
+        assert_eq!((back.answered_seconds, back.answer_seconds), (1.5, 1.25));
+        assert_eq!((back.headroom_sum, back.headroom_count), (2.5, 9.0));
     }
 }

@@ -100,6 +100,8 @@ struct Attempt {
     attempt: u32,
     endpoint: EndpointId,
     sent: Time,
+    /// The timeout policy's value for it, if the upstream has one (for closeness).
+    policy_timeout: Option<Duration>,
     response: ResponseFuture,
 }
 
@@ -108,6 +110,7 @@ struct AttemptEnd {
     attempt: u32,
     endpoint: EndpointId,
     sent: Time,
+    policy_timeout: Option<Duration>,
     result: Result<Response<Body>, AttemptError>,
 }
 
@@ -315,6 +318,8 @@ struct Driver<'a> {
     /// Sends the call asked for that the driver could not carry out (a streamed body, spent).
     unsendable: Vec<u32>,
     winner: Option<Response<Body>>,
+    /// The winning attempt's latency.
+    answer: Duration,
     last_error: Option<Response<Body>>,
     /// The call's spans, when tracing.
     trace: Option<CallTrace>,
@@ -339,6 +344,7 @@ impl<'a> Driver<'a> {
             attempts: Vec::new(),
             unsendable: Vec::new(),
             winner: None,
+            answer: Duration::ZERO,
             last_error: None,
             trace: None,
         }
@@ -355,9 +361,15 @@ impl<'a> Driver<'a> {
 
     async fn run(mut self, deadline: Option<Time>) -> Response<Body> {
         let replayable = self.replayable;
+        let started = self.egress.now();
         let mut call = self.step(|ctx| Call::start(ctx, replayable, deadline));
         loop {
             if let Some(finish) = self.apply(&call) {
+                if finish.outcome == Outcome::Success {
+                    let m = &self.upstream.metrics;
+                    m.answered_seconds.inc_by(seconds(self.egress.now().saturating_sub(started)));
+                    m.answer_seconds.inc_by(seconds(self.answer));
+                }
                 let trace = self.trace.take();
                 let response = self.respond(finish);
                 if let Some(trace) = trace {
@@ -404,7 +416,7 @@ impl<'a> Driver<'a> {
                         trace.on_send(attempt, addr, policy_timeout, !self.attempts.is_empty());
                     }
                     self.count_send(attempt, endpoint, policy_timeout);
-                    self.send(call, attempt, endpoint);
+                    self.send(call, attempt, endpoint, policy_timeout);
                 }
                 Action::Cancel { attempt, endpoint, reason } => {
                     if let Some(trace) = &mut self.trace {
@@ -450,7 +462,7 @@ impl<'a> Driver<'a> {
     }
 
     /// Starts attempt `attempt` to `endpoint`.
-    fn send(&mut self, call: &Call, attempt: u32, endpoint: EndpointId) {
+    fn send(&mut self, call: &Call, attempt: u32, endpoint: EndpointId, policy_timeout: Option<Duration>) {
         let body = match (&self.template.body, self.streamed.take()) {
             (Some(bytes), _) => http::bytes(bytes),
             (None, Some(body)) => body.map_err(BoxError::from).boxed(),
@@ -496,7 +508,7 @@ impl<'a> Driver<'a> {
                 Box::pin(async move { Ok(response.await?.map(|b| b.map_err(BoxError::from).boxed())) })
             }
         };
-        self.attempts.push(Attempt { attempt, endpoint, sent: now, response });
+        self.attempts.push(Attempt { attempt, endpoint, sent: now, policy_timeout, response });
     }
 
     /// Feeds an attempt's end back to the call, keeping the response it may return.
@@ -516,7 +528,14 @@ impl<'a> Driver<'a> {
                 clean(&mut response, found);
                 let feedback = Feedback::new(outcome(response.status()), rtt).with_chip(chip);
                 match feedback.outcome {
-                    Outcome::Success => self.winner = Some(response),
+                    Outcome::Success => {
+                        self.winner = Some(response);
+                        self.answer = rtt;
+                        if let Some(t) = end.policy_timeout {
+                            let rtt = rtt.as_secs_f64().max(1e-9);
+                            self.upstream.metrics.timeout_headroom.observe((t.as_secs_f64() - rtt) / rtt);
+                        }
+                    }
                     Outcome::Rejected => self.metrics_endpoint(end.endpoint, |m| m.rejected.inc()),
                     _ => self.last_error = Some(response),
                 }
@@ -605,8 +624,8 @@ async fn next_end(attempts: &mut Vec<Attempt>) -> AttemptEnd {
     std::future::poll_fn(|cx| {
         for i in 0..attempts.len() {
             if let Poll::Ready(result) = Pin::new(&mut attempts[i].response).poll(cx) {
-                let Attempt { attempt, endpoint, sent, .. } = attempts.swap_remove(i);
-                return Poll::Ready(AttemptEnd { attempt, endpoint, sent, result });
+                let Attempt { attempt, endpoint, sent, policy_timeout, .. } = attempts.swap_remove(i);
+                return Poll::Ready(AttemptEnd { attempt, endpoint, sent, policy_timeout, result });
             }
         }
         Poll::Pending

@@ -32,6 +32,11 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0005, 2.0, 16))
 }
 
+/// Timeout headroom ratios from 1 % to ~10× the latency.
+fn headroom_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.01, 2.0, 11))
+}
+
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Every metric the proxy exports.
@@ -55,6 +60,14 @@ pub struct Metrics {
     pub hedges: Family<UpstreamLabels, Counter>,
     /// The timeout policy's latest value in seconds, per upstream (0 when untimed).
     pub timeout_seconds: Family<UpstreamLabels, Gauge<f64, AtomicU64>>,
+    /// Σ latency of the requests answered with success, timed-out attempts and waits included,
+    /// per upstream: the numerator of adaptive-timeouts.txt §5.2's time fraction.
+    pub answered_seconds: Family<UpstreamLabels, Counter<f64, AtomicU64>>,
+    /// Σ latency of the attempt that answered each of those requests: the denominator.
+    pub answer_seconds: Family<UpstreamLabels, Counter<f64, AtomicU64>>,
+    /// (timeout − latency) / latency of each successful attempt sent with the policy's timeout,
+    /// per upstream: its mean is §5.2's closeness.
+    pub timeout_headroom: Histograms<UpstreamLabels>,
     /// Requests that reached the ingress.
     pub ingress_requests: Counter,
     /// Requests the ingress refused with 429.
@@ -83,6 +96,9 @@ impl Metrics {
             retries: Family::default(),
             hedges: Family::default(),
             timeout_seconds: Family::default(),
+            answered_seconds: Family::default(),
+            answer_seconds: Family::default(),
+            timeout_headroom: Family::new_with_constructor(headroom_histogram),
             ingress_requests: Counter::default(),
             ingress_rejected: Counter::default(),
             ingress_in_flight: Gauge::default(),
@@ -97,6 +113,21 @@ impl Metrics {
         registry.register("egress_retries", "Retries sent", m.retries.clone());
         registry.register("egress_hedges", "Hedged attempts sent", m.hedges.clone());
         registry.register("egress_timeout_seconds", "Latest attempt timeout of the policy", m.timeout_seconds.clone());
+        registry.register(
+            "egress_answered_seconds",
+            "Total latency of requests answered with success",
+            m.answered_seconds.clone(),
+        );
+        registry.register(
+            "egress_answer_seconds",
+            "Total latency of the attempts that answered them",
+            m.answer_seconds.clone(),
+        );
+        registry.register(
+            "egress_timeout_headroom",
+            "(timeout - latency) / latency of successful attempts sent with a timeout",
+            m.timeout_headroom.clone(),
+        );
         registry.register("ingress_requests", "Requests arriving at the ingress", m.ingress_requests.clone());
         registry.register("ingress_rejected", "Requests refused with 429", m.ingress_rejected.clone());
         registry.register("ingress_in_flight", "Requests held by the application", m.ingress_in_flight.clone());
@@ -112,6 +143,9 @@ impl Metrics {
             retries: self.retries.get_or_create(&labels).clone(),
             hedges: self.hedges.get_or_create(&labels).clone(),
             timeout_seconds: self.timeout_seconds.get_or_create(&labels).clone(),
+            answered_seconds: self.answered_seconds.get_or_create(&labels).clone(),
+            answer_seconds: self.answer_seconds.get_or_create(&labels).clone(),
+            timeout_headroom: self.timeout_headroom.get_or_create(&labels).clone(),
         }
     }
 
@@ -149,6 +183,12 @@ pub struct UpstreamMetrics {
     pub hedges: Counter,
     /// See [`Metrics::timeout_seconds`].
     pub timeout_seconds: Gauge<f64, AtomicU64>,
+    /// See [`Metrics::answered_seconds`].
+    pub answered_seconds: Counter<f64, AtomicU64>,
+    /// See [`Metrics::answer_seconds`].
+    pub answer_seconds: Counter<f64, AtomicU64>,
+    /// See [`Metrics::timeout_headroom`].
+    pub timeout_headroom: Histogram,
 }
 
 /// One endpoint's metrics, resolved like [`UpstreamMetrics`].

@@ -239,6 +239,16 @@ async fn a_hung_backend_is_cut_by_the_timeout() {
     assert_eq!(sample(&metrics, &timeouts), hung.hits() as f64, "{metrics}");
     assert!(hung.hits() >= 1);
     assert_eq!(sample(&metrics, "tailguard_egress_timeout_seconds{upstream=\"svc\"}"), 0.1);
+    // Time fraction's parts: each request that tried the hung backend first lost its 100 ms
+    // timeout; the answering attempts, to the healthy backend, took well under that.
+    let answered = sample(&metrics, "tailguard_egress_answered_seconds_total{upstream=\"svc\"}");
+    let answer = sample(&metrics, "tailguard_egress_answer_seconds_total{upstream=\"svc\"}");
+    let lost = answered - answer;
+    assert!(lost >= 0.1 * hung.hits() as f64 && lost < 0.1 * hung.hits() as f64 + 0.2, "{metrics}");
+    assert!(answer < 0.2, "{metrics}");
+    // Closeness: every answer came with the 100 ms timeout, far above its latency.
+    assert_eq!(sample(&metrics, "tailguard_egress_timeout_headroom_count{upstream=\"svc\"}"), 4.0);
+    assert!(sample(&metrics, "tailguard_egress_timeout_headroom_sum{upstream=\"svc\"}") > 4.0, "{metrics}");
     proxy.shutdown().await;
     // Without one, the caller gets 504 once the timeout fires.
     let proxy = egress(&[&hung], "{timeout: {kind: fixed, value: 100ms}}").await;
