@@ -80,6 +80,25 @@ CONF
   wait_port "$port"
 }
 
+# proxy_file FILE PORT BACKEND [ADMIN]: a tailguard proxy file whose egress on PORT sends every
+# request to BACKEND (round robin over one endpoint, no retries), with an admin listener on ADMIN
+proxy_file() {
+  {
+    cat <<CONF
+egress:
+  listen: 127.0.0.1:$2
+  upstreams:
+    backend:
+      endpoints: [127.0.0.1:$3]
+      match: {path_prefix: /}
+      policy:
+        balancer: {kind: round-robin}
+        retry: {max_attempts: 1}
+CONF
+    if [ -n "${4:-}" ]; then printf 'admin:\n  listen: 127.0.0.1:%s\n' "$4"; fi
+  } >"$1"
+}
+
 # cpu_ticks PID: utime+stime in clock ticks
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }

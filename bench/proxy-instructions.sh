@@ -11,17 +11,7 @@ command -v valgrind >/dev/null || { echo "valgrind is needed" >&2; exit 1; }
 
 BACKEND=18180; P_TG=18181
 nginx_static $BACKEND
-cat >"$WORK/tg.yaml" <<CONF
-egress:
-  listen: 127.0.0.1:$P_TG
-  upstreams:
-    backend:
-      endpoints: [127.0.0.1:$BACKEND]
-      match: {path_prefix: /}
-      policy:
-        balancer: {kind: round-robin}
-        retry: {max_attempts: 1}
-CONF
+proxy_file "$WORK/tg.yaml" $P_TG $BACKEND
 start tg valgrind --tool=callgrind ${CG_ARGS:-} --callgrind-out-file="$WORK/cg.out" "$TG" proxy --config "$WORK/tg.yaml" --workers 1
 PID_TG=$LAST_PID
 wait_port $P_TG

@@ -17,19 +17,7 @@ ulimit -n 8192 2>/dev/null || true   # 1,000 held connections, on both ends, in 
 BACKEND=18080; P_TG=18081; P_HA=18082; P_NX=18083; ADMIN=18091
 nginx_static $BACKEND; PID_BACKEND=$LAST_PID
 
-cat >"$WORK/tg.yaml" <<CONF
-egress:
-  listen: 127.0.0.1:$P_TG
-  upstreams:
-    backend:
-      endpoints: [127.0.0.1:$BACKEND]
-      match: {path_prefix: /}
-      policy:
-        balancer: {kind: round-robin}
-        retry: {max_attempts: 1}
-admin:
-  listen: 127.0.0.1:$ADMIN
-CONF
+proxy_file "$WORK/tg.yaml" $P_TG $BACKEND $ADMIN
 start tg "$TG" proxy --config "$WORK/tg.yaml" --workers 1; PID_TG=$LAST_PID
 
 cat >"$WORK/haproxy.cfg" <<CONF
