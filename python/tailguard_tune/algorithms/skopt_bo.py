@@ -44,13 +44,16 @@ class SkoptSampler(AskTellSampler):
 
     def __init__(self, space: Space, seed: int | None, base_estimator: str, n_initial: int) -> None:
         super().__init__(space, seed)
-        kwargs = {} if base_estimator == "GP" else {"acq_optimizer": "sampling"}
+        # The acquisition is maximised over 10,000 random points of the whole space, not by L-BFGS
+        # from the best points so far (skopt's default for a GP): with 32 dimensions and a handful
+        # of points, L-BFGS stayed next to the seeds and the hybrid stalled near the defaults on
+        # some seeds (docs/tune.md, "Measured").
         self.optimizer = Optimizer(
             [_dimension(p) for p in space.params],
             base_estimator=base_estimator,
             n_initial_points=max(1, n_initial),
             random_state=seed,
-            **kwargs,
+            acq_optimizer="sampling",
         )
 
     def ask(self, number: int) -> dict[str, Any]:
