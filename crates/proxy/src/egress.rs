@@ -179,8 +179,14 @@ impl Egress {
         let started = Instant::now();
         let mut driver = Driver::new(self, upstream.clone(), Arc::new(template), streamed);
         driver.trace = trace;
-        let response = driver.run(deadline).await;
-        upstream.metrics.request_latency.observe(seconds(started.elapsed()));
+        let (response, answer) = driver.run(deadline).await;
+        let m = &upstream.metrics;
+        let latency = seconds(started.elapsed());
+        m.request_latency.observe(latency);
+        if let Some(answer) = answer {
+            m.answered_seconds.inc_by(latency);
+            m.answer_seconds.inc_by(seconds(answer));
+        }
         response
     }
 
@@ -317,9 +323,8 @@ struct Driver<'a> {
     attempts: Vec<Attempt>,
     /// Sends the call asked for that the driver could not carry out (a streamed body, spent).
     unsendable: Vec<u32>,
-    winner: Option<Response<Body>>,
-    /// The winning attempt's latency.
-    answer: Duration,
+    /// The answer that won, and its attempt's latency.
+    winner: Option<(Response<Body>, Duration)>,
     last_error: Option<Response<Body>>,
     /// The call's spans, when tracing.
     trace: Option<CallTrace>,
@@ -344,7 +349,6 @@ impl<'a> Driver<'a> {
             attempts: Vec::new(),
             unsendable: Vec::new(),
             winner: None,
-            answer: Duration::ZERO,
             last_error: None,
             trace: None,
         }
@@ -359,23 +363,19 @@ impl<'a> Driver<'a> {
         f(&mut ctx)
     }
 
-    async fn run(mut self, deadline: Option<Time>) -> Response<Body> {
+    /// The response, and the answering attempt's latency when the call succeeded.
+    async fn run(mut self, deadline: Option<Time>) -> (Response<Body>, Option<Duration>) {
         let replayable = self.replayable;
-        let started = self.egress.now();
         let mut call = self.step(|ctx| Call::start(ctx, replayable, deadline));
         loop {
             if let Some(finish) = self.apply(&call) {
-                if finish.outcome == Outcome::Success {
-                    let m = &self.upstream.metrics;
-                    m.answered_seconds.inc_by(seconds(self.egress.now().saturating_sub(started)));
-                    m.answer_seconds.inc_by(seconds(self.answer));
-                }
+                let answer = self.winner.as_ref().filter(|_| finish.outcome == Outcome::Success).map(|w| w.1);
                 let trace = self.trace.take();
                 let response = self.respond(finish);
                 if let Some(trace) = trace {
                     trace.finish(finish.outcome, finish.attempts, response.status());
                 }
-                return response;
+                return (response, answer);
             }
             for attempt in std::mem::take(&mut self.unsendable) {
                 if let Some(trace) = &mut self.trace {
@@ -398,7 +398,7 @@ impl<'a> Driver<'a> {
                     self.wakes.retain(|t| *t > now);
                     self.step(|ctx| call.on_wake(ctx));
                 }
-                else => return http::text(StatusCode::BAD_GATEWAY, "tailguard: the call stalled"),
+                else => return (http::text(StatusCode::BAD_GATEWAY, "tailguard: the call stalled"), None),
             }
         }
     }
@@ -529,8 +529,7 @@ impl<'a> Driver<'a> {
                 let feedback = Feedback::new(outcome(response.status()), rtt).with_chip(chip);
                 match feedback.outcome {
                     Outcome::Success => {
-                        self.winner = Some(response);
-                        self.answer = rtt;
+                        self.winner = Some((response, rtt));
                         if let Some(t) = end.policy_timeout {
                             let rtt = rtt.as_secs_f64().max(1e-9);
                             self.upstream.metrics.timeout_headroom.observe((t.as_secs_f64() - rtt) / rtt);
@@ -550,7 +549,7 @@ impl<'a> Driver<'a> {
     /// The response to the application once the call finished.
     fn respond(self, finish: Finish) -> Response<Body> {
         let upstream_response = match finish.outcome {
-            Outcome::Success => self.winner,
+            Outcome::Success => self.winner.map(|(response, _)| response),
             Outcome::Error => self.last_error,
             _ => None,
         };

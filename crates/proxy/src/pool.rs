@@ -188,9 +188,7 @@ impl Pool {
         F: FnOnce() -> Request<Body>,
         E: From<Error>,
     {
-        if !request.headers().contains_key(hyper::header::HOST) {
-            request.headers_mut().insert(hyper::header::HOST, self.host.clone());
-        }
+        self.set_host(&mut request);
         let (conn, reused) = match self.checkout() {
             Some(conn) => (conn, true),
             // Boxed: connecting is rare, and its future would otherwise take room in every attempt.
@@ -205,9 +203,7 @@ impl Pool {
             (Some(request), _) => Some(request),
             (None, Some(rebuild)) if closed_under(&error) => {
                 let mut request = rebuild();
-                if !request.headers().contains_key(hyper::header::HOST) {
-                    request.headers_mut().insert(hyper::header::HOST, self.host.clone());
-                }
+                self.set_host(&mut request);
                 Some(request)
             }
             _ => None,
@@ -216,6 +212,13 @@ impl Pool {
             // Boxed: rare, and its future would otherwise take room in every attempt's.
             Some(request) => Ok(Box::pin(self.replay(request)).await?),
             None => Err(Error::from(error).into()),
+        }
+    }
+
+    /// Gives `request` the endpoint's `Host` unless it has one.
+    fn set_host(&self, request: &mut Request<Body>) {
+        if !request.headers().contains_key(hyper::header::HOST) {
+            request.headers_mut().insert(hyper::header::HOST, self.host.clone());
         }
     }
 
