@@ -40,9 +40,12 @@ def _from_skopt(p: Param, x: Any) -> Any:
 
 
 class SkoptSampler(AskTellSampler):
-    """`base_estimator` is skopt's: "GP", "GBRT" or "RF"."""
+    """`base_estimator` is skopt's: "GP", "GBRT" or "RF"; `acq_func` its acquisition function
+    ("gp_hedge", skopt's default, picks among EI, PI and LCB each step)."""
 
-    def __init__(self, space: Space, seed: int | None, base_estimator: str, n_initial: int) -> None:
+    def __init__(
+        self, space: Space, seed: int | None, base_estimator: str, n_initial: int, acq_func: str = "gp_hedge"
+    ) -> None:
         super().__init__(space, seed)
         # The acquisition is maximised over 10,000 random points of the whole space, not by L-BFGS
         # from the best points so far (skopt's default for a GP): with 32 dimensions and a handful
@@ -53,6 +56,7 @@ class SkoptSampler(AskTellSampler):
             base_estimator=base_estimator,
             n_initial_points=max(1, n_initial),
             random_state=seed,
+            acq_func=acq_func,
             acq_optimizer="sampling",
         )
 
