@@ -184,3 +184,22 @@ def test_without_a_trace_file_the_defaults_run_once_with_traces(tmp_path):
     assert s.runner.traced_doc == experiment.load(TINY)
     assert (tmp_path / "random" / "traces.json").exists()
     assert outcome.selection.services == ["cache", "db", "frontend"]
+
+
+def test_the_hybrids_dds_phase_takes_half_the_budget_but_no_more_than_one_trial_per_two_dimensions():
+    from tailguard_tune.algorithms.hybrid import HybridSampler
+
+    def of(dim, budget):
+        params = [space.Param(path=f"p{i}", type="continuous", low=0.0, high=1.0, default=0.5) for i in range(dim)]
+        return HybridSampler(space.Space(params), seed=0, budget=budget).dds_trials
+
+    assert [of(d, 15) for d in (1, 4, 6, 7, 24, 32)] == [2, 2, 3, 4, 7, 7]
+    assert [of(6, b) for b in (4, 8, 15, 30)] == [2, 3, 3, 3]
+
+
+def test_the_hybrids_gp_asks_by_its_lower_confidence_bound(tmp_path):
+    result = run(settings(tmp_path, "hybrid", storage=optuna.storages.InMemoryStorage()), say=lambda _: None)
+    hybrid = result.study.sampler
+    # Budget 8 over 6 parameters: 3 DDS trials, then the GP's 5.
+    assert hybrid.dds_trials == 3 and hybrid.asked == 8
+    assert hybrid.bo is not None and hybrid.bo.optimizer.acq_func == "LCB"
