@@ -112,7 +112,9 @@ def _baseline(study: optuna.Study, settings: Settings, doc: dict, space: Space, 
 def _open_study(storage: Any, name: str, sampler) -> optuna.Study:
     """Creates or loads the study. Workers starting together on a new database may race to create
     its tables (SQLite: "database is locked"; PostgreSQL: a duplicate table or type); the loser
-    retries (a bounded number of times)."""
+    retries (a bounded number of times). A URL that names no database Optuna can open, or a server
+    that still cannot be reached after the retries, is a `ValueError` naming the URL (without its
+    password)."""
     import sqlalchemy.exc
 
     for attempt in range(5):
@@ -120,11 +122,29 @@ def _open_study(storage: Any, name: str, sampler) -> optuna.Study:
             return optuna.create_study(
                 storage=storage, study_name=name, direction="minimize", sampler=sampler, load_if_exists=True
             )
-        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
+        except sqlalchemy.exc.ArgumentError as e:  # not a URL, or an unknown database kind
+            raise ValueError(f"--storage {_shown(storage)}: not a storage URL Optuna can open: {_gist(e)}") from e
+        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError) as e:
             if attempt == 4:
-                raise
+                raise ValueError(f"--storage {_shown(storage)}: cannot open the study: {_gist(e)}") from e
             time.sleep(0.2 * (attempt + 1))
     raise AssertionError("the loop returns or raises")
+
+
+def _shown(storage: Any) -> str:
+    """The storage URL with its password hidden."""
+    import sqlalchemy.engine
+
+    try:
+        return sqlalchemy.engine.make_url(str(storage)).render_as_string(hide_password=True)
+    except Exception:  # not even a URL: nothing to hide
+        return str(storage)
+
+
+def _gist(e: Exception) -> str:
+    """The first line of what the database driver said (SQLAlchemy appends a link and the SQL)."""
+    text = str(getattr(e, "orig", None) or e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 def run(settings: Settings, say: Callable[[str], None] = print) -> Outcome:

@@ -48,6 +48,19 @@ def test_the_cli_reports_bad_input_by_name(tmp_path, capsys):
     assert "not an executable" in capsys.readouterr().err
 
 
+def test_a_storage_that_cannot_be_opened_is_named_without_its_password(tmp_path, capsys):
+    base = [TINY, "--space", SPACE, "--algo", "dds", "--budget", "2", "--out", str(tmp_path / "o")]
+    assert cli.main([*base, "--storage", "nosuchdb://somewhere/x"]) == 2
+    err = capsys.readouterr().err
+    assert "--storage nosuchdb://somewhere/x: not a storage URL Optuna can open" in err
+    assert "Traceback" not in err
+    # Nothing listens on port 1 of the loopback: refused at once, given up after the retries.
+    assert cli.main([*base, "--storage", "postgresql://tuner:secret@127.0.0.1:1/study"]) == 2
+    err = capsys.readouterr().err
+    assert "--storage postgresql://tuner:***@127.0.0.1:1/study: cannot open the study:" in err
+    assert "secret" not in err and "Traceback" not in err
+
+
 def test_a_run_the_simulator_refuses_is_a_failed_trial_with_its_message(tmp_path):
     doc = experiment.load(TINY)
     sp = space.parse("parameters: [{path: services.db.replicas, type: discrete, range: [0, 1]}]", doc)
