@@ -48,6 +48,10 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--budget {args.budget}: expected at least 1")
         if args.repeats < 1:
             raise ValueError(f"--repeats {args.repeats}: expected at least 1")
+        if args.reduce_top < 1:
+            raise ValueError(f"--reduce-top {args.reduce_top}: expected at least 1")
+        if not args.timeout > 0:
+            raise ValueError(f"--timeout {args.timeout}: expected a number of seconds above 0")
         doc = experiment.load(args.file)
         sp = space.load(args.space, doc)
         objective = Objective(args.objective, tuple(args.run))
@@ -59,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, EvaluationError, TraceError) as e:
         print(f"tailguard-tune: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # an output directory that cannot be made or written, say
+        print(f"tailguard-tune: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
+        return 1
     print(
         f"best {objective.stat}: {outcome.best_value:.3f} ms, defaults {outcome.baseline:.3f} ms: "
         f"{100 * outcome.improvement:.1f}% lower, tuning {len(outcome.space)} of {len(sp)} parameters"

@@ -46,6 +46,13 @@ def test_the_cli_reports_bad_input_by_name(tmp_path, capsys):
     assert "--budget 0" in capsys.readouterr().err
     assert cli.main([TINY, "--space", SPACE, "--algo", "dds", "--budget", "2", "--tailguard", "/nonexistent"]) == 2
     assert "not an executable" in capsys.readouterr().err
+    for flag, value in (("--timeout", "0"), ("--reduce-top", "0"), ("--repeats", "0")):
+        assert cli.main([TINY, "--space", SPACE, "--algo", "dds", "--budget", "2", flag, value]) == 2
+        assert f"{flag} 0" in capsys.readouterr().err
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    assert cli.main([TINY, "--space", SPACE, "--algo", "dds", "--budget", "2", "--out", str(blocked / "out")]) == 1
+    assert f"{blocked / 'out'}: Not a directory" in capsys.readouterr().err
 
 
 def test_a_storage_that_cannot_be_opened_is_named_without_its_password(tmp_path, capsys):
