@@ -15,19 +15,17 @@ from .skopt_bo import SkoptSampler
 
 class HybridSampler(AskTellSampler):
     """`dds_trials` trials of DDS, then GP-BO seeded with the best `seeds` points DDS saw (the
-    defaults included). By default DDS gets half the budget, but no more than one trial per two
-    dimensions, the rule of TPE's random start (`tpe_startup`): a small space needs fewer steps
-    before the model, and the GP makes better use of the rest. On examples/tune at budget 15 in
-    the 6-parameter reduced space, 3 DDS trials give 57.13 % (worst seed 56.7 %, seeds 0-19; the
-    same on seeds 20-39) against 56.85 % (55.3 %) for 4 and 56.65 % for 7; 2 leave one seed of 20
-    stalled at 23 %. The 32-parameter space keeps 7 (docs/tune.md).
+    defaults included).
 
-    The GP chooses by its lower confidence bound (LCB, κ = 1.96) rather than skopt's "gp_hedge".
-    DDS's points sit close together around the defaults, and on them EI and PI (two of gp_hedge's
-    three) keep refining that neighbourhood; LCB's bonus for uncertainty sends the model's first
-    steps away from it. At budget 15 over seeds 0-19: 57.05 % (worst 55.9 %) against 56.83 %
-    (55.9 %) on all 32 parameters, 56.85 % (55.3 %) against 56.34 % (52.2 %) on the reduced 6
-    (both with 4 DDS trials there)."""
+    By default DDS gets half the budget, but no more than one trial per two dimensions, the rule
+    of TPE's random start (`tpe_startup`): a small space needs fewer steps before the model, and
+    the GP makes better use of the rest. The GP chooses by its lower confidence bound (LCB) rather
+    than skopt's "gp_hedge": DDS's points sit close together around the defaults, EI and PI (two
+    of gp_hedge's three) keep refining that neighbourhood, and LCB's bonus for uncertainty sends
+    the model's first steps away from it. Measured on examples/tune (docs/tune.md), budget 15,
+    seeds 0-19:
+    the 6-parameter reduced space went from 56.3 to 57.1 % (worst seed 52.2 to 56.7 %), all 32
+    parameters from 56.8 to 57.05 %."""
 
     def __init__(self, space: Space, seed: int | None, budget: int, dds_trials: int | None = None, seeds: int = 5):
         super().__init__(space, seed)
