@@ -23,9 +23,8 @@ class HybridSampler(AskTellSampler):
     than skopt's "gp_hedge": DDS's points sit close together around the defaults, EI and PI (two
     of gp_hedge's three) keep refining that neighbourhood, and LCB's bonus for uncertainty sends
     the model's first steps away from it. Measured on examples/tune (docs/tune.md), budget 15,
-    seeds 0-19:
-    the 6-parameter reduced space went from 56.3 to 57.1 % (worst seed 52.2 to 56.7 %), all 32
-    parameters from 56.8 to 57.05 %."""
+    seeds 0-19: the 6-parameter reduced space went from 56.3 to 57.1 % (worst seed 52.2 to
+    56.7 %), all 32 parameters from 56.8 to 57.05 %."""
 
     def __init__(self, space: Space, seed: int | None, budget: int, dds_trials: int | None = None, seeds: int = 5):
         super().__init__(space, seed)
