@@ -68,6 +68,21 @@ fn a_bad_file_is_an_error_naming_the_file_and_the_field() {
 }
 
 #[test]
+fn an_output_path_that_cannot_be_written_is_refused_before_simulating() {
+    let dir = scratch("outputs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let missing = dir.join("no-such-dir/r.json");
+    let run = tailguard(&["sim", &example("bloc.yaml"), "--json", missing.to_str().unwrap()]);
+    assert!(!run.status.success());
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(err.contains("--json") && err.contains("no-such-dir is not an existing directory"), "{err}");
+    // Refused up front: nothing was simulated, so no table was printed.
+    assert!(run.stdout.is_empty() && !err.contains("simulating"), "{err}");
+    let run = tailguard(&["sim", &example("bloc.yaml"), "--report", dir.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&run.stderr).contains("is a directory, expected a file path"));
+}
+
+#[test]
 fn a_bad_flag_is_refused_with_usage() {
     let run = tailguard(&["sim", &example("bloc.yaml"), "--seed", "many"]);
     assert_eq!(run.status.code(), Some(2));

@@ -2,15 +2,16 @@
 
 use std::path::PathBuf;
 
-/// An error of the lab. Processes it started are stopped before it is returned.
+/// An error of the lab. Processes it started are stopped before it is returned. An I/O error is
+/// part of the message, not a `source`: printed as a chain it would appear twice.
 #[derive(Debug, thiserror::Error)]
 pub enum LabError {
     /// The experiment file could not be resolved for a run.
     #[error(transparent)]
     Model(#[from] tailguard_model::ModelError),
     /// A process could not be started.
-    #[error("cannot start {name} ({command}): {source}")]
-    Spawn { name: String, command: String, source: std::io::Error },
+    #[error("cannot start {name} ({command}): {error}")]
+    Spawn { name: String, command: String, error: std::io::Error },
     /// A process exited, or never became ready, while the lab needed it.
     #[error("{name} {what}; the end of its stderr ({log}):\n{tail}")]
     Process { name: String, what: String, log: PathBuf, tail: String },
@@ -18,8 +19,8 @@ pub enum LabError {
     #[error("the load generator: {0}")]
     Load(#[from] tailguard_load::LoadError),
     /// A file of the lab's output could not be written.
-    #[error("cannot write {path}: {source}")]
-    Write { path: PathBuf, source: std::io::Error },
+    #[error("cannot write {path}: {error}")]
+    Write { path: PathBuf, error: std::io::Error },
     /// Setting up the network (addresses, namespaces, delays) failed.
     #[error("network set-up: {0}")]
     Network(String),

@@ -41,7 +41,7 @@ impl Processes {
     pub fn spawn(&mut self, name: &str, mut command: Command, logs: &Path) -> Result<u32, LabError> {
         let file = |ext: &str| {
             let path = logs.join(format!("{name}.{ext}"));
-            File::create(&path).map(|f| (f, path.clone())).map_err(|source| LabError::Write { path, source })
+            File::create(&path).map(|f| (f, path.clone())).map_err(|error| LabError::Write { path, error })
         };
         let (out, _) = file("out")?;
         let (err, stderr) = file("err")?;
@@ -53,10 +53,10 @@ impl Processes {
                 Ok(())
             });
         }
-        let child = command.spawn().map_err(|source| LabError::Spawn {
+        let child = command.spawn().map_err(|error| LabError::Spawn {
             name: name.to_string(),
             command: format!("{command:?}"),
-            source,
+            error,
         })?;
         let pid = child.id();
         self.procs.push(Proc { name: name.to_string(), child, stderr });

@@ -139,7 +139,7 @@ fn write_nginx(
 ) -> Result<(), LabError> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
-        move |source| LabError::Write { path, source }
+        move |error| LabError::Write { path, error }
     };
     for sub in ["html", "tmp"] {
         std::fs::create_dir_all(prefix.join(sub)).map_err(io(prefix))?;

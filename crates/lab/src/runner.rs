@@ -127,9 +127,9 @@ pub fn run(experiment: &Experiment, options: &Options, observer: &dyn Observer) 
     }
     if let Tracing::Collect { out, .. } = &options.tracing {
         jaeger::write_file(&traces, out).map_err(|e| match e {
-            JaegerError::Io { source, .. } => LabError::Write { path: out.clone(), source },
+            JaegerError::Io { source, .. } => LabError::Write { path: out.clone(), error: source },
             JaegerError::Format { message, .. } => {
-                LabError::Write { path: out.clone(), source: std::io::Error::other(message) }
+                LabError::Write { path: out.clone(), error: std::io::Error::other(message) }
             }
         })?;
     }
@@ -156,7 +156,7 @@ fn run_one(
     check_size(run)?;
     let plan = choose_plan(run, options.isolation)?;
     let dir = options.out.join("runs").join(&run.scenario).join(&run.variant);
-    std::fs::create_dir_all(&dir).map_err(|source| LabError::Write { path: dir.clone(), source })?;
+    std::fs::create_dir_all(&dir).map_err(|error| LabError::Write { path: dir.clone(), error })?;
     // Declared before the processes, so it is dropped (torn down) after they are stopped.
     let _network = match options.isolation {
         Isolation::Netns => {
@@ -330,7 +330,7 @@ fn start(
 
 fn write(dir: &Path, name: &str, text: &str) -> Result<PathBuf, LabError> {
     let path = dir.join(name);
-    std::fs::write(&path, text).map_err(|source| LabError::Write { path: path.clone(), source })?;
+    std::fs::write(&path, text).map_err(|error| LabError::Write { path: path.clone(), error })?;
     Ok(path)
 }
 
