@@ -123,10 +123,10 @@ def _open_study(storage: Any, name: str, sampler) -> optuna.Study:
                 storage=storage, study_name=name, direction="minimize", sampler=sampler, load_if_exists=True
             )
         except sqlalchemy.exc.ArgumentError as e:  # not a URL, or an unknown database kind
-            raise ValueError(f"--storage {_shown(storage)}: not a storage URL Optuna can open: {_gist(e)}") from e
+            raise ValueError(f"--storage {_shown(storage)}: not a storage URL Optuna can open: {_first_line(e)}") from e
         except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError) as e:
             if attempt == 4:
-                raise ValueError(f"--storage {_shown(storage)}: cannot open the study: {_gist(e)}") from e
+                raise ValueError(f"--storage {_shown(storage)}: cannot open the study: {_first_line(e)}") from e
             time.sleep(0.2 * (attempt + 1))
     raise AssertionError("the loop returns or raises")
 
@@ -134,14 +134,15 @@ def _open_study(storage: Any, name: str, sampler) -> optuna.Study:
 def _shown(storage: Any) -> str:
     """The storage URL with its password hidden."""
     import sqlalchemy.engine
+    import sqlalchemy.exc
 
     try:
         return sqlalchemy.engine.make_url(str(storage)).render_as_string(hide_password=True)
-    except Exception:  # not even a URL: nothing to hide
+    except sqlalchemy.exc.ArgumentError:  # not even a URL: nothing to hide
         return str(storage)
 
 
-def _gist(e: Exception) -> str:
+def _first_line(e: Exception) -> str:
     """The first line of what the database driver said (SQLAlchemy appends a link and the SQL)."""
     text = str(getattr(e, "orig", None) or e).strip()
     return text.splitlines()[0] if text else type(e).__name__
