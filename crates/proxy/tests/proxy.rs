@@ -703,3 +703,52 @@ fn one_worker_runs_the_proxy_on_a_current_thread_runtime() {
     assert_eq!(runtime.handle().runtime_flavor(), RuntimeFlavor::MultiThread);
     assert_eq!(runtime.metrics().num_workers(), 3);
 }
+
+#[tokio::test]
+async fn a_response_streaming_longer_than_the_header_read_timeout_is_not_cut() {
+    // A raw backend that sends its chunked body a piece every 150 ms for about a second.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut head = [0u8; 1024];
+        let _ = stream.read(&mut head).await.unwrap();
+        stream.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n").await.unwrap();
+        for _ in 0..7 {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            stream.write_all(b"1\r\nx\r\n").await.unwrap();
+        }
+        stream.write_all(b"0\r\n\r\n").await.unwrap();
+        // Hold the connection until the test ends.
+        let _ = stream.read(&mut head).await;
+    });
+    let text = format!(
+        "egress:\n  listen: 127.0.0.1:0\n  upstreams:\n    svc:\n      endpoints: [{backend}]\n      match: {{host: svc}}\nlimits: {{header_read_timeout: 300ms}}\nshutdown_grace: 1s\n"
+    );
+    let proxy = proxy_of(&text).await;
+    let mut stream = TcpStream::connect(proxy.egress.unwrap()).await.unwrap();
+    stream.write_all(b"GET /x HTTP/1.1\r\nHost: svc\r\nConnection: close\r\n\r\n").await.unwrap();
+    let mut reply = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut reply)).await.unwrap().unwrap();
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply:?}");
+    assert_eq!(reply.matches("\r\nx\r\n").count(), 7, "the whole body arrived: {reply:?}");
+    assert!(reply.ends_with("0\r\n\r\n"), "{reply:?}");
+    proxy.shutdown().await;
+    task.abort();
+}
+
+#[tokio::test]
+async fn a_kept_alive_connection_waiting_for_its_next_request_is_closed_after_the_header_read_timeout() {
+    let backend = Backend::start("a", Mode::Ok(Duration::ZERO)).await;
+    let proxy = proxy_of(&egress_with_limits(&backend, "{header_read_timeout: 300ms, idle_timeout: 60s}")).await;
+    let mut stream = TcpStream::connect(proxy.egress.unwrap()).await.unwrap();
+    stream.write_all(b"GET /x HTTP/1.1\r\nHost: svc\r\n\r\n").await.unwrap();
+    let started = Instant::now();
+    let mut reply = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(4), stream.read_to_end(&mut reply)).await;
+    assert!(closed.is_ok(), "the connection is still open after 4 s");
+    assert!(String::from_utf8_lossy(&reply).starts_with("HTTP/1.1 200"));
+    assert!(started.elapsed() >= Duration::from_millis(250), "{:?}", started.elapsed());
+    proxy.shutdown().await;
+}
