@@ -157,7 +157,11 @@ impl Pool {
         Pool {
             addr,
             host: HeaderValue::try_from(host).expect("a socket address is a valid header value"),
-            builder: http1::Builder::new(),
+            builder: {
+                let mut builder = http1::Builder::new();
+                builder.writev(false);
+                builder
+            },
             idle: Mutex::new(Idle { conns: Vec::new(), swept: false }),
         }
     }

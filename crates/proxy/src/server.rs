@@ -127,7 +127,7 @@ fn builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     // No hyper header-read timer: it arms a boxed sleep for every request head (~5 % of a proxied
     // request's instructions); the connection's watchdog enforces the limit instead.
-    builder.http1().header_read_timeout(None).max_buf_size(limits.max_header_bytes.max(MIN_HEADER_BYTES));
+    builder.http1().header_read_timeout(None).writev(false).max_buf_size(limits.max_header_bytes.max(MIN_HEADER_BYTES));
     builder
         .http2()
         .timer(TokioTimer::new())

@@ -752,3 +752,39 @@ async fn a_kept_alive_connection_waiting_for_its_next_request_is_closed_after_th
     assert!(started.elapsed() >= Duration::from_millis(250), "{:?}", started.elapsed());
     proxy.shutdown().await;
 }
+
+#[tokio::test]
+async fn large_bodies_stream_through_intact_both_ways() {
+    // An echo backend: the response body is the request body, streamed back.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        let mut conns = JoinSet::new();
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            let service =
+                service_fn(|req: Request<Incoming>| async move { Ok::<_, Infallible>(Response::new(req.into_body())) });
+            conns.spawn(async move {
+                let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+            });
+        }
+    });
+    let text = format!(
+        "egress:\n  listen: 127.0.0.1:0\n  upstreams:\n    svc:\n      endpoints: [{backend}]\n      match: {{host: svc}}\nshutdown_grace: 1s\n"
+    );
+    let proxy = proxy_of(&text).await;
+    // 3 MiB: more than the replay buffer, so it is streamed, and many write buffers long.
+    let sent: Vec<u8> = (0..3 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+    let req = Request::post(format!("http://{}/echo", proxy.egress.unwrap()))
+        .header("host", "svc")
+        .body(Full::new(Bytes::from(sent.clone())))
+        .unwrap();
+    let client: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let response = tokio::time::timeout(Duration::from_secs(20), client.request(req)).await.unwrap().unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let got = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(got.len(), sent.len());
+    assert!(got == sent, "the echoed body differs");
+    proxy.shutdown().await;
+    task.abort();
+}
