@@ -99,6 +99,26 @@ CONF
   } >"$1"
 }
 
+# haproxy_file FILE PORT BACKEND: one HAProxy thread on PORT in front of BACKEND, connections reused
+haproxy_file() {
+  cat >"$1" <<CONF
+global
+  nbthread 1
+  maxconn 4000
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+  http-reuse always
+frontend fe
+  bind 127.0.0.1:$2
+  default_backend be
+backend be
+  server s1 127.0.0.1:$3
+CONF
+}
+
 # cpu_ticks PID: utime+stime in clock ticks
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }

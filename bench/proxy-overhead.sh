@@ -20,22 +20,7 @@ nginx_static $BACKEND; PID_BACKEND=$LAST_PID
 proxy_file "$WORK/tg.yaml" $P_TG $BACKEND $ADMIN
 start tg "$TG" proxy --config "$WORK/tg.yaml" --workers 1; PID_TG=$LAST_PID
 
-cat >"$WORK/haproxy.cfg" <<CONF
-global
-  nbthread 1
-  maxconn 4000
-defaults
-  mode http
-  timeout connect 5s
-  timeout client 60s
-  timeout server 60s
-  http-reuse always
-frontend fe
-  bind 127.0.0.1:$P_HA
-  default_backend be
-backend be
-  server s1 127.0.0.1:$BACKEND
-CONF
+haproxy_file "$WORK/haproxy.cfg" $P_HA $BACKEND
 start haproxy /usr/sbin/haproxy -db -f "$WORK/haproxy.cfg"; PID_HA=$LAST_PID
 
 mkdir -p "$WORK/nxp"
