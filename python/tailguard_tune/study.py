@@ -182,7 +182,10 @@ def run(settings: Settings, say: Callable[[str], None] = print) -> Outcome:
         best = min(t.value for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
         say(f"trial {trial.number}: {settings.objective.stat} = {value:.3f} ms (best {best:.3f}, defaults {baseline:.3f})")
 
-    # One snapshot for every output: workers sharing the study may add trials meanwhile.
+    # One snapshot for every output, through a freshly loaded study: workers sharing the study may
+    # add trials meanwhile, and Optuna's trial cache never rereads a peer's trial that committed
+    # after one of ours with a higher id (the lost update made this snapshot miss a finished trial).
+    study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
     trials = study.get_trials(deepcopy=False)
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     if not complete:
