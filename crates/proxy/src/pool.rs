@@ -158,6 +158,8 @@ impl Pool {
             addr,
             host: HeaderValue::try_from(host).expect("a socket address is a valid header value"),
             builder: {
+                // Flattened writes: a request's head and a small body leave from one buffer, which
+                // costs fewer instructions than hyper's queue of buffers for a writev.
                 let mut builder = http1::Builder::new();
                 builder.writev(false);
                 builder

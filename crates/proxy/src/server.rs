@@ -126,7 +126,8 @@ async fn opens_with_h2_preface(stream: &TcpStream) -> std::io::Result<bool> {
 fn builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     // No hyper header-read timer: it arms a boxed sleep for every request head (~5 % of a proxied
-    // request's instructions); the connection's watchdog enforces the limit instead.
+    // request's instructions); the connection's watchdog enforces the limit instead. Flattened
+    // writes: a response's head and a small body leave from one buffer, cheaper than a writev queue.
     builder.http1().header_read_timeout(None).writev(false).max_buf_size(limits.max_header_bytes.max(MIN_HEADER_BYTES));
     builder
         .http2()
