@@ -548,20 +548,26 @@ async fn connections_beyond_the_limit_wait_for_a_slot() {
     proxy.shutdown().await;
 }
 
-#[tokio::test]
-async fn an_idle_keep_alive_connection_is_closed() {
+/// Sends one request on a kept-alive connection to an egress with `limits` and checks that it is
+/// answered, then closed by the proxy within 4 s but not before 250 ms.
+async fn answered_then_closed(limits: &str) {
     let backend = Backend::start("a", Mode::Ok(Duration::ZERO)).await;
-    let proxy = proxy_of(&egress_with_limits(&backend, "{idle_timeout: 300ms}")).await;
+    let proxy = proxy_of(&egress_with_limits(&backend, limits)).await;
     let mut stream = TcpStream::connect(proxy.egress.unwrap()).await.unwrap();
     stream.write_all(b"GET /x HTTP/1.1\r\nHost: svc\r\n\r\n").await.unwrap();
     let started = Instant::now();
     let mut reply = Vec::new();
     let closed = tokio::time::timeout(Duration::from_secs(4), stream.read_to_end(&mut reply)).await;
-    assert!(closed.is_ok(), "the idle connection is still open after 4 s");
+    assert!(closed.is_ok(), "the kept-alive connection is still open after 4 s");
     let reply = String::from_utf8_lossy(&reply);
     assert!(reply.starts_with("HTTP/1.1 200"), "the request was answered before the close: {reply:?}");
     assert!(started.elapsed() >= Duration::from_millis(250), "{:?}", started.elapsed());
     proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_idle_keep_alive_connection_is_closed() {
+    answered_then_closed("{idle_timeout: 300ms}").await;
 }
 
 /// An h2c backend answering `name` with a `grpc-status: 0` trailer and the request's version in
@@ -740,17 +746,7 @@ async fn a_response_streaming_longer_than_the_header_read_timeout_is_not_cut() {
 
 #[tokio::test]
 async fn a_kept_alive_connection_waiting_for_its_next_request_is_closed_after_the_header_read_timeout() {
-    let backend = Backend::start("a", Mode::Ok(Duration::ZERO)).await;
-    let proxy = proxy_of(&egress_with_limits(&backend, "{header_read_timeout: 300ms, idle_timeout: 60s}")).await;
-    let mut stream = TcpStream::connect(proxy.egress.unwrap()).await.unwrap();
-    stream.write_all(b"GET /x HTTP/1.1\r\nHost: svc\r\n\r\n").await.unwrap();
-    let started = Instant::now();
-    let mut reply = Vec::new();
-    let closed = tokio::time::timeout(Duration::from_secs(4), stream.read_to_end(&mut reply)).await;
-    assert!(closed.is_ok(), "the connection is still open after 4 s");
-    assert!(String::from_utf8_lossy(&reply).starts_with("HTTP/1.1 200"));
-    assert!(started.elapsed() >= Duration::from_millis(250), "{:?}", started.elapsed());
-    proxy.shutdown().await;
+    answered_then_closed("{header_read_timeout: 300ms, idle_timeout: 60s}").await;
 }
 
 #[tokio::test]
