@@ -63,7 +63,9 @@ def history(trials: list[optuna.trial.FrozenTrial], path: str) -> list[dict[str,
             {
                 "number": t.number,
                 "state": t.state.name,
-                "value": t.value,
+                # PostgreSQL reads a trial's state and its values in separate statements, so a
+                # peer's trial can arrive as RUNNING with the value it was told meanwhile.
+                "value": t.value if t.state == TrialState.COMPLETE else None,
                 "baseline": bool(t.user_attrs.get("baseline")),
                 "seconds": t.user_attrs.get("seconds"),
                 **{n: t.params.get(n) for n in names},

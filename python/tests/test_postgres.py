@@ -167,7 +167,7 @@ def test_two_worker_processes_share_one_study_in_postgresql(tmp_path):
             with open(out / "history.csv", newline="") as f:
                 rows = list(csv.DictReader(f))
             complete = [r for r in rows if r["state"] == "COMPLETE"]
-            assert all(r["state"] == "RUNNING" and r["value"] == "" for r in rows if r not in complete)
+            assert all(r["state"] == "RUNNING" and r["value"] == "" for r in rows if r not in complete), rows
             assert all(float(r["value"]) == values[int(r["number"])] for r in complete)
             assert summary["study"] == "shared" and summary["best"] == min(float(r["value"]) for r in complete)
             assert summary["best"] < summary["defaults"]
