@@ -80,7 +80,8 @@ impl Drop for Backend {
     }
 }
 
-/// The backend's answer: its name, and which tailguard headers it saw (`x-seen`).
+/// The backend's answer: its name, which tailguard headers it saw (`x-seen`) and every value of
+/// `x-repeat` it was sent (`x-repeats`).
 async fn answer(name: &str, mode: Mode, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
     let seen: Vec<String> = req
         .headers()
@@ -88,6 +89,8 @@ async fn answer(name: &str, mode: Mode, req: Request<Incoming>) -> Result<Respon
         .filter(|(k, _)| k.as_str().starts_with("x-tailguard-"))
         .map(|(k, v)| format!("{k}={}", v.to_str().unwrap_or("?")))
         .collect();
+    let repeats: Vec<&str> = req.headers().get_all("x-repeat").iter().map(|v| v.to_str().unwrap_or("?")).collect();
+    let repeats = repeats.join(",");
     let status = match mode {
         Mode::Ok(delay) => {
             tokio::time::sleep(delay).await;
@@ -104,6 +107,7 @@ async fn answer(name: &str, mode: Mode, req: Request<Incoming>) -> Result<Respon
         .header("x-tailguard-chip", "1")
         .header("x-tailguard-deadline", "spoof")
         .header("x-seen", seen.join(","))
+        .header("x-repeats", repeats)
         .body(Full::new(Bytes::from(name.to_string())))
         .unwrap();
     Ok(response)
@@ -292,6 +296,23 @@ async fn internal_headers_are_stripped_and_the_deadline_propagated() {
     assert!(ms <= 500 && ms > 0, "{seen}");
     let (status, _, _) = get(&client(), proxy.egress.unwrap(), "svc", &[("x-tailguard-deadline-ms", "soon")]).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn every_value_of_a_repeated_header_reaches_each_attempt() {
+    let refusing = Backend::start("refusing", Mode::Status(429)).await;
+    let ok = Backend::start("ok", Mode::Ok(Duration::ZERO)).await;
+    let proxy = egress(&[&refusing, &ok], "{balancer: {kind: round-robin}, retry: {max_attempts: 2}}").await;
+    let client = client();
+    for _ in 0..2 {
+        let (status, headers, body) =
+            get(&client, proxy.egress.unwrap(), "svc", &[("x-repeat", "1"), ("x-other", "o"), ("x-repeat", "2")]).await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
+        assert_eq!(headers["x-repeats"], "1,2");
+    }
+    // Round robin sent at least one of the two first tries to `refusing`: that request was retried.
+    assert!(refusing.hits() >= 1);
     proxy.shutdown().await;
 }
 
