@@ -609,7 +609,7 @@ fn attempt_request(t: &Template, body: Body, remaining: Option<Duration>, traced
         headers.insert(DEADLINE_MS, HeaderValue::from(u64::try_from(r.as_millis()).unwrap_or(u64::MAX)));
     }
     for (name, value) in traced {
-        headers.append(name, value.clone());
+        headers.insert(name, value.clone());
     }
     request
 }
