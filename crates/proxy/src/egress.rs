@@ -176,12 +176,11 @@ impl Egress {
             Err(e) => return http::text(StatusCode::BAD_REQUEST, &format!("tailguard: cannot read the body: {e}")),
         };
         upstream.metrics.requests.inc();
-        let started = Instant::now();
         let mut driver = Driver::new(self, upstream.clone(), Arc::new(template), streamed);
         driver.trace = trace;
-        let (response, answer) = driver.run(deadline).await;
+        let (response, answer, latency) = driver.run(deadline).await;
         let m = &upstream.metrics;
-        let latency = seconds(started.elapsed());
+        let latency = seconds(latency);
         m.request_latency.observe(latency);
         if let Some(answer) = answer {
             m.answered_seconds.inc_by(latency);
@@ -319,6 +318,9 @@ struct Driver<'a> {
     /// Whether an attempt's request may be rebuilt and sent again (idempotent, buffered body).
     replayable: bool,
     out: Vec<Action>,
+    /// When the last policy step ran: the time its actions are carried out at (one clock read
+    /// per step, none per action).
+    now: Time,
     wakes: BTreeSet<Time>,
     attempts: Vec<Attempt>,
     /// Sends the call asked for that the driver could not carry out (a streamed body, spent).
@@ -345,6 +347,7 @@ impl<'a> Driver<'a> {
             streamed,
             replayable,
             out: Vec::new(),
+            now: Time::ZERO,
             wakes: BTreeSet::new(),
             attempts: Vec::new(),
             unsendable: Vec::new(),
@@ -356,26 +359,34 @@ impl<'a> Driver<'a> {
 
     /// Runs one policy step on the call with the upstream's policy, at the current time.
     fn step<R>(&mut self, f: impl FnOnce(&mut Ctx<'_>) -> R) -> R {
-        let now = self.egress.now();
+        self.step_at(self.egress.now(), f)
+    }
+
+    /// Runs one policy step at `now`, a clock reading just taken.
+    fn step_at<R>(&mut self, now: Time, f: impl FnOnce(&mut Ctx<'_>) -> R) -> R {
+        self.now = now;
         let mut core = self.upstream.core.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let Core { policy, rng } = &mut *core;
         let mut ctx = Ctx { now, policy, rng, true_loads: None, out: &mut self.out };
         f(&mut ctx)
     }
 
-    /// The response, and the answering attempt's latency when the call succeeded.
-    async fn run(mut self, deadline: Option<Time>) -> (Response<Body>, Option<Duration>) {
+    /// The response, the answering attempt's latency when the call succeeded, and the call's
+    /// latency (from its first policy step to its last).
+    async fn run(mut self, deadline: Option<Time>) -> (Response<Body>, Option<Duration>, Duration) {
         let replayable = self.replayable;
         let mut call = self.step(|ctx| Call::start(ctx, replayable, deadline));
+        let started = self.now;
         loop {
             if let Some(finish) = self.apply(&call) {
                 let answer = self.winner.as_ref().filter(|_| finish.outcome == Outcome::Success).map(|w| w.1);
+                let latency = self.now.saturating_sub(started);
                 let trace = self.trace.take();
                 let response = self.respond(finish);
                 if let Some(trace) = trace {
                     trace.finish(finish.outcome, finish.attempts, response.status());
                 }
-                return (response, answer);
+                return (response, answer, latency);
             }
             for attempt in std::mem::take(&mut self.unsendable) {
                 if let Some(trace) = &mut self.trace {
@@ -396,9 +407,12 @@ impl<'a> Driver<'a> {
                 () = sleep_until(wake), if wake.is_some() => {
                     let now = self.egress.now();
                     self.wakes.retain(|t| *t > now);
-                    self.step(|ctx| call.on_wake(ctx));
+                    self.step_at(now, |ctx| call.on_wake(ctx));
                 }
-                else => return (http::text(StatusCode::BAD_GATEWAY, "tailguard: the call stalled"), None),
+                else => {
+                    let latency = self.egress.now().saturating_sub(started);
+                    return (http::text(StatusCode::BAD_GATEWAY, "tailguard: the call stalled"), None, latency);
+                }
             }
         }
     }
@@ -475,7 +489,7 @@ impl<'a> Driver<'a> {
             self.unsendable.push(attempt);
             return;
         };
-        let now = self.egress.now();
+        let now = self.now;
         let remaining = call.deadline().map(|d| d.saturating_sub(now));
         // The trace context, kept apart so that a replay can carry it too.
         let mut traced = HeaderMap::new();
@@ -519,7 +533,8 @@ impl<'a> Driver<'a> {
         if !call.is_waiting_for(end.attempt) {
             return;
         }
-        let rtt = self.egress.now().saturating_sub(end.sent);
+        let now = self.egress.now();
+        let rtt = now.saturating_sub(end.sent);
         self.metrics_endpoint(end.endpoint, |m| m.attempt_latency.observe(seconds(rtt)));
         let feedback = match end.result {
             Ok(mut response) => {
@@ -543,7 +558,7 @@ impl<'a> Driver<'a> {
             Err(e) if e.is_connect() => Feedback::new(Outcome::Unavailable, rtt),
             Err(_) => Feedback::new(Outcome::Error, rtt),
         };
-        self.step(|ctx| call.on_attempt_end(ctx, end.attempt, feedback));
+        self.step_at(now, |ctx| call.on_attempt_end(ctx, end.attempt, feedback));
     }
 
     /// The response to the application once the call finished.
