@@ -25,6 +25,12 @@ pub struct SimArgs {
     /// Runs simulated at once (default: the number of cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// Simulate only this scenario (repeatable).
+    #[arg(long = "scenario", value_name = "S")]
+    scenarios: Vec<String>,
+    /// Simulate only this variant (repeatable).
+    #[arg(long = "variant", value_name = "V")]
+    variants: Vec<String>,
     /// Write spans of sampled requests here as Jaeger JSON (docs/traces.md).
     #[arg(long, value_name = "OUT")]
     traces: Option<PathBuf>,
@@ -45,6 +51,8 @@ pub fn demo(text: &str, json: Option<PathBuf>, full: bool, report: Option<PathBu
         json,
         quick: !full,
         threads: None,
+        scenarios: Vec::new(),
+        variants: Vec::new(),
         traces: None,
         trace_sample: DEFAULT_TRACE_SAMPLE,
         report,
@@ -66,12 +74,13 @@ fn simulate_and_report(experiment: &Experiment, args: &SimArgs) -> anyhow::Resul
     }
     let seed = args.seed.or(experiment.seed()).unwrap_or(1);
     let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let total = experiment.scenario_names().len() * experiment.variant_names().len();
+    let (scenarios, variants) = experiment.select(&args.scenarios, &args.variants)?;
+    let total = scenarios.len() * variants.len();
     let quick = if args.quick { ", quick" } else { "" };
     eprintln!("simulating {} ({total} runs, seed {seed}{quick})", args.file.display());
     let bar = progress_bar(total as u64);
     let started = std::time::Instant::now();
-    let options = Options { seed, quick: args.quick, threads };
+    let options = Options { seed, quick: args.quick, threads, scenarios, variants };
     // Without --traces no run records spans (the tracer is never built).
     let sample = args.traces.as_ref().map(|_| args.trace_sample);
     let progress = |p: tailguard_sim::Progress<'_>| {

@@ -44,6 +44,29 @@ fn sim_prints_a_table_and_writes_identical_json_for_the_same_seed() {
 }
 
 #[test]
+fn sim_runs_only_the_scenarios_and_variants_named() {
+    let out = scratch("picked.json");
+    let bloc = example("bloc.yaml");
+    let args = ["sim", &bloc, "--quick", "--scenario", "40x10", "--variant", "oracle", "--variant", "bloc"];
+    let run = tailguard(&[&args[..], &["--json", out.to_str().unwrap()]].concat());
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(out).unwrap()).unwrap();
+    let runs: Vec<(&str, &str)> = json["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["scenario"].as_str().unwrap(), r["variant"].as_str().unwrap()))
+        .collect();
+    // In file order, whatever the order on the command line.
+    assert_eq!(runs, [("40x10", "bloc"), ("40x10", "oracle")]);
+
+    let unknown = tailguard(&["sim", &bloc, "--scenario", "4x10"]);
+    assert!(!unknown.status.success());
+    let err = String::from_utf8_lossy(&unknown.stderr);
+    assert!(err.contains("bloc.yaml: scenarios: no scenario named \"4x10\"; expected one of: 1x10, 40x10"), "{err}");
+}
+
+#[test]
 fn demo_sim_runs_the_embedded_default_in_the_simulator() {
     // `tailguard demo` (the lab, about 2 min) runs the same code as crates/cli/tests/lab.rs.
     let run = tailguard(&["demo", "--sim"]);

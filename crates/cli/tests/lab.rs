@@ -250,7 +250,11 @@ fn cancelling_stops_every_process() {
 fn unknown_scenarios_and_variants_are_errors_that_list_the_names() {
     let pids = Pids::default();
     let err = run("select", &fixture("lab-two-tier.yaml"), &pids, |o| o.variants = vec!["nope".into()]).unwrap_err();
-    assert_eq!(err.to_string(), "no variant named \"nope\"; expected one of: plain, capped");
+    let message = err.to_string();
+    assert!(
+        message.ends_with("lab-two-tier.yaml: variants: no variant named \"nope\"; expected one of: plain, capped"),
+        "{message}"
+    );
     pids.assert_all_gone(0);
 }
 

@@ -24,9 +24,6 @@ pub enum LabError {
     /// Setting up the network (addresses, namespaces, delays) failed.
     #[error("network set-up: {0}")]
     Network(String),
-    /// A scenario or variant named on the command line is not in the file.
-    #[error("{0}")]
-    Select(String),
     /// Ctrl-C or SIGTERM: the lab stopped what it started and gave up.
     #[error("interrupted: every process the lab started has been stopped")]
     Interrupted,

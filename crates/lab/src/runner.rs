@@ -82,8 +82,7 @@ impl Options {
 /// in file order. Runs needing the oracle are skipped with a note. Every process started is
 /// stopped before this returns, whatever happens.
 pub fn run(experiment: &Experiment, options: &Options, observer: &dyn Observer) -> Result<Results, LabError> {
-    let scenarios = select(experiment.scenario_names(), &options.scenarios, "scenario")?;
-    let variants = select(experiment.variant_names(), &options.variants, "variant")?;
+    let (scenarios, variants) = experiment.select(&options.scenarios, &options.variants)?;
     if options.isolation == Isolation::Netns {
         crate::netns::available()?;
     }
@@ -134,14 +133,6 @@ pub fn run(experiment: &Experiment, options: &Options, observer: &dyn Observer) 
         })?;
     }
     Ok(Results { experiment: experiment.file.name.clone(), mode: "lab".to_string(), seed: options.seed, runs: results })
-}
-
-/// The names asked for, checked against the file's, in file order.
-fn select(all: Vec<String>, asked: &[String], what: &str) -> Result<Vec<String>, LabError> {
-    if let Some(bad) = asked.iter().find(|a| !all.contains(a)) {
-        return Err(LabError::Select(format!("no {what} named {bad:?}; expected one of: {}", all.join(", "))));
-    }
-    Ok(all.into_iter().filter(|n| asked.is_empty() || asked.contains(n)).collect())
 }
 
 /// One scenario × variant: processes up, load, measurements, processes down; the run's traces

@@ -120,6 +120,21 @@ impl Experiment {
         self.file.variants.iter().map(|v| v.name.clone()).collect()
     }
 
+    /// The scenarios and the variants named in `scenarios` and `variants` (all of them where
+    /// none is named), in file order; a name the file lacks is an error that lists the file's.
+    pub fn select(&self, scenarios: &[String], variants: &[String]) -> Result<(Vec<String>, Vec<String>), ModelError> {
+        for name in scenarios {
+            self.scenario_index(name)?;
+        }
+        for name in variants {
+            self.variant(name)?;
+        }
+        let keep = |all: Vec<String>, asked: &[String]| -> Vec<String> {
+            all.into_iter().filter(|n| asked.is_empty() || asked.contains(n)).collect()
+        };
+        Ok((keep(self.scenario_names(), scenarios), keep(self.variant_names(), variants)))
+    }
+
     /// The seed the file asks for, used when the command line gives none.
     pub fn seed(&self) -> Option<u64> {
         self.file.seed

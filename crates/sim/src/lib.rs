@@ -49,7 +49,7 @@ fn synthetic_only(run: &Run) -> Result<(), SimError> {
 }
 
 /// How to run an experiment.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Options {
     /// The seed of every random stream.
     pub seed: u64,
@@ -57,6 +57,17 @@ pub struct Options {
     pub quick: bool,
     /// Runs simulated at once (each run is single-threaded).
     pub threads: usize,
+    /// Simulate only these scenarios (all when empty).
+    pub scenarios: Vec<String>,
+    /// Simulate only these variants (all when empty).
+    pub variants: Vec<String>,
+}
+
+impl Default for Options {
+    /// Seed 1, full-length runs, one thread, every scenario and variant.
+    fn default() -> Self {
+        Options { seed: 1, quick: false, threads: 1, scenarios: Vec::new(), variants: Vec::new() }
+    }
 }
 
 /// A run that finished, for progress reporting.
@@ -116,9 +127,10 @@ fn simulate_inner(
     mut progress: impl FnMut(Progress<'_>) + Send,
 ) -> Result<(Results, Vec<Trace>), SimError> {
     let mut runs = Vec::new();
-    for scenario in experiment.scenario_names() {
-        for variant in experiment.variant_names() {
-            let run = experiment.resolve(&scenario, &variant, options.quick)?;
+    let (scenarios, variants) = experiment.select(&options.scenarios, &options.variants)?;
+    for scenario in &scenarios {
+        for variant in &variants {
+            let run = experiment.resolve(scenario, variant, options.quick)?;
             synthetic_only(&run)?;
             runs.push(run);
         }

@@ -6,7 +6,7 @@ use tailguard_sim::{simulate, Options, RunResult};
 
 fn run(yaml: &str) -> Vec<RunResult> {
     let experiment = Experiment::parse(yaml, Path::new("inline.yaml")).unwrap_or_else(|e| panic!("{e}"));
-    simulate(&experiment, Options { seed: 1, quick: false, threads: 1 }, |_| {}).unwrap_or_else(|e| panic!("{e}")).runs
+    simulate(&experiment, Options::default(), |_| {}).unwrap_or_else(|e| panic!("{e}")).runs
 }
 
 #[test]

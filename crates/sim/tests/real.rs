@@ -10,7 +10,7 @@ const FILE: &str = "name: t\nservices:\n  front:\n    calls: [{service: cache}]\
 #[test]
 fn a_real_service_is_an_error_naming_it() {
     let experiment = Experiment::parse(FILE, Path::new("t.yaml")).unwrap();
-    let options = Options { seed: 1, quick: false, threads: 1 };
+    let options = Options::default();
     let err = simulate(&experiment, options, |_| {}).unwrap_err();
     assert!(matches!(&err, SimError::RealService { service, kind: "redis" } if service == "cache"), "{err}");
     assert!(err.to_string().contains("tailguard lab run"), "{err}");

@@ -13,7 +13,8 @@ fn example(name: &str) -> Experiment {
 fn run(name: &str, quick: bool) -> Results {
     let experiment = example(name);
     let seed = experiment.seed().expect("examples carry their seed");
-    simulate(&experiment, Options { seed, quick, threads: 2 }, |_| {}).unwrap_or_else(|e| panic!("{e}"))
+    simulate(&experiment, Options { seed, quick, threads: 2, ..Options::default() }, |_| {})
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn get<'a>(results: &'a Results, scenario: &str, variant: &str) -> &'a RunResult {
@@ -129,6 +130,6 @@ fn the_same_seed_gives_byte_identical_json() {
     let b = serde_json::to_string(&run("bloc.yaml", true)).unwrap();
     assert_eq!(a, b);
     let experiment = example("bloc.yaml");
-    let other = simulate(&experiment, Options { seed: 43, quick: true, threads: 1 }, |_| {}).unwrap();
+    let other = simulate(&experiment, Options { seed: 43, quick: true, ..Options::default() }, |_| {}).unwrap();
     assert_ne!(a, serde_json::to_string(&other).unwrap(), "another seed gives other results");
 }

@@ -18,7 +18,7 @@ variants: [ { name: a }, { name: b } ]
 "#;
 
 fn options() -> Options {
-    Options { seed: 1, quick: false, threads: 1 }
+    Options::default()
 }
 
 fn traces(yaml: &str, sample: usize) -> Vec<Trace> {

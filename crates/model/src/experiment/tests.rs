@@ -115,6 +115,17 @@ fn unknown_scenarios_and_variants_are_named() {
 }
 
 #[test]
+fn a_selection_keeps_file_order_and_names_what_is_missing() {
+    let e = demo();
+    let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(e.select(&[], &[]).unwrap(), (names(&["normal", "big"]), names(&["baseline", "bloc", "edge"])));
+    let picked = e.select(&names(&["big"]), &names(&["edge", "baseline"])).unwrap();
+    assert_eq!(picked, (names(&["big"]), names(&["baseline", "edge"])));
+    let err = e.select(&[], &names(&["bloc", "hedge"])).unwrap_err().to_string();
+    assert_eq!(err, "examples/demo.yaml: variants: no variant named \"hedge\"; expected one of: baseline, bloc, edge");
+}
+
+#[test]
 fn a_negative_replica_count_is_refused_with_the_field_and_line() {
     let err = error_with("replicas: 3", "replicas: -1");
     assert_eq!(

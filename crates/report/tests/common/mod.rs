@@ -43,5 +43,6 @@ scenarios:
 
 pub fn simulate_quick() -> Results {
     let experiment = Experiment::parse(EXPERIMENT, Path::new("report-check.yaml")).unwrap_or_else(|e| panic!("{e}"));
-    simulate(&experiment, Options { seed: 3, quick: false, threads: 2 }, |_| {}).unwrap_or_else(|e| panic!("{e}"))
+    simulate(&experiment, Options { seed: 3, threads: 2, ..Options::default() }, |_| {})
+        .unwrap_or_else(|e| panic!("{e}"))
 }
