@@ -12,12 +12,6 @@ mod table;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
-/// mimalloc in place of glibc's malloc: a proxied request makes a few dozen short-lived
-/// allocations, on which glibc's spent about an eighth of the proxy's instructions. Built without
-/// transparent huge pages (`no_thp`): with them, 1,000 idle connections held 36 MB instead of 24.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Adaptive tail-latency control for microservices: simulator, sidecar proxy, synthetic service, load.
 #[derive(Parser)]
 #[command(name = "tailguard", version, about)]
