@@ -188,11 +188,18 @@ async fn the_egress_reuses_kept_alive_connections() {
     proxy.shutdown().await;
 }
 
+/// A backend that refuses everything with 429, one that answers "ok", and an egress over both
+/// (round robin) that retries once.
+async fn refusing_and_ok() -> (Backend, Backend, Proxy) {
+    let refusing = Backend::start("refusing", Mode::Status(429)).await;
+    let ok = Backend::start("ok", Mode::Ok(Duration::ZERO)).await;
+    let proxy = egress(&[&refusing, &ok], "{retry: {max_attempts: 2}}").await;
+    (refusing, ok, proxy)
+}
+
 #[tokio::test]
 async fn a_429_is_retried_on_another_backend() {
-    let busy = Backend::start("busy", Mode::Status(429)).await;
-    let ok = Backend::start("ok", Mode::Ok(Duration::ZERO)).await;
-    let proxy = egress(&[&busy, &ok], "{retry: {max_attempts: 2}}").await;
+    let (busy, _ok, proxy) = refusing_and_ok().await;
     let client = client();
     for _ in 0..10 {
         let (status, _, body) = get(&client, proxy.egress.unwrap(), "svc", &[]).await;
@@ -301,9 +308,7 @@ async fn internal_headers_are_stripped_and_the_deadline_propagated() {
 
 #[tokio::test]
 async fn every_value_of_a_repeated_header_reaches_each_attempt() {
-    let refusing = Backend::start("refusing", Mode::Status(429)).await;
-    let ok = Backend::start("ok", Mode::Ok(Duration::ZERO)).await;
-    let proxy = egress(&[&refusing, &ok], "{balancer: {kind: round-robin}, retry: {max_attempts: 2}}").await;
+    let (refusing, _ok, proxy) = refusing_and_ok().await;
     let client = client();
     for _ in 0..2 {
         let (status, headers, body) =
