@@ -5,10 +5,15 @@ BIN := target/release/tailguard
 PYTHON ?= python3
 VENV := .venv
 
-.PHONY: build python demo test lint bench clean
+.PHONY: build pgo python demo test lint bench clean
 
 build: python
 	$(CARGO) build --release --locked
+
+# The profile-guided build of the same binary, for production and the proxy benchmarks:
+# target/pgo/tailguard (~8 min; see scripts/pgo-build.sh).
+pgo:
+	scripts/pgo-build.sh
 
 python: $(VENV)/.installed
 

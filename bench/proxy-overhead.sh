@@ -7,18 +7,32 @@
 #   added p50  : open loop 1,000 req/s for DUR: p50 through the proxy − p50 direct to the backend
 #   RSS        : VmRSS (/proc/PID/status) while bench/hold.py holds 1,000 keep-alive connections,
 #                each sending a GET once a second (turns spread evenly: 1,000 req/s, no bursts)
+# Both tailguard builds are measured: `make build`'s (target/release) and the profile-guided one
+# (`make pgo`, target/pgo; built here by scripts/pgo-build.sh, ~8 min, unless BENCH_NO_BUILD=1 finds
+# it; PGO=0 leaves it out).
 # Targets: throughput >= 0.9 x HAProxy, CPU/req <= HAProxy, added p50 <= 0.2 ms, RSS < 30 MB.
-# Env: RUNS (3), DUR (5s).
+# Env: RUNS (3), DUR (5s), PGO (1).
 source "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-3}; DUR=${DUR:-5s}
 build_tailguard; install_debian_peers
+TG_PGO=$ROOT/target/pgo/tailguard
+if [ "${PGO:-1}" = 1 ] && { [ "${BENCH_NO_BUILD:-0}" != 1 ] || [ ! -x "$TG_PGO" ]; }; then
+  scripts/pgo-build.sh >/dev/null
+fi
 ulimit -n 8192 2>/dev/null || true   # 1,000 held connections, on both ends, in processes started from here
 
-BACKEND=18080; P_TG=18081; P_HA=18082; P_NX=18083; ADMIN=18091
+BACKEND=18080; P_TG=18081; P_HA=18082; P_NX=18083; P_PGO=18084; ADMIN=18091
 nginx_static $BACKEND; PID_BACKEND=$LAST_PID
 
 proxy_file "$WORK/tg.yaml" $P_TG $BACKEND $ADMIN
 start tg "$TG" proxy --config "$WORK/tg.yaml" --workers 1; PID_TG=$LAST_PID
+declare -A PORT=([tailguard]=$P_TG) PID=([tailguard]=$PID_TG)
+TGS=(tailguard)
+if [ "${PGO:-1}" = 1 ]; then
+  proxy_file "$WORK/pgo.yaml" $P_PGO $BACKEND
+  start pgo "$TG_PGO" proxy --config "$WORK/pgo.yaml" --workers 1
+  PORT[tailguard-pgo]=$P_PGO; PID[tailguard-pgo]=$LAST_PID; TGS+=(tailguard-pgo)
+fi
 
 haproxy_file "$WORK/haproxy.cfg" $P_HA $BACKEND
 start haproxy /usr/sbin/haproxy -db -f "$WORK/haproxy.cfg"; PID_HA=$LAST_PID
@@ -38,11 +52,9 @@ http {
 }
 CONF
 start nginx-proxy /usr/sbin/nginx -p "$WORK/nxp" -c "$WORK/nxp/nginx.conf"; PID_NX=$LAST_PID
-for p in $P_TG $P_HA $P_NX; do wait_port $p; done
-
-declare -A PORT=([tailguard]=$P_TG [haproxy]=$P_HA [nginx]=$P_NX)
-declare -A PID=([tailguard]=$PID_TG [haproxy]=$PID_HA [nginx]=$PID_NX)
-NAMES=(tailguard haproxy nginx)
+PORT+=([haproxy]=$P_HA [nginx]=$P_NX); PID+=([haproxy]=$PID_HA [nginx]=$PID_NX)
+NAMES=("${TGS[@]}" haproxy nginx)
+for n in "${NAMES[@]}"; do wait_port "${PORT[$n]}"; done
 declare -A THR CPU P50 RSS
 P50_DIRECT=()
 
@@ -85,28 +97,33 @@ done
 pd=$(median "${P50_DIRECT[@]}")
 echo
 echo "proxy overhead: backend nginx (1 process) on 127.0.0.1; medians of $RUNS runs; $(nproc) cores shared by load, proxy and backend"
-printf '%-10s %14s %12s %12s %14s %10s\n' proxy "throughput/s" "CPU µs/req" "p50 ms@1k" "added p50 ms" "RSS MB@1k"
+printf '%-14s %14s %12s %12s %14s %10s\n' proxy "throughput/s" "CPU µs/req" "p50 ms@1k" "added p50 ms" "RSS MB@1k"
 declare -A M_THR M_CPU M_ADD M_RSS
 for n in "${NAMES[@]}"; do
   M_THR[$n]=$(median ${THR[$n]}); M_CPU[$n]=$(median ${CPU[$n]})
   p=$(median ${P50[$n]}); M_ADD[$n]=$(python3 -c "print(round($p - $pd, 3))")
   M_RSS[$n]=$(python3 -c "print(round($(median ${RSS[$n]}) / 1024, 1))")
-  printf '%-10s %14.0f %12.2f %12.3f %14.3f %10.1f\n' "$n" "${M_THR[$n]}" "${M_CPU[$n]}" "$p" "${M_ADD[$n]}" "${M_RSS[$n]}"
+  printf '%-14s %14.0f %12.2f %12.3f %14.3f %10.1f\n' "$n" "${M_THR[$n]}" "${M_CPU[$n]}" "$p" "${M_ADD[$n]}" "${M_RSS[$n]}"
 done
-printf '%-10s %14s %12s %12.3f\n' direct - - "$pd"
+printf '%-14s %14s %12s %12.3f\n' direct - - "$pd"
 echo
-for peer in haproxy nginx; do
-  python3 -c "print(f'tailguard/$peer: throughput {${M_THR[tailguard]}/${M_THR[$peer]}:.2f}x, CPU/request {${M_CPU[tailguard]}/${M_CPU[$peer]}:.2f}x, RSS {${M_RSS[tailguard]}/${M_RSS[$peer]}:.2f}x')"
+for t in "${TGS[@]}"; do
+  for peer in haproxy nginx; do
+    python3 -c "print(f'$t/$peer: throughput {${M_THR[$t]}/${M_THR[$peer]}:.2f}x, CPU/request {${M_CPU[$t]}/${M_CPU[$peer]}:.2f}x, RSS {${M_RSS[$t]}/${M_RSS[$peer]}:.2f}x')"
+  done
 done
-python3 - <<PY
-thr = ${M_THR[tailguard]} / ${M_THR[haproxy]}
-cpu = ${M_CPU[tailguard]} / ${M_CPU[haproxy]}
-add = ${M_ADD[tailguard]}
-rss = ${M_RSS[tailguard]}
+for t in "${TGS[@]}"; do
+  python3 - <<PY
+thr = ${M_THR[$t]} / ${M_THR[haproxy]}
+cpu = ${M_CPU[$t]} / ${M_CPU[haproxy]}
+add = ${M_ADD[$t]}
+rss = ${M_RSS[$t]}
 def v(ok): return "met" if ok else "MISSED"
 print()
+print("$t:")
 print(f"target throughput >= 0.9 x HAProxy: {thr:.2f}x  {v(thr >= 0.9)}")
 print(f"target CPU/request <= HAProxy's:    {cpu:.2f}x  {v(cpu <= 1.0)}")
 print(f"target added p50 <= 0.2 ms:         {add:.3f} ms  {v(add <= 0.2)}")
 print(f"target RSS < 30 MB at 1k conns:     {rss:.1f} MB  {v(rss < 30)}")
 PY
+done

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# A profile-guided (PGO) release build of tailguard: target/pgo/tailguard (`make pgo`).
+#
+# 1. builds an instrumented binary with the release profile (target/pgo/instrumented);
+# 2. trains it on 127.0.0.1 for about 30 s: the proxy's egress and ingress in front of a
+#    `tailguard serve` replica, driven by `tailguard load` over HTTP/1.1 and h2c, and two quick
+#    simulator runs (code the training never runs is laid out as cold, so the simulator is in it);
+# 3. merges the profiles with llvm-profdata (rustup's llvm-tools, added when missing) and builds
+#    the optimised binary (target/pgo/optimized), copied to target/pgo/tailguard.
+#
+# Why: the proxy's cost per request is instruction-cache misses more than instructions (hyper and
+# tokio's code is large); the profile lets LLVM inline, lay out and split hot from cold code by
+# what a proxy actually runs. bench/RESULTS.md has the measurements. Takes ~8 min on 2 cores.
+source "$(dirname "$0")/../bench/lib.sh"
+OUT=$ROOT/target/pgo
+HOST=$(rustc -vV | awk '/^host:/ { print $2 }')
+PROFDATA=$(rustc --print sysroot)/lib/rustlib/$HOST/bin/llvm-profdata
+if [ ! -x "$PROFDATA" ]; then
+  rustup component add llvm-tools >/dev/null 2>&1 ||
+    { echo "llvm-profdata not found and 'rustup component add llvm-tools' failed" >&2; exit 1; }
+fi
+
+# The instrumented and optimised builds differ only in RUSTFLAGS, so their symbols match (the
+# profile is keyed by symbol name); each has its own target directory so neither rebuilds the other.
+build() {  # build TARGET_DIR RUSTFLAG
+  echo "building $1 ..." >&2
+  RUSTFLAGS="${RUSTFLAGS:-} $2" cargo build --release --locked --quiet -p tailguard --target-dir "$OUT/$1"
+}
+rm -rf "$WORK/profiles"
+build instrumented "-Cprofile-generate=$WORK/profiles"
+TGI=$OUT/instrumented/release/tailguard
+
+echo "training ..." >&2
+APP=18580; EGRESS=18581; INGRESS=18582
+cat >"$WORK/app.yaml" <<YAML
+name: pgo-training
+services:
+  app: { replicas: 1, workers: 0, service_time: { dist: constant, value: 100us } }
+workload: { target: app, closed: { clients: 1 }, duration: 1s }
+variants: [ { name: as-is } ]
+YAML
+cat >"$WORK/proxy.yaml" <<YAML
+egress:
+  listen: 127.0.0.1:$EGRESS
+  upstreams:
+    app:
+      endpoints: [127.0.0.1:$INGRESS]
+      match: {path_prefix: /}
+      policy:
+        balancer: {kind: least-request}
+        timeout: {kind: adaptive, initial: 50ms}
+        retry: {max_attempts: 2}
+ingress:
+  listen: 127.0.0.1:$INGRESS
+  app: 127.0.0.1:$APP
+  admission: {kind: fixed, capacity: 1000}
+YAML
+start app "$TGI" serve "$WORK/app.yaml" --service app --listen 127.0.0.1:$APP; APP_PID=$LAST_PID
+start proxy "$TGI" proxy --config "$WORK/proxy.yaml" --workers 1; PROXY_PID=$LAST_PID
+wait_port $APP; wait_port $EGRESS; wait_port $INGRESS
+load() { "$TGI" load "$@" >/dev/null 2>"$WORK/load.err" || { cat "$WORK/load.err" >&2; exit 1; }; }
+load "http://127.0.0.1:$EGRESS/" --clients 64 --duration 10s
+load "http://127.0.0.1:$EGRESS/" --rate 1000 --duration 3s
+load "http://127.0.0.1:$EGRESS/" --h2c --clients 16 --duration 3s
+load "http://127.0.0.1:$INGRESS/" --clients 16 --duration 3s
+# Profiles are written at exit: SIGTERM drains and exits cleanly.
+kill -TERM "$PROXY_PID" "$APP_PID"; wait "$PROXY_PID" "$APP_PID" || true
+"$TGI" sim examples/bloc.yaml --quick --scenario 40x10 >/dev/null 2>&1
+"$TGI" sim examples/timeouts.yaml --quick --scenario lossy >/dev/null 2>&1
+
+"$PROFDATA" merge -o "$WORK/merged.profdata" "$WORK"/profiles/*.profraw
+build optimized "-Cprofile-use=$WORK/merged.profdata"
+cp "$OUT/optimized/release/tailguard" "$OUT/tailguard"
+echo "$OUT/tailguard"
