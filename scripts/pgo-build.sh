@@ -2,9 +2,11 @@
 # A profile-guided (PGO) release build of tailguard: target/pgo/tailguard (`make pgo`).
 #
 # 1. builds an instrumented binary with the release profile (target/pgo/instrumented);
-# 2. trains it on 127.0.0.1 for about 30 s: the proxy's egress and ingress in front of a
-#    `tailguard serve` replica, driven by `tailguard load` over HTTP/1.1 and h2c, and two quick
-#    simulator runs (code the training never runs is laid out as cold, so the simulator is in it);
+# 2. trains it on 127.0.0.1 for about 30 s: the proxy in front of a `tailguard serve` replica,
+#    driven by `tailguard load` over HTTP/1.1 and h2c, through an egress upstream with the default
+#    policies (round robin, no timeout, no retry), one with least-request, an adaptive timeout and
+#    retries that goes through the ingress (admission), and two quick simulator runs. Code the
+#    training never runs is laid out as cold, so it covers what a sidecar and the simulator do;
 # 3. merges the profiles with llvm-profdata (rustup's llvm-tools, added when missing) and builds
 #    the optimised binary (target/pgo/optimized), copied to target/pgo/tailguard.
 #
@@ -22,12 +24,14 @@ fi
 
 # The instrumented and optimised builds differ only in RUSTFLAGS, so their symbols match (the
 # profile is keyed by symbol name); each has its own target directory so neither rebuilds the other.
+# Cargo sees RUSTFLAGS, not the files they name: the profile directory stays put (the instrumented
+# build is reused) and the merged profile is named by its hash (a new profile rebuilds).
 build() {  # build TARGET_DIR RUSTFLAG
   echo "building $1 ..." >&2
   RUSTFLAGS="${RUSTFLAGS:-} $2" cargo build --release --locked --quiet -p tailguard --target-dir "$OUT/$1"
 }
-rm -rf "$WORK/profiles"
-build instrumented "-Cprofile-generate=$WORK/profiles"
+build instrumented "-Cprofile-generate=$OUT/profiles"
+rm -rf "$OUT/profiles"   # also what build scripts and proc macros wrote while it built
 TGI=$OUT/instrumented/release/tailguard
 
 echo "training ..." >&2
@@ -43,9 +47,12 @@ cat >"$WORK/proxy.yaml" <<YAML
 egress:
   listen: 127.0.0.1:$EGRESS
   upstreams:
-    app:
-      endpoints: [127.0.0.1:$INGRESS]
+    direct:
+      endpoints: [127.0.0.1:$APP]
       match: {path_prefix: /}
+    managed:
+      endpoints: [127.0.0.1:$INGRESS]
+      match: {path_prefix: /managed}
       policy:
         balancer: {kind: least-request}
         timeout: {kind: adaptive, initial: 50ms}
@@ -59,8 +66,9 @@ start app "$TGI" serve "$WORK/app.yaml" --service app --listen 127.0.0.1:$APP; A
 start proxy "$TGI" proxy --config "$WORK/proxy.yaml" --workers 1; PROXY_PID=$LAST_PID
 wait_port $APP; wait_port $EGRESS; wait_port $INGRESS
 load() { "$TGI" load "$@" >/dev/null 2>"$WORK/load.err" || { cat "$WORK/load.err" >&2; exit 1; }; }
-load "http://127.0.0.1:$EGRESS/" --clients 64 --duration 10s
-load "http://127.0.0.1:$EGRESS/" --rate 1000 --duration 3s
+load "http://127.0.0.1:$EGRESS/" --clients 64 --duration 8s
+load "http://127.0.0.1:$EGRESS/managed" --clients 64 --duration 5s
+load "http://127.0.0.1:$EGRESS/managed" --rate 1000 --duration 3s
 load "http://127.0.0.1:$EGRESS/" --h2c --clients 16 --duration 3s
 load "http://127.0.0.1:$INGRESS/" --clients 16 --duration 3s
 # Profiles are written at exit: SIGTERM drains and exits cleanly.
@@ -68,7 +76,9 @@ kill -TERM "$PROXY_PID" "$APP_PID"; wait "$PROXY_PID" "$APP_PID" || true
 "$TGI" sim examples/bloc.yaml --quick --scenario 40x10 >/dev/null 2>&1
 "$TGI" sim examples/timeouts.yaml --quick --scenario lossy >/dev/null 2>&1
 
-"$PROFDATA" merge -o "$WORK/merged.profdata" "$WORK"/profiles/*.profraw
-build optimized "-Cprofile-use=$WORK/merged.profdata"
+"$PROFDATA" merge -o "$WORK/merged.profdata" "$OUT"/profiles/*.profraw
+PROFILE=$OUT/profiles/merged-$(sha256sum "$WORK/merged.profdata" | cut -c1-16).profdata
+mv "$WORK/merged.profdata" "$PROFILE"
+build optimized "-Cprofile-use=$PROFILE"
 cp "$OUT/optimized/release/tailguard" "$OUT/tailguard"
 echo "$OUT/tailguard"
