@@ -65,6 +65,8 @@ for run in $(seq 1 "$RUNS"); do
   echo "run $run/$RUNS ..." >&2
   load http://127.0.0.1:$BACKEND/ --rate 1000 --duration "$DUR" --warmup 1s --json "$WORK/d.json"
   P50_DIRECT+=("$(jget "$WORK/d.json" 'r["latency_ms"]["p50"]')")
+  # each measure is taken of every proxy back to back, so that all see the same moments of a
+  # shared machine
   for n in "${NAMES[@]}"; do
     url=http://127.0.0.1:${PORT[$n]}/
     load "$url" --clients 64 --duration 1s                      # warm-up
@@ -75,8 +77,13 @@ for run in $(seq 1 "$RUNS"); do
     [ "$ok" = "$req" ] || echo "warning: $n: $((req - ok)) of $req failed in the throughput run" >&2
     THR[$n]+="$(jget "$WORK/t.json" 'r["throughput_rps"]') "
     CPU[$n]+="$(python3 -c "print(($c1 - $c0) / $HZ / $req * 1e6)") "     # µs per request
+  done
+  for n in "${NAMES[@]}"; do
+    url=http://127.0.0.1:${PORT[$n]}/
     load "$url" --rate 1000 --duration "$DUR" --warmup 1s --json "$WORK/p.json"
     P50[$n]+="$(jget "$WORK/p.json" 'r["latency_ms"]["p50"]') "
+  done
+  for n in "${NAMES[@]}"; do
     # 1,000 connections held open for 8 s once all are open; RSS and the open connections
     # sampled once a second from the 3rd to the 7th second, the highest kept
     python3 bench/hold.py "${PORT[$n]}" 1000 8 >"$WORK/hold.out" 2>&1 &
