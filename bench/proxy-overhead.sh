@@ -8,7 +8,7 @@
 #   RSS        : VmRSS (/proc/PID/status) while bench/hold.py holds 1,000 keep-alive connections,
 #                each sending a GET once a second (turns spread evenly: 1,000 req/s, no bursts)
 # Both tailguard builds are measured: `make build`'s (target/release) and the profile-guided one
-# (`make pgo`, target/pgo; built here by scripts/pgo-build.sh, ~8 min, unless BENCH_NO_BUILD=1 finds
+# (`make pgo`, target/pgo; built here by scripts/pgo-build.sh, 3–8 min, unless BENCH_NO_BUILD=1 finds
 # it; PGO=0 leaves it out).
 # Targets: throughput >= 0.9 x HAProxy, CPU/req <= HAProxy, added p50 <= 0.2 ms, RSS < 30 MB.
 # Env: RUNS (3), DUR (5s), PGO (1).

@@ -65,8 +65,9 @@ ingress:
 YAML
 start app "$TGI" serve "$WORK/app.yaml" --service app --listen 127.0.0.1:$APP; APP_PID=$LAST_PID
 start proxy "$TGI" proxy --config "$WORK/proxy.yaml" --workers 1; PROXY_PID=$LAST_PID
-wait_port $APP; wait_port $EGRESS; wait_port $INGRESS
-load() { "$TGI" load "$@" >/dev/null 2>"$WORK/load.err" || { cat "$WORK/load.err" >&2; exit 1; }; }
+fail() { tail -n 20 "$@" >&2; exit 1; }
+for p in $APP $EGRESS $INGRESS; do wait_port $p || fail "$WORK/app.log" "$WORK/proxy.log"; done
+load() { "$TGI" load "$@" >/dev/null 2>"$WORK/load.err" || fail "$WORK/load.err"; }
 load "http://127.0.0.1:$EGRESS/" --clients 64 --duration 8s
 load "http://127.0.0.1:$EGRESS/managed" --clients 64 --duration 5s
 load "http://127.0.0.1:$EGRESS/managed" --rate 1000 --duration 3s
@@ -74,8 +75,8 @@ load "http://127.0.0.1:$EGRESS/" --h2c --clients 16 --duration 3s
 load "http://127.0.0.1:$INGRESS/" --clients 16 --duration 3s
 # Profiles are written at exit: SIGTERM drains and exits cleanly.
 kill -TERM "$PROXY_PID" "$APP_PID"; wait "$PROXY_PID" "$APP_PID" || true
-"$TGI" sim examples/bloc.yaml --quick --scenario 40x10 >/dev/null 2>&1
-"$TGI" sim examples/timeouts.yaml --quick --scenario lossy >/dev/null 2>&1
+"$TGI" sim examples/bloc.yaml --quick --scenario 40x10 >/dev/null 2>"$WORK/sim.err" || fail "$WORK/sim.err"
+"$TGI" sim examples/timeouts.yaml --quick --scenario lossy >/dev/null 2>"$WORK/sim.err" || fail "$WORK/sim.err"
 
 "$PROFDATA" merge -o "$WORK/merged.profdata" "$OUT"/profiles/*.profraw
 PROFILE=$OUT/profiles/merged-$(sha256sum "$WORK/merged.profdata" | cut -c1-16).profdata
