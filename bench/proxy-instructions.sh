@@ -3,7 +3,10 @@
 # `tailguard proxy --workers 1` under callgrind in front of a single-process nginx serving a 3-byte
 # file on 127.0.0.1; after WARMUP requests the counters are zeroed, then REQUESTS closed-loop
 # requests from CLIENTS clients are counted. Prints the proxy's instructions per request.
-# Env: REQUESTS (5000), WARMUP (500), CLIENTS (1), CG_OUT (a path to keep the callgrind dump at).
+# Env: REQUESTS (5000), WARMUP (500), CLIENTS (1), CG_OUT (a path to keep the callgrind dump at),
+# PROXY_BIN (the binary measured; target/release/tailguard, e.g. target/pgo/tailguard), CG_ARGS
+# (more callgrind options: with "--cache-sim=yes --branch-sim=yes" every event is printed per
+# request, cache misses and mispredicted branches among them).
 source "$(dirname "$0")/lib.sh"
 REQUESTS=${REQUESTS:-5000}; WARMUP=${WARMUP:-500}; CLIENTS=${CLIENTS:-1}
 build_tailguard; install_debian_peers
@@ -12,7 +15,7 @@ command -v valgrind >/dev/null || { echo "valgrind is needed" >&2; exit 1; }
 BACKEND=18180; P_TG=18181
 nginx_static $BACKEND
 proxy_file "$WORK/tg.yaml" $P_TG $BACKEND
-start tg valgrind --tool=callgrind ${CG_ARGS:-} --callgrind-out-file="$WORK/cg.out" "$TG" proxy --config "$WORK/tg.yaml" --workers 1
+start tg valgrind --tool=callgrind ${CG_ARGS:-} --callgrind-out-file="$WORK/cg.out" "${PROXY_BIN:-$TG}" proxy --config "$WORK/tg.yaml" --workers 1
 PID_TG=$LAST_PID
 wait_port $P_TG
 
@@ -29,3 +32,5 @@ dump=$(ls -t "$WORK"/cg.out.* | head -1)
 ir=$(awk '/^(summary|totals):/ { print $2; exit }' "$dump")
 [ -n "${CG_OUT:-}" ] && cp "$dump" "$CG_OUT"
 python3 -c "print(f'proxy instructions per request: {$ir / $REQUESTS:.0f} ($REQUESTS requests, $CLIENTS clients)')"
+awk -v n="$REQUESTS" '/^events:/ { split($0, names); next }
+  /^(summary|totals):/ { if (NF > 2) for (i = 2; i <= NF; i++) printf "%s %.1f\n", names[i], $i / n; exit }' "$dump"
