@@ -113,10 +113,11 @@ pub fn timeout(config: &schema::Timeout) -> Box<dyn timeout::TimeoutPolicy> {
             set(&mut c.sequence_len, sequence_len.map(|n| n as usize));
             Box::new(Optimizer::new(c))
         }
-        schema::Timeout::Adaptive { initial, k, margin } => {
+        schema::Timeout::Adaptive { initial, k, margin, escalation } => {
             let mut c = AdaptiveConfig::new(initial.get());
             set(&mut c.k, *k);
             set(&mut c.margin, *margin);
+            set(&mut c.escalation, *escalation);
             Box::new(Adaptive::new(c))
         }
     }
@@ -158,6 +159,7 @@ pub fn retry(config: &schema::Retry) -> RetryPolicy {
         backoff,
         budget: config.budget.map(|ratio| RetryBudget::new(BUDGET_TTL, BUDGET_MIN_PER_SEC, ratio as f32)),
         retry_non_idempotent: config.non_idempotent,
+        hedge_on_timeout: config.hedge_on_timeout,
     }
 }
 
@@ -233,6 +235,8 @@ mod tests {
         assert_eq!(first("{kind: sequential, values: [10ms, 20ms]}", 1), Some(ms(20)));
         assert_eq!(first("{kind: controller, initial: 20ms, factor: 2}", 0), Some(ms(20)));
         assert_eq!(first("{kind: adaptive, initial: 20ms, k: 3}", 0), Some(ms(20)));
+        assert_eq!(first("{kind: adaptive, initial: 20ms}", 1), Some(ms(80)), "retries escalate ×4");
+        assert_eq!(first("{kind: adaptive, initial: 20ms, escalation: 2}", 1), Some(ms(40)));
         // The Optimizer's first request is an untimed sample; with sampling off it uses `initial`.
         assert_eq!(first("{kind: optimizer, initial: 20ms}", 0), None);
         assert_eq!(first("{kind: optimizer, initial: 20ms, sample_every: 0}", 0), Some(ms(20)));
@@ -271,14 +275,14 @@ mod tests {
 
     #[test]
     fn retry_rules_carry_over() {
-        let r = retry(&yaml("{max_attempts: 3, non_idempotent: true}"));
+        let r = retry(&yaml("{max_attempts: 3, non_idempotent: true, hedge_on_timeout: true}"));
         assert_eq!(r.max_attempts, 3);
-        assert!(r.retry_non_idempotent);
+        assert!(r.retry_non_idempotent && r.hedge_on_timeout);
         assert_eq!(r.backoff, Backoff::none());
         assert!(r.budget.is_none());
         let r = retry(&schema::Retry::default());
         assert_eq!(r.max_attempts, 1);
-        assert!(!r.retry_non_idempotent);
+        assert!(!r.retry_non_idempotent && !r.hedge_on_timeout);
     }
 
     #[test]

@@ -2,11 +2,14 @@
 //! long each one's local work takes. The simulator and `tailguard serve` both use it, so a
 //! service behaves the same in virtual time and on a real socket.
 //!
-//! Random draws come from one stream per replica (common random numbers: the n-th request a
-//! replica receives meets the same luck whatever the callers' policies did), seeded from the run's
-//! seed and the service's and replica's indexes. Draws happen in a fixed order: one per `error`
-//! and `lost` fault on arrival; the service time, then one per `fraction` slow fault, when the work
-//! starts; chips (by the caller of [`ReplicaModel::rng`]) when the answer leaves.
+//! Random draws are common random numbers, so variants compared on one seed meet the same luck.
+//! The simulator keys each request's draws by the request itself ([`ReplicaModel::arrive_as`],
+//! [`ReplicaModel::work_time_as`]: the same attempt of the same user request draws the same fate
+//! and service time at any replica, whatever the callers' policies did before it);
+//! `tailguard serve`, which cannot know the request, draws from one stream per replica in arrival
+//! order. Draws happen in a fixed order: one per `error` and `lost` fault on arrival; the service
+//! time, then one per `fraction` slow fault, when the work starts; chips (by the caller of
+//! [`ReplicaModel::rng`]) from the replica's stream when the answer leaves.
 
 use crate::schema::{Fault, Service};
 use crate::{LatencyCurve, ModelError, Sampler};
@@ -48,8 +51,14 @@ pub struct ReplicaModel {
     /// The sampler of each slow fault that replaces the service time, by fault index.
     slow_samplers: Vec<Option<Sampler>>,
     rng: Pcg64Mcg,
+    /// The service's seed for draws keyed by request.
+    keyed: u64,
     received: u64,
 }
+
+/// Salts that keep a request's arrival and work draws apart.
+const ARRIVE_SALT: u64 = 0x3C6E_F372_FE94_F82B;
+const WORK_SALT: u64 = 0xA54F_F53A_5F1D_36F1;
 
 impl ReplicaModel {
     /// Replica `replica` of `service`, the `service_index`-th service of its file, in a run seeded
@@ -80,6 +89,7 @@ impl ReplicaModel {
             faults: service.faults.clone(),
             slow_samplers,
             rng,
+            keyed: stream,
             received: 0,
         })
     }
@@ -98,15 +108,16 @@ impl ReplicaModel {
     /// Counts a request in and draws its fate: one draw per `error` and `lost` fault, in file
     /// order; a lost request stays lost.
     pub fn arrive(&mut self) -> Arrival {
+        let fate = fate(&self.faults, &mut self.rng);
         self.received += 1;
-        let mut fate = Fate::Normal;
-        for f in &self.faults {
-            match f {
-                Fault::Error { rate } if self.rng.gen::<f64>() < *rate && fate != Fate::Lost => fate = Fate::Error,
-                Fault::Lost { fraction } if self.rng.gen::<f64>() < *fraction => fate = Fate::Lost,
-                _ => {}
-            }
-        }
+        Arrival { ordinal: self.received, fate }
+    }
+
+    /// [`ReplicaModel::arrive`] with the draws keyed by `request` (any number that identifies the
+    /// request and attempt in the run) instead of taken from the replica's stream.
+    pub fn arrive_as(&mut self, request: u64) -> Arrival {
+        let fate = fate(&self.faults, &mut self.keyed_rng(request ^ ARRIVE_SALT));
+        self.received += 1;
         Arrival { ordinal: self.received, fate }
     }
 
@@ -114,7 +125,25 @@ impl ReplicaModel {
     /// service-time draw × the latency factor at `now`, unless a slow fault picks the request
     /// (`every: n` picks ordinals n, 2n, …; `fraction` draws), capped at [`MAX_WORK`].
     pub fn work_time(&mut self, ordinal: u64, now: Duration) -> Duration {
-        let rng = &mut self.rng;
+        // A copy advanced and put back: `work` borrows the rest of the model.
+        let mut rng = self.rng.clone();
+        let time = self.work(ordinal, now, &mut rng);
+        self.rng = rng;
+        time
+    }
+
+    /// [`ReplicaModel::work_time`] with the draws keyed by `request`, as in
+    /// [`ReplicaModel::arrive_as`].
+    pub fn work_time_as(&mut self, ordinal: u64, now: Duration, request: u64) -> Duration {
+        let mut rng = self.keyed_rng(request ^ WORK_SALT);
+        self.work(ordinal, now, &mut rng)
+    }
+
+    fn keyed_rng(&self, key: u64) -> Pcg64Mcg {
+        Pcg64Mcg::seed_from_u64(self.keyed ^ key)
+    }
+
+    fn work(&mut self, ordinal: u64, now: Duration, rng: &mut Pcg64Mcg) -> Duration {
         let mut time = scale(self.sampler.sample(rng), self.curve.factor(now));
         for (f, slow) in self.faults.iter().zip(&self.slow_samplers) {
             if let Fault::Slow { fraction, every, factor, .. } = f {
@@ -141,6 +170,20 @@ impl ReplicaModel {
     }
 }
 
+/// A request's fate: one draw per `error` and `lost` fault, in file order; a lost request stays
+/// lost.
+fn fate(faults: &[Fault], rng: &mut Pcg64Mcg) -> Fate {
+    let mut fate = Fate::Normal;
+    for f in faults {
+        match f {
+            Fault::Error { rate } if rng.gen::<f64>() < *rate && fate != Fate::Lost => fate = Fate::Error,
+            Fault::Lost { fraction } if rng.gen::<f64>() < *fraction => fate = Fate::Lost,
+            _ => {}
+        }
+    }
+    fate
+}
+
 /// `time × factor`, never panicking: a negative factor or NaN counts as 0, an overflow as
 /// [`MAX_WORK`].
 fn scale(time: Duration, factor: f64) -> Duration {
@@ -151,6 +194,29 @@ fn scale(time: Duration, factor: f64) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn replica(yaml: &str, index: u32) -> ReplicaModel {
+        let service: Service = serde_yaml_ng::from_str(yaml).expect("a service");
+        ReplicaModel::new(&service, 0, index, 7, None, Path::new(".")).expect("builds")
+    }
+
+    #[test]
+    fn keyed_draws_depend_on_the_request_alone() {
+        let yaml = "{service_time: {dist: exponential, mean: 10ms}, faults: [{kind: lost, fraction: 0.5}]}";
+        let (mut a, mut b) = (replica(yaml, 0), replica(yaml, 1));
+        // Replica 1 has seen other requests first; request 42 still meets the same luck there.
+        for r in 0..5 {
+            b.arrive_as(r);
+        }
+        let fates_a: Vec<Fate> = (40..60).map(|r| a.arrive_as(r).fate).collect();
+        let fates_b: Vec<Fate> = (40..60).map(|r| b.arrive_as(r).fate).collect();
+        assert_eq!(fates_a, fates_b);
+        assert!(fates_a.contains(&Fate::Lost) && fates_a.contains(&Fate::Normal));
+        assert_eq!(a.work_time_as(1, Duration::ZERO, 42), b.work_time_as(9, Duration::ZERO, 42));
+        assert_ne!(a.work_time_as(1, Duration::ZERO, 42), a.work_time_as(1, Duration::ZERO, 43));
+        // The ordinal still counts the arrivals at this replica.
+        assert_eq!(b.arrive_as(42).ordinal, 26);
+    }
 
     #[test]
     fn scale_never_panics() {

@@ -230,6 +230,8 @@ pub enum Timeout {
         k: Option<f64>,
         #[serde(default)]
         margin: Option<f64>,
+        #[serde(default)]
+        escalation: Option<f64>,
     },
 }
 
@@ -287,6 +289,9 @@ pub struct Retry {
     /// Whether requests that are not idempotent may be retried and hedged.
     #[serde(default)]
     pub non_idempotent: bool,
+    /// Whether an attempt whose timeout fired keeps running alongside its retry.
+    #[serde(default)]
+    pub hedge_on_timeout: bool,
 }
 
 fn yes() -> bool {
@@ -295,7 +300,15 @@ fn yes() -> bool {
 
 impl Default for Retry {
     fn default() -> Self {
-        Retry { max_attempts: 1, backoff: None, max_backoff: None, jitter: true, budget: None, non_idempotent: false }
+        Retry {
+            max_attempts: 1,
+            backoff: None,
+            max_backoff: None,
+            jitter: true,
+            budget: None,
+            non_idempotent: false,
+            hedge_on_timeout: false,
+        }
     }
 }
 

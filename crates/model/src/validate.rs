@@ -390,11 +390,16 @@ fn timeout(t: &Timeout) -> Check {
             cost_per_second.map_or(Ok(()), |x| non_negative("cost_per_second", x))?;
             sequence_len.map_or(Ok(()), |n| at_least_one("sequence_len", n))
         }
-        Timeout::Adaptive { initial, k, margin } => {
+        Timeout::Adaptive { initial, k, margin, escalation } => {
             positive("initial", *initial)?;
             if let Some(k) = k {
                 if !(k.is_finite() && *k > 0.0) {
                     return Err(ModelError::at("k", format!("expected a number > 0, got {k}")));
+                }
+            }
+            if let Some(e) = escalation {
+                if !(e.is_finite() && *e >= 1.0) {
+                    return Err(ModelError::at("escalation", format!("expected a number >= 1, got {e}")));
                 }
             }
             margin.map_or(Ok(()), |x| non_negative("margin", x))
@@ -593,6 +598,10 @@ mod tests {
         assert_eq!(
             policy("{timeout: {kind: exp-backoff, first: 1ms, factor: 0.5}}"),
             "timeout.factor: expected a number >= 1, got 0.5"
+        );
+        assert_eq!(
+            policy("{timeout: {kind: adaptive, initial: 1ms, escalation: 0.5}}"),
+            "timeout.escalation: expected a number >= 1, got 0.5"
         );
         assert_eq!(
             policy("{hedge: {kind: speculative, attempts: 0, patience: 1ms}}"),

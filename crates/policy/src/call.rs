@@ -38,6 +38,9 @@ pub enum Action {
     /// Stop waiting for attempt number `attempt`: `reason` is `TimedOut` when its timeout fired,
     /// `Cancelled` when another attempt won or the request ended.
     Cancel { attempt: u32, endpoint: EndpointId, reason: Outcome },
+    /// The timeout of attempt number `attempt` fired, but the call keeps waiting for it while a
+    /// retry goes out ([`RetryPolicy::hedge_on_timeout`]): count it as a timeout, keep the exchange.
+    Overdue { attempt: u32, endpoint: EndpointId },
     /// Call [`Call::on_wake`] at this time, unless the call has finished. Later wakes supersede
     /// earlier ones only in being later: a wake that finds nothing due is harmless.
     WakeAt(Time),
@@ -63,6 +66,8 @@ struct Attempt {
     sent: Time,
     timeout: Option<Duration>,
     live: bool,
+    /// Its timeout fired and it was kept running (hedge on timeout).
+    overdue: bool,
 }
 
 /// The state of one request at its caller.
@@ -167,7 +172,7 @@ impl Call {
             return;
         }
         a.live = false;
-        let (endpoint, index, timeout) = (a.endpoint, a.index, a.timeout);
+        let (endpoint, index, timeout, overdue) = (a.endpoint, a.index, a.timeout, a.overdue);
         ctx.policy.balancer.on_feedback(endpoint, now, &feedback);
         if matches!(feedback.outcome, Outcome::Success | Outcome::Error) {
             ctx.policy.timeout.on_result(now, index, timeout, AttemptResult::Answered(feedback.rtt));
@@ -179,7 +184,15 @@ impl Call {
             self.finish(ctx, Outcome::Success);
             return;
         }
-        self.on_failure(ctx, feedback.outcome);
+        if overdue {
+            // Its timeout already sent the retry that stands in for it.
+            self.last_failure = feedback.outcome;
+            if self.idle() {
+                self.finish(ctx, feedback.outcome);
+            }
+        } else {
+            self.on_failure(ctx, feedback.outcome);
+        }
         self.arm(ctx);
     }
 
@@ -199,16 +212,22 @@ impl Call {
         }
         for i in 0..self.attempts.len() {
             let a = &self.attempts[i];
-            let expired = a.live && a.timeout.is_some_and(|t| a.sent.saturating_add(t) <= now);
+            let expired = a.live && !a.overdue && a.timeout.is_some_and(|t| a.sent.saturating_add(t) <= now);
             if !expired {
                 continue;
             }
             let (endpoint, index) = (a.endpoint, a.index);
             let timeout = a.timeout.expect("expired implies a timeout");
-            self.attempts[i].live = false;
-            ctx.out.push(Action::Cancel { attempt: i as u32, endpoint, reason: Outcome::TimedOut });
-            let feedback = Feedback::new(Outcome::TimedOut, timeout);
-            ctx.policy.balancer.on_feedback(endpoint, now, &feedback);
+            if ctx.policy.retry.hedge_on_timeout {
+                // Still in flight for the balancer, which hears of it once it ends.
+                self.attempts[i].overdue = true;
+                ctx.out.push(Action::Overdue { attempt: i as u32, endpoint });
+            } else {
+                self.attempts[i].live = false;
+                ctx.out.push(Action::Cancel { attempt: i as u32, endpoint, reason: Outcome::TimedOut });
+                let feedback = Feedback::new(Outcome::TimedOut, timeout);
+                ctx.policy.balancer.on_feedback(endpoint, now, &feedback);
+            }
             ctx.policy.timeout.on_result(now, index, Some(timeout), AttemptResult::TimedOut(timeout));
             self.on_failure(ctx, Outcome::TimedOut);
             if self.finished {
@@ -295,7 +314,7 @@ impl Call {
         };
         policy.balancer.on_send(endpoint, now);
         let attempt = self.attempts.len() as u32;
-        self.attempts.push(Attempt { endpoint, index, sent: now, timeout, live: true });
+        self.attempts.push(Attempt { endpoint, index, sent: now, timeout, live: true, overdue: false });
         if !self.tried.contains(&endpoint) {
             self.tried.push(endpoint);
         }
@@ -323,8 +342,11 @@ impl Call {
         if self.finished {
             return;
         }
-        let timeouts =
-            self.attempts.iter().filter(|a| a.live).filter_map(|a| a.timeout.map(|t| a.sent.saturating_add(t)));
+        let timeouts = self
+            .attempts
+            .iter()
+            .filter(|a| a.live && !a.overdue)
+            .filter_map(|a| a.timeout.map(|t| a.sent.saturating_add(t)));
         let next = [self.deadline, self.retry_at, self.hedge_at].into_iter().flatten().chain(timeouts).min();
         if let Some(t) = next {
             if self.armed.is_none_or(|armed| t < armed) {

@@ -140,6 +140,56 @@ fn a_timeout_is_retried_on_another_endpoint() {
     assert_eq!(d.feedback(), vec![(0, Outcome::TimedOut), (1, Outcome::Success)]);
 }
 
+/// The timeout of an attempt fired, and the call keeps waiting for it (hedge on timeout).
+fn overdue(attempt: u32, endpoint: EndpointId) -> Action {
+    Action::Overdue { attempt, endpoint }
+}
+
+#[test]
+fn hedging_on_timeout_keeps_the_slow_attempt_and_its_late_answer_wins() {
+    let mut d = Driver::new(3, Box::new(Fixed::new(ms(100)))).retries(3, Backoff::none());
+    d.policy.retry.hedge_on_timeout = true;
+    let (mut call, _) = d.start(true);
+    // t=100: attempt 0 is overdue: it keeps running while the retry goes to endpoint 1.
+    let out = d.at(ms(100)).wake(&mut call);
+    assert_eq!(out, vec![overdue(0, 0), send(1, 1, Some(ms(100))), Action::WakeAt(ms(200))]);
+    assert!(call.is_waiting_for(0) && call.is_waiting_for(1));
+    // t=120: attempt 0's answer comes first: the request succeeds and the retry is cancelled.
+    let out = d.at(ms(120)).end(&mut call, 0, Feedback::success(ms(120)));
+    assert_eq!(out, vec![cancel(1, 1), finish(Outcome::Success, 2)]);
+    // The balancer hears of each attempt once, as it ended.
+    assert_eq!(d.feedback(), vec![(0, Outcome::Success), (1, Outcome::Cancelled)]);
+}
+
+#[test]
+fn hedging_on_timeout_lets_the_retry_win_and_times_out_each_attempt_once() {
+    let mut d = Driver::new(3, Box::new(Fixed::new(ms(100)))).retries(2, Backoff::none());
+    d.policy.retry.hedge_on_timeout = true;
+    let (mut call, _) = d.start(true);
+    d.at(ms(100)).wake(&mut call);
+    // t=200: the retry is overdue too; no attempts are left, so the call waits for both.
+    let out = d.at(ms(200)).wake(&mut call);
+    assert_eq!(out, vec![overdue(1, 1)]);
+    // t=210: an error from attempt 0 sends no new retry: the one it caused is still running.
+    assert_eq!(d.at(ms(210)).end(&mut call, 0, Feedback::new(Outcome::Error, ms(210))), vec![]);
+    // t=230: the retry answers.
+    let out = d.at(ms(230)).end(&mut call, 1, Feedback::success(ms(130)));
+    assert_eq!(out, vec![finish(Outcome::Success, 2)]);
+}
+
+#[test]
+fn hedging_on_timeout_fails_the_request_with_the_last_attempt_s_failure() {
+    let mut d = Driver::new(3, Box::new(Fixed::new(ms(100)))).retries(2, Backoff::none());
+    d.policy.retry.hedge_on_timeout = true;
+    let (mut call, _) = d.start(true);
+    d.at(ms(100)).wake(&mut call);
+    // t=150: the retry fails, and no attempts are left: the call waits for the overdue one.
+    assert_eq!(d.at(ms(150)).end(&mut call, 1, Feedback::new(Outcome::Error, ms(50))), vec![]);
+    // t=160: the overdue attempt fails too, and nothing is left: the request fails.
+    let out = d.at(ms(160)).end(&mut call, 0, Feedback::new(Outcome::Error, ms(160)));
+    assert_eq!(out, vec![finish(Outcome::Error, 2)]);
+}
+
 #[test]
 fn a_429_is_retried_at_once_elsewhere_even_when_not_idempotent() {
     let backoff = Backoff { jitter: false, ..Backoff::exponential(ms(50), ms(500)) };
@@ -345,7 +395,7 @@ fn random_scripts_keep_the_call_invariants() {
     use rand::{Rng as _, SeedableRng};
     let outcomes = [Outcome::Success, Outcome::Error, Outcome::Rejected, Outcome::Unavailable];
     let mut script = Pcg64Mcg::seed_from_u64(7);
-    let (mut multi_attempt_cases, mut timed_out_cases) = (0, 0);
+    let (mut multi_attempt_cases, mut timed_out_cases, mut overdue_cases) = (0, 0, 0);
     for case in 0..2_000u64 {
         let mut policy = ClientPolicy {
             balancer: Box::new(LeastRequest::new(script.gen_range(1..4))),
@@ -354,6 +404,7 @@ fn random_scripts_keep_the_call_invariants() {
             retry: RetryPolicy {
                 max_attempts: script.gen_range(1..5),
                 backoff: Backoff::exponential(ms(5), ms(40)),
+                hedge_on_timeout: script.gen_bool(0.3),
                 ..RetryPolicy::default()
             },
             deadline: Some(ms(500)),
@@ -383,6 +434,10 @@ fn random_scripts_keep_the_call_invariants() {
                     Action::Cancel { attempt, reason, .. } => {
                         closed.push(attempt);
                         timed_out_cases += usize::from(reason == Outcome::TimedOut);
+                    }
+                    Action::Overdue { attempt, .. } => {
+                        assert!(call.is_waiting_for(attempt), "case {case}: an overdue attempt stays live");
+                        overdue_cases += 1;
                     }
                     Action::WakeAt(t) => {
                         assert!(t >= now, "case {case}: a wake in the past");
@@ -432,6 +487,7 @@ fn random_scripts_keep_the_call_invariants() {
         assert!(now <= ms(500), "case {case}: the deadline bounds the call");
         multi_attempt_cases += usize::from(sent > 1);
     }
-    // The scripts reach the interesting paths: retries, hedges and timeouts.
+    // The scripts reach the interesting paths: retries, hedges, timeouts and overdue attempts.
     assert!(multi_attempt_cases > 500 && timed_out_cases > 500, "{multi_attempt_cases} {timed_out_cases}");
+    assert!(overdue_cases > 100, "{overdue_cases}");
 }

@@ -442,6 +442,9 @@ impl<'a> Driver<'a> {
                         self.metrics_endpoint(endpoint, |m| m.timeouts.inc());
                     }
                 }
+                Action::Overdue { endpoint, .. } => {
+                    self.metrics_endpoint(endpoint, |m| m.timeouts.inc());
+                }
                 Action::WakeAt(t) => {
                     self.wakes.insert(t);
                 }
@@ -545,7 +548,8 @@ impl<'a> Driver<'a> {
                 match feedback.outcome {
                     Outcome::Success => {
                         self.winner = Some((response, rtt));
-                        if let Some(t) = end.policy_timeout {
+                        // An answer past its timeout (hedge on timeout) counted as a timeout.
+                        if let Some(t) = end.policy_timeout.filter(|t| rtt <= *t) {
                             let rtt = rtt.as_secs_f64().max(1e-9);
                             self.upstream.metrics.timeout_headroom.observe((t.as_secs_f64() - rtt) / rtt);
                         }

@@ -271,6 +271,38 @@ async fn a_hung_backend_is_cut_by_the_timeout() {
 }
 
 #[tokio::test]
+async fn hedging_on_timeout_lets_a_slow_answer_win() {
+    let slow = Backend::start("slow", Mode::Ok(Duration::from_millis(300))).await;
+    let hung = Backend::start("hung", Mode::Hang).await;
+    let policy = "{balancer: {kind: round-robin}, timeout: {kind: fixed, value: 100ms}, retry: {max_attempts: 2";
+    // Dropping the timed-out attempt loses every request: the retry goes to the other backend,
+    // which is hung or too slow too.
+    let proxy = egress(&[&slow, &hung], &format!("{policy}}}}}")).await;
+    let client = client();
+    for _ in 0..2 {
+        let (status, _, _) = get(&client, proxy.egress.unwrap(), "svc", &[]).await;
+        assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
+    }
+    proxy.shutdown().await;
+    // Keeping it running, the slow backend's answer wins, whichever backend got the first try.
+    let proxy = egress(&[&slow, &hung], &format!("{policy}, hedge_on_timeout: true}}}}")).await;
+    for _ in 0..4 {
+        let started = Instant::now();
+        let (status, _, body) = get(&client, proxy.egress.unwrap(), "svc", &[]).await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "slow"));
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+    let metrics = admin_metrics(&proxy).await;
+    for backend in [&slow, &hung] {
+        let timeouts = format!("tailguard_egress_timeouts_total{{upstream=\"svc\",endpoint=\"{}\"}}", backend.addr);
+        assert_eq!(sample(&metrics, &timeouts), 4.0, "every attempt outlived its timeout: {metrics}");
+    }
+    // Answers past their timeout are timeouts, not headroom.
+    assert_eq!(sample(&metrics, "tailguard_egress_timeout_headroom_count{upstream=\"svc\"}"), 0.0, "{metrics}");
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_hedge_rescues_a_slow_backends_request() {
     let slow = Backend::start("slow", Mode::Ok(Duration::from_secs(3))).await;
     let fast = Backend::start("fast", Mode::Ok(Duration::ZERO)).await;

@@ -34,6 +34,8 @@ pub(crate) struct Job {
     pub(crate) fate: Fate,
     /// Its arrival number at the replica (1 = first), for `every`-th request faults.
     pub(crate) nth: u64,
+    /// The key of its draws and of its own calls' draws (common random numbers).
+    pub(crate) draws: u64,
     pub(crate) next_call: u16,
     pub(crate) outstanding: u16,
     pub(crate) failed: bool,

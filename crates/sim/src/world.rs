@@ -40,6 +40,8 @@ enum Event {
         sent: Time,
         timeout: Option<Duration>,
         series: Option<u16>,
+        /// The key of the attempt's draws at the replica.
+        draws: u64,
     },
     /// A replica finished the local work of a job.
     WorkDone { job: Key },
@@ -74,6 +76,18 @@ struct CallState {
     measured: bool,
     /// Latency of the attempt that answered successfully, for the time fraction.
     answer: Option<Duration>,
+    /// The key its attempts' draws derive from: the user request's number, then the path of
+    /// calls to it, so a request meets the same luck under every variant.
+    draws: u64,
+}
+
+/// A well-mixed key for `parent`'s `n`-th child (splitmix64's finaliser): the draws of different
+/// requests, calls and attempts stay independent.
+fn child_key(parent: u64, n: u64) -> u64 {
+    let mut z = parent ^ n.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 /// One run of the simulator.
@@ -102,6 +116,8 @@ pub(crate) struct World {
     send_until: Option<Time>,
     measured_limit: Option<u64>,
     measured_sent: u64,
+    /// User requests started, warm-up included: the root of the draw keys.
+    started: u64,
     stopped_sending: Option<Time>,
     metrics: Metrics,
     events_run: u64,
@@ -163,6 +179,7 @@ impl World {
             send_until: horizon,
             measured_limit: w.requests,
             measured_sent: 0,
+            started: 0,
             stopped_sending: None,
             metrics: Metrics::new(names.iter().map(|n| n.to_string()).collect(), replicas, timed_edges, w.warmup.get()),
             events_run: 0,
@@ -231,8 +248,8 @@ impl World {
                     self.start_user(Some(client));
                 }
             }
-            Event::AttemptArrives { call, attempt, service, replica, sent, timeout, series } => {
-                self.attempt_arrives(call, attempt, service, replica, sent, (timeout, series))
+            Event::AttemptArrives { call, attempt, service, replica, sent, timeout, series, draws } => {
+                self.attempt_arrives(call, attempt, service, replica, sent, (timeout, series, draws))
             }
             Event::WorkDone { job } => self.work_done(job),
             Event::AttemptEnds { call, attempt, sent, timeout, series, outcome, chip } => {
@@ -246,8 +263,11 @@ impl World {
                 let timed = self.policies[state.policy].timed && matches!(state.owner, Owner::Job(_));
                 if outcome == Outcome::Success && state.call.is_waiting_for(attempt) {
                     state.answer = Some(rtt);
+                    // An answer past its timeout (hedge on timeout) counted as a timeout already.
                     if let (Some(t), true, true) = (timeout, state.measured, timed) {
-                        self.metrics.attempt_succeeded(rtt, t);
+                        if rtt <= t {
+                            self.metrics.attempt_succeeded(rtt, t);
+                        }
                     }
                 }
                 if let Some(t) = &mut self.tracer {
@@ -277,18 +297,12 @@ impl World {
             self.measured_sent += 1;
         }
         let (policy, callee, idempotent) = (self.user_policy, self.target, self.idempotent);
-        self.start_call(Owner::User { client }, policy, callee, idempotent, None, measured);
+        self.started += 1;
+        let draws = child_key(0, self.started);
+        self.start_call(Owner::User { client }, policy, callee, idempotent, measured, draws);
     }
 
-    fn start_call(
-        &mut self,
-        owner: Owner,
-        policy: usize,
-        callee: u16,
-        idempotent: bool,
-        deadline: Option<Time>,
-        measured: bool,
-    ) {
+    fn start_call(&mut self, owner: Owner, policy: usize, callee: u16, idempotent: bool, measured: bool, draws: u64) {
         let mut actions = std::mem::take(&mut self.actions);
         let call = {
             let mut ctx = Ctx {
@@ -298,9 +312,9 @@ impl World {
                 true_loads: Some(&self.loads[callee as usize]),
                 out: &mut actions,
             };
-            Call::start(&mut ctx, idempotent, deadline)
+            Call::start(&mut ctx, idempotent, None)
         };
-        let key = self.calls.insert(CallState { call, owner, policy, callee, measured, answer: None });
+        let key = self.calls.insert(CallState { call, owner, policy, callee, measured, answer: None, draws });
         if let Some(t) = &mut self.tracer {
             let job = if let Owner::Job(job) = owner { Some(job) } else { None };
             t.call_started(key, job, measured, callee as usize, self.now);
@@ -349,6 +363,7 @@ impl World {
                         sent: self.now,
                         timeout: policy_timeout,
                         series,
+                        draws: child_key(state.draws, attempt.into()),
                     };
                     self.events.push(self.now + self.delay, event);
                 }
@@ -357,6 +372,11 @@ impl World {
                         t.attempt_ended(key, attempt, reason, self.now);
                     }
                     if reason == Outcome::TimedOut && between_services && state.measured {
+                        self.metrics.attempt_timed_out();
+                    }
+                }
+                Action::Overdue { .. } => {
+                    if between_services && state.measured {
                         self.metrics.attempt_timed_out();
                     }
                 }
@@ -400,7 +420,7 @@ impl World {
         service: u16,
         replica: u32,
         sent: Time,
-        (timeout, series): (Option<Duration>, Option<u16>),
+        (timeout, series, draws): (Option<Duration>, Option<u16>, u64),
     ) {
         let (s, r) = (service as usize, replica as usize);
         let now = self.now;
@@ -422,7 +442,7 @@ impl World {
             return refuse(self, Outcome::Rejected);
         }
         rep.held += 1;
-        let arrival = rep.model.arrive();
+        let arrival = rep.model.arrive_as(draws);
         let job = Job {
             service,
             replica,
@@ -432,6 +452,7 @@ impl World {
             series,
             fate: arrival.fate,
             nth: arrival.ordinal,
+            draws,
             next_call: 0,
             outstanding: 0,
             failed: false,
@@ -452,10 +473,11 @@ impl World {
     }
 
     fn begin_work(&mut self, key: Key, s: usize, r: usize) {
-        let nth = self.jobs.get_mut(key).expect("a job starting work exists").nth;
+        let job = self.jobs.get_mut(key).expect("a job starting work exists");
+        let (nth, draws) = (job.nth, job.draws);
         let svc = &mut self.services[s];
         svc.replicas[r].busy += 1;
-        let time = svc.replicas[r].model.work_time(nth, self.now);
+        let time = svc.replicas[r].model.work_time_as(nth, self.now, draws);
         if let Some(t) = &mut self.tracer {
             t.work_started(key, self.now);
         }
@@ -501,12 +523,12 @@ impl World {
         job.outstanding += count as u16;
         let replica = job.replica as usize;
         let measured = job.sent >= self.warmup;
-        let idempotent = self.idempotent;
+        let (idempotent, draws) = (self.idempotent, job.draws);
         for i in first..first + count {
             let svc = &self.services[s];
             let edge = svc.plan[i] as usize;
             let (policy, callee) = (svc.edge_policy_base[edge] + replica, svc.edge_callee[edge]);
-            self.start_call(Owner::Job(key), policy, callee, idempotent, None, measured);
+            self.start_call(Owner::Job(key), policy, callee, idempotent, measured, child_key(draws, i as u64));
         }
     }
 

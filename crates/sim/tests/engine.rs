@@ -168,3 +168,69 @@ variants: [ { name: v } ]
     assert!(series.timeouts.is_empty());
     assert_eq!(series.replica_load.as_ref().expect("replica load").replicas, vec![vec![10, 10]]);
 }
+
+#[test]
+fn hedging_on_timeout_keeps_the_slow_attempt_running() {
+    // Every answer takes 100 ms against a 60 ms timeout. Dropping the timed-out attempt fails
+    // every request after its two attempts; keeping it running (hedge on timeout) lets it answer
+    // at 100 ms, 40 ms before its retry would, which is cancelled then: half the attempts timed out.
+    let runs = run(r#"
+name: overdue
+services:
+  front:
+    calls: [ { service: back } ]
+  back:
+    replicas: 2
+    service_time: { dist: constant, value: 100ms }
+network: { delay: 1ms }
+workload: { target: front, open: { rate: 10, arrival: constant }, duration: 5s }
+variants:
+  - name: cancel
+    edges:
+      front->back: { timeout: { kind: fixed, value: 60ms }, retry: { max_attempts: 2 } }
+  - name: hedge
+    edges:
+      front->back:
+        timeout: { kind: fixed, value: 60ms }
+        retry: { max_attempts: 2, hedge_on_timeout: true }
+"#);
+    let (cancel, hedge) = (&runs[0], &runs[1]);
+    assert_eq!((cancel.requests, cancel.succeeded), (50, 0));
+    assert_eq!((hedge.requests, hedge.succeeded), (50, 50));
+    // 1 ms to the front, 1 + 100 + 1 ms over front -> back, 1 ms back to the user.
+    assert_eq!((hedge.latency_ms.p10, hedge.latency_ms.max), (104.0, 104.0));
+    assert_eq!((hedge.extra_load, hedge.timeouts_pct), (1.0, 50.0));
+    assert_eq!(hedge.time_fraction, 1.0, "the user waited exactly the first attempt's latency");
+}
+
+#[test]
+fn variants_meet_the_same_luck() {
+    // A request's draws are keyed by the request and attempt, not by the replica or the order of
+    // arrival: two balancers over the same replicas lose exactly the same attempts.
+    let runs = run(r#"
+name: luck
+services:
+  front:
+    calls: [ { service: back } ]
+  back:
+    replicas: 3
+    workers: 0
+    service_time: { dist: exponential, mean: 20ms }
+    faults: [ { kind: lost, fraction: 0.2 } ]
+workload: { target: front, open: { rate: 50, arrival: poisson }, duration: 20s }
+variants:
+  - name: round-robin
+    edges:
+      front->back: { balancer: { kind: round-robin }, timeout: { kind: fixed, value: 500ms }, retry: { max_attempts: 3 } }
+  - name: random
+    edges:
+      front->back: { balancer: { kind: random }, timeout: { kind: fixed, value: 500ms }, retry: { max_attempts: 3 } }
+"#);
+    let (a, b) = (&runs[0], &runs[1]);
+    assert!(a.timeouts_pct > 10.0, "{a:?}");
+    assert_eq!(
+        (a.requests, a.succeeded, a.extra_load, a.timeouts_pct),
+        (b.requests, b.succeeded, b.extra_load, b.timeouts_pct)
+    );
+    assert_eq!(a.latency_ms, b.latency_ms);
+}

@@ -20,11 +20,21 @@ pub struct RetryPolicy {
     pub budget: Option<RetryBudget>,
     /// Whether requests that are not idempotent may be retried after being processed.
     pub retry_non_idempotent: bool,
+    /// Whether an attempt whose timeout fired keeps running alongside its retry, the first success
+    /// winning (Envoy's `hedge_on_per_try_timeout`): a timeout that fires on a merely slow attempt
+    /// then costs extra load instead of the time already spent on it.
+    pub hedge_on_timeout: bool,
 }
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        RetryPolicy { max_attempts: 1, backoff: Backoff::none(), budget: None, retry_non_idempotent: false }
+        RetryPolicy {
+            max_attempts: 1,
+            backoff: Backoff::none(),
+            budget: None,
+            retry_non_idempotent: false,
+            hedge_on_timeout: false,
+        }
     }
 }
 

@@ -21,7 +21,8 @@
 //! - **escalation** (§3.4, Karn): retry n gets `T·escalationⁿ`. The default 4 (TCP doubles) turns a
 //!   rise of up to 4× into one timeout instead of two; a long retry timeout costs only when the
 //!   retry is lost too.
-//! - **lift**: an answered retry lifts `T` to at least `x·(1 + margin)` for the next `level_window`
+//! - **lift**: an answered retry, or a late answer to an attempt kept past its timeout
+//!   (`hedge_on_timeout`), lifts `T` to at least `x·(1 + margin)` for the next `level_window`
 //!   answers, until the median has caught up with a new level or shown the slow answer was a
 //!   one-off. A retry after a lost attempt answers at the usual latency and lifts nothing, so loss
 //!   does not inflate the timeout.
@@ -169,7 +170,8 @@ impl Adaptive {
         from_nanos(ns).clamp(self.config.min, self.config.max)
     }
 
-    fn on_answer(&mut self, attempt: u32, x: f64) {
+    /// An answer of latency `x`; `lifts` when it came from a retry or past its own timeout.
+    fn on_answer(&mut self, lifts: bool, x: f64) {
         self.backoff = None;
         if let Some(level) = self.level.median().filter(|&l| l > 0.0) {
             self.spread.push((x - level).abs() / level);
@@ -186,7 +188,7 @@ impl Adaptive {
         }
         self.answers = self.answers.saturating_add(1);
         self.lift = self.lift.and_then(|(f, n)| (n > 1).then(|| (f, n - 1)));
-        if attempt > 0 {
+        if lifts {
             let floor = x * (1.0 + self.config.margin);
             if self.lift.is_none_or(|(f, _)| floor > f) {
                 self.lift = Some((floor, self.config.level_window.max(1)));
@@ -220,9 +222,12 @@ impl TimeoutPolicy for Adaptive {
         Some(self.bounded(self.estimate() * scale))
     }
 
-    fn on_result(&mut self, _now: Time, attempt: u32, _timeout: Option<Duration>, result: AttemptResult) {
+    fn on_result(&mut self, _now: Time, attempt: u32, timeout: Option<Duration>, result: AttemptResult) {
         match result {
-            AttemptResult::Answered(x) => self.on_answer(attempt, nanos(x)),
+            AttemptResult::Answered(x) => {
+                let overdue = timeout.is_some_and(|t| x > t);
+                self.on_answer(attempt > 0 || overdue, nanos(x));
+            }
             AttemptResult::TimedOut(d) => self.on_timeout(attempt, nanos(d)),
         }
     }
@@ -328,6 +333,19 @@ mod tests {
         // Long after the lift has ended, the level is 400 µs; the two errors of 3 are outliers.
         answer(&mut p, 0, us(400), 10);
         assert_eq!(first(&mut p), Some(us(440)));
+    }
+
+    #[test]
+    fn a_late_answer_to_an_overdue_attempt_lifts_like_a_slow_retry() {
+        let mut p = steady();
+        // Attempt 0 timed out at 110 µs but kept running (hedge on timeout) and answered at 400 µs.
+        p.on_result(Time::ZERO, 0, Some(us(110)), AttemptResult::TimedOut(us(110)));
+        p.on_result(Time::ZERO, 0, Some(us(110)), AttemptResult::Answered(us(400)));
+        assert_eq!(first(&mut p), Some(us(440)));
+        // An answer within its timeout lifts nothing.
+        let mut q = steady();
+        q.on_result(Time::ZERO, 0, Some(us(500)), AttemptResult::Answered(us(400)));
+        assert_eq!(first(&mut q), Some(us(110)));
     }
 
     #[test]

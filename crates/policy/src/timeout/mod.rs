@@ -37,7 +37,9 @@ pub trait TimeoutPolicy: Send {
     /// Optimizer uses to sample the true latency distribution.
     fn timeout(&mut self, now: Time, attempt: u32, rng: Rng<'_>) -> Option<Duration>;
 
-    /// The result of attempt number `attempt`, which was sent with `timeout`.
+    /// The result of attempt number `attempt`, which was sent with `timeout`. An attempt kept
+    /// running past its timeout (`hedge_on_timeout`) reports `TimedOut` when the timeout fires and
+    /// `Answered` if its answer still comes first: the true latency of a slow attempt.
     fn on_result(&mut self, now: Time, attempt: u32, timeout: Option<Duration>, result: AttemptResult);
 
     /// The timeout a first attempt would get now, for metrics and plots.
