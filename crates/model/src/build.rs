@@ -28,7 +28,7 @@ pub const BUDGET_MIN_PER_SEC: u32 = 10;
 pub fn client_policy(config: &schema::ClientPolicy, endpoints: usize) -> call::ClientPolicy {
     call::ClientPolicy {
         balancer: balancer(&config.balancer, endpoints),
-        timeout: timeout(&config.timeout),
+        timeout: timeout(&config.timeout, config.retry.hedge_on_timeout),
         hedge: hedge(&config.hedge),
         retry: retry(&config.retry),
         deadline: deadline(config),
@@ -84,7 +84,8 @@ pub fn balancer(config: &schema::Balancer, endpoints: usize) -> Box<dyn balance:
 }
 
 /// A timeout policy; adaptive ones start from the paper's (or their own) default parameters.
-pub fn timeout(config: &schema::Timeout) -> Box<dyn timeout::TimeoutPolicy> {
+/// `hedge_on_timeout` is the retry policy's: with it, the adaptive timeout learns its escalation.
+pub fn timeout(config: &schema::Timeout, hedge_on_timeout: bool) -> Box<dyn timeout::TimeoutPolicy> {
     match config {
         schema::Timeout::None => Box::new(NoTimeout),
         schema::Timeout::Fixed { value } => Box::new(Fixed::new(value.get())),
@@ -114,7 +115,7 @@ pub fn timeout(config: &schema::Timeout) -> Box<dyn timeout::TimeoutPolicy> {
             Box::new(Optimizer::new(c))
         }
         schema::Timeout::Adaptive { initial, k, margin, escalation } => {
-            let mut c = AdaptiveConfig::new(initial.get());
+            let mut c = AdaptiveConfig { hedge_on_timeout, ..AdaptiveConfig::new(initial.get()) };
             set(&mut c.k, *k);
             set(&mut c.margin, *margin);
             set(&mut c.escalation, *escalation);
@@ -227,7 +228,8 @@ mod tests {
     #[test]
     fn timeouts_follow_their_configuration() {
         let mut rng = Pcg64Mcg::new(1);
-        let mut first = |text: &str, attempt: u32| timeout(&yaml(text)).timeout(Duration::ZERO, attempt, &mut rng);
+        let mut first =
+            |text: &str, attempt: u32| timeout(&yaml(text), false).timeout(Duration::ZERO, attempt, &mut rng);
         assert_eq!(first("{kind: none}", 0), None);
         assert_eq!(first("{kind: fixed, value: 50ms}", 3), Some(ms(50)));
         assert_eq!(first("{kind: exp-backoff, first: 10ms}", 2), Some(ms(40)));

@@ -1,7 +1,9 @@
 //! The adaptive timeout: our own policy, built to keep timeouts rare *and* close to the latency
 //! while the latency drifts, jumps, spikes and dips, and while some attempts are simply lost.
 //!
-//! What it decides: the timeout `T` of a first attempt; retry n gets `T·escalationⁿ`.
+//! What it decides: the timeout `T` of a first attempt; retry n gets `T·eⁿ`, where the escalation
+//! `e` is `escalation`, or, when timed-out attempts keep running (`hedge_on_timeout`), grows
+//! towards it when timeouts come from rises and shrinks towards 1 when they come from losses.
 //!
 //! It starts from adaptive-timeouts.txt's lessons (§3.4 sequential timeouts; §6: the Controller is
 //! "much too dynamic", the Optimizer "too static") and TCP's retransmission timer (Jacobson/Karels'
@@ -18,9 +20,16 @@
 //!   5–12% timeouts).
 //! - `T = level·(1 + max(margin, k·spread))`: `k·spread` covers the noise, `margin` is the floor when
 //!   the latency barely varies.
-//! - **escalation** (§3.4, Karn): retry n gets `T·escalationⁿ`. The default 4 (TCP doubles) turns a
-//!   rise of up to 4× into one timeout instead of two; a long retry timeout costs only when the
-//!   retry is lost too.
+//! - **escalation** (§3.4, Karn): retry n gets `T·eⁿ`. Up to `escalation`, the default 4 (TCP
+//!   doubles), it turns a rise of up to 4× into one timeout instead of two; but when the attempt
+//!   was lost, a retry that is lost too waits all of it. When timed-out attempts keep running
+//!   (`hedge_on_timeout`), an attempt that was only slow still answers, so each timeout gets a
+//!   verdict from the answer that ends its request: a late answer from the timed-out attempt, or a
+//!   retry slower than `T`, says the latency rose; a retry answering within `T` says the attempt
+//!   was lost. `e = 1 + (escalation − 1)·r`, with `r` the share of recent verdicts that said
+//!   "rose" (an EWMA from 1, weight [`VERDICT_WEIGHT`]): where attempts are lost but the latency
+//!   holds, a retry gets about the first attempt's timeout. Without it a slow attempt is dropped
+//!   and cannot be told from a lost one, and `e` stays `escalation`.
 //! - **lift**: an answered retry, or a late answer to an attempt kept past its timeout
 //!   (`hedge_on_timeout`), lifts `T` to at least `x·(1 + margin)` for the next `level_window`
 //!   answers, until the median has caught up with a new level or shown the slow answer was a
@@ -47,6 +56,9 @@ use crate::stats::{from_nanos, nanos, Window};
 use crate::{Rng, Time};
 use std::time::Duration;
 
+/// The weight of each timeout's verdict (a rise or a loss) in the share that sets the escalation.
+const VERDICT_WEIGHT: f64 = 0.25;
+
 /// The adaptive timeout's parameters; [`AdaptiveConfig::new`] gives the defaults.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AdaptiveConfig {
@@ -63,8 +75,11 @@ pub struct AdaptiveConfig {
     pub k: f64,
     /// The least relative headroom above the level, and above a lifting retry's latency (0.1).
     pub margin: f64,
-    /// The factor between the timeouts of successive attempts of a request (4).
+    /// The (largest) factor between the timeouts of successive attempts of a request (4).
     pub escalation: f64,
+    /// Whether timed-out attempts keep running beside their retries (the retry policy's
+    /// `hedge_on_timeout`), which lets the escalation learn from late answers (false).
+    pub hedge_on_timeout: bool,
     /// Answers needed before the level and spread are trusted (8).
     pub warmup: usize,
     /// Consecutive answers below `level / (1 + headroom)` that re-level the estimate at once to
@@ -92,6 +107,7 @@ impl AdaptiveConfig {
             k: 2.4,
             margin: 0.1,
             escalation: 4.0,
+            hedge_on_timeout: false,
             warmup: 8,
             drop_after: 2,
             rise_after: 2,
@@ -118,6 +134,9 @@ pub struct Adaptive {
     lift: Option<(f64, usize)>,
     /// A floor set by a timeout, held until the next answer.
     backoff: Option<f64>,
+    /// The share of recent timeouts whose request then answered slower than a first attempt may
+    /// take (a rise, not a loss), as an EWMA starting at 1.
+    rises: f64,
 }
 
 impl Adaptive {
@@ -141,6 +160,7 @@ impl Adaptive {
             above: 0,
             lift: None,
             backoff: None,
+            rises: 1.0,
         }
     }
 
@@ -205,11 +225,24 @@ impl Adaptive {
         self.above = 0;
     }
 
+    /// The factor between the timeouts of successive attempts now.
+    fn escalation(&self) -> f64 {
+        1.0 + (self.config.escalation - 1.0) * self.rises
+    }
+
+    fn scale(&self, attempt: u32) -> f64 {
+        self.escalation().powi(attempt.min(i32::MAX as u32) as i32)
+    }
+
     fn on_timeout(&mut self, attempt: u32, fired: f64) {
-        let escalation = self.config.escalation;
-        let base = fired / escalation.powi(attempt.min(i32::MAX as u32) as i32);
-        let floor = base * escalation;
+        let floor = fired / self.scale(attempt) * self.escalation();
         self.backoff = Some(self.backoff.map_or(floor, |b| b.max(floor)));
+    }
+
+    /// A timeout's verdict: whether its request's answer showed a rise (or else a loss).
+    fn on_verdict(&mut self, rose: bool) {
+        let rose = if rose { 1.0 } else { 0.0 };
+        self.rises += VERDICT_WEIGHT * (rose - self.rises);
     }
 }
 
@@ -218,15 +251,18 @@ impl TimeoutPolicy for Adaptive {
         if attempt == 0 {
             return Some(self.bounded(self.first()));
         }
-        let scale = self.config.escalation.powi(attempt.min(i32::MAX as u32) as i32);
-        Some(self.bounded(self.estimate() * scale))
+        Some(self.bounded(self.estimate() * self.scale(attempt)))
     }
 
     fn on_result(&mut self, _now: Time, attempt: u32, timeout: Option<Duration>, result: AttemptResult) {
         match result {
             AttemptResult::Answered(x) => {
                 let overdue = timeout.is_some_and(|t| x > t);
-                self.on_answer(attempt > 0 || overdue, nanos(x));
+                let x = nanos(x);
+                if self.config.hedge_on_timeout && (attempt > 0 || overdue) {
+                    self.on_verdict(overdue || x > self.estimate());
+                }
+                self.on_answer(attempt > 0 || overdue, x);
             }
             AttemptResult::TimedOut(d) => self.on_timeout(attempt, nanos(d)),
         }
@@ -336,6 +372,42 @@ mod tests {
     }
 
     #[test]
+    fn retries_after_lost_attempts_escalate_less_when_timed_out_attempts_keep_running() {
+        let mut p = Adaptive::new(AdaptiveConfig { hedge_on_timeout: true, ..AdaptiveConfig::new(us(500)) });
+        answer(&mut p, 0, us(100), 40);
+        let mut rng = Pcg64Mcg::new(1);
+        // Attempt 0 timed out, its retry answered at the usual 100 µs: the attempt was lost. The
+        // share of rises falls from 1 to 0.75, so retries escalate ×3.25 instead of ×4.
+        p.on_result(Time::ZERO, 0, Some(us(110)), AttemptResult::TimedOut(us(110)));
+        answer(&mut p, 1, us(100), 1);
+        assert_eq!(p.timeout(Time::ZERO, 1, &mut rng), Some(Duration::from_nanos(357_500)));
+        // Nine more losses: 3 · 0.75^10 is 0.17, so a retry gets about the first attempt's timeout.
+        for _ in 0..9 {
+            p.on_result(Time::ZERO, 0, Some(us(110)), AttemptResult::TimedOut(us(110)));
+            answer(&mut p, 1, us(100), 1);
+        }
+        let escalation = 1.0 + 3.0 * 0.75f64.powi(10);
+        assert_eq!(
+            p.timeout(Time::ZERO, 1, &mut rng),
+            Some(Duration::from_nanos((110_000.0 * escalation).round() as u64))
+        );
+        // A rise (the retry answers at 400 µs) pulls the escalation back up: 1 + 3·(0.25 + 0.75·0.0563).
+        p.on_result(Time::ZERO, 0, Some(us(110)), AttemptResult::TimedOut(us(110)));
+        answer(&mut p, 1, us(400), 1);
+        let escalation = 1.0 + 3.0 * (0.25 + 0.75 * 0.75f64.powi(10));
+        let lifted = 440_000.0;
+        assert_eq!(
+            p.timeout(Time::ZERO, 1, &mut rng),
+            Some(Duration::from_nanos((lifted * escalation).round() as u64))
+        );
+        // Dropping timed-out attempts, a fast retry cannot tell a loss from a slow attempt.
+        let mut q = steady();
+        q.on_result(Time::ZERO, 0, Some(us(110)), AttemptResult::TimedOut(us(110)));
+        answer(&mut q, 1, us(100), 1);
+        assert_eq!(q.timeout(Time::ZERO, 1, &mut rng), Some(us(440)));
+    }
+
+    #[test]
     fn a_late_answer_to_an_overdue_attempt_lifts_like_a_slow_retry() {
         let mut p = steady();
         // Attempt 0 timed out at 110 µs but kept running (hedge on timeout) and answered at 400 µs.
@@ -407,6 +479,7 @@ mod tests {
             k: f64::INFINITY,
             margin: -1.0,
             escalation: f64::NAN,
+            hedge_on_timeout: true,
             warmup: 0,
             drop_after: 0,
             rise_after: 0,
