@@ -5,7 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -c 'import simpy' 2>/dev/null || python3 -m pip install --quiet simpy
-out=$(cargo bench --locked -p tailguard-sim --bench throughput 2>/dev/null)
+# With the release binary's settings (fat LTO, one codegen unit: what `tailguard sim` runs), which
+# the bench profile leaves out to keep `cargo test --release` quick; its own target directory keeps
+# both builds.
+out=$(CARGO_TARGET_DIR=target/bench-release CARGO_PROFILE_BENCH_LTO=fat CARGO_PROFILE_BENCH_CODEGEN_UNITS=1 \
+  cargo bench --locked -p tailguard-sim --bench throughput 2>/dev/null)
 echo "$out"
 ours=$(echo "$out" | awk '$1 == "least-request" { print $2 }')
 peer=$(for _ in 1 2 3 4 5; do python3 bench/peers/simpy_bloc.py 300; done |
