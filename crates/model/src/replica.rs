@@ -173,7 +173,13 @@ impl ReplicaModel {
     }
 }
 
-/// splitmix64's finaliser: nearby keys give unrelated states.
+/// The key of the `n`-th child of `parent` (a request's calls, a call's attempts) for
+/// [`ReplicaModel::arrive_as`]: well mixed, so nearby keys draw unrelated luck.
+pub fn child_key(parent: u64, n: u64) -> u64 {
+    mix(parent ^ n.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
+/// splitmix64's finaliser: nearby inputs give unrelated outputs.
 fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);

@@ -11,7 +11,7 @@ use crate::SimError;
 use rand::{Rng as _, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use std::time::Duration;
-use tailguard_model::replica::Fate;
+use tailguard_model::replica::{child_key, Fate};
 use tailguard_model::schema::{Arrival, Fanout};
 use tailguard_model::{build, Run};
 use tailguard_policy::call::{Action, Call, Ctx};
@@ -79,15 +79,6 @@ struct CallState {
     /// The key its attempts' draws derive from: the user request's number, then the path of
     /// calls to it, so a request meets the same luck under every variant.
     draws: u64,
-}
-
-/// A well-mixed key for `parent`'s `n`-th child (splitmix64's finaliser): the draws of different
-/// requests, calls and attempts stay independent.
-fn child_key(parent: u64, n: u64) -> u64 {
-    let mut z = parent ^ n.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// One run of the simulator.
