@@ -137,6 +137,8 @@ pub struct Adaptive {
     /// The share of recent timeouts whose request then answered slower than a first attempt may
     /// take (a rise, not a loss), as an EWMA starting at 1.
     rises: f64,
+    /// A timeout fired and awaits its verdict (retries after errors or 429s give none).
+    verdict_due: bool,
 }
 
 impl Adaptive {
@@ -161,6 +163,7 @@ impl Adaptive {
             lift: None,
             backoff: None,
             rises: 1.0,
+            verdict_due: false,
         }
     }
 
@@ -237,12 +240,14 @@ impl Adaptive {
     fn on_timeout(&mut self, attempt: u32, fired: f64) {
         let floor = fired / self.scale(attempt) * self.escalation();
         self.backoff = Some(self.backoff.map_or(floor, |b| b.max(floor)));
+        self.verdict_due = self.config.hedge_on_timeout;
     }
 
     /// A timeout's verdict: whether its request's answer showed a rise (or else a loss).
     fn on_verdict(&mut self, rose: bool) {
         let rose = if rose { 1.0 } else { 0.0 };
         self.rises += VERDICT_WEIGHT * (rose - self.rises);
+        self.verdict_due = false;
     }
 }
 
@@ -259,7 +264,7 @@ impl TimeoutPolicy for Adaptive {
             AttemptResult::Answered(x) => {
                 let overdue = timeout.is_some_and(|t| x > t);
                 let x = nanos(x);
-                if self.config.hedge_on_timeout && (attempt > 0 || overdue) {
+                if self.verdict_due && (attempt > 0 || overdue) {
                     self.on_verdict(overdue || x > self.estimate());
                 }
                 self.on_answer(attempt > 0 || overdue, x);
@@ -396,6 +401,12 @@ mod tests {
         answer(&mut p, 1, us(400), 1);
         let escalation = 1.0 + 3.0 * (0.25 + 0.75 * 0.75f64.powi(10));
         let lifted = 440_000.0;
+        assert_eq!(
+            p.timeout(Time::ZERO, 1, &mut rng),
+            Some(Duration::from_nanos((lifted * escalation).round() as u64))
+        );
+        // A retry after an error, with no timeout before it, gives no verdict.
+        answer(&mut p, 1, us(100), 1);
         assert_eq!(
             p.timeout(Time::ZERO, 1, &mut rng),
             Some(Duration::from_nanos((lifted * escalation).round() as u64))
