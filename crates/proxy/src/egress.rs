@@ -442,7 +442,10 @@ impl<'a> Driver<'a> {
                         self.metrics_endpoint(endpoint, |m| m.timeouts.inc());
                     }
                 }
-                Action::Overdue { endpoint, .. } => {
+                Action::Overdue { attempt, endpoint } => {
+                    if let Some(trace) = &self.trace {
+                        trace.on_overdue(attempt);
+                    }
                     self.metrics_endpoint(endpoint, |m| m.timeouts.inc());
                 }
                 Action::WakeAt(t) => {

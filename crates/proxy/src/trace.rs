@@ -199,6 +199,13 @@ impl CallTrace {
         self.end_attempt(attempt, outcome, status);
     }
 
+    /// Marks attempt `attempt` as kept running past its timeout (`hedge_on_timeout`).
+    pub(crate) fn on_overdue(&self, attempt: u32) {
+        if let Some((_, cx)) = self.attempts.iter().find(|(a, _)| *a == attempt) {
+            cx.span().set_attribute(KeyValue::new("overdue", true));
+        }
+    }
+
     /// Ends attempt `attempt`, abandoned for `reason` (its timeout, or another attempt won).
     pub(crate) fn on_cancel(&mut self, attempt: u32, reason: Outcome) {
         self.end_attempt(attempt, reason, None);

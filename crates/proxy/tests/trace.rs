@@ -163,6 +163,31 @@ async fn retries_and_hedges_are_tagged() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_kept_past_its_timeout_is_tagged_overdue() {
+    let collector = Collector::start(SocketAddr::from(LOCAL)).await.unwrap();
+    let slow = serve("backend", None, "150ms").await;
+    let policy = "{timeout: {kind: fixed, value: 50ms}, retry: {max_attempts: 2, hedge_on_timeout: true}}";
+    let sidecar = proxy(&egress_to("slow", &[slow.addr()], policy), &collector.endpoint(), "c").await;
+    assert_eq!(get(sidecar.egress.unwrap()).await, StatusCode::OK);
+    sidecar.shutdown().await;
+    let traces = collector.shutdown().await;
+    assert_eq!(traces.len(), 1);
+    let t = &traces[0];
+    let call = t.roots().next().unwrap();
+    let mut attempts: Vec<(String, String, Option<Value>)> = t
+        .children(call.id)
+        .iter()
+        .map(|s| (str_tag(s, "attempt.kind").into(), str_tag(s, "outcome").into(), Trace::tag(s, "overdue").cloned()))
+        .collect();
+    attempts.sort_by(|a, b| a.0.cmp(&b.0));
+    // 150 ms of work against 50 ms timeouts: the first attempt is overdue at 50 ms, its retry at
+    // 100 ms, and the first one's answer wins at 150 ms.
+    let overdue = Some(Value::Bool(true));
+    let first = ("first".to_string(), "success".to_string(), overdue.clone());
+    assert_eq!(attempts, vec![first, ("hedge".into(), "cancelled".into(), overdue)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_collector_never_blocks_or_fails_requests() {
     let backend = serve("backend", None, "1ms").await;
     let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();

@@ -224,6 +224,15 @@ impl Tracer {
         self.sent.insert((key, attempt), (trace, span));
     }
 
+    /// Attempt `attempt` of call `key` outlived its timeout and was kept running
+    /// (`hedge_on_timeout`): its span gets `overdue: true`.
+    pub(crate) fn attempt_overdue(&mut self, key: Key, attempt: u32) {
+        let Some(rec) = self.calls.get(&key) else { return };
+        let Some(&(_, span)) = rec.attempts.iter().find(|(a, _)| *a == attempt) else { return };
+        let b = self.open.get_mut(&rec.trace).expect("a traced call's trace is open");
+        b.spans[span].tags.push(Tag::new("overdue", true));
+    }
+
     /// Attempt `attempt` of call `key` ended (answered, refused, timed out or cancelled).
     pub(crate) fn attempt_ended(&mut self, key: Key, attempt: u32, outcome: Outcome, now: Time) {
         let Some(rec) = self.calls.get_mut(&key) else { return };

@@ -366,7 +366,10 @@ impl World {
                         self.metrics.attempt_timed_out();
                     }
                 }
-                Action::Overdue { .. } => {
+                Action::Overdue { attempt, .. } => {
+                    if let Some(t) = &mut self.tracer {
+                        t.attempt_overdue(key, attempt);
+                    }
                     if between_services && state.measured {
                         self.metrics.attempt_timed_out();
                     }

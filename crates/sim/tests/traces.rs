@@ -128,3 +128,40 @@ variants: [ { name: v } ]
         assert_eq!(visits, vec![0, 5_000]);
     }
 }
+
+#[test]
+fn an_attempt_kept_past_its_timeout_is_tagged_overdue() {
+    // 30 ms of work against a 20 ms timeout: the first attempt is overdue at 21 ms, its retry goes
+    // out beside it, and the first attempt's answer at 32 ms wins; the retry is cancelled.
+    let yaml = r#"
+name: overdue
+services:
+  front:
+    calls:
+      - service: back
+        policy: { timeout: { kind: fixed, value: 20ms }, retry: { max_attempts: 2, hedge_on_timeout: true } }
+  back:
+    replicas: 2
+    service_time: { dist: constant, value: 30ms }
+network: { delay: 1ms }
+workload: { target: front, closed: { clients: 1 }, requests: 2 }
+variants: [ { name: v } ]
+"#;
+    let all = traces(yaml, 10);
+    assert_eq!(all.len(), 2);
+    for t in &all {
+        let root = t.roots().next().unwrap();
+        let call = only_child(t, only_child(t, only_child(t, root)));
+        let attempts = t.children(call.id);
+        let v = |s: &str| Value::Str(s.into());
+        let seen: Vec<(&Value, &Value, Option<&Value>, u64)> = attempts
+            .iter()
+            .map(|a| (tag(a, "attempt.kind"), tag(a, "outcome"), Trace::tag(a, "overdue"), a.duration_us))
+            .collect();
+        let yes = Value::Bool(true);
+        assert_eq!(
+            seen,
+            vec![(&v("first"), &v("success"), Some(&yes), 32_000), (&v("hedge"), &v("cancelled"), None, 12_000)]
+        );
+    }
+}
