@@ -70,6 +70,14 @@ struct Attempt {
     overdue: bool,
 }
 
+impl Attempt {
+    /// When its timeout fires, if it is still waited for and has one that has not fired yet.
+    fn expires_at(&self) -> Option<Time> {
+        let pending = self.live && !self.overdue;
+        self.timeout.filter(|_| pending).map(|t| self.sent.saturating_add(t))
+    }
+}
+
 /// The state of one request at its caller.
 #[derive(Clone, Debug)]
 pub struct Call {
@@ -212,7 +220,7 @@ impl Call {
         }
         for i in 0..self.attempts.len() {
             let a = &self.attempts[i];
-            let expired = a.live && !a.overdue && a.timeout.is_some_and(|t| a.sent.saturating_add(t) <= now);
+            let expired = a.expires_at().is_some_and(|t| t <= now);
             if !expired {
                 continue;
             }
@@ -342,11 +350,7 @@ impl Call {
         if self.finished {
             return;
         }
-        let timeouts = self
-            .attempts
-            .iter()
-            .filter(|a| a.live && !a.overdue)
-            .filter_map(|a| a.timeout.map(|t| a.sent.saturating_add(t)));
+        let timeouts = self.attempts.iter().filter_map(Attempt::expires_at);
         let next = [self.deadline, self.retry_at, self.hedge_at].into_iter().flatten().chain(timeouts).min();
         if let Some(t) = next {
             if self.armed.is_none_or(|armed| t < armed) {
