@@ -58,7 +58,8 @@ pub trait Observer: Sync {
     fn run_started(&self, _index: usize, _total: usize, _scenario: &str, _variant: &str, _expected: Option<Duration>) {}
     /// What the current run is doing ("starting 103 processes", "measuring", "stopping").
     fn phase(&self, _what: &str) {}
-    /// Time since the load started.
+    /// Time since the load started: about every 100 ms while it runs, and once when it has ended,
+    /// before any process is stopped.
     fn tick(&self, _elapsed: Duration) {}
     /// A process was started.
     fn spawned(&self, _name: &str, _pid: u32) {}

@@ -72,6 +72,9 @@ pub fn sample(
         let due = origin + INTERVAL * k;
         while Instant::now() < due {
             if done.load(Ordering::Acquire) || cancel.is_cancelled() {
+                // Once more with the load over and every process still up: a short run may have
+                // ended before the first 100 ms wait.
+                tick(start.elapsed());
                 let last = snapshot(sidecars, periodic.last());
                 return (periodic, Some(last).filter(|_| k > 0));
             }
