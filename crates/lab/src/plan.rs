@@ -195,8 +195,6 @@ struct IngressFile {
     listen: SocketAddr,
     app: SocketAddr,
     admission: Admission,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    workers: Option<u32>,
 }
 
 #[derive(Serialize)]
@@ -205,8 +203,7 @@ struct AdminFile {
 }
 
 impl ProxyFile {
-    /// The sidecar of `replica`: its ingress admits for serve with the service's admission (and
-    /// knows its worker count, so admission sees the queue as the simulator counts it), its
+    /// The sidecar of `replica`: its ingress admits for serve with the service's admission, its
     /// egress routes each called service's path prefix to that service's ingresses with the
     /// edge's policy.
     pub fn sidecar(run: &Run, plan: &Plan, replica: &Replica) -> ProxyFile {
@@ -222,7 +219,6 @@ impl ProxyFile {
                 listen: replica.ingress(),
                 app: replica.serve(),
                 admission: service.admission.clone(),
-                workers: (service.workers > 0).then_some(service.workers),
             }),
             admin: AdminFile { listen: replica.admin() },
             shutdown_grace: "1s",
@@ -302,7 +298,6 @@ mod tests {
         let back = ProxyFile::sidecar(&run, &plan, &plan.replicas[1]).to_yaml();
         let config = serde_yaml_ng::from_str::<serde_yaml_ng::Value>(&back).unwrap();
         assert!(config.get("egress").is_none());
-        assert_eq!(config["ingress"]["workers"].as_u64(), Some(1));
         let admission: Admission = serde_yaml_ng::from_value(config["ingress"]["admission"].clone()).unwrap();
         assert_eq!(admission, Admission::Fixed { capacity: 3 });
         let traced = ProxyFile::sidecar(&run, &plan, &plan.replicas[1]).traced(

@@ -32,8 +32,7 @@ pub struct Config {
     #[serde(default)]
     pub shutdown_grace: Option<Dur>,
     /// The proxy's own threads: 1 runs everything on one thread (tokio's current-thread
-    /// runtime, the cheapest per request); unset, one per core. Not `ingress.workers`, which is
-    /// the application's concurrency.
+    /// runtime, the cheapest per request); unset, one per core.
     #[serde(default)]
     pub workers: Option<usize>,
     /// Limits on every listener's connections.
@@ -192,9 +191,6 @@ pub struct Ingress {
     /// Admission control: 429 above capacity, and BLOC chips on responses.
     #[serde(default)]
     pub admission: Admission,
-    /// The application's concurrency, if known: the queue is then the requests beyond it.
-    #[serde(default)]
-    pub workers: Option<u32>,
     /// HTTP/1.1 (the default) or h2c towards the application.
     #[serde(default)]
     pub protocol: Protocol,
@@ -308,14 +304,14 @@ mod tests {
     #[test]
     fn a_full_file_parses() {
         let c = parse(
-            "egress:\n  listen: 127.0.0.1:4140\n  upstreams:\n    backend:\n      endpoints: [127.0.0.1:8081, 127.0.0.1:8082]\n      match: {host: backend}\n      policy: {balancer: {kind: least-request}, timeout: {kind: fixed, value: 50ms}}\ningress:\n  listen: 127.0.0.1:4143\n  app: 127.0.0.1:8080\n  admission: {kind: fixed, capacity: 8}\n  workers: 4\nadmin: {listen: 127.0.0.1:9990}\n",
+            "egress:\n  listen: 127.0.0.1:4140\n  upstreams:\n    backend:\n      endpoints: [127.0.0.1:8081, 127.0.0.1:8082]\n      match: {host: backend}\n      policy: {balancer: {kind: least-request}, timeout: {kind: fixed, value: 50ms}}\ningress:\n  listen: 127.0.0.1:4143\n  app: 127.0.0.1:8080\n  admission: {kind: fixed, capacity: 8}\nadmin: {listen: 127.0.0.1:9990}\n",
         )
         .unwrap();
         let egress = c.egress.unwrap();
         assert_eq!(egress.upstreams["backend"].endpoints.len(), 2);
         assert_eq!(egress.upstreams["backend"].route, Route::Host("backend".into()));
         assert_eq!(egress.max_replay_body, DEFAULT_MAX_REPLAY_BODY);
-        assert_eq!(c.ingress.unwrap().workers, Some(4));
+        assert_eq!(c.ingress.unwrap().admission, Admission::Fixed { capacity: 8 });
         assert_eq!(c.workers, None);
         assert_eq!(c.tracing, None);
         let c = parse("workers: 1\negress: {listen: 127.0.0.1:1, upstreams: {}}").unwrap();

@@ -36,7 +36,6 @@ pub struct Ingress {
     app: SocketAddr,
     client: AppClient,
     state: Arc<Mutex<State>>,
-    workers: Option<u32>,
     epoch: Instant,
     metrics: Arc<Metrics>,
     tracing: Option<Arc<Tracing>>,
@@ -74,7 +73,6 @@ impl Ingress {
                 }
             },
             state: Arc::new(Mutex::new(state)),
-            workers: config.workers,
             epoch,
             metrics,
             tracing: None,
@@ -89,11 +87,6 @@ impl Ingress {
 
     fn now(&self) -> Time {
         self.epoch.elapsed()
-    }
-
-    /// The queue length admission sees when the application holds `in_flight` requests.
-    fn queue(&self, in_flight: u32) -> u32 {
-        self.workers.map_or(in_flight, |w| in_flight.saturating_sub(w))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -157,13 +150,12 @@ impl Ingress {
     fn admit(&self) -> Option<Held<'_>> {
         let now = self.now();
         let mut state = self.lock();
-        let q = self.queue(state.in_flight);
-        if !state.admission.admit(now, q) {
+        let State { admission, in_flight, .. } = &mut *state;
+        if !admission.admit(now, *in_flight) {
             return None;
         }
-        state.in_flight += 1;
-        let q = self.queue(state.in_flight);
-        state.admission.observe(now, q);
+        *in_flight += 1;
+        admission.observe(now, *in_flight);
         self.metrics.ingress_in_flight.set(i64::from(state.in_flight));
         Some(Held { ingress: self })
     }
@@ -172,9 +164,8 @@ impl Ingress {
     fn chip(&self) -> bool {
         let now = self.now();
         let mut state = self.lock();
-        let q = self.queue(state.in_flight);
-        let State { admission, rng, .. } = &mut *state;
-        admission.grant_chip(now, q, rng)
+        let State { admission, rng, in_flight } = &mut *state;
+        admission.grant_chip(now, *in_flight, rng)
     }
 
     /// The request as the application gets it: no hop-by-hop headers, no spoofed internal ones.
@@ -214,8 +205,8 @@ impl Drop for Held<'_> {
         let now = self.ingress.now();
         let mut state = self.ingress.lock();
         state.in_flight = state.in_flight.saturating_sub(1);
-        let q = self.ingress.queue(state.in_flight);
-        state.admission.observe(now, q);
+        let in_flight = state.in_flight;
+        state.admission.observe(now, in_flight);
         self.ingress.metrics.ingress_in_flight.set(i64::from(state.in_flight));
     }
 }

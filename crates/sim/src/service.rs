@@ -115,15 +115,3 @@ impl ServiceModel {
         })
     }
 }
-
-impl Replica {
-    /// The queue length admission control sees (BLOC's q, bloc-load-balancing.txt §IV-A): requests
-    /// waiting for a worker, or every request held when the replica has no worker limit.
-    pub(crate) fn queue_len(&self, workers: u32) -> u32 {
-        if workers == 0 {
-            self.held
-        } else {
-            self.queue.len() as u32
-        }
-    }
-}

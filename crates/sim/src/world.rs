@@ -430,9 +430,8 @@ impl World {
         if self.services[s].replicas[r].model.is_down(now) {
             return refuse(self, Outcome::Unavailable);
         }
-        let workers = self.services[s].workers;
         let rep = &mut self.services[s].replicas[r];
-        if !rep.admission.admit(now, rep.queue_len(workers)) {
+        if !rep.admission.admit(now, rep.held) {
             return refuse(self, Outcome::Rejected);
         }
         rep.held += 1;
@@ -463,7 +462,7 @@ impl World {
             rep.queue.push_back(key);
         }
         let rep = &mut self.services[s].replicas[r];
-        rep.admission.observe(now, rep.queue_len(workers));
+        rep.admission.observe(now, rep.held);
     }
 
     fn begin_work(&mut self, key: Key, s: usize, r: usize) {
@@ -547,24 +546,22 @@ impl World {
             t.visit_ended(key, Some(outcome), self.now);
         }
         let (s, r) = (job.service as usize, job.replica as usize);
-        let queued = self.release(s, r);
+        let held = self.release(s, r);
         let replica = &mut self.services[s].replicas[r];
-        let chip = replica.admission.grant_chip(self.now, queued, replica.model.rng());
+        let chip = replica.admission.grant_chip(self.now, held, replica.model.rng());
         let (call, attempt) = job.reply;
         let (sent, timeout, series) = (job.sent, job.timeout, job.series);
         let event = Event::AttemptEnds { call, attempt, sent, timeout, series, outcome, chip };
         self.events.push(self.now + self.delay, event);
     }
 
-    /// A replica no longer holds a request; returns its queue length now.
+    /// A replica no longer holds a request; returns how many it still holds.
     fn release(&mut self, s: usize, r: usize) -> u32 {
-        let workers = self.services[s].workers;
         let rep = &mut self.services[s].replicas[r];
         rep.held -= 1;
-        let queued = rep.queue_len(workers);
-        rep.admission.observe(self.now, queued);
+        rep.admission.observe(self.now, rep.held);
         self.loads[s][r] -= 1;
-        queued
+        rep.held
     }
 
     /// Measured user requests still waiting when the run ended: they never got an answer.

@@ -9,12 +9,14 @@ pub use dynamic::DynamicCapacity;
 
 use crate::{Rng, Time};
 
-/// Decides admission at one replica from its queue length `q`.
+/// Decides admission at one replica from the requests it holds.
 ///
-/// `q` follows bloc-load-balancing.txt §IV-A/§IV-C ("the number of requests currently queued"):
-/// the requests waiting for a worker when the replica's concurrency is known, else every request it
-/// holds (a sidecar that does not know its application's concurrency counts requests in flight).
-/// The parameter is named `in_system` below for that second, general case.
+/// BLOC's `q` (bloc-load-balancing.txt §IV-A, §IV-C) is "the number of requests currently queued";
+/// §IV-D speaks of "active requests", and the published BLOC proxy counts every request between
+/// its ingress and the application. We count the same: `in_system` is every request the replica
+/// holds, waiting or in service, which is also all a sidecar can see (Envoy's and HAProxy's
+/// per-endpoint limits count the same way). A capacity is then a bound on the whole time a request
+/// spends at the replica, not only on its wait.
 pub trait Admission: Send {
     /// Whether a request arriving at `now` is admitted, given the `in_system` requests the replica
     /// holds (queued plus in service) before it. `false` means answer 429.
@@ -28,8 +30,8 @@ pub trait Admission: Send {
     fn capacity(&self, now: Time) -> Option<u32>;
 
     /// Whether a response leaving at `now` carries a confidence chip (bloc-load-balancing.txt §IV-A):
-    /// with `q` requests queued, no chip with probability `q / (0.8 · cap)`. Without a capacity
-    /// every response carries a chip.
+    /// with `in_system` requests still held, no chip with probability `in_system / (0.8 · cap)`.
+    /// Without a capacity every response carries a chip.
     fn grant_chip(&mut self, now: Time, in_system: u32, rng: Rng<'_>) -> bool {
         use rand::Rng as _;
         match self.capacity(now) {
