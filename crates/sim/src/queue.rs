@@ -1,26 +1,66 @@
-//! The event queue: a min-heap on (time, insertion order), so events at the same virtual time run
+//! The event queue: events leave in (time, insertion order), so events at the same virtual time run
 //! in the order they were scheduled and every run with the same seed is identical.
+//!
+//! Most events are scheduled a fixed delay after the current time (a network hop, an instant
+//! step), and the current time never goes back, so the events of one such delay arrive already
+//! sorted: they wait in a FIFO *lane* of their own, pushed and popped in O(1). Every other event
+//! waits in a binary heap. A pop takes the earliest of the lanes' fronts and the heap's top, so the
+//! order is exactly the heap-only order.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 use std::time::Duration;
 
+/// Lanes at most: each pop compares their fronts.
+const MAX_LANES: usize = 2;
+
 /// Pending events of type `E`, earliest first. The heap orders small (time, seq, slot) keys and
-/// the events themselves wait in a slot vector, so sifting moves 24 bytes, not whole events.
+/// its events wait in a slot vector, so sifting moves 24 bytes, not whole events.
 pub(crate) struct EventQueue<E> {
     heap: BinaryHeap<Reverse<(u64, u64, u32)>>,
     slots: Vec<Option<E>>,
     free: Vec<u32>,
+    lanes: Vec<Lane<E>>,
+    /// The time of the last event popped: the current time of whoever pushes.
+    now: u64,
     seq: u64,
 }
 
+/// The events scheduled `delay` ns after the time they were pushed at, as (time, seq, event).
+struct Lane<E> {
+    delay: u64,
+    events: VecDeque<(u64, u64, E)>,
+}
+
+/// Nanoseconds since the run started, saturating (a run lasts far less than 584 years).
+fn nanos(at: Duration) -> u64 {
+    u64::try_from(at.as_nanos()).unwrap_or(u64::MAX)
+}
+
 impl<E> EventQueue<E> {
-    pub(crate) fn new() -> Self {
-        EventQueue { heap: BinaryHeap::new(), slots: Vec::new(), free: Vec::new(), seq: 0 }
+    /// A queue with a FIFO lane for each of the first two distinct `lane_delays`: the delays after
+    /// the current time at which most events will be scheduled.
+    pub(crate) fn new(lane_delays: &[Duration]) -> Self {
+        let mut lanes: Vec<Lane<E>> = Vec::new();
+        for delay in lane_delays.iter().map(|&d| nanos(d)) {
+            if lanes.len() < MAX_LANES && lanes.iter().all(|lane| lane.delay != delay) {
+                lanes.push(Lane { delay, events: VecDeque::new() });
+            }
+        }
+        EventQueue { heap: BinaryHeap::new(), slots: Vec::new(), free: Vec::new(), lanes, now: 0, seq: 0 }
     }
 
+    /// Schedules `event` at `at`, which must not be before the last event popped.
     pub(crate) fn push(&mut self, at: Duration, event: E) {
         self.seq += 1;
+        let at = nanos(at);
+        let delay = at.wrapping_sub(self.now);
+        // Time never goes back, so a lane stays sorted; checking it costs one compare.
+        let fits = |lane: &&mut Lane<E>| lane.delay == delay && lane.events.back().is_none_or(|e| e.0 <= at);
+        if let Some(lane) = self.lanes.iter_mut().find(fits) {
+            lane.events.push_back((at, self.seq, event));
+            return;
+        }
         let slot = match self.free.pop() {
             Some(slot) => {
                 self.slots[slot as usize] = Some(event);
@@ -31,15 +71,30 @@ impl<E> EventQueue<E> {
                 (self.slots.len() - 1) as u32
             }
         };
-        let nanos = u64::try_from(at.as_nanos()).unwrap_or(u64::MAX);
-        self.heap.push(Reverse((nanos, self.seq, slot)));
+        self.heap.push(Reverse((at, self.seq, slot)));
     }
 
     pub(crate) fn pop(&mut self) -> Option<(Duration, E)> {
-        let Reverse((nanos, _, slot)) = self.heap.pop()?;
-        self.free.push(slot);
-        let event = self.slots[slot as usize].take().expect("a queued slot holds its event");
-        Some((Duration::from_nanos(nanos), event))
+        // The earliest (time, seq) among the heap's top (lane None) and the lanes' fronts.
+        let mut best = self.heap.peek().map(|&Reverse((at, seq, _))| ((at, seq), None));
+        for (i, lane) in self.lanes.iter().enumerate() {
+            if let Some(&(at, seq, _)) = lane.events.front() {
+                if best.is_none_or(|(key, _)| (at, seq) < key) {
+                    best = Some(((at, seq), Some(i)));
+                }
+            }
+        }
+        let ((at, _), lane) = best?;
+        self.now = at;
+        let event = match lane {
+            Some(i) => self.lanes[i].events.pop_front().expect("a lane with a front").2,
+            None => {
+                let Reverse((_, _, slot)) = self.heap.pop().expect("peeked");
+                self.free.push(slot);
+                self.slots[slot as usize].take().expect("a queued slot holds its event")
+            }
+        };
+        Some((Duration::from_nanos(at), event))
     }
 }
 
@@ -47,15 +102,73 @@ impl<E> EventQueue<E> {
 mod tests {
     use super::*;
 
+    const MS: Duration = Duration::from_millis(1);
+
+    /// Pops everything, with times in ms.
+    fn drain(q: &mut EventQueue<&'static str>) -> Vec<(u64, &'static str)> {
+        std::iter::from_fn(|| q.pop()).map(|(at, e)| (at.as_millis() as u64, e)).collect()
+    }
+
     #[test]
     fn pops_by_time_then_insertion_order() {
-        let mut q = EventQueue::new();
-        let ms = Duration::from_millis;
-        q.push(ms(5), "c");
-        q.push(ms(1), "a");
-        q.push(ms(5), "d");
-        q.push(ms(1), "b");
-        let order: Vec<_> = std::iter::from_fn(|| q.pop()).map(|(_, e)| e).collect();
-        assert_eq!(order, ["a", "b", "c", "d"]);
+        let mut q = EventQueue::new(&[]);
+        q.push(5 * MS, "c");
+        q.push(MS, "a");
+        q.push(5 * MS, "d");
+        q.push(MS, "b");
+        assert_eq!(drain(&mut q), [(1, "a"), (1, "b"), (5, "c"), (5, "d")]);
+    }
+
+    #[test]
+    fn lanes_keep_the_heap_only_order() {
+        // Lanes for 0 and 2 ms; the 3 ms events and the absolute ones go to the heap.
+        let mut q = EventQueue::new(&[Duration::ZERO, 2 * MS, 3 * MS]);
+        q.push(2 * MS, "lane-2 a");
+        q.push(3 * MS, "heap a");
+        q.push(Duration::ZERO, "lane-0 a");
+        q.push(2 * MS, "lane-2 b");
+        assert_eq!(q.pop(), Some((Duration::ZERO, "lane-0 a")));
+        // Now 0 ms: 0 ms after is lane 0, 2 ms after is lane 2, both behind the heap's 3 ms event
+        // only in insertion order where times tie.
+        q.push(2 * MS, "lane-2 c");
+        q.push(Duration::ZERO, "lane-0 b");
+        q.push(MS, "heap b");
+        assert_eq!(q.pop(), Some((Duration::ZERO, "lane-0 b")));
+        assert_eq!(q.pop(), Some((MS, "heap b")));
+        // Now 1 ms: 2 ms after (3 ms) ties with "heap a", which was pushed first.
+        q.push(3 * MS, "lane-2 d");
+        assert_eq!(drain(&mut q), [(2, "lane-2 a"), (2, "lane-2 b"), (2, "lane-2 c"), (3, "heap a"), (3, "lane-2 d")]);
+    }
+
+    #[test]
+    fn lanes_pop_in_the_same_order_as_the_heap_alone() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(3);
+        let delays = [Duration::ZERO, Duration::from_micros(250), 250 * MS];
+        let (mut laned, mut plain) = (EventQueue::new(&delays), EventQueue::new(&[]));
+        let (mut now, mut popped, mut id) = (Duration::ZERO, 0, 0u32);
+        for _ in 0..20_000 {
+            // Mostly the lanes' delays, some random ones, a few pushes per pop.
+            for _ in 0..rng.gen_range(0..3) {
+                let after = match rng.gen_range(0..4) {
+                    3 => Duration::from_micros(rng.gen_range(0..300_000)),
+                    i => delays[i],
+                };
+                id += 1;
+                laned.push(now + after, id);
+                plain.push(now + after, id);
+            }
+            let (a, b) = (laned.pop(), plain.pop());
+            assert_eq!(a, b);
+            if let Some((at, _)) = a {
+                now = at;
+                popped += 1;
+            }
+        }
+        assert!(popped > 10_000, "the test exercised the queues ({popped} pops)");
+        assert_eq!(
+            std::iter::from_fn(|| laned.pop()).collect::<Vec<_>>(),
+            std::iter::from_fn(|| plain.pop()).collect::<Vec<_>>()
+        );
     }
 }

@@ -45,6 +45,18 @@ impl<T> Slab<T> {
         self.entries.iter().filter_map(|(_, v)| v.as_ref())
     }
 
+    /// Drops the entry at `key` in its slot; whether there was one.
+    pub(crate) fn delete(&mut self, key: Key) -> bool {
+        match self.entries.get_mut(key.index as usize) {
+            Some((generation, value @ Some(_))) if *generation == key.generation => {
+                *value = None;
+                self.free.push(key.index);
+                true
+            }
+            _ => false,
+        }
+    }
+
     pub(crate) fn remove(&mut self, key: Key) -> Option<T> {
         let entry = self.entries.get_mut(key.index as usize)?;
         if entry.0 != key.generation {
@@ -71,5 +83,11 @@ mod tests {
         assert_eq!(slab.get_mut(a), None, "a's slot now holds b");
         assert_eq!(slab.remove(a), None);
         assert_eq!(slab.get_mut(b), Some(&mut "b"));
+        assert!(slab.delete(b));
+        assert!(!slab.delete(b), "deleted once");
+        assert_eq!(slab.get_mut(b), None);
+        let c = slab.insert("c");
+        assert!(!slab.delete(b), "b's slot now holds c");
+        assert_eq!(slab.remove(c), Some("c"));
     }
 }

@@ -2,8 +2,8 @@
 //! rest after a reset interval, and drop the request when nothing may be tried.
 //!
 //! Follows bloc-load-balancing.txt §IV-B (Active and Inactive lists) and §IV-C (back-off, retries
-//! and probes). Per endpoint this caller keeps a chip count, the time of its last rejection and a
-//! probe timer (the time of its last probe or rejection). An endpoint is **Active** while it holds
+//! and probes). Per endpoint this caller keeps a chip count, the end of its back-off (`reset` after
+//! its last rejection) and a probe timer (due `reset` after its last probe or rejection). An endpoint is **Active** while it holds
 //! at least one chip and has not refused a request within the last `reset` interval; otherwise it is
 //! **Inactive**. A pick:
 //! 1. takes the Active endpoint with fewer requests in flight from this caller, of two drawn at
@@ -56,24 +56,19 @@ impl Default for BlocConfig {
 struct Endpoint {
     /// Confidence chips received and not yet spent.
     chips: u32,
-    /// The last time the endpoint refused a request (429 or unreachable).
-    rejected: Option<Time>,
-    /// The last time it was probed or refused a request; the probe timer runs from here.
-    probed: Option<Time>,
-}
-
-/// Whether `since` is less than `reset` before `now`.
-fn within(since: Option<Time>, now: Time, reset: Duration) -> bool {
-    since.is_some_and(|t| now.saturating_sub(t) < reset)
+    /// Until when it is backed off: `reset` after it last refused a request (429 or unreachable).
+    backoff_until: Time,
+    /// When its probe timer expires: `reset` after it was last probed or refused a request.
+    probe_at: Time,
 }
 
 impl Endpoint {
-    fn is_active(&self, now: Time, reset: Duration) -> bool {
-        self.chips > 0 && !within(self.rejected, now, reset)
+    fn is_active(&self, now: Time) -> bool {
+        self.chips > 0 && now >= self.backoff_until
     }
 
-    fn may_probe(&self, now: Time, reset: Duration) -> bool {
-        !self.is_active(now, reset) && !within(self.probed, now, reset)
+    fn may_probe(&self, now: Time) -> bool {
+        !self.is_active(now) && now >= self.probe_at
     }
 }
 
@@ -83,8 +78,9 @@ pub struct Bloc {
     config: BlocConfig,
     endpoints: Vec<Endpoint>,
     in_flight: InFlight,
-    /// Reused buffer of candidates, so a pick does not allocate.
-    scratch: Vec<EndpointId>,
+    /// Reused buffers of candidates, so a pick does not allocate: Active and probe-ready endpoints
+    /// the request has not tried, then the same two among those it has.
+    scratch: [Vec<EndpointId>; 4],
 }
 
 /// How a pick reached its endpoint.
@@ -103,35 +99,35 @@ impl Bloc {
             config,
             endpoints: vec![Endpoint::default(); endpoints],
             in_flight: InFlight::new(endpoints),
-            scratch: Vec::with_capacity(endpoints),
+            scratch: std::array::from_fn(|_| Vec::with_capacity(endpoints)),
         }
     }
 
-    /// The choice among endpoints that are (`tried = true`) or are not in `exclude`: an Active one
-    /// by P2C least-request, else a probe drawn uniformly.
-    fn choose(&mut self, now: Time, rng: Rng<'_>, exclude: &[EndpointId], tried: bool) -> Option<Choice> {
-        let reset = self.config.reset;
-        let mut candidates = std::mem::take(&mut self.scratch);
-        self.collect(&mut candidates, exclude, tried, |s| s.is_active(now, reset));
-        let mut choice = p2c(&candidates, &mut *rng, |e| f64::from(self.in_flight.get(e))).map(Choice::Chip);
-        if choice.is_none() {
-            self.collect(&mut candidates, exclude, tried, |s| s.may_probe(now, reset));
-            choice = uniform(&candidates, rng).map(Choice::Probe);
+    /// The choice, preferring endpoints not in `exclude`: an Active one by P2C least-request, else
+    /// a probe drawn uniformly; then the same among the excluded ones. One pass sorts the endpoints
+    /// into the four lists, and only the list chosen from draws randomness.
+    fn choose(&mut self, now: Time, rng: Rng<'_>, exclude: &[EndpointId]) -> Option<Choice> {
+        self.scratch.iter_mut().for_each(Vec::clear);
+        for (e, state) in self.endpoints.iter().enumerate() {
+            let list = if state.is_active(now) {
+                0
+            } else if state.may_probe(now) {
+                1
+            } else {
+                continue;
+            };
+            let tried = usize::from(exclude.contains(&e));
+            self.scratch[2 * tried + list].push(e);
         }
-        self.scratch = candidates;
-        choice
-    }
-
-    /// Puts into `out` the endpoints that are (`tried = true`) or are not in `exclude` and `keep`.
-    fn collect(
-        &self,
-        out: &mut Vec<EndpointId>,
-        exclude: &[EndpointId],
-        tried: bool,
-        keep: impl Fn(&Endpoint) -> bool,
-    ) {
-        out.clear();
-        out.extend((0..self.endpoints.len()).filter(|e| exclude.contains(e) == tried && keep(&self.endpoints[*e])));
+        let [fresh_active, fresh_probes, tried_active, tried_probes] = &self.scratch;
+        let in_flight = &self.in_flight;
+        let least_loaded = |candidates: &[EndpointId], rng: Rng<'_>| {
+            p2c(candidates, rng, |e| f64::from(in_flight.get(e))).map(Choice::Chip)
+        };
+        least_loaded(fresh_active, &mut *rng)
+            .or_else(|| uniform(fresh_probes, &mut *rng).map(Choice::Probe))
+            .or_else(|| least_loaded(tried_active, &mut *rng))
+            .or_else(|| uniform(tried_probes, rng).map(Choice::Probe))
     }
 
     /// Pays for a pick: a chip for an Active endpoint, a restarted probe timer for a probe.
@@ -142,7 +138,7 @@ impl Bloc {
                 e
             }
             Choice::Probe(e) => {
-                self.endpoints[e].probed = Some(now);
+                self.endpoints[e].probe_at = now.saturating_add(self.config.reset);
                 e
             }
         }
@@ -156,11 +152,8 @@ fn uniform(candidates: &[EndpointId], rng: Rng<'_>) -> Option<EndpointId> {
 
 impl Balancer for Bloc {
     fn pick(&mut self, pick: &mut Pick<'_>) -> Option<EndpointId> {
-        let now = pick.now;
-        let choice = self
-            .choose(now, &mut *pick.rng, pick.exclude, false)
-            .or_else(|| self.choose(now, &mut *pick.rng, pick.exclude, true))?;
-        Some(self.commit(choice, now))
+        let choice = self.choose(pick.now, &mut *pick.rng, pick.exclude)?;
+        Some(self.commit(choice, pick.now))
     }
 
     fn on_send(&mut self, endpoint: EndpointId, _now: Time) {
@@ -171,7 +164,8 @@ impl Balancer for Bloc {
         self.in_flight.dec(endpoint);
         let state = &mut self.endpoints[endpoint];
         if matches!(feedback.outcome, Outcome::Rejected | Outcome::Unavailable) {
-            *state = Endpoint { chips: 0, rejected: Some(now), probed: Some(now) };
+            let until = now.saturating_add(self.config.reset);
+            *state = Endpoint { chips: 0, backoff_until: until, probe_at: until };
         } else if feedback.chip {
             state.chips = state.chips.saturating_add(1);
         }
@@ -232,7 +226,7 @@ mod tests {
         (0..3).for_each(|_| assert!(pick_at(&mut b, &mut rng, Time::ZERO, &[]).is_some()));
         // Endpoint 1's probe comes back with a chip at 10 ms: 1 is Active.
         answer(&mut b, 1, 10 * MS, true);
-        assert!(b.endpoints[1].is_active(10 * MS, SEC));
+        assert!(b.endpoints[1].is_active(10 * MS));
         // The next request goes to 1, the only Active endpoint, and spends the chip.
         assert_eq!(pick_at(&mut b, &mut rng, 20 * MS, &[]), Some(1));
         assert_eq!(b.endpoints[1].chips, 0);
@@ -250,7 +244,7 @@ mod tests {
         // Still Inactive, and its probe timer runs from the probe: nothing until t = 1 s.
         assert_eq!(pick_at(&mut b, &mut rng, 500 * MS, &[]), None);
         assert_eq!(pick_at(&mut b, &mut rng, SEC, &[]), Some(0));
-        assert_eq!(b.endpoints[0].probed, Some(SEC));
+        assert_eq!(b.endpoints[0].probe_at, 2 * SEC);
     }
 
     #[test]
@@ -281,7 +275,7 @@ mod tests {
         // 1 is spent. Neither was ever probed, so both may be: one drawn uniformly from [0, 1].
         let expected = [0, 1][twin.gen_range(0..2)];
         assert_eq!(pick_at(&mut b, &mut rng, Time::ZERO, &[]), Some(expected));
-        assert_eq!(b.endpoints[expected].probed, Some(Time::ZERO));
+        assert_eq!(b.endpoints[expected].probe_at, SEC);
         // The other one is probed next, and then nothing is left.
         assert_eq!(pick_at(&mut b, &mut rng, Time::ZERO, &[]), Some(1 - expected));
         assert_eq!(pick_at(&mut b, &mut rng, Time::ZERO, &[]), None);
@@ -292,11 +286,11 @@ mod tests {
         let (mut b, mut rng) = bloc(2);
         // 0 holds three chips, 1 none and was probed at t = 1.5 s.
         grant(&mut b, 0, Time::ZERO, 3);
-        b.endpoints[1].probed = Some(1500 * MS);
+        b.endpoints[1].probe_at = 2500 * MS;
         // At t = 2 s, 0 answers 429: its chips are gone and its back-off and probe timer start.
         b.on_send(0, 2 * SEC);
         b.on_feedback(0, 2 * SEC, &Feedback::new(Outcome::Rejected, MS).with_chip(true));
-        assert_eq!(b.endpoints[0], Endpoint { chips: 0, rejected: Some(2 * SEC), probed: Some(2 * SEC) });
+        assert_eq!(b.endpoints[0], Endpoint { chips: 0, backoff_until: 3 * SEC, probe_at: 3 * SEC });
         // Nothing Active and no probe timer expired: dropped.
         assert_eq!(pick_at(&mut b, &mut rng, 2 * SEC, &[]), None);
         // At 2.2 s a chip arrives from 0 on an older attempt: kept, but 0 is still backing off.
@@ -314,7 +308,7 @@ mod tests {
         let (mut b, mut rng) = bloc(1);
         grant(&mut b, 0, Time::ZERO, 2);
         b.on_feedback(0, SEC, &Feedback::new(Outcome::Unavailable, MS));
-        assert_eq!(b.endpoints[0], Endpoint { chips: 0, rejected: Some(SEC), probed: Some(SEC) });
+        assert_eq!(b.endpoints[0], Endpoint { chips: 0, backoff_until: 2 * SEC, probe_at: 2 * SEC });
         assert_eq!(pick_at(&mut b, &mut rng, 1999 * MS, &[]), None);
         // After the reset interval it is probed, not Active.
         assert_eq!(pick_at(&mut b, &mut rng, 2 * SEC, &[]), Some(0));
@@ -327,7 +321,7 @@ mod tests {
         grant(&mut b, 0, Time::ZERO, 2);
         b.on_feedback(0, SEC, &Feedback::new(Outcome::TimedOut, SEC));
         b.on_feedback(0, SEC, &Feedback::new(Outcome::Error, MS).with_chip(true));
-        assert_eq!(b.endpoints[0], Endpoint { chips: 3, rejected: None, probed: None });
+        assert_eq!(b.endpoints[0], Endpoint { chips: 3, ..Endpoint::default() });
     }
 
     #[test]
@@ -345,7 +339,7 @@ mod tests {
         assert!(again < 2);
         // Tried 0 only, 1 spent, 2 probed: 0 is the only option left.
         b.endpoints[1].chips = 0;
-        b.endpoints[1].probed = Some(Time::ZERO);
+        b.endpoints[1].probe_at = SEC;
         b.endpoints[0].chips = 1;
         assert_eq!(pick_at(&mut b, &mut rng, Time::ZERO, &[0]), Some(0));
     }

@@ -6,29 +6,27 @@
 //! attempt is counted from [`Balancer::on_send`] until its [`Balancer::on_feedback`], whatever the
 //! outcome (a timeout or cancellation ends it too). Ties go to the first endpoint drawn.
 
-use super::{eligible, p2c, Balancer, InFlight, Pick};
+use super::{p2c, Balancer, Eligible, InFlight, Pick};
 use crate::{EndpointId, Feedback, Time};
 
 /// Power of two choices on this caller's in-flight request counts.
 #[derive(Clone, Debug)]
 pub struct LeastRequest {
     in_flight: InFlight,
-    /// Reused buffer of eligible endpoints, so a pick does not allocate.
-    scratch: Vec<EndpointId>,
+    eligible: Eligible,
 }
 
 impl LeastRequest {
     /// A balancer over endpoints `0..endpoints`, none of them with requests in flight.
     pub fn new(endpoints: usize) -> Self {
-        LeastRequest { in_flight: InFlight::new(endpoints), scratch: Vec::with_capacity(endpoints) }
+        LeastRequest { in_flight: InFlight::new(endpoints), eligible: Eligible::new(endpoints) }
     }
 }
 
 impl Balancer for LeastRequest {
     fn pick(&mut self, pick: &mut Pick<'_>) -> Option<EndpointId> {
-        eligible(self.in_flight.len(), pick.exclude, &mut self.scratch);
         let in_flight = &self.in_flight;
-        p2c(&self.scratch, &mut *pick.rng, |e| f64::from(in_flight.get(e)))
+        p2c(self.eligible.among(pick.exclude), &mut *pick.rng, |e| f64::from(in_flight.get(e)))
     }
 
     fn on_send(&mut self, endpoint: EndpointId, _now: Time) {

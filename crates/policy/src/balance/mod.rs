@@ -53,9 +53,6 @@ impl InFlight {
     pub(crate) fn new(endpoints: usize) -> Self {
         InFlight(vec![0; endpoints])
     }
-    pub(crate) fn len(&self) -> usize {
-        self.0.len()
-    }
     pub(crate) fn get(&self, endpoint: EndpointId) -> u32 {
         self.0[endpoint]
     }
@@ -90,11 +87,32 @@ pub(crate) fn p2c(
     }
 }
 
-/// Endpoints `0..n` not in `exclude`, or all of them when every endpoint is excluded.
-pub(crate) fn eligible(n: usize, exclude: &[EndpointId], out: &mut Vec<EndpointId>) {
-    out.clear();
-    out.extend((0..n).filter(|e| !exclude.contains(e)));
-    if out.is_empty() {
-        out.extend(0..n);
+/// The endpoints a pick may choose from, without allocating: those of `0..n` the request has not
+/// tried yet, or all of them once it has tried every one (a retry must go somewhere).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Eligible {
+    /// `0..n`: the answer for a first attempt, and for a request that tried everything.
+    all: Vec<EndpointId>,
+    /// The untried endpoints, rebuilt for each retry.
+    untried: Vec<EndpointId>,
+}
+
+impl Eligible {
+    pub(crate) fn new(n: usize) -> Self {
+        Eligible { all: (0..n).collect(), untried: Vec::with_capacity(n) }
+    }
+
+    /// The endpoints not in `exclude`, in order, or all of them when every endpoint is excluded.
+    pub(crate) fn among(&mut self, exclude: &[EndpointId]) -> &[EndpointId] {
+        if exclude.is_empty() {
+            return &self.all;
+        }
+        self.untried.clear();
+        self.untried.extend(self.all.iter().filter(|e| !exclude.contains(e)));
+        if self.untried.is_empty() {
+            &self.all
+        } else {
+            &self.untried
+        }
     }
 }

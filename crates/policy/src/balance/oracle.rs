@@ -8,7 +8,7 @@
 //! load-balancing literature. Without true loads (a real proxy) it falls back to the fewest requests
 //! in flight from this caller, with the same tie-breaking, so it still runs.
 
-use super::{eligible, Balancer, InFlight, Pick};
+use super::{Balancer, Eligible, InFlight, Pick};
 use crate::{EndpointId, Feedback, Rng, Time};
 use rand::Rng as _;
 
@@ -16,14 +16,13 @@ use rand::Rng as _;
 #[derive(Clone, Debug)]
 pub struct Oracle {
     in_flight: InFlight,
-    /// Reused buffer of eligible endpoints, so a pick does not allocate.
-    scratch: Vec<EndpointId>,
+    eligible: Eligible,
 }
 
 impl Oracle {
     /// An oracle over endpoints `0..endpoints`.
     pub fn new(endpoints: usize) -> Self {
-        Oracle { in_flight: InFlight::new(endpoints), scratch: Vec::with_capacity(endpoints) }
+        Oracle { in_flight: InFlight::new(endpoints), eligible: Eligible::new(endpoints) }
     }
 }
 
@@ -53,12 +52,12 @@ fn least_loaded(candidates: &[EndpointId], rng: Rng<'_>, load: impl Fn(EndpointI
 
 impl Balancer for Oracle {
     fn pick(&mut self, pick: &mut Pick<'_>) -> Option<EndpointId> {
-        eligible(self.in_flight.len(), pick.exclude, &mut self.scratch);
+        let candidates = self.eligible.among(pick.exclude);
         let rng = &mut *pick.rng;
         match pick.true_loads {
             // A replica the simulator reports no load for is taken only when nothing else is left.
-            Some(loads) => least_loaded(&self.scratch, rng, |e| loads.get(e).copied().unwrap_or(u32::MAX)),
-            None => least_loaded(&self.scratch, rng, |e| self.in_flight.get(e)),
+            Some(loads) => least_loaded(candidates, rng, |e| loads.get(e).copied().unwrap_or(u32::MAX)),
+            None => least_loaded(candidates, rng, |e| self.in_flight.get(e)),
         }
     }
 

@@ -22,7 +22,7 @@
 //!   cost is read, which makes an idle endpoint look ever faster. Here an idle endpoint keeps its last
 //!   estimate and competes on `pending` alone.
 
-use super::{eligible, p2c, Balancer, InFlight, Pick};
+use super::{p2c, Balancer, Eligible, InFlight, Pick};
 use crate::{EndpointId, Feedback, Outcome, Time};
 use std::time::Duration;
 
@@ -80,8 +80,7 @@ pub struct PeakEwma {
     config: PeakEwmaConfig,
     rtt: Vec<RttEstimate>,
     pending: InFlight,
-    /// Reused buffer of eligible endpoints, so a pick does not allocate.
-    scratch: Vec<EndpointId>,
+    eligible: Eligible,
 }
 
 impl PeakEwma {
@@ -92,7 +91,7 @@ impl PeakEwma {
             config,
             rtt: vec![start; endpoints],
             pending: InFlight::new(endpoints),
-            scratch: Vec::with_capacity(endpoints),
+            eligible: Eligible::new(endpoints),
         }
     }
 
@@ -104,10 +103,10 @@ impl PeakEwma {
 
 impl Balancer for PeakEwma {
     fn pick(&mut self, pick: &mut Pick<'_>) -> Option<EndpointId> {
-        let mut candidates = std::mem::take(&mut self.scratch);
-        eligible(self.rtt.len(), pick.exclude, &mut candidates);
-        let chosen = p2c(&candidates, &mut *pick.rng, |e| self.cost(e));
-        self.scratch = candidates;
+        // Out of `self` for the pick, so the cost may borrow the rest.
+        let mut eligible = std::mem::take(&mut self.eligible);
+        let chosen = p2c(eligible.among(pick.exclude), &mut *pick.rng, |e| self.cost(e));
+        self.eligible = eligible;
         chosen
     }
 

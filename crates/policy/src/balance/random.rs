@@ -3,35 +3,32 @@
 //! The baseline every other balancer is measured against, and one of the three algorithms of the
 //! published BLOC proxy (bloc-load-balancing.txt §V-B). It keeps no state about the endpoints, so
 //! it needs no feedback; excluded endpoints (already tried by this request) are skipped unless
-//! every endpoint is excluded (see [`eligible`]).
+//! every endpoint is excluded (see [`Eligible`]).
 
-use super::{eligible, Balancer, Pick};
+use super::{Balancer, Eligible, Pick};
 use crate::{EndpointId, Feedback, Time};
 use rand::Rng as _;
 
 /// Picks an endpoint uniformly at random among the eligible ones.
 #[derive(Clone, Debug)]
 pub struct RandomBalancer {
-    endpoints: usize,
-    /// Reused buffer of eligible endpoints, so a pick does not allocate.
-    scratch: Vec<EndpointId>,
+    eligible: Eligible,
 }
 
 impl RandomBalancer {
     /// A balancer over endpoints `0..endpoints`.
     pub fn new(endpoints: usize) -> Self {
-        RandomBalancer { endpoints, scratch: Vec::with_capacity(endpoints) }
+        RandomBalancer { eligible: Eligible::new(endpoints) }
     }
 }
 
 impl Balancer for RandomBalancer {
     fn pick(&mut self, pick: &mut Pick<'_>) -> Option<EndpointId> {
-        eligible(self.endpoints, pick.exclude, &mut self.scratch);
-        if self.scratch.is_empty() {
+        let candidates = self.eligible.among(pick.exclude);
+        if candidates.is_empty() {
             return None;
         }
-        let i = pick.rng.gen_range(0..self.scratch.len());
-        Some(self.scratch[i])
+        Some(candidates[pick.rng.gen_range(0..candidates.len())])
     }
 
     fn on_send(&mut self, _endpoint: EndpointId, _now: Time) {}
