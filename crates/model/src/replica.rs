@@ -116,7 +116,12 @@ impl ReplicaModel {
     /// [`ReplicaModel::arrive`] with the draws keyed by `request` (any number that identifies the
     /// request and attempt in the run) instead of taken from the replica's stream.
     pub fn arrive_as(&mut self, request: u64) -> Arrival {
-        let fate = fate(&self.faults, &mut self.keyed_rng(request ^ ARRIVE_SALT));
+        // Without faults there is nothing to draw, and no stream to seed.
+        let fate = if self.faults.is_empty() {
+            Fate::Normal
+        } else {
+            fate(&self.faults, &mut self.keyed_rng(request ^ ARRIVE_SALT))
+        };
         self.received += 1;
         Arrival { ordinal: self.received, fate }
     }
@@ -203,6 +208,9 @@ fn fate(faults: &[Fault], rng: &mut Pcg64Mcg) -> Fate {
 /// `time × factor`, never panicking: a negative factor or NaN counts as 0, an overflow as
 /// [`MAX_WORK`].
 fn scale(time: Duration, factor: f64) -> Duration {
+    if factor == 1.0 {
+        return time.min(MAX_WORK); // exact, and the common case
+    }
     let factor = if factor.is_nan() { 0.0 } else { factor.max(0.0) };
     Duration::try_from_secs_f64(time.as_secs_f64() * factor).unwrap_or(MAX_WORK).min(MAX_WORK)
 }

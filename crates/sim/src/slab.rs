@@ -19,15 +19,20 @@ impl<T> Slab<T> {
     }
 
     pub(crate) fn insert(&mut self, value: T) -> Key {
+        self.insert_with(|| value)
+    }
+
+    /// Inserts the value `make` returns, which the compiler may then build in its slot.
+    pub(crate) fn insert_with(&mut self, make: impl FnOnce() -> T) -> Key {
         match self.free.pop() {
             Some(index) => {
                 let entry = &mut self.entries[index as usize];
                 entry.0 = entry.0.wrapping_add(1);
-                entry.1 = Some(value);
+                entry.1 = Some(make());
                 Key { index, generation: entry.0 }
             }
             None => {
-                self.entries.push((0, Some(value)));
+                self.entries.push((0, Some(make())));
                 Key { index: (self.entries.len() - 1) as u32, generation: 0 }
             }
         }

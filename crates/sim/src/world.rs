@@ -31,13 +31,13 @@ enum Event {
     Arrival,
     /// Closed-loop client `client` sends its next request.
     ClientReady { client: u32 },
-    /// An attempt reaches a replica (`series`: its edge's timeout series, if any).
+    /// An attempt reaches a replica, one network delay after it was sent (`series`: its edge's
+    /// timeout series, if any).
     AttemptArrives {
         call: Key,
         attempt: u32,
         service: u16,
         replica: u32,
-        sent: Time,
         timeout: Option<Duration>,
         series: Option<u16>,
         /// The key of the attempt's draws at the replica.
@@ -240,8 +240,8 @@ impl World {
                     self.start_user(Some(client));
                 }
             }
-            Event::AttemptArrives { call, attempt, service, replica, sent, timeout, series, draws } => {
-                self.attempt_arrives(call, attempt, service, replica, sent, (timeout, series, draws))
+            Event::AttemptArrives { call, attempt, service, replica, timeout, series, draws } => {
+                self.attempt_arrives(call, attempt, service, replica, (timeout, series, draws))
             }
             Event::WorkDone { job } => self.work_done(job),
             Event::AttemptEnds { call, attempt, sent, timeout, series, outcome, chip } => {
@@ -296,17 +296,18 @@ impl World {
 
     fn start_call(&mut self, owner: Owner, policy: usize, callee: u16, idempotent: bool, measured: bool, draws: u64) {
         let mut actions = std::mem::take(&mut self.actions);
-        let call = {
-            let mut ctx = Ctx {
-                now: self.now,
-                policy: &mut self.policies[policy].policy,
-                rng: &mut self.policy_rng,
-                true_loads: Some(&self.loads[callee as usize]),
-                out: &mut actions,
-            };
-            Call::start(&mut ctx, idempotent, None)
+        let mut ctx = Ctx {
+            now: self.now,
+            policy: &mut self.policies[policy].policy,
+            rng: &mut self.policy_rng,
+            true_loads: Some(&self.loads[callee as usize]),
+            out: &mut actions,
         };
-        let key = self.calls.insert(CallState { call, owner, policy, callee, measured, answer: None, draws });
+        // Built in its slot: a call is a few hundred bytes, not worth moving.
+        let key = self.calls.insert_with(|| {
+            let call = Call::start(&mut ctx, idempotent, None);
+            CallState { call, owner, policy, callee, measured, answer: None, draws }
+        });
         if let Some(t) = &mut self.tracer {
             let job = if let Owner::Job(job) = owner { Some(job) } else { None };
             t.call_started(key, job, measured, callee as usize, self.now);
@@ -352,7 +353,6 @@ impl World {
                         attempt,
                         service: state.callee,
                         replica: endpoint as u32,
-                        sent: self.now,
                         timeout: policy_timeout,
                         series,
                         draws: child_key(state.draws, attempt.into()),
@@ -416,11 +416,11 @@ impl World {
         attempt: u32,
         service: u16,
         replica: u32,
-        sent: Time,
         (timeout, series, draws): (Option<Duration>, Option<u16>, u64),
     ) {
         let (s, r) = (service as usize, replica as usize);
         let now = self.now;
+        let sent = now - self.delay;
         self.metrics.arrived(s, r, now);
         let refuse = |world: &mut World, outcome| {
             if let Some(t) = &mut world.tracer {

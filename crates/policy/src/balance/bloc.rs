@@ -57,17 +57,24 @@ struct Endpoint {
     /// Confidence chips received and not yet spent.
     chips: u32,
     /// Until when it is backed off: `reset` after it last refused a request (429 or unreachable).
-    backoff_until: Time,
+    backoff_until: Nanos,
     /// When its probe timer expires: `reset` after it was last probed or refused a request.
-    probe_at: Time,
+    probe_at: Nanos,
+}
+
+/// A time in nanoseconds: an endpoint's state in 24 bytes, so a pick reads fewer cache lines.
+type Nanos = u64;
+
+fn nanos(t: Time) -> Nanos {
+    u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl Endpoint {
-    fn is_active(&self, now: Time) -> bool {
+    fn is_active(&self, now: Nanos) -> bool {
         self.chips > 0 && now >= self.backoff_until
     }
 
-    fn may_probe(&self, now: Time) -> bool {
+    fn may_probe(&self, now: Nanos) -> bool {
         !self.is_active(now) && now >= self.probe_at
     }
 }
@@ -107,6 +114,7 @@ impl Bloc {
     /// a probe drawn uniformly; then the same among the excluded ones. One pass sorts the endpoints
     /// into the four lists, and only the list chosen from draws randomness.
     fn choose(&mut self, now: Time, rng: Rng<'_>, exclude: &[EndpointId]) -> Option<Choice> {
+        let now = nanos(now);
         self.scratch.iter_mut().for_each(Vec::clear);
         for (e, state) in self.endpoints.iter().enumerate() {
             let list = if state.is_active(now) {
@@ -138,7 +146,7 @@ impl Bloc {
                 e
             }
             Choice::Probe(e) => {
-                self.endpoints[e].probe_at = now.saturating_add(self.config.reset);
+                self.endpoints[e].probe_at = nanos(now.saturating_add(self.config.reset));
                 e
             }
         }
@@ -164,7 +172,7 @@ impl Balancer for Bloc {
         self.in_flight.dec(endpoint);
         let state = &mut self.endpoints[endpoint];
         if matches!(feedback.outcome, Outcome::Rejected | Outcome::Unavailable) {
-            let until = now.saturating_add(self.config.reset);
+            let until = nanos(now.saturating_add(self.config.reset));
             *state = Endpoint { chips: 0, backoff_until: until, probe_at: until };
         } else if feedback.chip {
             state.chips = state.chips.saturating_add(1);
@@ -226,7 +234,7 @@ mod tests {
         (0..3).for_each(|_| assert!(pick_at(&mut b, &mut rng, Time::ZERO, &[]).is_some()));
         // Endpoint 1's probe comes back with a chip at 10 ms: 1 is Active.
         answer(&mut b, 1, 10 * MS, true);
-        assert!(b.endpoints[1].is_active(10 * MS));
+        assert!(b.endpoints[1].is_active(nanos(10 * MS)));
         // The next request goes to 1, the only Active endpoint, and spends the chip.
         assert_eq!(pick_at(&mut b, &mut rng, 20 * MS, &[]), Some(1));
         assert_eq!(b.endpoints[1].chips, 0);
@@ -244,7 +252,7 @@ mod tests {
         // Still Inactive, and its probe timer runs from the probe: nothing until t = 1 s.
         assert_eq!(pick_at(&mut b, &mut rng, 500 * MS, &[]), None);
         assert_eq!(pick_at(&mut b, &mut rng, SEC, &[]), Some(0));
-        assert_eq!(b.endpoints[0].probe_at, 2 * SEC);
+        assert_eq!(b.endpoints[0].probe_at, nanos(2 * SEC));
     }
 
     #[test]
@@ -275,7 +283,7 @@ mod tests {
         // 1 is spent. Neither was ever probed, so both may be: one drawn uniformly from [0, 1].
         let expected = [0, 1][twin.gen_range(0..2)];
         assert_eq!(pick_at(&mut b, &mut rng, Time::ZERO, &[]), Some(expected));
-        assert_eq!(b.endpoints[expected].probe_at, SEC);
+        assert_eq!(b.endpoints[expected].probe_at, nanos(SEC));
         // The other one is probed next, and then nothing is left.
         assert_eq!(pick_at(&mut b, &mut rng, Time::ZERO, &[]), Some(1 - expected));
         assert_eq!(pick_at(&mut b, &mut rng, Time::ZERO, &[]), None);
@@ -286,11 +294,11 @@ mod tests {
         let (mut b, mut rng) = bloc(2);
         // 0 holds three chips, 1 none and was probed at t = 1.5 s.
         grant(&mut b, 0, Time::ZERO, 3);
-        b.endpoints[1].probe_at = 2500 * MS;
+        b.endpoints[1].probe_at = nanos(2500 * MS);
         // At t = 2 s, 0 answers 429: its chips are gone and its back-off and probe timer start.
         b.on_send(0, 2 * SEC);
         b.on_feedback(0, 2 * SEC, &Feedback::new(Outcome::Rejected, MS).with_chip(true));
-        assert_eq!(b.endpoints[0], Endpoint { chips: 0, backoff_until: 3 * SEC, probe_at: 3 * SEC });
+        assert_eq!(b.endpoints[0], Endpoint { chips: 0, backoff_until: nanos(3 * SEC), probe_at: nanos(3 * SEC) });
         // Nothing Active and no probe timer expired: dropped.
         assert_eq!(pick_at(&mut b, &mut rng, 2 * SEC, &[]), None);
         // At 2.2 s a chip arrives from 0 on an older attempt: kept, but 0 is still backing off.
@@ -308,7 +316,7 @@ mod tests {
         let (mut b, mut rng) = bloc(1);
         grant(&mut b, 0, Time::ZERO, 2);
         b.on_feedback(0, SEC, &Feedback::new(Outcome::Unavailable, MS));
-        assert_eq!(b.endpoints[0], Endpoint { chips: 0, backoff_until: 2 * SEC, probe_at: 2 * SEC });
+        assert_eq!(b.endpoints[0], Endpoint { chips: 0, backoff_until: nanos(2 * SEC), probe_at: nanos(2 * SEC) });
         assert_eq!(pick_at(&mut b, &mut rng, 1999 * MS, &[]), None);
         // After the reset interval it is probed, not Active.
         assert_eq!(pick_at(&mut b, &mut rng, 2 * SEC, &[]), Some(0));
@@ -339,7 +347,7 @@ mod tests {
         assert!(again < 2);
         // Tried 0 only, 1 spent, 2 probed: 0 is the only option left.
         b.endpoints[1].chips = 0;
-        b.endpoints[1].probe_at = SEC;
+        b.endpoints[1].probe_at = nanos(SEC);
         b.endpoints[0].chips = 1;
         assert_eq!(pick_at(&mut b, &mut rng, Time::ZERO, &[0]), Some(0));
     }
