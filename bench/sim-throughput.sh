@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Simulated requests per second of one core on BLOC 40x10 (examples/bloc.yaml), against a peer
 # measured in the same run: the same least-request model written in SimPy (bench/peers/simpy_bloc.py).
-# Prints medians of 5 samples and the ratio. Aim (issue #2): over 1,000,000 requests/s per core.
+# Both simulate 300 s without warm-up. Prints medians of 5 samples and the ratio.
+# Aim (issue #2): over 1,000,000 requests/s per core.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -c 'import simpy' 2>/dev/null || python3 -m pip install --quiet simpy
