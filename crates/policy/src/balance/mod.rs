@@ -107,8 +107,13 @@ impl Eligible {
         if exclude.is_empty() {
             return &self.all;
         }
-        self.untried.clear();
-        self.untried.extend(self.all.iter().filter(|e| !exclude.contains(e)));
+        // A retry has tried a few endpoints: copy all and take those few out (the list stays sorted).
+        self.untried.clone_from(&self.all);
+        for e in exclude {
+            if let Ok(i) = self.untried.binary_search(e) {
+                self.untried.remove(i);
+            }
+        }
         if self.untried.is_empty() {
             &self.all
         } else {
