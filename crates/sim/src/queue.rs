@@ -128,8 +128,7 @@ mod tests {
         q.push(Duration::ZERO, "lane-0 a");
         q.push(2 * MS, "lane-2 b");
         assert_eq!(q.pop(), Some((Duration::ZERO, "lane-0 a")));
-        // Now 0 ms: 0 ms after is lane 0, 2 ms after is lane 2, both behind the heap's 3 ms event
-        // only in insertion order where times tie.
+        // Now 0 ms: at once goes to lane 0, 2 ms after to lane 2, 1 ms after to the heap.
         q.push(2 * MS, "lane-2 c");
         q.push(Duration::ZERO, "lane-0 b");
         q.push(MS, "heap b");

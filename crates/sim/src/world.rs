@@ -496,7 +496,7 @@ impl World {
                 if let Some(t) = &mut self.tracer {
                     t.visit_ended(key, None, self.now);
                 }
-                self.jobs.remove(key);
+                self.jobs.delete(key);
                 self.release(s, r);
             }
             Fate::Error => self.respond(key, Outcome::Error),

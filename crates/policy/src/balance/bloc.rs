@@ -3,9 +3,9 @@
 //!
 //! Follows bloc-load-balancing.txt §IV-B (Active and Inactive lists) and §IV-C (back-off, retries
 //! and probes). Per endpoint this caller keeps a chip count, the end of its back-off (`reset` after
-//! its last rejection) and a probe timer (due `reset` after its last probe or rejection). An endpoint is **Active** while it holds
-//! at least one chip and has not refused a request within the last `reset` interval; otherwise it is
-//! **Inactive**. A pick:
+//! its last rejection) and a probe timer (due `reset` after its last probe or rejection). An
+//! endpoint is **Active** while it holds at least one chip and has not refused a request within the
+//! last `reset` interval; otherwise it is **Inactive**. A pick:
 //! 1. takes the Active endpoint with fewer requests in flight from this caller, of two drawn at
 //!    random (P2C least-request, as the paper routes among the Active list), and spends one chip;
 //! 2. else *probes* an Inactive endpoint whose probe timer has run for `reset`, drawn uniformly at

@@ -121,3 +121,18 @@ impl Eligible {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eligible_leaves_out_tried_endpoints_unless_all_were_tried() {
+        let mut eligible = Eligible::new(5);
+        assert_eq!(eligible.among(&[]), [0, 1, 2, 3, 4]);
+        // Any order, repeats, and an endpoint the balancer does not have change nothing more.
+        assert_eq!(eligible.among(&[3, 0, 3, 9]), [1, 2, 4]);
+        assert_eq!(eligible.among(&[4, 2, 0, 1, 3]), [0, 1, 2, 3, 4]);
+        assert_eq!(Eligible::new(0).among(&[1]), [] as [EndpointId; 0]);
+    }
+}
