@@ -32,6 +32,11 @@ pub type Rng<'a> = &'a mut dyn rand::RngCore;
 /// Index of an endpoint (a replica of the called service) in the caller's endpoint list.
 pub type EndpointId = usize;
 
+/// `t` in whole nanoseconds, saturating at `u64::MAX` (584 years).
+pub fn nanos(t: Time) -> u64 {
+    u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// How an attempt ended, as its caller saw it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Outcome {

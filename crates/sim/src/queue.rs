@@ -10,9 +10,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::time::Duration;
-
-/// Lanes at most: each pop compares their fronts.
-const MAX_LANES: usize = 2;
+use tailguard_policy::nanos;
 
 /// Pending events of type `E`, earliest first. The heap orders small (time, seq, slot) keys and
 /// its events wait in a slot vector, so sifting moves 24 bytes, not whole events.
@@ -32,18 +30,13 @@ struct Lane<E> {
     events: VecDeque<(u64, u64, E)>,
 }
 
-/// Nanoseconds since the run started, saturating (a run lasts far less than 584 years).
-fn nanos(at: Duration) -> u64 {
-    u64::try_from(at.as_nanos()).unwrap_or(u64::MAX)
-}
-
 impl<E> EventQueue<E> {
-    /// A queue with a FIFO lane for each of the first two distinct `lane_delays`: the delays after
-    /// the current time at which most events will be scheduled.
+    /// A queue with a FIFO lane for each distinct one of `lane_delays`: the delays after the
+    /// current time at which most events will be scheduled (each pop compares every lane's front).
     pub(crate) fn new(lane_delays: &[Duration]) -> Self {
         let mut lanes: Vec<Lane<E>> = Vec::new();
         for delay in lane_delays.iter().map(|&d| nanos(d)) {
-            if lanes.len() < MAX_LANES && lanes.iter().all(|lane| lane.delay != delay) {
+            if lanes.iter().all(|lane| lane.delay != delay) {
                 lanes.push(Lane { delay, events: VecDeque::new() });
             }
         }
@@ -54,10 +47,10 @@ impl<E> EventQueue<E> {
     pub(crate) fn push(&mut self, at: Duration, event: E) {
         self.seq += 1;
         let at = nanos(at);
+        // `now` never goes back, so a lane of one delay stays sorted (a push into the past wraps to
+        // a delay no lane has, and goes to the heap).
         let delay = at.wrapping_sub(self.now);
-        // Time never goes back, so a lane stays sorted; checking it costs one compare.
-        let fits = |lane: &&mut Lane<E>| lane.delay == delay && lane.events.back().is_none_or(|e| e.0 <= at);
-        if let Some(lane) = self.lanes.iter_mut().find(fits) {
+        if let Some(lane) = self.lanes.iter_mut().find(|lane| lane.delay == delay) {
             lane.events.push_back((at, self.seq, event));
             return;
         }

@@ -33,7 +33,7 @@
 //!   possible"; only then are the tried ones considered, in the same order (Active, then probes).
 
 use super::{p2c, Balancer, InFlight, Pick};
-use crate::{EndpointId, Feedback, Outcome, Rng, Time};
+use crate::{nanos, EndpointId, Feedback, Outcome, Rng, Time};
 use rand::Rng as _;
 use std::time::Duration;
 
@@ -65,17 +65,14 @@ struct Endpoint {
 /// A time in nanoseconds: an endpoint's state in 24 bytes, so a pick reads fewer cache lines.
 type Nanos = u64;
 
-fn nanos(t: Time) -> Nanos {
-    u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)
-}
-
 impl Endpoint {
     fn is_active(&self, now: Nanos) -> bool {
         self.chips > 0 && now >= self.backoff_until
     }
 
-    fn may_probe(&self, now: Nanos) -> bool {
-        !self.is_active(now) && now >= self.probe_at
+    /// Whether its probe timer has run out (which matters only while it is Inactive).
+    fn probe_due(&self, now: Nanos) -> bool {
+        now >= self.probe_at
     }
 }
 
@@ -119,7 +116,7 @@ impl Bloc {
         for (e, state) in self.endpoints.iter().enumerate() {
             let list = if state.is_active(now) {
                 0
-            } else if state.may_probe(now) {
+            } else if state.probe_due(now) {
                 1
             } else {
                 continue;

@@ -7,7 +7,7 @@
 //!
 //! [`RetryPolicy`]: super::RetryPolicy
 
-use crate::Rng;
+use crate::{nanos, Rng};
 use rand::Rng as _;
 use std::time::Duration;
 
@@ -46,7 +46,7 @@ impl Backoff {
         if !self.jitter || ceiling.is_zero() {
             return ceiling;
         }
-        let top = u64::try_from(ceiling.as_nanos()).unwrap_or(u64::MAX);
+        let top = nanos(ceiling);
         Duration::from_nanos(rng.gen_range(0..=top))
     }
 }
