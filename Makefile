@@ -31,6 +31,7 @@ demo: build
 test: build
 	$(CARGO) test --release --locked --workspace
 	$(VENV)/bin/python -m pytest -q python/tests
+	$(PYTHON) scripts/measured.py --check
 
 lint:
 	$(CARGO) clippy --release --locked --workspace --all-targets -- -D warnings

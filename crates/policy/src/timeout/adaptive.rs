@@ -47,7 +47,7 @@
 //! stay within `[min, max]`.
 //!
 //! The defaults were tuned on `examples/timeouts.yaml` in the simulator (seeds 7–11) and checked on
-//! `adaptive_scenarios.rs`; README.md lists what they give there. Two floors no reactive policy gets
+//! `adaptive_scenarios.rs`; docs/measured.md lists what they give there. Two floors no reactive policy gets
 //! under: every attempt lost is a timeout (`lossy`: 1% of attempts), and every unannounced rise
 //! above the headroom costs one timeout (each dip's end, each spike's start).
 
