@@ -359,7 +359,7 @@ fn a_refused_hedge_with_nothing_live_ends_the_request() {
 #[test]
 fn the_percentile_hedge_spends_its_budget_on_late_attempts_only() {
     // Issue #15: every answer takes exactly 10 ms (a constant service time in virtual time), so
-    // the live percentile is 10 ms too. One token in the bucket, 20 requests' worth of deposits.
+    // the live percentile is 10 ms too. 19 requests have deposited 0.95 tokens.
     let mut d = Driver::new(3, Box::new(NoTimeout));
     let mut hedge = PercentileHedge::new(PercentileHedgeConfig::default());
     (0..20).for_each(|_| hedge.on_latency(Time::ZERO, ms(10)));

@@ -209,7 +209,7 @@ fn a_percentile_hedge_spends_its_budget_on_the_slow_attempts_only() {
     // The live 95th percentile is then 10 ms, and the hedge goes out once a request has waited
     // longer than that: the on-time answers, due at that very instant, are not hedged; the 20 slow
     // ones are (1000 first attempts and 20 hedges make 510 arrivals a replica, so 10 slow ones
-    // each; the budget holds 4.9 tokens by the first, at arrival 99), and each hedge answers 10 ms
+    // each; the budget holds 4.95 tokens by the first, request 99), and each hedge answers 10 ms
     // later. When the hedge went out *at* the percentile, the simulator ran its wake before the
     // answer scheduled for the same instant: every request asked for a hedge, the budget (0.05 a
     // request) went to on-time ones, and the slow ones kept their 200 ms.

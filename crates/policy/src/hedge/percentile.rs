@@ -5,9 +5,10 @@
 //!
 //! What it decides: hedge k goes out just after `k·p` (one nanosecond, [`PAST`]) after the request
 //! started, where `p` is the `percentile` of the last `window` successful latencies (at least
-//! `min_delay`), for k ≤ `max_hedges`; and whether a due hedge may really go. Each request deposits `max_extra`
-//! tokens into a bucket holding at most [`BUCKET_CAP`] tokens, and a hedge takes one, so hedges stay
-//! below `max_extra` per request over time while a burst of slow requests can still be hedged.
+//! `min_delay`), for k ≤ `max_hedges`; and whether a due hedge may really go. Each request
+//! deposits `max_extra` tokens into a bucket holding at most [`BUCKET_CAP`] tokens, and a hedge
+//! takes one, so hedges stay below `max_extra` per request over time while a burst of slow
+//! requests can still be hedged.
 //! Until `min_samples` latencies are in it does not hedge: a percentile of nothing would hedge
 //! everything at once.
 //!
