@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::balance::RoundRobin;
-use crate::hedge::{PercentileHedge, PercentileHedgeConfig, Speculative};
+use crate::hedge::{PercentileHedge, PercentileHedgeConfig, Speculative, PAST};
 use crate::retry::{Backoff, RetryBudget};
 use crate::timeout::{Fixed, NoTimeout};
 use rand_pcg::Pcg64Mcg;
@@ -334,10 +334,11 @@ fn a_hedge_refused_by_its_budget_is_not_asked_again_at_the_same_instant() {
     (0..20).for_each(|_| hedge.on_latency(Time::ZERO, ms(10)));
     d.policy.hedge = Some(Box::new(hedge));
     let (mut call, out) = d.start(true);
-    assert_eq!(out, vec![send(0, 0, None), Action::WakeAt(ms(10))]);
-    // t=10: the hedge is due but the budget is empty: no hedge, and no wake at t=10 again
-    // (a driver in virtual time would spin on it forever).
-    assert_eq!(d.at(ms(10)).wake(&mut call), vec![]);
+    let due = ms(10) + PAST;
+    assert_eq!(out, vec![send(0, 0, None), Action::WakeAt(due)]);
+    // Just past 10 ms: the hedge is due but the budget is empty: no hedge, and no wake at that
+    // instant again (a driver in virtual time would spin on it forever).
+    assert_eq!(d.at(due).wake(&mut call), vec![]);
     let out = d.at(ms(25)).end(&mut call, 0, Feedback::success(ms(25)));
     assert_eq!(out, vec![finish(Outcome::Success, 1)]);
 }
@@ -349,9 +350,38 @@ fn a_refused_hedge_with_nothing_live_ends_the_request() {
     (0..20).for_each(|_| hedge.on_latency(Time::ZERO, ms(10)));
     d.policy.hedge = Some(Box::new(hedge));
     let (mut call, _) = d.start(true);
-    // t=2: attempt 0 fails while a hedge is pending; at t=10 the hedge is refused: nothing is left.
+    // t=2: attempt 0 fails while a hedge is pending; past 10 ms the hedge is refused: nothing is
+    // left.
     assert_eq!(d.at(ms(2)).end(&mut call, 0, Feedback::new(Outcome::Error, ms(2))), vec![]);
-    assert_eq!(d.at(ms(10)).wake(&mut call), vec![finish(Outcome::Error, 1)]);
+    assert_eq!(d.at(ms(10) + PAST).wake(&mut call), vec![finish(Outcome::Error, 1)]);
+}
+
+#[test]
+fn the_percentile_hedge_spends_its_budget_on_late_attempts_only() {
+    // Issue #15: every answer takes exactly 10 ms (a constant service time in virtual time), so
+    // the live percentile is 10 ms too. 19 requests have deposited 0.95 tokens.
+    let mut d = Driver::new(3, Box::new(NoTimeout));
+    let mut hedge = PercentileHedge::new(PercentileHedgeConfig::default());
+    (0..20).for_each(|_| hedge.on_latency(Time::ZERO, ms(10)));
+    (0..19).for_each(|_| hedge.on_request(Time::ZERO));
+    d.policy.hedge = Some(Box::new(hedge));
+    let due = ms(10) + PAST;
+    // t=0: the 20th request makes the token whole; its hedge is due just past 10 ms.
+    let (mut on_time, out) = d.start(true);
+    assert_eq!(out, vec![send(0, 0, None), Action::WakeAt(due)]);
+    // t=10: it answers at the percentile, before its hedge is due: no hedge, the token is kept.
+    let out = d.at(ms(10)).end(&mut on_time, 0, Feedback::success(ms(10)));
+    assert_eq!(out, vec![finish(Outcome::Success, 1)]);
+    // The wake the driver had scheduled finds the call over and does nothing.
+    assert_eq!(d.at(due).wake(&mut on_time), vec![]);
+    // t=20: the next request's attempt is slow; just past 10 ms of waiting the kept token pays
+    // for its hedge, which answers in 10 ms and wins.
+    let start = ms(20);
+    let (mut late, out) = d.at(start).start(true);
+    assert_eq!(out, vec![send(0, 1, None), Action::WakeAt(start + due)]);
+    assert_eq!(d.at(start + due).wake(&mut late), vec![send(1, 2, None)]);
+    let out = d.at(start + due + ms(10)).end(&mut late, 1, Feedback::success(ms(10)));
+    assert_eq!(out, vec![cancel(0, 1), finish(Outcome::Success, 2)]);
 }
 
 #[test]

@@ -204,6 +204,37 @@ variants:
 }
 
 #[test]
+fn a_percentile_hedge_spends_its_budget_on_the_slow_attempts_only() {
+    // Issue #15. Every store answer takes exactly 10 ms except each replica's every 50th, 200 ms.
+    // The live 95th percentile is then 10 ms, and the hedge goes out once a request has waited
+    // longer than that: the on-time answers, due at that very instant, are not hedged; the 20 slow
+    // ones are (1000 first attempts and 20 hedges make 510 arrivals a replica, so 10 slow ones
+    // each; the budget holds 4.95 tokens by the first, request 99), and each hedge answers 10 ms
+    // later. When the hedge went out *at* the percentile, the simulator ran its wake before the
+    // answer scheduled for the same instant: every request asked for a hedge, the budget (0.05 a
+    // request) went to on-time ones, and the slow ones kept their 200 ms.
+    let runs = run(r#"
+name: hedge-at-the-percentile
+services:
+  front:
+    calls:
+      - service: store
+        policy: { hedge: { kind: percentile } }
+  store:
+    replicas: 2
+    service_time: { dist: constant, value: 10ms }
+    faults:
+      - { kind: slow, every: 50, service_time: { dist: constant, value: 200ms } }
+workload: { target: front, open: { rate: 100, arrival: constant }, duration: 10s }
+variants: [ { name: v } ]
+"#);
+    let r = &runs[0];
+    assert_eq!((r.requests, r.succeeded, r.attempts), (1000, 1000, 1020));
+    assert_eq!(r.extra_load, 0.02);
+    assert_eq!(r.cdf, vec![[10.0, 0.98], [20.0, 1.0]]);
+}
+
+#[test]
 fn variants_meet_the_same_luck() {
     // A request's draws are keyed by the request and attempt, not by the replica or the order of
     // arrival: two balancers over the same replicas lose exactly the same attempts.

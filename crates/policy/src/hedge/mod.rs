@@ -4,7 +4,7 @@
 mod percentile;
 mod speculative;
 
-pub use percentile::{PercentileHedge, PercentileHedgeConfig};
+pub use percentile::{PercentileHedge, PercentileHedgeConfig, PAST};
 pub use speculative::Speculative;
 
 use crate::Time;
