@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from . import experiment, space
-from .algorithms import ALGORITHMS
+from .algorithms import SAMPLERS
 from .evaluate import EvaluationError, Objective, Runner, find_tailguard
 from .reduce import METHODS, TraceError
 from .study import Settings, default_study_name, run
@@ -19,7 +19,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("file", help="the experiment file (YAML)")
     p.add_argument("--space", required=True, help="the space file: parameters by path, with ranges")
-    p.add_argument("--algo", required=True, choices=ALGORITHMS, help="the optimisation algorithm")
+    p.add_argument("--algo", required=True, choices=list(SAMPLERS), help="the optimisation algorithm")
     p.add_argument("--budget", required=True, type=int, help="configurations to evaluate (the defaults not counted)")
     p.add_argument("--backend", default="sim", choices=("sim", "lab"), help="run with `tailguard sim` or `tailguard lab run`")
     p.add_argument("--seed", type=int, default=0, help="the algorithm's seed (default 0)")

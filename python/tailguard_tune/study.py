@@ -156,7 +156,7 @@ def run(settings: Settings, say: Callable[[str], None] = print) -> Outcome:
     storage = settings.storage or f"sqlite:///{os.path.abspath(os.path.join(settings.out, 'study.db'))}"
     name = settings.study_name or default_study_name(settings, doc)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    sampler = make_sampler(settings.algo, space, settings.seed, settings.budget)
+    sampler = make_sampler(settings.algo, space, seed=settings.seed, budget=settings.budget)
     study = _open_study(storage, name, sampler)
     study.set_user_attr("experiment", os.path.abspath(settings.file))
     study.set_user_attr("objective", settings.objective.stat)

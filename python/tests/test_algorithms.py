@@ -9,7 +9,7 @@ import optuna
 import pytest
 
 from tailguard_tune import experiment, space
-from tailguard_tune.algorithms import ALGORITHMS, make_sampler, tpe_startup
+from tailguard_tune.algorithms import SAMPLERS, make_sampler, tpe_startup
 from tailguard_tune.evaluate import EvaluationError, Objective
 from tailguard_tune.study import Settings, run
 
@@ -43,7 +43,7 @@ def settings(tmp_path, algo, budget=8, seed=1, runner=None, **kw):
     return Settings(TINY, sp, algo, budget, runner or FakeRunner(), seed=seed, out=str(tmp_path / algo), **kw)
 
 
-@pytest.mark.parametrize("algo", ALGORITHMS)
+@pytest.mark.parametrize("algo", SAMPLERS)
 def test_every_algorithm_improves_on_the_defaults_and_is_reproducible(tmp_path, algo):
     s = settings(tmp_path, algo, storage=optuna.storages.InMemoryStorage())
     first = run(s, say=lambda _: None)
@@ -60,7 +60,7 @@ def test_tpe_starts_with_a_third_of_the_budget_at_random_but_no_more_than_one_pe
     assert [tpe_startup(b, 32) for b in (4, 8, 15, 30, 60)] == [3, 3, 5, 10, 16]
     doc = experiment.load(TINY)
     sp = space.load(os.path.join(FIXTURES, "tiny-space.yaml"), doc)  # 6 parameters
-    sampler = make_sampler("tpe", sp, 0, 15)
+    sampler = make_sampler("tpe", sp, seed=0, budget=15)
     assert sampler._n_startup_trials == 3  # Optuna's own attribute: what the sampler will do
 
 
@@ -187,7 +187,7 @@ def test_without_a_trace_file_the_defaults_run_once_with_traces(tmp_path):
 
 
 def test_the_hybrids_dds_phase_takes_half_the_budget_but_no_more_than_one_trial_per_two_dimensions():
-    from tailguard_tune.algorithms.hybrid import HybridSampler
+    from tailguard_tune.algorithms import HybridSampler
 
     def of(dim, budget):
         params = [space.Param(path=f"p{i}", type="continuous", low=0.0, high=1.0, default=0.5) for i in range(dim)]

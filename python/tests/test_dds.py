@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from tailguard_tune.algorithms.dds import DDS, perturb_probability, reflect
+from tailguard_tune.algorithms._dds import DDS, perturb_probability, reflect
 
 
 def test_reflection_at_the_bounds():

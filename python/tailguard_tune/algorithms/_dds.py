@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..space import Space
-from .base import AskTellSampler
+from ._base import AskTellSampler
 
 
 def reflect(x: float) -> float:
@@ -72,8 +72,8 @@ class DDSSampler(AskTellSampler):
     """DDS as an Optuna sampler. It starts from the first point told (the experiment file's
     defaults, which the tuner evaluates first), as DDS starts from the user's initial solution."""
 
-    def __init__(self, space: Space, seed: int | None, budget: int, r: float = 0.2) -> None:
-        super().__init__(space, seed)
+    def __init__(self, space: Space, *, seed: int | None, budget: int, r: float = 0.2) -> None:
+        super().__init__(space, seed=seed)
         self.dds = DDS(len(space), budget, np.random.default_rng(seed), r)
 
     def ask(self, number: int) -> dict[str, Any]:

@@ -15,13 +15,15 @@ from typing import Any
 import numpy as np
 
 from ..space import Space
-from .base import AskTellSampler
-from .dds import reflect
+from ._base import AskTellSampler
+from ._dds import reflect
 
 
 class SASampler(AskTellSampler):
-    def __init__(self, space: Space, seed: int | None, budget: int, t0: float = 0.2, t_end: float = 0.001) -> None:
-        super().__init__(space, seed)
+    """Simulated annealing from T0 = `t0` down to `t_end` over `budget` steps."""
+
+    def __init__(self, space: Space, *, seed: int | None, budget: int, t0: float = 0.2, t_end: float = 0.001) -> None:
+        super().__init__(space, seed=seed)
         self.rng = np.random.default_rng(seed)
         self.budget = max(budget, 2)
         self.t0, self.alpha = t0, (t_end / t0) ** (1.0 / (self.budget - 1))

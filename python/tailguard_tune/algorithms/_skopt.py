@@ -6,13 +6,13 @@ forest) chooses each next configuration by an acquisition function, after `n_ini
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, ClassVar
 
 from skopt import Optimizer
 from skopt.space import Categorical, Integer, Real
 
 from ..space import Param, Space
-from .base import AskTellSampler
+from ._base import AskTellSampler, initial_random
 
 
 def _dimension(p: Param):
@@ -40,20 +40,31 @@ def _from_skopt(p: Param, x: Any) -> Any:
 
 
 class SkoptSampler(AskTellSampler):
-    """`base_estimator` is skopt's: "GP", "GBRT" or "RF"; `acq_func` its acquisition function
-    ("gp_hedge", skopt's default, picks among EI, PI and LCB each step)."""
+    """A subclass names skopt's `base_estimator`: "GP", "GBRT" or "RF". `n_initial` random
+    configurations (default: `initial_random(budget)`) come before the model; `acq_func` is the
+    acquisition function ("gp_hedge", skopt's default, picks among EI, PI and LCB each step)."""
+
+    base_estimator: ClassVar[str]
 
     def __init__(
-        self, space: Space, seed: int | None, base_estimator: str, n_initial: int, acq_func: str = "gp_hedge"
+        self,
+        space: Space,
+        *,
+        seed: int | None,
+        budget: int,
+        n_initial: int | None = None,
+        acq_func: str = "gp_hedge",
     ) -> None:
-        super().__init__(space, seed)
+        super().__init__(space, seed=seed)
+        if n_initial is None:
+            n_initial = initial_random(budget)
         # The acquisition is maximised over 10,000 random points of the whole space, not by L-BFGS
         # from the best points so far (skopt's default for a GP): with 32 dimensions and a handful
         # of points, L-BFGS stayed next to the seeds and the hybrid stalled near the defaults on
         # some seeds (docs/tune.md, "Measured").
         self.optimizer = Optimizer(
             [_dimension(p) for p in space.params],
-            base_estimator=base_estimator,
+            base_estimator=self.base_estimator,
             n_initial_points=max(1, n_initial),
             random_state=seed,
             acq_func=acq_func,
@@ -71,3 +82,21 @@ class SkoptSampler(AskTellSampler):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self.optimizer.tell(x, value)
+
+
+class GPSampler(SkoptSampler):
+    """BO GP: a Gaussian process."""
+
+    base_estimator = "GP"
+
+
+class GBRTSampler(SkoptSampler):
+    """BO GBRT: gradient-boosted regression trees."""
+
+    base_estimator = "GBRT"
+
+
+class RFSampler(SkoptSampler):
+    """BO RF: a random forest."""
+
+    base_estimator = "RF"
