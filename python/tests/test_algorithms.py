@@ -203,23 +203,3 @@ def test_the_hybrids_gp_asks_by_its_lower_confidence_bound(tmp_path):
     # Budget 8 over 6 parameters: 3 DDS trials, then the GP's 5.
     assert hybrid.dds_trials == 3 and hybrid.asked == 8
     assert hybrid.bo is not None and hybrid.bo.optimizer.acq_func == "LCB"
-
-
-def test_history_lists_a_value_only_for_a_complete_trial(tmp_path):
-    from optuna.distributions import IntDistribution
-    from optuna.trial import FrozenTrial, TrialState
-
-    from tailguard_tune import output
-
-    def trial(number, state, value):
-        return FrozenTrial(
-            number=number, state=state, value=value, datetime_start=None, datetime_complete=None,
-            params={"workers": 2}, distributions={"workers": IntDistribution(1, 4)}, user_attrs={},
-            system_attrs={}, intermediate_values={}, trial_id=number,
-        )
-
-    # A peer's trial read as still running although its value was already stored.
-    rows = output.history([trial(0, TrialState.COMPLETE, 3.5), trial(1, TrialState.RUNNING, 2.5)], tmp_path / "h.csv")
-    assert [(r["state"], r["value"]) for r in rows] == [("COMPLETE", 3.5), ("RUNNING", None)]
-    with open(tmp_path / "h.csv", newline="") as f:
-        assert [(r["state"], r["value"]) for r in csv.DictReader(f)] == [("COMPLETE", "3.5"), ("RUNNING", "")]
