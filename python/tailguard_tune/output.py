@@ -44,7 +44,7 @@ def importance(study: optuna.Study, seed: int) -> dict[str, float]:
         return {}
 
 
-def best_file(outcome: Outcome, settings: Settings, doc: dict, path: str) -> None:
+def best_file(outcome: Outcome, settings: Settings, doc: dict[str, Any], path: str) -> None:
     values = outcome.space.to_yaml(outcome.best_params)
     header = (
         f"Tuned by tailguard-tune from {settings.file}: {settings.algo}, budget {settings.budget}, "
@@ -113,7 +113,7 @@ def plot_convergence(info: ConvergenceInfo, path: str) -> None:
     plt.close(fig)
 
 
-def write_all(outcome: Outcome, settings: Settings, doc: dict) -> None:
+def write_all(outcome: Outcome, settings: Settings, doc: dict[str, Any]) -> None:
     out = settings.out
     os.makedirs(out, exist_ok=True)
     best_file(outcome, settings, doc, os.path.join(out, "best.yaml"))

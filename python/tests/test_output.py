@@ -12,9 +12,17 @@ from tailguard_tune import output
 
 def trial(number: int, state: TrialState, value: float | None, baseline: bool = False) -> FrozenTrial:
     return FrozenTrial(
-        number=number, state=state, value=value, datetime_start=None, datetime_complete=None,
-        params={"workers": 2}, distributions={"workers": IntDistribution(1, 4)},
-        user_attrs={"baseline": True} if baseline else {}, system_attrs={}, intermediate_values={}, trial_id=number,
+        number=number,
+        state=state,
+        value=value,
+        datetime_start=None,
+        datetime_complete=None,
+        params={"workers": 2},
+        distributions={"workers": IntDistribution(1, 4)},
+        user_attrs={"baseline": True} if baseline else {},
+        system_attrs={},
+        intermediate_values={},
+        trial_id=number,
     )
 
 
@@ -38,9 +46,15 @@ def test_the_convergence_plot_shows_the_completed_tuned_trials_and_the_best_so_f
     ]
     info = output.convergence_info(trials, baseline=10.0, stat="p99", title="tiny: dds, reduce none")
     assert info == output.ConvergenceInfo(
-        trials=[1, 2, 3, 4], values=[12.0, 8.0, 9.0, 7.0], best=[10.0, 8.0, 8.0, 7.0], baseline=10.0,
-        ylabel="p99 latency (ms)", title="tiny: dds, reduce none",
+        trials=[1, 2, 3, 4],
+        values=[12.0, 8.0, 9.0, 7.0],
+        best=[10.0, 8.0, 8.0, 7.0],
+        baseline=10.0,
+        ylabel="p99 latency (ms)",
+        title="tiny: dds, reduce none",
     )
-    assert output.convergence_info(trials[:1], 10.0, "p95", "") == output.ConvergenceInfo([], [], [], 10.0, "p95 latency (ms)", "")
+    assert output.convergence_info(trials[:1], 10.0, "p95", "") == output.ConvergenceInfo(
+        [], [], [], 10.0, "p95 latency (ms)", ""
+    )
     output.plot_convergence(info, str(tmp_path / "c.png"))
     assert (tmp_path / "c.png").read_bytes().startswith(b"\x89PNG")

@@ -42,7 +42,9 @@ def study_of(name: str, seed: int | None) -> optuna.Study:
     study = optuna.create_study(storage=optuna.storages.InMemoryStorage(), direction="minimize", sampler=sampler)
     study.add_trial(
         optuna.trial.create_trial(
-            params=DEFAULTS, distributions=SPACE.distributions(), value=objective(DEFAULTS),
+            params=DEFAULTS,
+            distributions=SPACE.distributions(),
+            value=objective(DEFAULTS),
             user_attrs={"baseline": True},
         )
     )
@@ -93,7 +95,7 @@ def test_the_same_seed_gives_the_same_trials_and_another_seed_others(name):
 
 @pytest.mark.parametrize("name", SAMPLERS)
 def test_failed_trials_and_a_peers_trials_do_not_stop_it(name):
-    study, asked = tune(name, seed=3, fail=frozenset({0, 2, 3}))
+    study, _ = tune(name, seed=3, fail=frozenset({0, 2, 3}))
     # A peer's finished trial arrives between two asks; the sampler goes on proposing.
     peer = {**DEFAULTS, "a.workers": 7}
     study.add_trial(optuna.trial.create_trial(params=peer, distributions=SPACE.distributions(), value=0.01))
@@ -111,7 +113,12 @@ def test_an_ask_tell_sampler_is_told_every_completed_trial_once_before_its_next_
     assert isinstance(sampler, AskTellSampler)
     told: list[int] = []
     tell = sampler.tell
-    monkeypatch.setattr(sampler, "tell", lambda number, params, value: (told.append(number), tell(number, params, value)))
+
+    def recording_tell(number: int, params: dict[str, Any], value: float) -> None:
+        told.append(number)
+        tell(number, params, value)
+
+    monkeypatch.setattr(sampler, "tell", recording_tell)
     for i in range(4):
         trial = study.ask(SPACE.distributions())
         if i == 1:
@@ -127,5 +134,5 @@ def test_an_ask_tell_sampler_without_ask_or_tell_cannot_be_built():
         def ask(self, number: int) -> dict[str, Any]:
             return {}
 
-    with pytest.raises(TypeError, match="abstract method '?tell"):
+    with pytest.raises(TypeError, match=r"abstract method '?tell"):
         AskOnly(SPACE, seed=0)  # type: ignore[abstract]

@@ -3,6 +3,7 @@ cube of the space."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import nevergrad as ng
@@ -31,7 +32,5 @@ class PSOSampler(AskTellSampler):
         candidate = self._asked.pop(number, None)
         if candidate is None:
             candidate = self.optimizer.parametrization.spawn_child(new_value=np.array(self.space.to_unit(params)))
-        try:
+        with contextlib.suppress(ng.errors.TellNotAskedNotSupportedError):  # it learns from its own particles only
             self.optimizer.tell(candidate, value)
-        except ng.errors.TellNotAskedNotSupportedError:
-            pass  # this optimizer learns only from its own particles

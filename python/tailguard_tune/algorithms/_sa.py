@@ -16,7 +16,7 @@ import numpy as np
 
 from ..space import Space
 from ._base import AskTellSampler
-from ._dds import reflect
+from ._dds import Point, reflect
 
 
 class SASampler(AskTellSampler):
@@ -26,8 +26,9 @@ class SASampler(AskTellSampler):
         super().__init__(space, seed=seed)
         self.rng = np.random.default_rng(seed)
         self.budget = max(budget, 2)
-        self.t0, self.alpha = t0, (t_end / t0) ** (1.0 / (self.budget - 1))
-        self.current: np.ndarray | None = None
+        self.t0 = t0
+        self.alpha: float = (t_end / t0) ** (1.0 / (self.budget - 1))
+        self.current: Point | None = None
         self.current_value = math.inf
         self.step = 0
 
@@ -37,7 +38,8 @@ class SASampler(AskTellSampler):
     def ask(self, number: int) -> dict[str, Any]:
         if self.current is None:
             return self.space.from_unit(self.rng.random(len(self.space)))
-        x = np.array([reflect(v + 0.2 * z) for v, z in zip(self.current, self.rng.standard_normal(len(self.space)))])
+        steps = self.rng.standard_normal(len(self.space))
+        x = np.array([reflect(v + 0.2 * z) for v, z in zip(self.current, steps, strict=True)])
         return self.space.from_unit(x)
 
     def tell(self, number: int, params: dict[str, Any], value: float) -> None:

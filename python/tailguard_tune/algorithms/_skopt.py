@@ -15,25 +15,26 @@ from ..space import Param, Space
 from ._base import AskTellSampler, initial_random
 
 
-def _dimension(p: Param):
+def _dimension(p: Param) -> Any:  # a skopt.space.Dimension
     if p.type == "categorical":
         return Categorical(list(p.labels()), name=p.path)
+    low, high = p.bounds()
     if p.type == "discrete":
         if p.step == 1:
-            return Integer(int(p.low), int(p.high), prior="log-uniform" if p.log else "uniform", name=p.path)
-        return Integer(0, (int(p.high) - int(p.low)) // p.step, name=p.path)  # step index
-    return Real(float(p.low), float(p.high), prior="log-uniform" if p.log else "uniform", name=p.path)
+            return Integer(int(low), int(high), prior="log-uniform" if p.log else "uniform", name=p.path)
+        return Integer(0, (int(high) - int(low)) // p.step, name=p.path)  # step index
+    return Real(float(low), float(high), prior="log-uniform" if p.log else "uniform", name=p.path)
 
 
 def _to_skopt(p: Param, stored: Any) -> Any:
     if p.type == "discrete" and p.step != 1:
-        return (int(stored) - int(p.low)) // p.step
+        return (int(stored) - int(p.bounds()[0])) // p.step
     return stored
 
 
 def _from_skopt(p: Param, x: Any) -> Any:
     if p.type == "discrete":
-        return int(p.low) + int(x) * p.step if p.step != 1 else int(x)
+        return int(p.bounds()[0]) + int(x) * p.step if p.step != 1 else int(x)
     if p.type == "continuous":
         return float(x)
     return x
@@ -75,7 +76,7 @@ class SkoptSampler(AskTellSampler):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # skopt warns when it proposes a point twice
             x = self.optimizer.ask()
-        return {p.path: _from_skopt(p, v) for p, v in zip(self.space.params, x)}
+        return {p.path: _from_skopt(p, v) for p, v in zip(self.space.params, x, strict=True)}
 
     def tell(self, number: int, params: dict[str, Any], value: float) -> None:
         x = [_to_skopt(p, params[p.path]) for p in self.space.params]
