@@ -163,6 +163,18 @@ def test_command_lines_of_both_backends():
         Runner("tg", "cloud").command("e.yaml", "/w")
 
 
+def test_a_results_file_that_is_not_a_json_object_is_an_error_naming_it(tmp_path, monkeypatch):
+    fake = tmp_path / "tailguard"
+    fake.write_text('#!/bin/sh\nprintf "$CONTENT" > "$4"\n')  # argv: sim FILE --json OUT
+    fake.chmod(0o755)
+    runner = Runner(str(fake))
+    out = tmp_path / "results.json"
+    for content, message in (("[1, 2]", "expected a JSON object of results, got list"), ("{", "cannot read")):
+        monkeypatch.setenv("CONTENT", content)
+        with pytest.raises(EvaluationError, match=f"{out}: {message}"):
+            runner.run(experiment.load(TINY), TINY, str(tmp_path))
+
+
 def test_two_workers_share_one_study_through_its_storage(tmp_path):
     import threading
 
