@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from .study import Outcome, Settings
 
 
-def importance(study: optuna.Study, seed: int) -> dict[str, float]:
+def importance(study: optuna.Study, *, seed: int | None) -> dict[str, float]:
     """fANOVA importance of each parameter (empty when the study has too few distinct trials)."""
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     if len(complete) < 3:
@@ -92,6 +92,7 @@ class ConvergenceInfo(NamedTuple):
 
 
 def convergence_info(trials: list[FrozenTrial], baseline: float, stat: str, title: str) -> ConvergenceInfo:
+    """The data of the convergence plot of `trials`, whose defaults scored `baseline` on `stat`."""
     tuned = [t for t in trials if t.state == TrialState.COMPLETE and not t.user_attrs.get("baseline")]
     values = [float(t.value) for t in tuned if t.value is not None]
     best = list(itertools.accumulate(values, min, initial=baseline))[1:]

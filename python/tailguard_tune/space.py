@@ -126,7 +126,8 @@ class Param:
         """The coordinate in [0, 1] of a stored value (the middle of a categorical choice's cell)."""
         if self.type == "categorical":
             return (self.labels().index(stored) + 0.5) / len(self.choices)
-        (lo, hi), x = map(float, self.bounds()), float(stored)
+        lo, hi = map(float, self.bounds())
+        x = float(stored)
         if hi == lo:
             return 0.5
         if self.log:

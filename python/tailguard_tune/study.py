@@ -202,7 +202,7 @@ def run(settings: Settings, say: Callable[[str], None] = print) -> Outcome:
     best_value, _, best = min(scored, key=lambda s: (s[0], s[1]))
     from . import output  # matplotlib is imported only when writing the outputs
 
-    importance = output.importance(study, settings.seed)
+    importance = output.importance(study, seed=settings.seed)
     outcome = Outcome(study, trials, space, baseline, float(best_value), dict(best.params), selection, importance)
     output.write_all(outcome, settings, doc)
     return outcome

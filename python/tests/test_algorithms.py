@@ -187,7 +187,7 @@ def test_two_workers_share_one_study_through_its_storage(tmp_path):
     def work(w):
         try:
             run(w, say=lambda _: None)
-        except Exception as e:
+        except Exception as e:  # reported by the assertion below
             errors.append(e)
 
     threads = [threading.Thread(target=work, args=(w,)) for w in workers]

@@ -146,36 +146,10 @@ def test_two_worker_processes_share_one_study_in_postgresql(tmp_path):
         tailguard = find_tailguard()
         for seed in (0, 1):
             out = tmp_path / f"worker{seed}"
-            workers.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "tailguard_tune.cli",
-                        APP,
-                        "--space",
-                        SPACE,
-                        "--quick",
-                        "--algo",
-                        "tpe",
-                        "--budget",
-                        str(BUDGET),
-                        "--seed",
-                        str(seed),
-                        "--storage",
-                        url,
-                        "--study-name",
-                        "shared",
-                        "--out",
-                        str(out),
-                        "--tailguard",
-                        tailguard,
-                    ],
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                )
-            )
+            shared = ["--storage", url, "--study-name", "shared", "--out", str(out), "--tailguard", tailguard]
+            argv = [APP, "--space", SPACE, "--quick", "--algo", "tpe", "--budget", str(BUDGET), "--seed", str(seed)]
+            command = [sys.executable, "-m", "tailguard_tune.cli", *argv, *shared]
+            workers.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         results = [w.communicate(timeout=300) for w in workers]
         for w, (stdout, stderr) in zip(workers, results, strict=True):
             assert w.returncode == 0, f"worker failed:\n{stdout}\n{stderr}"
