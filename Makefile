@@ -33,9 +33,13 @@ test: build
 	$(VENV)/bin/python -m pytest -q python/tests
 	$(PYTHON) scripts/measured.py --check
 
-lint:
+# The tuner: ruff (lint and format) and mypy, configured in python/pyproject.toml.
+lint: python
 	$(CARGO) clippy --release --locked --workspace --all-targets -- -D warnings
 	$(CARGO) fmt --all --check
+	$(VENV)/bin/ruff check python
+	$(VENV)/bin/ruff format --check python
+	cd python && ../$(VENV)/bin/mypy
 
 bench: build
 	bench/sim-throughput.sh

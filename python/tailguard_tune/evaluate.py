@@ -12,6 +12,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from . import experiment
 
@@ -35,7 +36,9 @@ def find_tailguard(explicit: str | None = None) -> str:
     local = repo / "target" / "release" / "tailguard"
     if os.access(local, os.X_OK):
         return str(local)
-    raise EvaluationError("tailguard not found on PATH nor at target/release/tailguard: run `make build` or pass --tailguard")
+    raise EvaluationError(
+        "tailguard not found on PATH nor at target/release/tailguard: run `make build` or pass --tailguard"
+    )
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ class Objective:
             if sel.count("/") != 1:
                 raise ValueError(f"--run {sel!r}: expected SCENARIO/VARIANT (either may be *)")
 
-    def select(self, runs: list[dict]) -> list[dict]:
+    def select(self, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not runs:
             raise EvaluationError("the results hold no runs")
         if not self.runs:
@@ -71,7 +74,7 @@ class Objective:
             chosen += [r for r in match if r not in chosen]
         return chosen
 
-    def of_run(self, run: dict) -> float:
+    def of_run(self, run: dict[str, Any]) -> float:
         lat = run.get("latency_ms") or {}
         if self.stat in lat:
             return float(lat[self.stat])
@@ -79,12 +82,12 @@ class Objective:
             raise EvaluationError(f"the results' latency_ms has no {self.stat!r}")
         return percentile_from_cdf(run, float(self.stat[1:]))
 
-    def value(self, results: dict) -> float:
+    def value(self, results: dict[str, Any]) -> float:
         chosen = self.select(results.get("runs") or [])
         return sum(self.of_run(r) for r in chosen) / len(chosen)
 
 
-def percentile_from_cdf(run: dict, pct: float) -> float:
+def percentile_from_cdf(run: dict[str, Any], pct: float) -> float:
     """The latency at `pct` percent from a run's `cdf` ([latency ms, fraction] points): the first
     point whose fraction reaches it, as the histogram's percentiles are reported."""
     cdf = run.get("cdf")
@@ -140,7 +143,9 @@ class Runner:
             cmd += ["--traces", traces]
         return cmd, out
 
-    def run(self, doc: dict, source: str, workdir: str, traces: str | None = None, seed: int | None = None) -> dict:
+    def run(
+        self, doc: dict[str, Any], source: str, workdir: str, traces: str | None = None, seed: int | None = None
+    ) -> dict[str, Any]:
         """Writes `doc` to `workdir`, runs it and returns the parsed results."""
         file = os.path.join(workdir, "experiment.yaml")
         experiment.write(doc, file, source=source)
@@ -150,14 +155,19 @@ class Runner:
         except subprocess.TimeoutExpired:
             raise EvaluationError(f"{' '.join(cmd)}: no answer within {self.timeout_s:g} s") from None
         if done.returncode != 0:
-            raise EvaluationError(f"{' '.join(cmd[:3])} failed (exit {done.returncode}): {_gist(done.stderr or done.stdout)}")
+            raise EvaluationError(
+                f"{' '.join(cmd[:3])} failed (exit {done.returncode}): {_gist(done.stderr or done.stdout)}"
+            )
         try:
             with open(out, encoding="utf-8") as f:
-                return json.load(f)
+                results = json.load(f)
         except (OSError, json.JSONDecodeError) as e:
             raise EvaluationError(f"{out}: cannot read the results JSON: {e}") from None
+        if not isinstance(results, dict):
+            raise EvaluationError(f"{out}: expected a JSON object of results, got {type(results).__name__}")
+        return results
 
-    def evaluate(self, doc: dict, source: str, objective: Objective) -> tuple[float, dict]:
+    def evaluate(self, doc: dict[str, Any], source: str, objective: Objective) -> tuple[float, dict[str, Any]]:
         """The objective's value for `doc` (the mean over `repeats` runs with consecutive seeds,
         from --sim-seed or the file's), and the results of the last run."""
         if self.repeats <= 1:

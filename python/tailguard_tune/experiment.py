@@ -23,7 +23,7 @@ class PathError(ValueError):
 _MISSING = object()
 
 
-def load(path: str | os.PathLike) -> dict:
+def load(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Reads an experiment file (YAML merge keys applied, as the model does)."""
     try:
         with open(path, encoding="utf-8") as f:
@@ -37,7 +37,7 @@ def load(path: str | os.PathLike) -> dict:
     return doc
 
 
-def _keys(node: dict) -> str:
+def _keys(node: dict[str, Any]) -> str:
     names = [str(k) for k in node]
     return ", ".join(names) if names else "no keys"
 
@@ -68,7 +68,9 @@ def _walk(doc: Any, path: str, *, create_last: bool) -> tuple[Any, Any]:
             return PathError(f"no such path {path!r}: {what}")
 
         if isinstance(node, dict):
-            key = next((k for k in node if str(k) == part or (isinstance(k, bool) and str(k).lower() == part)), _MISSING)
+            key = next(
+                (k for k in node if str(k) == part or (isinstance(k, bool) and str(k).lower() == part)), _MISSING
+            )
             if last:
                 if key is _MISSING and not create_last:
                     raise missing(f"{here} has no key {part!r}; it has: {_keys(node)}")
@@ -88,14 +90,14 @@ def _walk(doc: Any, path: str, *, create_last: bool) -> tuple[Any, Any]:
     raise AssertionError("the loop returns at the last part")
 
 
-def check_path(doc: dict, path: str) -> None:
+def check_path(doc: dict[str, Any], path: str) -> None:
     """Raises PathError unless `set_path` could set `path` (the last key may be new)."""
     if path.split(".")[0] in ("variants", "scenarios", "quick") and path.count(".") < 2:
         raise PathError(f"path {path!r}: the tuner changes values inside the file, not whole lists of runs")
     _walk(doc, path, create_last=True)
 
 
-def get_path(doc: dict, path: str, default: Any = None) -> Any:
+def get_path(doc: dict[str, Any], path: str, default: Any = None) -> Any:
     """The value at `path`, or `default` when the last key is absent (the model's default applies)."""
     container, key = _walk(doc, path, create_last=True)
     if isinstance(container, dict):
@@ -103,13 +105,13 @@ def get_path(doc: dict, path: str, default: Any = None) -> Any:
     return container[key]
 
 
-def set_path(doc: dict, path: str, value: Any) -> None:
+def set_path(doc: dict[str, Any], path: str, value: Any) -> None:
     """Sets `path` in `doc` to `value`, as an override would."""
     container, key = _walk(doc, path, create_last=True)
     container[key] = value
 
 
-def with_values(doc: dict, values: dict[str, Any]) -> dict:
+def with_values(doc: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
     """A deep copy of `doc` with each path set to its value (in the order given)."""
     out = copy.deepcopy(doc)
     for path, value in values.items():
@@ -131,7 +133,9 @@ def absolutize_data_files(doc: Any, base: Path) -> None:
             absolutize_data_files(v, base)
 
 
-def write(doc: dict, out: str | os.PathLike, *, source: str | os.PathLike, header: str = "") -> None:
+def write(
+    doc: dict[str, Any], out: str | os.PathLike[str], *, source: str | os.PathLike[str], header: str = ""
+) -> None:
     """Writes `doc` as an experiment file that runs from anywhere (data files made absolute)."""
     doc = copy.deepcopy(doc)
     absolutize_data_files(doc, Path(source).resolve().parent)

@@ -11,17 +11,18 @@
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import os
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from . import experiment
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from .study import Outcome, Settings
 
 
-def importance(study: optuna.Study, seed: int) -> dict[str, float]:
+def importance(study: optuna.Study, *, seed: int | None) -> dict[str, float]:
     """fANOVA importance of each parameter (empty when the study has too few distinct trials)."""
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     if len(complete) < 3:
@@ -43,7 +44,7 @@ def importance(study: optuna.Study, seed: int) -> dict[str, float]:
         return {}
 
 
-def best_file(outcome: Outcome, settings: Settings, doc: dict, path: str) -> None:
+def best_file(outcome: Outcome, settings: Settings, doc: dict[str, Any], path: str) -> None:
     values = outcome.space.to_yaml(outcome.best_params)
     header = (
         f"Tuned by tailguard-tune from {settings.file}: {settings.algo}, budget {settings.budget}, "
@@ -78,21 +79,34 @@ def history(trials: list[optuna.trial.FrozenTrial], path: str) -> list[dict[str,
     return rows
 
 
-def convergence(trials: list[optuna.trial.FrozenTrial], baseline: float, stat: str, title: str, path: str) -> None:
-    trials = [t for t in trials if t.state == TrialState.COMPLETE and not t.user_attrs.get("baseline")]
-    xs = list(range(1, len(trials) + 1))
-    values = [t.value for t in trials]
-    best, so_far = [], baseline
-    for v in values:
-        so_far = min(so_far, v)
-        best.append(so_far)
+class ConvergenceInfo(NamedTuple):
+    """What `convergence.png` shows: the tuned trials that completed, in order (the defaults'
+    trial and failed trials left out)."""
+
+    trials: list[int]  # x: 1, 2, ... (the position among the completed tuned trials)
+    values: list[float]  # each trial's objective
+    best: list[float]  # the best so far after each trial, the defaults' included
+    baseline: float  # the defaults' objective
+    ylabel: str
+    title: str
+
+
+def convergence_info(trials: list[FrozenTrial], baseline: float, stat: str, title: str) -> ConvergenceInfo:
+    """The data of the convergence plot of `trials`, whose defaults scored `baseline` on `stat`."""
+    tuned = [t for t in trials if t.state == TrialState.COMPLETE and not t.user_attrs.get("baseline")]
+    values = [float(t.value) for t in tuned if t.value is not None]
+    best = list(itertools.accumulate(values, min, initial=baseline))[1:]
+    return ConvergenceInfo(list(range(1, len(values) + 1)), values, best, baseline, f"{stat} latency (ms)", title)
+
+
+def plot_convergence(info: ConvergenceInfo, path: str) -> None:
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
-    ax.axhline(baseline, color="grey", linestyle="--", label=f"defaults ({baseline:.2f} ms)")
-    ax.plot(xs, values, "o", color="tab:blue", alpha=0.6, label="trial")
-    ax.step(xs, best, where="post", color="tab:red", label="best so far")
+    ax.axhline(info.baseline, color="grey", linestyle="--", label=f"defaults ({info.baseline:.2f} ms)")
+    ax.plot(info.trials, info.values, "o", color="tab:blue", alpha=0.6, label="trial")
+    ax.step(info.trials, info.best, where="post", color="tab:red", label="best so far")
     ax.set_xlabel("trial")
-    ax.set_ylabel(f"{stat} latency (ms)")
-    ax.set_title(title)
+    ax.set_ylabel(info.ylabel)
+    ax.set_title(info.title)
     ax.set_ylim(bottom=0)
     ax.legend()
     fig.tight_layout()
@@ -100,13 +114,14 @@ def convergence(trials: list[optuna.trial.FrozenTrial], baseline: float, stat: s
     plt.close(fig)
 
 
-def write_all(outcome: Outcome, settings: Settings, doc: dict) -> None:
+def write_all(outcome: Outcome, settings: Settings, doc: dict[str, Any]) -> None:
     out = settings.out
     os.makedirs(out, exist_ok=True)
     best_file(outcome, settings, doc, os.path.join(out, "best.yaml"))
     history(outcome.trials, os.path.join(out, "history.csv"))
     title = f"{doc.get('name', '')}: {settings.algo}, reduce {settings.reduce}"
-    convergence(outcome.trials, outcome.baseline, settings.objective.stat, title, os.path.join(out, "convergence.png"))
+    info = convergence_info(outcome.trials, outcome.baseline, settings.objective.stat, title)
+    plot_convergence(info, os.path.join(out, "convergence.png"))
     with open(os.path.join(out, "importance.json"), "w", encoding="utf-8") as f:
         json.dump(outcome.importance, f, indent=2)
     summary = {

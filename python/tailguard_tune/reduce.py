@@ -22,6 +22,7 @@ import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 from .space import Space
 
@@ -46,7 +47,7 @@ class Span:
         return self.start + self.duration
 
 
-def trace_run(trace: dict) -> tuple[str, str] | None:
+def trace_run(trace: dict[str, Any]) -> tuple[str, str] | None:
     """The (scenario, variant) a trace belongs to, from its processes' tags (`tailguard sim
     --traces` tags every process with both), or None when untagged."""
     for proc in (trace.get("processes") or {}).values():
@@ -66,9 +67,9 @@ def parse_traces(doc: object, source: str = "traces", runs: tuple[str, ...] | No
     if isinstance(doc, dict):
         doc = [doc]
     if not isinstance(doc, list):
-        raise TraceError(f"{source}: expected Jaeger JSON: {{\"data\": [traces]}}")
+        raise TraceError(f'{source}: expected Jaeger JSON: {{"data": [traces]}}')
     traces = []
-    first_run = None
+    first_run: tuple[str, str] | None = None
     for i, t in enumerate(doc):
         where = f"{source}: data.{i}"
         if not isinstance(t, dict) or not isinstance(t.get("spans"), list):
@@ -76,7 +77,7 @@ def parse_traces(doc: object, source: str = "traces", runs: tuple[str, ...] | No
         run = trace_run(t)
         first_run = first_run or run
         if runs is not None and run is not None:
-            wanted = [tuple(r.split("/", 1)) for r in runs] if runs else [first_run]
+            wanted = [tuple(r.split("/", 1)) for r in runs] if runs else [first_run or run]
             if not any(s in ("*", run[0]) and v in ("*", run[1]) for s, v in wanted):
                 continue
         processes = t.get("processes") or {}
@@ -235,7 +236,7 @@ def select_services(
     return Selection(method, sorted(chosen), critical, cv)
 
 
-def param_service(path: str, doc: dict) -> str | None:
+def param_service(path: str, doc: dict[str, Any]) -> str | None:
     """The service a parameter belongs to (see the module's doc), or None for a global one."""
     parts = path.split(".")
     if parts[0] == "services" and len(parts) >= 2:
@@ -255,7 +256,7 @@ def param_service(path: str, doc: dict) -> str | None:
     return None
 
 
-def reduce_space(space: Space, doc: dict, services: list[str]) -> Space:
+def reduce_space(space: Space, doc: dict[str, Any], services: list[str]) -> Space:
     """The parameters of `services`, and those that belong to no single service."""
     keep = set(services)
     return Space([p for p in space.params if param_service(p.path, doc) in keep or param_service(p.path, doc) is None])

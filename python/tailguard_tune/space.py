@@ -23,6 +23,7 @@ algorithms that search a box (DDS, SA, PSO, GA).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,23 +48,32 @@ class Param:
     type: str
     low: float | None = None
     high: float | None = None
-    choices: tuple = ()
+    choices: tuple[Any, ...] = ()
     log: bool = False
     unit: str = ""
     step: int = 1
     default: Any = None
 
+    def bounds(self) -> tuple[float, float]:
+        """The range of a continuous or discrete parameter."""
+        if self.low is None or self.high is None:
+            raise TypeError(f"{self.path}: a {self.type} parameter has no range")
+        return self.low, self.high
+
     def distribution(self) -> optuna.distributions.BaseDistribution:
         """The Optuna distribution the trial stores (categorical values are stored by label)."""
-        if self.type == "continuous":
-            return optuna.distributions.FloatDistribution(self.low, self.high, log=self.log)
+        if self.type == "categorical":
+            return optuna.distributions.CategoricalDistribution(self.labels())
+        low, high = self.bounds()
         if self.type == "discrete":
-            return optuna.distributions.IntDistribution(int(self.low), int(self.high), log=self.log, step=self.step)
-        return optuna.distributions.CategoricalDistribution(self.labels())
+            return optuna.distributions.IntDistribution(int(low), int(high), log=self.log, step=self.step)
+        return optuna.distributions.FloatDistribution(low, high, log=self.log)
 
     def labels(self) -> tuple[str, ...]:
         """Categorical choices as strings (Optuna stores only scalars); a scalar choice is its own label."""
-        return tuple(c if isinstance(c, str) else yaml.safe_dump(c, default_flow_style=True).strip() for c in self.choices)
+        return tuple(
+            c if isinstance(c, str) else yaml.safe_dump(c, default_flow_style=True).strip() for c in self.choices
+        )
 
     def to_yaml(self, stored: Any) -> Any:
         """The value written into the experiment file for a value as Optuna stores it."""
@@ -72,13 +82,14 @@ class Param:
         if self.type == "discrete":
             value: Any = int(stored)
         else:
-            value = min(max(float(f"{float(stored):.6g}"), self.low), self.high)  # no 0.49999999999999994
+            low, high = self.bounds()
+            value = min(max(float(f"{float(stored):.6g}"), low), high)  # no 0.49999999999999994
         return f"{value:g}{self.unit}" if self.unit else value
 
     def from_yaml(self, value: Any) -> Any:
         """The stored (Optuna) value of a value found in the experiment file, or None if outside the space."""
         if self.type == "categorical":
-            for choice, label in zip(self.choices, self.labels()):
+            for choice, label in zip(self.choices, self.labels(), strict=True):
                 if choice == value:
                     return label
             return None
@@ -90,10 +101,11 @@ class Param:
             number = float(value)
         except (TypeError, ValueError):
             return None
-        if not self.low <= number <= self.high:
+        low, high = self.bounds()
+        if not low <= number <= high:
             return None
         if self.type == "discrete":
-            if number != int(number) or (int(number) - int(self.low)) % self.step:
+            if number != int(number) or (int(number) - int(low)) % self.step:
                 return None
             return int(number)
         return number
@@ -103,7 +115,7 @@ class Param:
         u = min(max(float(u), 0.0), 1.0)
         if self.type == "categorical":
             return self.labels()[min(int(u * len(self.choices)), len(self.choices) - 1)]
-        lo, hi = float(self.low), float(self.high)
+        lo, hi = map(float, self.bounds())
         x = math.exp(math.log(lo) + u * (math.log(hi) - math.log(lo))) if self.log else lo + u * (hi - lo)
         if self.type == "discrete":
             n = round((x - lo) / self.step)
@@ -114,7 +126,8 @@ class Param:
         """The coordinate in [0, 1] of a stored value (the middle of a categorical choice's cell)."""
         if self.type == "categorical":
             return (self.labels().index(stored) + 0.5) / len(self.choices)
-        lo, hi, x = float(self.low), float(self.high), float(stored)
+        lo, hi = map(float, self.bounds())
+        x = float(stored)
         if hi == lo:
             return 0.5
         if self.log:
@@ -146,13 +159,13 @@ class Space:
         by_path = {p.path: p for p in self.params}
         return {path: by_path[path].to_yaml(v) for path, v in stored.items()}
 
-    def from_unit(self, u: list[float]) -> dict[str, Any]:
-        return {p.path: p.from_unit(x) for p, x in zip(self.params, u)}
+    def from_unit(self, u: Iterable[float]) -> dict[str, Any]:
+        return {p.path: p.from_unit(x) for p, x in zip(self.params, u, strict=True)}
 
     def to_unit(self, stored: dict[str, Any]) -> list[float]:
         return [p.to_unit(stored[p.path]) for p in self.params]
 
-    def defaults(self, doc: dict) -> dict[str, Any] | None:
+    def defaults(self, doc: dict[str, Any]) -> dict[str, Any] | None:
         """The stored values of the experiment file as written, or None if one of them lies outside
         the space (or is absent and the space gives no `default`)."""
         out = {}
@@ -165,13 +178,13 @@ class Space:
         return out
 
 
-def _number(entry: dict, where: str, value: Any) -> float:
+def _number(entry: dict[str, Any], where: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SpaceError(f"{where}: range: expected numbers, got {value!r}")
     return float(value)
 
 
-def parse(text: str, doc: dict, *, source: str = "space file") -> Space:
+def parse(text: str, doc: dict[str, Any], *, source: str = "space file") -> Space:
     """Parses a space file and checks every path against the experiment document `doc`."""
     try:
         data = yaml.safe_load(text)
@@ -191,7 +204,9 @@ def parse(text: str, doc: dict, *, source: str = "space file") -> Space:
         where = f"{where} ({path})"
         bad = set(entry) - _FIELDS
         if bad:
-            raise SpaceError(f"{where}: unknown field {sorted(bad)[0]!r}; expected one of: {', '.join(sorted(_FIELDS))}")
+            raise SpaceError(
+                f"{where}: unknown field {sorted(bad)[0]!r}; expected one of: {', '.join(sorted(_FIELDS))}"
+            )
         if path in seen:
             raise SpaceError(f"{where}: the path appears twice")
         seen.add(path)
@@ -232,7 +247,7 @@ def parse(text: str, doc: dict, *, source: str = "space file") -> Space:
     return Space(params)
 
 
-def load(path: str, doc: dict) -> Space:
+def load(path: str, doc: dict[str, Any]) -> Space:
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()

@@ -7,8 +7,9 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
@@ -55,11 +56,13 @@ class Outcome:
         return 1.0 - self.best_value / self.baseline if self.baseline > 0 else 0.0
 
 
-def default_study_name(settings: Settings, doc: dict) -> str:
+def default_study_name(settings: Settings, doc: dict[str, Any]) -> str:
     return f"{doc.get('name', 'experiment')}-{settings.algo}-{settings.reduce}-seed{settings.seed}"
 
 
-def reduced_space(settings: Settings, doc: dict, say: Callable[[str], None]) -> tuple[Space, reduce.Selection | None]:
+def reduced_space(
+    settings: Settings, doc: dict[str, Any], say: Callable[[str], None]
+) -> tuple[Space, reduce.Selection | None]:
     """The space after `settings.reduce`, from the given traces or from one run of the defaults."""
     if settings.reduce == "none":
         return settings.space, None
@@ -72,7 +75,9 @@ def reduced_space(settings: Settings, doc: dict, say: Callable[[str], None]) -> 
             try:
                 settings.runner.run(doc, settings.file, tmp, traces=os.path.abspath(path))
             except EvaluationError as e:
-                raise EvaluationError(f"{e} (--reduce runs the defaults once with --traces; or pass --traces FILE)") from None
+                raise EvaluationError(
+                    f"{e} (--reduce runs the defaults once with --traces; or pass --traces FILE)"
+                ) from None
         if not os.path.exists(path):
             raise EvaluationError(f"{settings.runner.backend} wrote no traces to {path}; pass --traces FILE")
         traces = reduce.load_traces(path, settings.objective.runs)
@@ -91,7 +96,9 @@ def _tuned_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     return [t for t in study.get_trials(deepcopy=False) if not t.user_attrs.get("baseline")]
 
 
-def _baseline(study: optuna.Study, settings: Settings, doc: dict, space: Space, say) -> float:
+def _baseline(
+    study: optuna.Study, settings: Settings, doc: dict[str, Any], space: Space, say: Callable[[str], None]
+) -> float:
     """The defaults' objective, evaluated once per study; also stored as a trial when the defaults
     lie inside the space, so every algorithm knows them (DDS starts from them)."""
     if "baseline" in study.user_attrs:
@@ -109,7 +116,7 @@ def _baseline(study: optuna.Study, settings: Settings, doc: dict, space: Space, 
     return value
 
 
-def _open_study(storage: Any, name: str, sampler) -> optuna.Study:
+def _open_study(storage: Any, name: str, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
     """Creates or loads the study. Workers starting together on a new database may race to create
     its tables (SQLite: "database is locked"; PostgreSQL: a duplicate table or type); the loser
     retries (a bounded number of times). A URL that names no database Optuna can open, or a server
@@ -156,7 +163,7 @@ def run(settings: Settings, say: Callable[[str], None] = print) -> Outcome:
     storage = settings.storage or f"sqlite:///{os.path.abspath(os.path.join(settings.out, 'study.db'))}"
     name = settings.study_name or default_study_name(settings, doc)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    sampler = make_sampler(settings.algo, space, settings.seed, settings.budget)
+    sampler = make_sampler(settings.algo, space, seed=settings.seed, budget=settings.budget)
     study = _open_study(storage, name, sampler)
     study.set_user_attr("experiment", os.path.abspath(settings.file))
     study.set_user_attr("objective", settings.objective.stat)
@@ -179,21 +186,23 @@ def run(settings: Settings, say: Callable[[str], None] = print) -> Outcome:
             continue
         trial.set_user_attr("seconds", round(time.monotonic() - started, 3))
         study.tell(trial, value)
-        best = min(t.value for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
-        say(f"trial {trial.number}: {settings.objective.stat} = {value:.3f} ms (best {best:.3f}, defaults {baseline:.3f})")
+        complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        lowest = min(t.value for t in complete if t.value is not None)
+        stat = settings.objective.stat
+        say(f"trial {trial.number}: {stat} = {value:.3f} ms (best {lowest:.3f}, defaults {baseline:.3f})")
 
     # One snapshot for every output, through a freshly loaded study: workers sharing the study may
     # add trials meanwhile, and Optuna's trial cache never rereads a peer's trial that committed
     # after one of ours with a higher id (the lost update made this snapshot miss a finished trial).
     study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
     trials = study.get_trials(deepcopy=False)
-    complete = [t for t in trials if t.state == TrialState.COMPLETE]
-    if not complete:
+    scored = [(t.value, t.number, t) for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
+    if not scored:
         raise EvaluationError("no trial completed; see the errors above")
-    best = min(complete, key=lambda t: (t.value, t.number))
+    best_value, _, best = min(scored, key=lambda s: (s[0], s[1]))
     from . import output  # matplotlib is imported only when writing the outputs
 
-    importance = output.importance(study, settings.seed)
-    outcome = Outcome(study, trials, space, baseline, float(best.value), dict(best.params), selection, importance)
+    importance = output.importance(study, seed=settings.seed)
+    outcome = Outcome(study, trials, space, baseline, float(best_value), dict(best.params), selection, importance)
     output.write_all(outcome, settings, doc)
     return outcome

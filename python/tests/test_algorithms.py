@@ -9,21 +9,20 @@ import optuna
 import pytest
 
 from tailguard_tune import experiment, space
-from tailguard_tune.algorithms import ALGORITHMS, make_sampler, tpe_startup
-from tailguard_tune.evaluate import EvaluationError, Objective
+from tailguard_tune.algorithms import SAMPLERS, HybridSampler, TPESampler, make_sampler, tpe_startup
+from tailguard_tune.evaluate import EvaluationError, Objective, Runner
 from tailguard_tune.study import Settings, run
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 TINY = os.path.join(FIXTURES, "tiny.yaml")
 
 
-class FakeRunner:
+class FakeRunner(Runner):
     """Stands in for `tailguard sim`: a p95 that falls with the db's workers and replicas and is
     lowest for a hedge at the 70th percentile; the cache does not matter."""
 
-    backend = "sim"
-
     def __init__(self, fail_when_workers=None):
+        super().__init__(tailguard="no binary: evaluate is replaced")
         self.calls = 0
         self.fail_when_workers = fail_when_workers
 
@@ -43,7 +42,7 @@ def settings(tmp_path, algo, budget=8, seed=1, runner=None, **kw):
     return Settings(TINY, sp, algo, budget, runner or FakeRunner(), seed=seed, out=str(tmp_path / algo), **kw)
 
 
-@pytest.mark.parametrize("algo", ALGORITHMS)
+@pytest.mark.parametrize("algo", SAMPLERS)
 def test_every_algorithm_improves_on_the_defaults_and_is_reproducible(tmp_path, algo):
     s = settings(tmp_path, algo, storage=optuna.storages.InMemoryStorage())
     first = run(s, say=lambda _: None)
@@ -60,7 +59,8 @@ def test_tpe_starts_with_a_third_of_the_budget_at_random_but_no_more_than_one_pe
     assert [tpe_startup(b, 32) for b in (4, 8, 15, 30, 60)] == [3, 3, 5, 10, 16]
     doc = experiment.load(TINY)
     sp = space.load(os.path.join(FIXTURES, "tiny-space.yaml"), doc)  # 6 parameters
-    sampler = make_sampler("tpe", sp, 0, 15)
+    sampler = make_sampler("tpe", sp, seed=0, budget=15)
+    assert isinstance(sampler, TPESampler)
     assert sampler._n_startup_trials == 3  # Optuna's own attribute: what the sampler will do
 
 
@@ -84,7 +84,9 @@ def test_outputs_and_resuming_a_finished_study(tmp_path):
 
 
 def test_a_failed_run_is_a_failed_trial_and_the_study_goes_on(tmp_path):
-    s = settings(tmp_path, "random", budget=12, runner=FakeRunner(fail_when_workers=3), storage=optuna.storages.InMemoryStorage())
+    s = settings(
+        tmp_path, "random", budget=12, runner=FakeRunner(fail_when_workers=3), storage=optuna.storages.InMemoryStorage()
+    )
     outcome = run(s, say=lambda _: None)
     states = [t.state.name for t in outcome.study.trials]
     assert "FAIL" in states and states.count("COMPLETE") >= 2
@@ -94,10 +96,16 @@ def test_a_failed_run_is_a_failed_trial_and_the_study_goes_on(tmp_path):
 
 def test_reduction_from_a_trace_file_keeps_the_parameters_of_the_services_kept(tmp_path):
     # The fixture's traces name frontend, cache and db; top-2 by CV on the critical path: cache, db.
-    s = settings(tmp_path, "tpe", reduce="critical-path+variability", reduce_top=2,
-                 traces=os.path.join(FIXTURES, "traces.json"), storage=optuna.storages.InMemoryStorage())
+    s = settings(
+        tmp_path,
+        "tpe",
+        reduce="critical-path+variability",
+        reduce_top=2,
+        traces=os.path.join(FIXTURES, "traces.json"),
+        storage=optuna.storages.InMemoryStorage(),
+    )
     outcome = run(s, say=lambda _: None)
-    assert outcome.selection.services == ["cache", "db"]
+    assert outcome.selection is not None and outcome.selection.services == ["cache", "db"]
     assert outcome.space.names() == [
         "services.db.workers",
         "services.db.replicas",
@@ -110,8 +118,12 @@ def test_reduction_from_a_trace_file_keeps_the_parameters_of_the_services_kept(t
 def test_objective_statistics_and_runs():
     results = {
         "runs": [
-            {"scenario": "a", "variant": "x", "latency_ms": {"p95": 10.0, "mean": 4.0},
-             "cdf": [[1.0, 0.5], [2.0, 0.9], [3.0, 0.975], [9.0, 1.0]]},
+            {
+                "scenario": "a",
+                "variant": "x",
+                "latency_ms": {"p95": 10.0, "mean": 4.0},
+                "cdf": [[1.0, 0.5], [2.0, 0.9], [3.0, 0.975], [9.0, 1.0]],
+            },
             {"scenario": "b", "variant": "x", "latency_ms": {"p95": 20.0, "mean": 6.0}},
         ]
     }
@@ -131,10 +143,19 @@ def test_objective_statistics_and_runs():
 
 
 def test_command_lines_of_both_backends():
-    from tailguard_tune.evaluate import Runner
-
     cmd, out = Runner("tg", "sim", seed=4, quick=True).command("e.yaml", "/w", traces="/w/t.json")
-    assert cmd == ["tg", "sim", "e.yaml", "--json", "/w/results.json", "--seed", "4", "--quick", "--traces", "/w/t.json"]
+    assert cmd == [
+        "tg",
+        "sim",
+        "e.yaml",
+        "--json",
+        "/w/results.json",
+        "--seed",
+        "4",
+        "--quick",
+        "--traces",
+        "/w/t.json",
+    ]
     assert out == "/w/results.json"
     cmd, out = Runner("tg", "lab").command("e.yaml", "/w")
     assert cmd == ["tg", "lab", "run", "e.yaml", "--out", "/w/lab"] and out == "/w/lab/results.json"
@@ -142,17 +163,31 @@ def test_command_lines_of_both_backends():
         Runner("tg", "cloud").command("e.yaml", "/w")
 
 
+def test_a_results_file_that_is_not_a_json_object_is_an_error_naming_it(tmp_path, monkeypatch):
+    fake = tmp_path / "tailguard"
+    fake.write_text('#!/bin/sh\nprintf "$CONTENT" > "$4"\n')  # argv: sim FILE --json OUT
+    fake.chmod(0o755)
+    runner = Runner(str(fake))
+    out = tmp_path / "results.json"
+    for content, message in (("[1, 2]", "expected a JSON object of results, got list"), ("{", "cannot read")):
+        monkeypatch.setenv("CONTENT", content)
+        with pytest.raises(EvaluationError, match=f"{out}: {message}"):
+            runner.run(experiment.load(TINY), TINY, str(tmp_path))
+
+
 def test_two_workers_share_one_study_through_its_storage(tmp_path):
     import threading
 
     storage = f"sqlite:///{tmp_path / 'shared.db'}"
-    workers = [settings(tmp_path / f"w{i}", "tpe", budget=6, seed=i, storage=storage, study_name="shared") for i in (0, 1)]
+    workers = [
+        settings(tmp_path / f"w{i}", "tpe", budget=6, seed=i, storage=storage, study_name="shared") for i in (0, 1)
+    ]
     errors = []
 
     def work(w):
         try:
             run(w, say=lambda _: None)
-        except Exception as e:  # noqa: BLE001 - reported by the assertion below
+        except Exception as e:  # reported by the assertion below
             errors.append(e)
 
     threads = [threading.Thread(target=work, args=(w,)) for w in workers]
@@ -174,21 +209,27 @@ def test_without_a_trace_file_the_defaults_run_once_with_traces(tmp_path):
     import shutil
 
     class TracingRunner(FakeRunner):
-        def run(self, doc, source, workdir, traces=None):
+        def run(self, doc, source, workdir, traces=None, seed=None):
             self.traced_doc = doc
+            assert traces is not None
             shutil.copy(os.path.join(FIXTURES, "traces.json"), traces)
             return {"runs": []}
 
-    s = settings(tmp_path, "random", budget=3, runner=TracingRunner(), reduce="critical-path", storage=optuna.storages.InMemoryStorage())
+    s = settings(
+        tmp_path,
+        "random",
+        budget=3,
+        runner=TracingRunner(),
+        reduce="critical-path",
+        storage=optuna.storages.InMemoryStorage(),
+    )
     outcome = run(s, say=lambda _: None)
     assert s.runner.traced_doc == experiment.load(TINY)
     assert (tmp_path / "random" / "traces.json").exists()
-    assert outcome.selection.services == ["cache", "db", "frontend"]
+    assert outcome.selection is not None and outcome.selection.services == ["cache", "db", "frontend"]
 
 
 def test_the_hybrids_dds_phase_takes_half_the_budget_but_no_more_than_one_trial_per_two_dimensions():
-    from tailguard_tune.algorithms.hybrid import HybridSampler
-
     def of(dim, budget):
         params = [space.Param(path=f"p{i}", type="continuous", low=0.0, high=1.0, default=0.5) for i in range(dim)]
         return HybridSampler(space.Space(params), seed=0, budget=budget).dds_trials
@@ -200,26 +241,7 @@ def test_the_hybrids_dds_phase_takes_half_the_budget_but_no_more_than_one_trial_
 def test_the_hybrids_gp_asks_by_its_lower_confidence_bound(tmp_path):
     result = run(settings(tmp_path, "hybrid", storage=optuna.storages.InMemoryStorage()), say=lambda _: None)
     hybrid = result.study.sampler
+    assert isinstance(hybrid, HybridSampler)
     # Budget 8 over 6 parameters: 3 DDS trials, then the GP's 5.
     assert hybrid.dds_trials == 3 and hybrid.asked == 8
     assert hybrid.bo is not None and hybrid.bo.optimizer.acq_func == "LCB"
-
-
-def test_history_lists_a_value_only_for_a_complete_trial(tmp_path):
-    from optuna.distributions import IntDistribution
-    from optuna.trial import FrozenTrial, TrialState
-
-    from tailguard_tune import output
-
-    def trial(number, state, value):
-        return FrozenTrial(
-            number=number, state=state, value=value, datetime_start=None, datetime_complete=None,
-            params={"workers": 2}, distributions={"workers": IntDistribution(1, 4)}, user_attrs={},
-            system_attrs={}, intermediate_values={}, trial_id=number,
-        )
-
-    # A peer's trial read as still running although its value was already stored.
-    rows = output.history([trial(0, TrialState.COMPLETE, 3.5), trial(1, TrialState.RUNNING, 2.5)], tmp_path / "h.csv")
-    assert [(r["state"], r["value"]) for r in rows] == [("COMPLETE", 3.5), ("RUNNING", None)]
-    with open(tmp_path / "h.csv", newline="") as f:
-        assert [(r["state"], r["value"]) for r in csv.DictReader(f)] == [("COMPLETE", "3.5"), ("RUNNING", "")]

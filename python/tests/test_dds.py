@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from tailguard_tune.algorithms.dds import DDS, perturb_probability, reflect
+from tailguard_tune.algorithms._dds import DDS, perturb_probability, reflect
 
 
 def test_reflection_at_the_bounds():
@@ -32,7 +32,7 @@ def test_first_point_is_uniform_and_then_every_dimension_moves_by_r_times_a_norm
     x1 = dds.ask()  # iteration 1: p = 1, every dimension perturbed
     twin.random(3)  # the draws that chose the dimensions
     z = twin.standard_normal(3)
-    assert np.allclose(x1, [reflect(a + 0.2 * b) for a, b in zip(x0, z)], rtol=0, atol=1e-15)
+    assert np.allclose(x1, [reflect(a + 0.2 * b) for a, b in zip(x0, z, strict=True)], rtol=0, atol=1e-15)
 
 
 def test_at_the_last_iteration_exactly_one_dimension_moves():
@@ -48,9 +48,9 @@ def test_greedy_acceptance_keeps_the_best_and_takes_ties():
     dds = DDS(dim=2, budget=10, rng=np.random.default_rng(0))
     dds.tell(np.array([0.1, 0.1]), 3.0)
     dds.tell(np.array([0.9, 0.9]), 4.0)
-    assert dds.best.tolist() == [0.1, 0.1] and dds.best_value == 3.0
+    assert dds.best is not None and dds.best.tolist() == [0.1, 0.1] and dds.best_value == 3.0
     dds.tell(np.array([0.2, 0.2]), 3.0)
-    assert dds.best.tolist() == [0.2, 0.2]
+    assert dds.best is not None and dds.best.tolist() == [0.2, 0.2]
 
 
 def test_same_seed_same_search_and_it_minimises_a_sphere():

@@ -16,7 +16,9 @@ SPACE = os.path.join(FIXTURES, "tiny-space.yaml")
 
 def tune(tmp_path, name, *extra):
     out = tmp_path / name
-    code = cli.main([TINY, "--space", SPACE, "--algo", "tpe", "--budget", "4", "--seed", "5", "--out", str(out), *extra])
+    code = cli.main(
+        [TINY, "--space", SPACE, "--algo", "tpe", "--budget", "4", "--seed", "5", "--out", str(out), *extra]
+    )
     assert code == 0
     return out
 
@@ -74,7 +76,7 @@ def test_a_run_the_simulator_refuses_is_a_failed_trial_with_its_message(tmp_path
     runner = Runner(find_tailguard())
     try:
         runner.evaluate(experiment.with_values(doc, sp.to_yaml({"services.db.replicas": 0})), TINY, Objective())
-    except Exception as e:  # noqa: BLE001 - the message is what is checked
+    except Exception as e:  # the message is what is checked
         assert "services.db.replicas" in str(e) and "failed (exit" in str(e)
     else:
         raise AssertionError("replicas: 0 should be refused")

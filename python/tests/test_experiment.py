@@ -1,6 +1,7 @@
 """Dotted paths into experiment files, with the model's semantics (crates/model/src/overrides.rs)."""
 
 import os
+from typing import Any
 
 import pytest
 import yaml
@@ -9,7 +10,8 @@ from tailguard_tune import experiment
 from tailguard_tune.experiment import PathError
 
 DOC = yaml.safe_load(
-    "services:\n  api:\n    replicas: 2\n    calls:\n      - service: db\n        count: 1\n  db: {}\nworkload:\n  target: api\n"
+    "services:\n  api:\n    replicas: 2\n    calls:\n      - service: db\n        count: 1\n"
+    "  db: {}\nworkload:\n  target: api\n"
 )
 
 
@@ -20,7 +22,9 @@ def test_replaces_values_in_mappings_and_lists_without_touching_the_original():
 
 
 def test_the_last_key_may_be_new():
-    out = experiment.with_values(DOC, {"services.db.workers": 8, "services.api.calls.0.policy": {"hedge": {"kind": "none"}}})
+    out = experiment.with_values(
+        DOC, {"services.db.workers": 8, "services.api.calls.0.policy": {"hedge": {"kind": "none"}}}
+    )
     assert out["services"]["db"]["workers"] == 8
     assert experiment.get_path(out, "services.api.calls.0.policy.hedge.kind") == "none"
     assert experiment.get_path(DOC, "services.db.workers", "absent") == "absent"
@@ -33,7 +37,8 @@ def test_errors_say_what_is_there_in_the_models_words():
     with pytest.raises(PathError) as e:
         experiment.set_path(DOC, "services.api.calls.1.count", 2)
     assert str(e.value) == (
-        "no such path 'services.api.calls.1.count': services.api.calls is a list of 1; expected an index from 0 to 0, got '1'"
+        "no such path 'services.api.calls.1.count': services.api.calls is a list of 1; "
+        "expected an index from 0 to 0, got '1'"
     )
     with pytest.raises(PathError, match="got 'first'"):
         experiment.set_path(DOC, "services.api.calls.first", 2)
@@ -43,7 +48,7 @@ def test_a_written_copy_runs_from_anywhere(tmp_path):
     src = tmp_path / "exp" / "e.yaml"
     src.parent.mkdir()
     (src.parent / "data.txt").write_text("1.0\n")
-    doc = {"name": "x", "services": {"a": {"service_time": {"dist": "empirical", "file": "data.txt"}}}}
+    doc: dict[str, Any] = {"name": "x", "services": {"a": {"service_time": {"dist": "empirical", "file": "data.txt"}}}}
     out = tmp_path / "elsewhere.yaml"
     experiment.write(doc, out, source=src, header="line one\n\nline two")
     text = out.read_text()

@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
+from typing import Any
 
 import optuna
 import pytest
@@ -35,7 +35,11 @@ def postgres_bin() -> str | None:
     found = shutil.which("initdb")
     if found and shutil.which("pg_ctl"):
         return os.path.dirname(os.path.realpath(found))
-    dirs = [d for d in glob.glob("/usr/lib/postgresql/*/bin") if all(os.access(f"{d}/{p}", os.X_OK) for p in ("initdb", "pg_ctl"))]
+    dirs = [
+        d
+        for d in glob.glob("/usr/lib/postgresql/*/bin")
+        if all(os.access(f"{d}/{p}", os.X_OK) for p in ("initdb", "pg_ctl"))
+    ]
     dirs.sort(key=lambda d: int(re.sub(r"\D", "", d.split("/")[-2]) or 0))
     return dirs[-1] if dirs else None
 
@@ -43,7 +47,8 @@ def postgres_bin() -> str | None:
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 class Server:
@@ -69,19 +74,29 @@ class Server:
         self.port = free_port()
         self.pid: int | None = None
 
-    def _run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        ids = {"user": self.user.pw_uid, "group": self.user.pw_gid, "extra_groups": []} if self.user else {}
+    def _run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        ids: dict[str, Any] = (
+            {"user": self.user.pw_uid, "group": self.user.pw_gid, "extra_groups": []} if self.user else {}
+        )
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C", "HOME": self.dir}
         return subprocess.run(
             [os.path.join(self.bindir, args[0]), *args[1:]],
-            cwd=self.dir, env=env, capture_output=True, text=True, timeout=timeout, check=False, **ids,
+            cwd=self.dir,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            **ids,
         )
 
     def start(self) -> None:
         done = self._run("initdb", "-D", self.data, "-U", "tuner", "-A", "trust", "--no-sync", "-E", "UTF8")
         assert done.returncode == 0, f"initdb failed: {done.stderr}"
         options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.dir} -c fsync=off"
-        done = self._run("pg_ctl", "-D", self.data, "-l", os.path.join(self.dir, "log"), "-o", options, "-w", "-t", "60", "start")
+        done = self._run(
+            "pg_ctl", "-D", self.data, "-l", os.path.join(self.dir, "log"), "-o", options, "-w", "-t", "60", "start"
+        )
         pidfile = os.path.join(self.data, "postmaster.pid")
         if os.path.exists(pidfile):  # its first line is the postmaster's PID
             with open(pidfile) as f:
@@ -116,28 +131,27 @@ def test_two_worker_processes_share_one_study_in_postgresql(tmp_path):
     import psycopg2  # the driver Optuna's storage uses for postgresql:// URLs (the `postgres` extra)
 
     server = Server(bindir)
-    workers: list[subprocess.Popen] = []
+    workers: list[subprocess.Popen[str]] = []
     try:
         server.start()
         done = subprocess.run(
             [os.path.join(bindir, "createdb"), "-h", "127.0.0.1", "-p", str(server.port), "-U", "tuner", "tuning"],
-            capture_output=True, text=True, timeout=60, check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
         assert done.returncode == 0, done.stderr
         url = f"postgresql://tuner@127.0.0.1:{server.port}/tuning"
         tailguard = find_tailguard()
         for seed in (0, 1):
             out = tmp_path / f"worker{seed}"
-            workers.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "tailguard_tune.cli", APP, "--space", SPACE, "--quick", "--algo", "tpe",
-                     "--budget", str(BUDGET), "--seed", str(seed), "--storage", url, "--study-name", "shared",
-                     "--out", str(out), "--tailguard", tailguard],
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                )
-            )
+            shared = ["--storage", url, "--study-name", "shared", "--out", str(out), "--tailguard", tailguard]
+            argv = [APP, "--space", SPACE, "--quick", "--algo", "tpe", "--budget", str(BUDGET), "--seed", str(seed)]
+            command = [sys.executable, "-m", "tailguard_tune.cli", *argv, *shared]
+            workers.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         results = [w.communicate(timeout=300) for w in workers]
-        for w, (stdout, stderr) in zip(workers, results):
+        for w, (stdout, stderr) in zip(workers, results, strict=True):
             assert w.returncode == 0, f"worker failed:\n{stdout}\n{stderr}"
 
         study = optuna.load_study(study_name="shared", storage=url)
@@ -150,10 +164,12 @@ def test_two_worker_processes_share_one_study_in_postgresql(tmp_path):
         assert not ran[0] & ran[1] and ran[0] | ran[1] == {t.number for t in tuned}
 
         # The trials are in PostgreSQL's tables, not in a local file.
-        with psycopg2.connect(host="127.0.0.1", port=server.port, user="tuner", dbname="tuning") as conn:
-            with conn.cursor() as cur:
-                cur.execute("SELECT count(*) FROM trials JOIN studies USING (study_id) WHERE study_name = 'shared'")
-                assert cur.fetchone()[0] == len(study.trials)
+        with (
+            psycopg2.connect(host="127.0.0.1", port=server.port, user="tuner", dbname="tuning") as conn,
+            conn.cursor() as cur,
+        ):
+            cur.execute("SELECT count(*) FROM trials JOIN studies USING (study_id) WHERE study_name = 'shared'")
+            assert cur.fetchone()[0] == len(study.trials)
         assert not any(p.name == "study.db" for p in tmp_path.rglob("*"))
 
         # Each worker's outputs describe the shared study as it was when that worker finished: the
@@ -172,7 +188,9 @@ def test_two_worker_processes_share_one_study_in_postgresql(tmp_path):
             assert summary["study"] == "shared" and summary["best"] == min(float(r["value"]) for r in complete)
             assert summary["best"] < summary["defaults"]
             best_yaml = out / "best.yaml"
-            value, _ = Runner(tailguard, quick=True).evaluate(experiment.load(best_yaml), str(best_yaml), Objective("p95"))
+            value, _ = Runner(tailguard, quick=True).evaluate(
+                experiment.load(best_yaml), str(best_yaml), Objective("p95")
+            )
             assert value == summary["best"]
             seen.append(len(complete))
         assert max(seen) == len(study.trials)

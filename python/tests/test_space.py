@@ -49,7 +49,10 @@ parameters:
 
 
 def test_written_values_are_rounded_to_six_digits_and_kept_in_range(doc):
-    [p] = parse("parameters: [{path: services.frontend.calls.1.policy.hedge.max_extra, type: continuous, range: [0.01, 0.5]}]", doc).params
+    [p] = parse(
+        "parameters: [{path: services.frontend.calls.1.policy.hedge.max_extra, type: continuous, range: [0.01, 0.5]}]",
+        doc,
+    ).params
     assert p.to_yaml(0.49999999999999994) == 0.5
     assert p.to_yaml(0.123456789) == 0.123457
 
@@ -57,19 +60,37 @@ def test_written_values_are_rounded_to_six_digits_and_kept_in_range(doc):
 @pytest.mark.parametrize(
     "entry, message",
     [
-        ("{ path: services.dbb.workers, type: discrete, range: [1, 4] }",
-         ("s.yaml: parameters.0 (services.dbb.workers): no such path 'services.dbb.workers': "
-          "services has no key 'dbb'; it has: frontend, cache, db")),
-        ("{ path: services.db.calls.0.count, type: discrete, range: [1, 4] }",
-         "parameters.0 (services.db.calls.0.count): no such path 'services.db.calls.0.count': services.db has no key 'calls'"),
-        ("{ path: services.frontend.calls.2.count, type: discrete, range: [1, 4] }",
-         "services.frontend.calls is a list of 2; expected an index from 0 to 1, got '2'"),
-        ("{ path: workload.target.name, type: discrete, range: [1, 4] }", "workload.target is a string, not a mapping or a list"),
-        ("{ path: services.db.workers, type: integer, range: [1, 4] }", "type: expected one of continuous, discrete, categorical"),
+        (
+            "{ path: services.dbb.workers, type: discrete, range: [1, 4] }",
+            (
+                "s.yaml: parameters.0 (services.dbb.workers): no such path 'services.dbb.workers': "
+                "services has no key 'dbb'; it has: frontend, cache, db"
+            ),
+        ),
+        (
+            "{ path: services.db.calls.0.count, type: discrete, range: [1, 4] }",
+            "parameters.0 (services.db.calls.0.count): no such path 'services.db.calls.0.count': "
+            "services.db has no key 'calls'",
+        ),
+        (
+            "{ path: services.frontend.calls.2.count, type: discrete, range: [1, 4] }",
+            "services.frontend.calls is a list of 2; expected an index from 0 to 1, got '2'",
+        ),
+        (
+            "{ path: workload.target.name, type: discrete, range: [1, 4] }",
+            "workload.target is a string, not a mapping or a list",
+        ),
+        (
+            "{ path: services.db.workers, type: integer, range: [1, 4] }",
+            "type: expected one of continuous, discrete, categorical",
+        ),
         ("{ path: services.db.workers, type: discrete, range: [4, 1] }", "range: expected low < high"),
         ("{ path: services.db.workers, type: discrete, range: [1.5, 4] }", "integer bounds"),
         ("{ path: services.db.workers, type: discrete }", "range: expected [low, high]"),
-        ("{ path: services.db.workers, type: continuous, range: [0, 4], log: true }", "a log scale needs a range above 0"),
+        (
+            "{ path: services.db.workers, type: continuous, range: [0, 4], log: true }",
+            "a log scale needs a range above 0",
+        ),
         ("{ path: services.db.workers, type: categorical, choices: [1] }", "at least two values"),
         ("{ path: services.db.workers, type: discrete, range: [1, 4], stepp: 2 }", "unknown field 'stepp'"),
         ("{ path: variants.0, type: discrete, range: [1, 4] }", "not whole lists of runs"),
@@ -86,8 +107,11 @@ def test_whole_file_errors(doc, tmp_path):
     with pytest.raises(space.SpaceError, match="non-empty list `parameters`"):
         parse("parameters: []", doc)
     with pytest.raises(space.SpaceError, match="the path appears twice"):
-        parse("parameters:\n- {path: services.db.workers, type: discrete, range: [1, 2]}\n"
-              "- {path: services.db.workers, type: discrete, range: [1, 3]}\n", doc)
+        parse(
+            "parameters:\n- {path: services.db.workers, type: discrete, range: [1, 2]}\n"
+            "- {path: services.db.workers, type: discrete, range: [1, 3]}\n",
+            doc,
+        )
     with pytest.raises(space.SpaceError, match="not valid YAML"):
         parse("parameters: [", doc)
     with pytest.raises(space.SpaceError, match="cannot read the space file"):
@@ -99,4 +123,5 @@ def test_the_examples_space_checks_against_its_experiment():
     d = experiment.load(os.path.join(root, "sim-app.yaml"))
     sp = space.load(os.path.join(root, "sim-space.yaml"), d)
     assert len(sp) == 32
-    assert sp.defaults(d)["services.post-storage-mongo.workers"] == 2
+    defaults = sp.defaults(d)
+    assert defaults is not None and defaults["services.post-storage-mongo.workers"] == 2

@@ -15,17 +15,20 @@ from typing import Any
 import numpy as np
 
 from ..space import Space
-from .base import AskTellSampler
-from .dds import reflect
+from ._base import AskTellSampler
+from ._dds import Point, reflect
 
 
 class SASampler(AskTellSampler):
-    def __init__(self, space: Space, seed: int | None, budget: int, t0: float = 0.2, t_end: float = 0.001) -> None:
-        super().__init__(space, seed)
+    """Simulated annealing from T0 = `t0` down to `t_end` over `budget` steps."""
+
+    def __init__(self, space: Space, *, seed: int | None, budget: int, t0: float = 0.2, t_end: float = 0.001) -> None:
+        super().__init__(space, seed=seed)
         self.rng = np.random.default_rng(seed)
         self.budget = max(budget, 2)
-        self.t0, self.alpha = t0, (t_end / t0) ** (1.0 / (self.budget - 1))
-        self.current: np.ndarray | None = None
+        self.t0 = t0
+        self.alpha: float = (t_end / t0) ** (1.0 / (self.budget - 1))
+        self.current: Point | None = None
         self.current_value = math.inf
         self.step = 0
 
@@ -35,7 +38,8 @@ class SASampler(AskTellSampler):
     def ask(self, number: int) -> dict[str, Any]:
         if self.current is None:
             return self.space.from_unit(self.rng.random(len(self.space)))
-        x = np.array([reflect(v + 0.2 * z) for v, z in zip(self.current, self.rng.standard_normal(len(self.space)))])
+        steps = self.rng.standard_normal(len(self.space))
+        x = np.array([reflect(v + 0.2 * z) for v, z in zip(self.current, steps, strict=True)])
         return self.space.from_unit(x)
 
     def tell(self, number: int, params: dict[str, Any], value: float) -> None:

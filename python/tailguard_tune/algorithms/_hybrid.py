@@ -8,9 +8,9 @@ import math
 from typing import Any
 
 from ..space import Space
-from .base import AskTellSampler
-from .dds import DDSSampler
-from .skopt_bo import SkoptSampler
+from ._base import AskTellSampler
+from ._dds import DDSSampler
+from ._skopt import GPSampler
 
 
 class HybridSampler(AskTellSampler):
@@ -26,13 +26,16 @@ class HybridSampler(AskTellSampler):
     seeds 0-19: the 6-parameter reduced space went from 56.3 to 57.1 % (worst seed 52.2 to
     56.7 %), all 32 parameters from 56.8 to 57.05 %."""
 
-    def __init__(self, space: Space, seed: int | None, budget: int, dds_trials: int | None = None, seeds: int = 5):
-        super().__init__(space, seed)
+    def __init__(
+        self, space: Space, *, seed: int | None, budget: int, dds_trials: int | None = None, seeds: int = 5
+    ) -> None:
+        super().__init__(space, seed=seed)
         default = max(2, min(budget // 2, math.ceil(len(space) / 2)))
+        self.budget = budget
         self.dds_trials = dds_trials if dds_trials is not None else default
-        self.dds = DDSSampler(space, seed, self.dds_trials)
+        self.dds = DDSSampler(space, seed=seed, budget=self.dds_trials)
         self.seeds = seeds
-        self.bo: SkoptSampler | None = None
+        self.bo: GPSampler | None = None
         self.history: list[tuple[float, int, dict[str, Any]]] = []
         self.asked = 0
 
@@ -41,7 +44,8 @@ class HybridSampler(AskTellSampler):
         if self.asked <= self.dds_trials:
             return self.dds.ask(number)
         if self.bo is None:
-            self.bo = SkoptSampler(self.space, self.seed, "GP", n_initial=1, acq_func="LCB")
+            bo_budget = self.budget - self.dds_trials
+            self.bo = GPSampler(self.space, seed=self.seed, budget=bo_budget, n_initial=1, acq_func="LCB")
             for value, n, params in sorted(self.history, key=lambda h: (h[0], h[1]))[: self.seeds]:
                 self.bo.tell(n, params, value)
         return self.bo.ask(number)

@@ -3,23 +3,24 @@ cube of the space."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import nevergrad as ng
 import numpy as np
 
 from ..space import Space
-from .base import AskTellSampler
+from ._base import AskTellSampler
 
 
-class NevergradSampler(AskTellSampler):
-    """Any nevergrad optimizer by registry name (`PSO` for pso)."""
+class PSOSampler(AskTellSampler):
+    """nevergrad's PSO, its particles in the unit cube of the space."""
 
-    def __init__(self, space: Space, seed: int | None, budget: int, name: str = "PSO") -> None:
-        super().__init__(space, seed)
+    def __init__(self, space: Space, *, seed: int | None, budget: int) -> None:
+        super().__init__(space, seed=seed)
         param = ng.p.Array(shape=(len(space),), lower=0.0, upper=1.0)
         param.random_state = np.random.RandomState(seed)
-        self.optimizer = ng.optimizers.registry[name](parametrization=param, budget=max(budget, 1), num_workers=1)
+        self.optimizer = ng.optimizers.registry["PSO"](parametrization=param, budget=max(budget, 1), num_workers=1)
         self._asked: dict[int, Any] = {}
 
     def ask(self, number: int) -> dict[str, Any]:
@@ -31,7 +32,5 @@ class NevergradSampler(AskTellSampler):
         candidate = self._asked.pop(number, None)
         if candidate is None:
             candidate = self.optimizer.parametrization.spawn_child(new_value=np.array(self.space.to_unit(params)))
-        try:
+        with contextlib.suppress(ng.errors.TellNotAskedNotSupportedError):  # it learns from its own particles only
             self.optimizer.tell(candidate, value)
-        except ng.errors.TellNotAskedNotSupportedError:
-            pass  # this optimizer learns only from its own particles

@@ -6,54 +6,66 @@ forest) chooses each next configuration by an acquisition function, after `n_ini
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, ClassVar
 
 from skopt import Optimizer
 from skopt.space import Categorical, Integer, Real
 
 from ..space import Param, Space
-from .base import AskTellSampler
+from ._base import AskTellSampler, initial_random
 
 
-def _dimension(p: Param):
+def _dimension(p: Param) -> Any:  # a skopt.space.Dimension
     if p.type == "categorical":
         return Categorical(list(p.labels()), name=p.path)
+    low, high = p.bounds()
     if p.type == "discrete":
         if p.step == 1:
-            return Integer(int(p.low), int(p.high), prior="log-uniform" if p.log else "uniform", name=p.path)
-        return Integer(0, (int(p.high) - int(p.low)) // p.step, name=p.path)  # step index
-    return Real(float(p.low), float(p.high), prior="log-uniform" if p.log else "uniform", name=p.path)
+            return Integer(int(low), int(high), prior="log-uniform" if p.log else "uniform", name=p.path)
+        return Integer(0, (int(high) - int(low)) // p.step, name=p.path)  # step index
+    return Real(float(low), float(high), prior="log-uniform" if p.log else "uniform", name=p.path)
 
 
 def _to_skopt(p: Param, stored: Any) -> Any:
     if p.type == "discrete" and p.step != 1:
-        return (int(stored) - int(p.low)) // p.step
+        return (int(stored) - int(p.bounds()[0])) // p.step
     return stored
 
 
 def _from_skopt(p: Param, x: Any) -> Any:
     if p.type == "discrete":
-        return int(p.low) + int(x) * p.step if p.step != 1 else int(x)
+        return int(p.bounds()[0]) + int(x) * p.step if p.step != 1 else int(x)
     if p.type == "continuous":
         return float(x)
     return x
 
 
 class SkoptSampler(AskTellSampler):
-    """`base_estimator` is skopt's: "GP", "GBRT" or "RF"; `acq_func` its acquisition function
-    ("gp_hedge", skopt's default, picks among EI, PI and LCB each step)."""
+    """A subclass names skopt's `base_estimator`: "GP", "GBRT" or "RF". `n_initial` random
+    configurations (default: `initial_random(budget)`) come before the model; `acq_func` is the
+    acquisition function ("gp_hedge", skopt's default, picks among EI, PI and LCB each step)."""
+
+    base_estimator: ClassVar[str]
 
     def __init__(
-        self, space: Space, seed: int | None, base_estimator: str, n_initial: int, acq_func: str = "gp_hedge"
+        self,
+        space: Space,
+        *,
+        seed: int | None,
+        budget: int,
+        n_initial: int | None = None,
+        acq_func: str = "gp_hedge",
     ) -> None:
-        super().__init__(space, seed)
+        super().__init__(space, seed=seed)
+        if n_initial is None:
+            n_initial = initial_random(budget)
         # The acquisition is maximised over 10,000 random points of the whole space, not by L-BFGS
         # from the best points so far (skopt's default for a GP): with 32 dimensions and a handful
         # of points, L-BFGS stayed next to the seeds and the hybrid stalled near the defaults on
         # some seeds (docs/tune.md, "Measured").
         self.optimizer = Optimizer(
             [_dimension(p) for p in space.params],
-            base_estimator=base_estimator,
+            base_estimator=self.base_estimator,
             n_initial_points=max(1, n_initial),
             random_state=seed,
             acq_func=acq_func,
@@ -64,10 +76,28 @@ class SkoptSampler(AskTellSampler):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # skopt warns when it proposes a point twice
             x = self.optimizer.ask()
-        return {p.path: _from_skopt(p, v) for p, v in zip(self.space.params, x)}
+        return {p.path: _from_skopt(p, v) for p, v in zip(self.space.params, x, strict=True)}
 
     def tell(self, number: int, params: dict[str, Any], value: float) -> None:
         x = [_to_skopt(p, params[p.path]) for p in self.space.params]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self.optimizer.tell(x, value)
+
+
+class GPSampler(SkoptSampler):
+    """BO GP: a Gaussian process."""
+
+    base_estimator = "GP"
+
+
+class GBRTSampler(SkoptSampler):
+    """BO GBRT: gradient-boosted regression trees."""
+
+    base_estimator = "GBRT"
+
+
+class RFSampler(SkoptSampler):
+    """BO RF: a random forest."""
+
+    base_estimator = "RF"

@@ -15,9 +15,12 @@ import math
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ..space import Space
-from .base import AskTellSampler
+from ._base import AskTellSampler
+
+Point = npt.NDArray[np.float64]  # a point of the unit cube
 
 
 def reflect(x: float) -> float:
@@ -44,11 +47,11 @@ class DDS:
 
     def __init__(self, dim: int, budget: int, rng: np.random.Generator, r: float = 0.2) -> None:
         self.dim, self.budget, self.rng, self.r = dim, max(int(budget), 1), rng, r
-        self.best: np.ndarray | None = None
+        self.best: Point | None = None
         self.best_value = math.inf
         self.iteration = 0  # perturbations asked so far
 
-    def ask(self) -> np.ndarray:
+    def ask(self) -> Point:
         if self.best is None:
             # No point evaluated yet (no defaults given): start from a uniform random one.
             return self.rng.random(self.dim)
@@ -63,7 +66,7 @@ class DDS:
             x[j] = reflect(x[j] + self.r * steps[j])
         return x
 
-    def tell(self, x: np.ndarray, value: float) -> None:
+    def tell(self, x: Point, value: float) -> None:
         if value <= self.best_value:
             self.best, self.best_value = np.asarray(x, dtype=float).copy(), value
 
@@ -72,8 +75,8 @@ class DDSSampler(AskTellSampler):
     """DDS as an Optuna sampler. It starts from the first point told (the experiment file's
     defaults, which the tuner evaluates first), as DDS starts from the user's initial solution."""
 
-    def __init__(self, space: Space, seed: int | None, budget: int, r: float = 0.2) -> None:
-        super().__init__(space, seed)
+    def __init__(self, space: Space, *, seed: int | None, budget: int, r: float = 0.2) -> None:
+        super().__init__(space, seed=seed)
         self.dds = DDS(len(space), budget, np.random.default_rng(seed), r)
 
     def ask(self, number: int) -> dict[str, Any]:

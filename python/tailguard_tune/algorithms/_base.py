@@ -2,7 +2,7 @@
 asked, told and stored through an Optuna study (and its storage: SQLite, or PostgreSQL shared by
 several machines).
 
-Algorithms that Optuna implements are its samplers as they are. Algorithms from other libraries
+Algorithms that Optuna implements are its samplers (`_optuna.py`). Algorithms from other libraries
 (scikit-optimize, nevergrad) and our own (DDS, SA) are ask/tell optimizers over the whole
 configuration; `AskTellSampler` adapts them: each new trial asks the optimizer for a complete
 configuration (Optuna's "relative" sampling), and before asking, every finished trial the
@@ -11,50 +11,58 @@ optimizer has not yet seen is told to it, its own or another worker's.
 
 from __future__ import annotations
 
+import abc
+import math
 from typing import Any
 
 import optuna
+from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from ..space import Space
 
 
 class AskTellSampler(optuna.samplers.BaseSampler):
-    """Adapts an ask/tell optimizer over `space` to Optuna's sampler interface."""
+    """Adapts an ask/tell optimizer over `space` to Optuna's sampler interface (an `abc.ABC`: a
+    subclass implements `ask` and `tell`)."""
 
-    def __init__(self, space: Space, seed: int | None) -> None:
+    def __init__(self, space: Space, *, seed: int | None) -> None:
         self.space = space
         self.seed = seed
         self._told: set[int] = set()
         self._fallback = optuna.samplers.RandomSampler(seed=seed)
 
     # -- what a subclass provides -------------------------------------------------------------
+    @abc.abstractmethod
     def ask(self, number: int) -> dict[str, Any]:
         """The next configuration to evaluate, as stored values by path; `number` is the trial's."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def tell(self, number: int, params: dict[str, Any], value: float) -> None:
         """The objective of a finished trial (one this optimizer asked for, or any other)."""
-        raise NotImplementedError
 
     # -- Optuna's sampler interface -----------------------------------------------------------
-    def infer_relative_search_space(self, study, trial) -> dict:
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
         return self.space.distributions()
 
-    def sample_relative(self, study, trial: FrozenTrial, search_space: dict) -> dict[str, Any]:
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
         if not search_space:
             return {}
         self._catch_up(study)
         return self.ask(trial.number)
 
-    def sample_independent(self, study, trial, param_name, param_distribution):
+    def sample_independent(
+        self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> Any:
         # Only reached for a parameter outside the space; never in the tuner's own loop.
         return self._fallback.sample_independent(study, trial, param_name, param_distribution)
 
     def reseed_rng(self) -> None:  # the tuner runs one sampler per process; keep the seeded stream
         pass
 
-    def _catch_up(self, study) -> None:
+    def _catch_up(self, study: optuna.Study) -> None:
         names = set(self.space.names())
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             if t.number in self._told:
@@ -62,3 +70,20 @@ class AskTellSampler(optuna.samplers.BaseSampler):
             self._told.add(t.number)
             if set(t.params) == names and t.value is not None:
                 self.tell(t.number, dict(t.params), float(t.value))
+
+
+# -- shares of the budget ----------------------------------------------------------------------
+def initial_random(budget: int) -> int:
+    """Random configurations the model-based algorithms try before their model (a third of the budget)."""
+    return max(3, budget // 3)
+
+
+def tpe_startup(budget: int, dim: int) -> int:
+    """TPE's startup trials (Optuna counts the defaults' trial among them): a third of the budget,
+    but no more than one per two dimensions of the space. The random start is there to spread
+    points along every dimension before the Parzen estimators split good from bad; a small space
+    needs fewer, and the trials it does not need are better spent on the model. On examples/tune
+    at budget 15 (mean p95 improvement, seeds 0-19): in the 6-parameter reduced space 3 startup
+    trials give 57.25 % against 57.12 % for 5; in the 32-parameter space (seeds 0-9) 5 give 57.28 %
+    against 57.15 % for 3 (docs/tune.md, "Dimensionality reduction")."""
+    return max(2, min(initial_random(budget), math.ceil(dim / 2)))
