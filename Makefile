@@ -37,8 +37,8 @@ test: build
 lint: python
 	$(CARGO) clippy --release --locked --workspace --all-targets -- -D warnings
 	$(CARGO) fmt --all --check
-	$(VENV)/bin/ruff check python
-	$(VENV)/bin/ruff format --check python
+	$(VENV)/bin/ruff check python scripts
+	$(VENV)/bin/ruff format --check python scripts
 	cd python && ../$(VENV)/bin/mypy
 
 bench: build

@@ -54,21 +54,35 @@ def bloc(results: dict) -> str:
         rows = []
         for variant, r in runs.items():
             lat = r["latency_ms"]
-            rows.append([variant, ms(lat["p10"]), ms(lat["p50"]), ms(lat["p90"]), ms(lat["p99"]),
-                         ms(lat["p90"] - lat["p10"]), ms(lat["max"]), pct(r["success_rate"]),
-                         f"{r['extra_load']:.3f}"])
-        out.append(f"**{scenario}**\n\n" + table(
-            ["variant", "p10 ms", "p50 ms", "p90 ms", "p99 ms", "p90−p10 ms", "max ms", "success",
-             "extra load"], rows))
+            rows.append(
+                [
+                    variant,
+                    ms(lat["p10"]),
+                    ms(lat["p50"]),
+                    ms(lat["p90"]),
+                    ms(lat["p99"]),
+                    ms(lat["p90"] - lat["p10"]),
+                    ms(lat["max"]),
+                    pct(r["success_rate"]),
+                    f"{r['extra_load']:.3f}",
+                ]
+            )
+        out.append(
+            f"**{scenario}**\n\n"
+            + table(
+                ["variant", "p10 ms", "p50 ms", "p90 ms", "p99 ms", "p90−p10 ms", "max ms", "success", "extra load"],
+                rows,
+            )
+        )
     big, small = runs_of(results, "40x10"), runs_of(results, "1x10")
     spread = {s: r["least-request"]["latency_ms"] for s, r in (("40x10", big), ("1x10", small))}
-    widening = (spread["40x10"]["p90"] - spread["40x10"]["p10"]) / (
-        spread["1x10"]["p90"] - spread["1x10"]["p10"])
+    widening = (spread["40x10"]["p90"] - spread["40x10"]["p10"]) / (spread["1x10"]["p90"] - spread["1x10"]["p10"])
     p99 = {v: r["latency_ms"]["p99"] for v, r in big.items()}
     out.append(
         f"At 40x10 bloc's p99 is {p99['bloc'] / p99['least-request']:.3f} × least-request's and "
         f"{p99['bloc'] / p99['oracle']:.3f} × the oracle's; least-request's p90−p10 widens "
-        f"{widening:.1f} × from 1x10 to 40x10.")
+        f"{widening:.1f} × from 1x10 to 40x10."
+    )
     return "\n\n".join(out)
 
 
@@ -78,35 +92,65 @@ def timeouts(results: dict) -> str:
     rows = []
     for scenario in scenarios:
         runs = runs_of(results, scenario)
-        rows.append([scenario] + [
-            f"{runs[v]['timeouts_pct']:.2f} / {runs[v]['closeness_pct']:.1f} / "
-            f"{runs[v]['time_fraction']:.4f}" for v in variants])
+        rows.append(
+            [scenario]
+            + [
+                f"{runs[v]['timeouts_pct']:.2f} / {runs[v]['closeness_pct']:.1f} / {runs[v]['time_fraction']:.4f}"
+                for v in variants
+            ]
+        )
     tail = []
     for scenario in scenarios:
         runs = runs_of(results, scenario)
-        tail.append([scenario] + [
-            f"{ms(runs[v]['latency_ms']['p99'])} / {ms(runs[v]['latency_ms']['max'])} / "
-            f"{pct(runs[v]['success_rate'])}" for v in variants])
-    return ("Timeouts % / closeness % / time fraction (adaptive-timeouts.txt §5.2):\n\n"
-            + table(["scenario"] + variants, rows)
-            + "\n\np99 ms / max ms / success, as the user sees the request:\n\n"
-            + table(["scenario"] + variants, tail))
+        tail.append(
+            [scenario]
+            + [
+                f"{ms(runs[v]['latency_ms']['p99'])} / {ms(runs[v]['latency_ms']['max'])} / "
+                f"{pct(runs[v]['success_rate'])}"
+                for v in variants
+            ]
+        )
+    return (
+        "Timeouts % / closeness % / time fraction (adaptive-timeouts.txt §5.2):\n\n"
+        + table(["scenario", *variants], rows)
+        + "\n\np99 ms / max ms / success, as the user sees the request:\n\n"
+        + table(["scenario", *variants], tail)
+    )
 
 
 def latency_table(results: dict, scenario: str = "default") -> str:
     rows = []
     for variant, r in runs_of(results, scenario).items():
         lat = r["latency_ms"]
-        rows.append([variant, ms(lat["p50"]), ms(lat["p90"]), ms(lat["p99"]), ms(lat["p999"]),
-                     ms(lat["max"]), pct(r["success_rate"]), f"{r['throughput_rps']:.1f}",
-                     f"{r['extra_load']:.3f}"])
-    return table(["variant", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "success",
-                  "goodput req/s", "extra load"], rows)
+        rows.append(
+            [
+                variant,
+                ms(lat["p50"]),
+                ms(lat["p90"]),
+                ms(lat["p99"]),
+                ms(lat["p999"]),
+                ms(lat["max"]),
+                pct(r["success_rate"]),
+                f"{r['throughput_rps']:.1f}",
+                f"{r['extra_load']:.3f}",
+            ]
+        )
+    return table(
+        ["variant", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "success", "goodput req/s", "extra load"], rows
+    )
 
 
 def p95_table(results: dict) -> str:
-    rows = [[r["variant"], ms(r["latency_ms"]["p50"]), ms(r["latency_ms"]["p95"]),
-             ms(r["latency_ms"]["p99"]), pct(r["success_rate"])] for r in results["runs"]]
+    rows = [
+        [
+            r["variant"],
+            ms(r["latency_ms"]["p50"]),
+            ms(r["latency_ms"]["p95"]),
+            ms(r["latency_ms"]["p99"]),
+            pct(r["success_rate"]),
+        ]
+        for r in results["runs"]
+    ]
     return table(["variant", "p50 ms", "p95 ms", "p99 ms", "success"], rows)
 
 
@@ -115,7 +159,8 @@ def speculative(results: dict) -> str:
     none, spec = runs["none"]["latency_ms"], runs["speculative"]["latency_ms"]
     return latency_table(results) + (
         f"\n\nspeculative's p99.9 is {spec['p999'] / none['p999']:.2f} × no hedging's and its p99 "
-        f"{spec['p99'] / none['p99']:.2f} ×, at {runs['speculative']['extra_load']:.3f} extra load.")
+        f"{spec['p99'] / none['p99']:.2f} ×, at {runs['speculative']['extra_load']:.3f} extra load."
+    )
 
 
 @dataclass(frozen=True)
@@ -133,8 +178,7 @@ class Block:
 BLOCKS = [
     Block("bloc", ("sim", "examples/bloc.yaml"), bloc),
     Block("timeouts", ("sim", "examples/timeouts.yaml"), timeouts),
-    Block("speculative", ("sim", "examples/speculative.yaml"), speculative,
-          figure=(1, "speculative-tail.svg")),
+    Block("speculative", ("sim", "examples/speculative.yaml"), speculative, figure=(1, "speculative-tail.svg")),
     Block("case-for-timeouts", ("sim", "examples/case-for-timeouts.yaml"), latency_table),
     Block("triangle", ("sim", "examples/triangle.yaml"), latency_table),
     Block("sim-app", ("sim", "examples/tune/sim-app.yaml"), p95_table),
@@ -145,12 +189,17 @@ def render(block: Block, binary: Path, figures: bool) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         out, report = Path(tmp) / "results.json", Path(tmp) / "report.html"
         extra = ["--report", str(report)] if figures and block.figure else []
-        subprocess.run([str(binary), *block.args, "--json", str(out), *extra], cwd=ROOT,
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [str(binary), *block.args, "--json", str(out), *extra],
+            cwd=ROOT,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         results = json.loads(out.read_text())
         if extra and block.figure:
             index, name = block.figure
-            svg = re.findall(r"<svg.*?</svg>", report.read_text(), re.S)[index]
+            svg = re.findall(r"<svg.*?</svg>", report.read_text(), re.DOTALL)[index]
             (ROOT / "docs/img").mkdir(exist_ok=True)
             (ROOT / "docs/img" / name).write_text(svg + "\n")
     command = "tailguard " + " ".join(block.args)
@@ -160,8 +209,8 @@ def render(block: Block, binary: Path, figures: bool) -> str:
 def rebuild(text: str, binary: Path, figures: bool) -> str:
     for block in BLOCKS:
         pattern = re.compile(
-            rf"(<!-- generated: {re.escape(block.name)} -->\n).*?(<!-- end: {re.escape(block.name)} -->)",
-            re.S)
+            rf"(<!-- generated: {re.escape(block.name)} -->\n).*?(<!-- end: {re.escape(block.name)} -->)", re.DOTALL
+        )
         if not pattern.search(text):
             sys.exit(f"measured.py: no '<!-- generated: {block.name} -->' block in the document")
         body = render(block, binary, figures)
@@ -171,8 +220,7 @@ def rebuild(text: str, binary: Path, figures: bool) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true",
-                        help="fail if a table differs from what the commands give")
+    parser.add_argument("--check", action="store_true", help="fail if a table differs from what the commands give")
     parser.add_argument("--bin", type=Path, default=ROOT / "target/release/tailguard")
     parser.add_argument("--doc", type=Path, default=ROOT / "docs/measured.md")
     args = parser.parse_args()
@@ -182,8 +230,9 @@ def main() -> int:
     new = rebuild(old, args.bin, figures=not args.check)
     if args.check:
         if old != new:
-            diff = difflib.unified_diff(old.splitlines(), new.splitlines(), str(args.doc),
-                                        "what the commands print now", lineterm="")
+            diff = difflib.unified_diff(
+                old.splitlines(), new.splitlines(), str(args.doc), "what the commands print now", lineterm=""
+            )
             print("\n".join(diff))
             print(f"{args.doc} is out of date: run scripts/measured.py", file=sys.stderr)
             return 1
