@@ -9,9 +9,9 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tailguard_load::LoadReport;
+use tailguard_model::results::{load_service, round, ProcessMemory, ReplicaLoad, RunResult, Series, TimeoutSeries};
 use tailguard_model::schema::Timeout;
 use tailguard_model::Run;
-use tailguard_model::results::{load_service, round, ProcessMemory, ReplicaLoad, RunResult, Series, TimeoutSeries};
 
 /// The interval of the time series and of the imbalance, as the simulator's.
 pub const INTERVAL: Duration = Duration::from_secs(1);
@@ -182,7 +182,10 @@ fn replica_load(run: &Run, sidecars: &[Sidecar], periodic: &[Snapshot]) -> Optio
     let replicas = (0..sidecars.len())
         .filter(|&i| sidecars[i].service == service)
         .map(|i| {
-            periodic.windows(2).map(|w| (accepted(&w[1].counts[i]) - accepted(&w[0].counts[i])).max(0.0) as u64).collect()
+            periodic
+                .windows(2)
+                .map(|w| (accepted(&w[1].counts[i]) - accepted(&w[0].counts[i])).max(0.0) as u64)
+                .collect()
         })
         .collect();
     Some(ReplicaLoad { service: service.to_string(), replicas })

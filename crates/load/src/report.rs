@@ -73,7 +73,6 @@ impl LoadReport {
         self.errors.get(&kind).copied().unwrap_or(0)
     }
 
-
     /// `succeeded / requests`.
     pub fn success_ratio(&self) -> f64 {
         ratio(self.succeeded as f64, self.requests as f64)

@@ -14,7 +14,9 @@ mod trace;
 mod world;
 
 /// The results schema and its maths live in the model crate, shared with the lab and `tailguard load`.
-pub use tailguard_model::results::{self, Latency, ProcessMemory, ReplicaLoad, Results, RunResult, Series, TimeoutSeries};
+pub use tailguard_model::results::{
+    self, Latency, ProcessMemory, ReplicaLoad, Results, RunResult, Series, TimeoutSeries,
+};
 pub use tailguard_trace::Trace;
 pub use trace::CLIENT as TRACE_CLIENT;
 

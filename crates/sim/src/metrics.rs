@@ -1,7 +1,9 @@
 //! Collects what a run measures and turns it into a [`RunResult`].
 
 use std::time::Duration;
-use tailguard_model::results::{imbalance, ratio, round, LatencyRecorder, ReplicaLoad, RunResult, Series, TimeoutSeries};
+use tailguard_model::results::{
+    imbalance, ratio, round, LatencyRecorder, ReplicaLoad, RunResult, Series, TimeoutSeries,
+};
 use tailguard_policy::Outcome;
 
 /// Counters and histograms of one run, fed by the world as requests and attempts end.

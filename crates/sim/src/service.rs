@@ -103,13 +103,6 @@ impl ServiceModel {
                 })
             })
             .collect::<Result<_, SimError>>()?;
-        Ok(ServiceModel {
-            workers: svc.workers,
-            fanout: svc.fanout,
-            plan,
-            edge_policy_base,
-            edge_callee,
-            replicas,
-        })
+        Ok(ServiceModel { workers: svc.workers, fanout: svc.fanout, plan, edge_policy_base, edge_callee, replicas })
     }
 }

@@ -3,7 +3,6 @@
 
 use crate::metrics::Metrics;
 use crate::queue::EventQueue;
-use tailguard_model::results::{load_service, RunResult};
 use crate::service::{EdgePolicy, Job, ServiceModel};
 use crate::slab::{Key, Slab};
 use crate::trace::Tracer;
@@ -12,6 +11,7 @@ use rand::{Rng as _, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use std::time::Duration;
 use tailguard_model::replica::{child_key, Fate};
+use tailguard_model::results::{load_service, RunResult};
 use tailguard_model::schema::{Arrival, Fanout};
 use tailguard_model::{build, Run};
 use tailguard_policy::call::{Action, Call, Ctx};
