@@ -56,10 +56,10 @@ pub fn closeness_note(runs: &[&RunResult]) -> Option<String> {
         .collect();
     (!far.is_empty()).then(|| {
         format!(
-            "closeness is the mean of (timeout − latency) / latency over attempts answered in time; above {} the \
+            "closeness is the mean of (timeout − latency) / latency over attempts answered in time; above {} % the \
              timeout was far above the latency it allowed, so a slow or hung callee would have been waited for that \
              long: {}.",
-            percent(FAR_CLOSENESS_PCT),
+            number(FAR_CLOSENESS_PCT),
             far.join("; ")
         )
     })
