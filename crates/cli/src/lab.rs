@@ -1,7 +1,6 @@
 //! `tailguard lab run` and `tailguard demo`: argument parsing, progress bars, the table and the
 //! files written; the lab itself is `tailguard_lab`.
 
-use crate::table;
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
@@ -9,6 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 use tailguard_lab::{traces, Cancel, Isolation, Observer, Options, Plan, RunResult, Tracing};
 use tailguard_model::{Dur, Experiment};
+use tailguard_report::table;
 
 /// `tailguard lab`'s subcommands.
 #[derive(clap::Subcommand)]
@@ -42,10 +42,10 @@ pub struct LabArgs {
     #[arg(long = "variant", value_name = "V")]
     variants: Vec<String>,
     /// Replace the workload's duration (e.g. 30s) for the load generator.
-    #[arg(long, value_parser = parse_dur)]
+    #[arg(long, value_parser = Dur::parse_duration)]
     duration: Option<Duration>,
     /// Replace the workload's warm-up (e.g. 5s) for the load generator.
-    #[arg(long, value_parser = parse_dur)]
+    #[arg(long, value_parser = Dur::parse_duration)]
     warmup: Option<Duration>,
     /// Write the collected traces (Jaeger JSON) here instead of DIR/traces.json.
     #[arg(long, value_name = "OUT", conflicts_with_all = ["otlp_endpoint", "no_traces"])]
@@ -66,10 +66,6 @@ pub struct LabArgs {
 enum IsolationArg {
     Loopback,
     Netns,
-}
-
-fn parse_dur(text: &str) -> Result<Duration, String> {
-    Dur::parse(text).map(Dur::get)
 }
 
 /// The default experiment, embedded so `tailguard demo` runs anywhere.

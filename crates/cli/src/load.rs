@@ -5,6 +5,7 @@ use anyhow::Context;
 use std::path::PathBuf;
 use std::time::Duration;
 use tailguard_load::{parse_method, LoadConfig, LoadReport, Shape, Stop, Target};
+use tailguard_model::Dur;
 
 /// Arguments of `tailguard load`.
 #[derive(clap::Args, Debug)]
@@ -23,22 +24,22 @@ pub struct LoadArgs {
     #[arg(long)]
     clients: Option<usize>,
     /// Closed loop: each client's pause between a response and its next request.
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = Dur::parse_duration, value_name = "DURATION")]
     think: Option<Duration>,
     /// Measure for this long, e.g. 10s, 500ms, 2m (default 10s unless --requests is given).
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = Dur::parse_duration)]
     duration: Option<Duration>,
     /// Stop after this many measured requests (with --duration: whichever comes first).
     #[arg(long)]
     requests: Option<u64>,
     /// Send load for this long first without recording it.
-    #[arg(long, value_parser = parse_duration, default_value = "0s")]
+    #[arg(long, value_parser = Dur::parse_duration, default_value = "0s")]
     warmup: Duration,
     /// The method of targets given without one.
     #[arg(long, default_value = "GET")]
     method: String,
     /// Each request's limit, from sending it to the end of its response.
-    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    #[arg(long, value_parser = Dur::parse_duration, default_value = "5s")]
     timeout: Duration,
     /// Speak HTTP/2 with prior knowledge (h2c) instead of HTTP/1.1.
     #[arg(long)]
@@ -104,22 +105,6 @@ fn write_json(report: &LoadReport, args: &LoadArgs, path: &PathBuf) -> anyhow::R
     Ok(())
 }
 
-/// A duration such as `10s`, `500ms`, `250us`, `2m` or `1.5s`.
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number.parse().map_err(|_| format!("{text:?}: expected a number with a unit, e.g. 10s"))?;
-    let seconds = match unit {
-        "us" | "µs" => value / 1e6,
-        "ms" => value / 1e3,
-        "s" => value,
-        "m" => value * 60.0,
-        "h" => value * 3600.0,
-        _ => return Err(format!("{text:?}: unknown unit {unit:?}; use us, ms, s, m or h")),
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,16 +119,6 @@ mod tests {
     fn parse(args: &[&str]) -> anyhow::Result<LoadConfig> {
         let cli = Cli::try_parse_from(std::iter::once("load").chain(args.iter().copied()))?;
         config(&cli.load)
-    }
-
-    #[test]
-    fn durations_take_units() {
-        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
-        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert!(parse_duration("10").unwrap_err().contains("unknown unit"));
-        assert!(parse_duration("s").unwrap_err().contains("expected a number"));
     }
 
     #[test]
@@ -163,5 +138,7 @@ mod tests {
         assert!(parse(&["http://127.0.0.1/", "--rate", "0"]).unwrap_err().to_string().contains("bad rate"));
         assert!(parse(&["http://127.0.0.1/", "--rate", "1", "--clients", "2"]).is_err());
         assert!(parse(&["http://127.0.0.1/", "--method", "G T"]).is_err());
+        let e = parse(&["http://127.0.0.1/", "--duration", "10"]).unwrap_err().to_string();
+        assert!(e.contains("without a unit"), "{e}");
     }
 }

@@ -7,7 +7,6 @@ mod proxy;
 mod report;
 mod serve;
 mod sim;
-mod table;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -2,8 +2,8 @@
 
 use anyhow::Context;
 use std::path::{Path, PathBuf};
+use tailguard_model::results::Results;
 use tailguard_report::render_html;
-use tailguard_sim::Results;
 
 /// Arguments of `tailguard report`.
 #[derive(clap::Args)]

@@ -1,11 +1,11 @@
 //! `tailguard sim`: load the file, simulate every scenario × variant, print and save results.
 
-use crate::table;
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use tailguard_model::Experiment;
+use tailguard_report::table;
 use tailguard_sim::{simulate_traced, Options, DEFAULT_TRACE_SAMPLE};
 
 /// Arguments of `tailguard sim`.

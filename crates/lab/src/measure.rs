@@ -9,14 +9,12 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tailguard_load::LoadReport;
+use tailguard_model::results::{load_service, round, ProcessMemory, ReplicaLoad, RunResult, Series, TimeoutSeries};
 use tailguard_model::schema::Timeout;
 use tailguard_model::Run;
-use tailguard_sim::{ProcessMemory, ReplicaLoad, RunResult, Series, TimeoutSeries};
 
 /// The interval of the time series and of the imbalance, as the simulator's.
 pub const INTERVAL: Duration = Duration::from_secs(1);
-/// The most CDF points kept (the tail above p99 is always kept whole).
-const CDF_POINTS: usize = 200;
 
 /// One sidecar whose counters are read.
 #[derive(Clone, Debug)]
@@ -106,7 +104,7 @@ pub fn result(
         result.duration_s = round(sending);
         result.throughput_rps = round(report.succeeded as f64 / sending);
     }
-    result.cdf = cdf(report);
+    result.cdf = report.latency.cdf();
     between_services(run, sidecars, periodic, last, &mut result);
     result.memory = with_in_flight(memory, sidecars, periodic, last);
     result
@@ -166,71 +164,31 @@ fn between_services(
     result.time_fraction = round(if answer > 0.0 { answered / answer } else { 0.0 });
     result.closeness_pct = round(if headroom_n > 0.0 { 100.0 * headroom / headroom_n } else { 0.0 });
     let load = replica_load(run, sidecars, periodic);
-    result.imbalance = round(load.as_ref().map_or(0.0, |l| imbalance(&l.replicas)));
+    result.imbalance = round(load.as_ref().map_or(0.0, ReplicaLoad::imbalance));
     let timeouts = timeout_series(run, sidecars, periodic);
     if load.is_some() || !timeouts.is_empty() {
         result.series = Some(Series { interval_s: INTERVAL.as_secs_f64(), replica_load: load, timeouts });
     }
 }
 
-/// Services called by another, or the entry service when none is (as the simulator chooses).
-fn called_services(run: &Run) -> Vec<String> {
-    let called: Vec<String> = run
-        .services
-        .keys()
-        .filter(|name| run.services.values().flat_map(|s| &s.calls).any(|c| c.count > 0 && &c.service == *name))
-        .cloned()
-        .collect();
-    if called.is_empty() {
-        vec![run.workload.target.clone()]
-    } else {
-        called
-    }
-}
-
-/// Requests arriving at each replica of the busiest called service (most arrivals; ties: the
-/// later in the file) per interval.
+/// Attempts each replica of the run's [`load_service`] accepted per interval: those that reached
+/// its sidecar's ingress less those the ingress refused with 429, as the simulator counts them.
 fn replica_load(run: &Run, sidecars: &[Sidecar], periodic: &[Snapshot]) -> Option<ReplicaLoad> {
     if periodic.len() < 2 {
         return None;
     }
-    let per_service = |service: &str| -> Vec<Vec<u64>> {
-        let index: Vec<usize> = (0..sidecars.len()).filter(|&i| sidecars[i].service == service).collect();
-        index
-            .iter()
-            .map(|&i| {
-                periodic
-                    .windows(2)
-                    .map(|w| (w[1].counts[i].ingress_requests - w[0].counts[i].ingress_requests).max(0.0) as u64)
-                    .collect()
-            })
-            .collect()
-    };
-    let total = |load: &Vec<Vec<u64>>| load.iter().flatten().sum::<u64>();
-    called_services(run)
-        .into_iter()
-        .map(|s| {
-            let load = per_service(&s);
-            (s, load)
-        })
-        .max_by_key(|(_, load)| total(load))
-        .map(|(service, replicas)| ReplicaLoad { service, replicas })
-}
-
-/// Mean over intervals of the population standard deviation of per-replica counts.
-pub fn imbalance(replicas: &[Vec<u64>]) -> f64 {
-    let intervals = replicas.first().map_or(0, Vec::len);
-    if intervals == 0 {
-        return 0.0;
-    }
-    let n = replicas.len() as f64;
-    let total: f64 = (0..intervals)
+    let service = load_service(run);
+    let accepted = |c: &Counts| c.ingress_requests - c.ingress_rejected;
+    let replicas = (0..sidecars.len())
+        .filter(|&i| sidecars[i].service == service)
         .map(|i| {
-            let mean = replicas.iter().map(|r| r[i] as f64).sum::<f64>() / n;
-            (replicas.iter().map(|r| (r[i] as f64 - mean).powi(2)).sum::<f64>() / n).sqrt()
+            periodic
+                .windows(2)
+                .map(|w| (accepted(&w[1].counts[i]) - accepted(&w[0].counts[i])).max(0.0) as u64)
+                .collect()
         })
-        .sum();
-    total / intervals as f64
+        .collect();
+    Some(ReplicaLoad { service: service.to_string(), replicas })
 }
 
 /// For each edge with a timeout policy: the mean over its callers of the latest timeout, and the
@@ -266,39 +224,6 @@ fn timeout_series(run: &Run, sidecars: &[Sidecar], periodic: &[Snapshot]) -> Vec
     out
 }
 
-/// The CDF of successful latencies from the load generator's HDR histogram: every recorded
-/// value's (ms, fraction at or below), thinned to about [`CDF_POINTS`] below p99.
-fn cdf(report: &LoadReport) -> Vec<[f64; 2]> {
-    let h = &report.histogram;
-    let total = h.len();
-    if total == 0 {
-        return Vec::new();
-    }
-    let mut points: Vec<[f64; 2]> = Vec::new();
-    let mut next = 0.0;
-    for v in h.iter_recorded() {
-        let fraction = v.quantile_iterated_to();
-        if fraction < 0.99 && fraction < next {
-            continue;
-        }
-        next = fraction + 0.99 / CDF_POINTS as f64;
-        let ms = round(h.lowest_equivalent(v.value_iterated_to()) as f64 / 1000.0);
-        match points.last_mut() {
-            Some(last) if last[0] >= ms => last[1] = round(fraction),
-            _ => points.push([ms, round(fraction)]),
-        }
-    }
-    if let Some(last) = points.last_mut() {
-        last[1] = 1.0;
-    }
-    points
-}
-
-/// Four decimals, as the simulator rounds.
-pub fn round(x: f64) -> f64 {
-    (x * 10_000.0).round() / 10_000.0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -326,8 +251,14 @@ mod tests {
             headroom_sum: 0.25 * count,
             headroom_count: count,
         };
-        let front = Counts { ingress_requests: 0.0, ingress_in_flight: 0.0, egress: [("back".to_string(), e)].into() };
-        let back = |n| Counts { ingress_requests: n, ingress_in_flight: n / 3.0, egress: Default::default() };
+        let front = Counts { egress: [("back".to_string(), e)].into(), ..Counts::default() };
+        // Each back replica also refused twice as many requests with 429: not load.
+        let back = |n: f64| Counts {
+            ingress_requests: 3.0 * n,
+            ingress_rejected: 2.0 * n,
+            ingress_in_flight: n / 3.0,
+            egress: Default::default(),
+        };
         Snapshot { counts: vec![front, back(ingress[0]), back(ingress[1])] }
     }
 
@@ -376,12 +307,5 @@ mod tests {
         let memory = with_in_flight(memory, &sidecars, &periodic, Some(&last));
         assert_eq!((memory[0].peak_in_flight, memory[0].mean_in_flight), (Some(5), Some(round(43.0 / 12.0))));
         assert_eq!((memory[1].peak_in_flight, memory[2].peak_in_flight), (None, None));
-    }
-
-    #[test]
-    fn imbalance_is_the_mean_per_interval_deviation() {
-        // Interval 0: [2, 0] → σ 1; interval 1: [0, 1] → σ 0.5 (the simulator's own test).
-        assert_eq!(imbalance(&[vec![2, 0], vec![0, 1]]), 0.75);
-        assert_eq!(imbalance(&[]), 0.0);
     }
 }

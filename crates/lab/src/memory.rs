@@ -82,7 +82,7 @@ impl Samples {
 
     /// One entry per process read at least once (in-flight counts are the measurer's to add).
     pub fn entries(&self) -> Vec<ProcessMemory> {
-        let mb = |kb: f64| crate::measure::round(kb / 1024.0);
+        let mb = |kb: f64| tailguard_model::results::round(kb / 1024.0);
         self.watched
             .iter()
             .zip(&self.sums)

@@ -71,6 +71,8 @@ pub struct EgressCounts {
 pub struct Counts {
     /// Requests that reached its ingress (admitted or not).
     pub ingress_requests: f64,
+    /// Those its ingress refused with 429 (admission control).
+    pub ingress_rejected: f64,
     /// Requests its application holds now (a gauge).
     pub ingress_in_flight: f64,
     pub egress: BTreeMap<String, EgressCounts>,
@@ -83,6 +85,10 @@ impl Counts {
         for s in samples {
             if s.name == "tailguard_ingress_requests_total" {
                 counts.ingress_requests = s.value;
+                continue;
+            }
+            if s.name == "tailguard_ingress_rejected_total" {
+                counts.ingress_rejected = s.value;
                 continue;
             }
             if s.name == "tailguard_ingress_in_flight" {
@@ -140,10 +146,11 @@ mod tests {
             tailguard_egress_timeout_headroom_sum{upstream=\"back\"} 2.5\n\
             tailguard_egress_timeout_headroom_count{upstream=\"back\"} 9\n\
             tailguard_ingress_requests_total 42\n\
+            tailguard_ingress_rejected_total 4\n\
             tailguard_ingress_in_flight 7\n\
             garbage\n";
         let counts = Counts::from_samples(&parse(text));
-        assert_eq!((counts.ingress_requests, counts.ingress_in_flight), (42.0, 7.0));
+        assert_eq!((counts.ingress_requests, counts.ingress_rejected, counts.ingress_in_flight), (42.0, 4.0, 7.0));
         let back = &counts.egress["back"];
         assert_eq!((back.requests, back.attempts, back.timeouts, back.extra), (10.0, 12.0, 1.0, 3.0));
         assert_eq!((back.attempt_seconds, back.attempt_count, back.timeout_seconds), (0.5, 5.0, 0.025));

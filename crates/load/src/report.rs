@@ -2,11 +2,10 @@
 //! vegeta's, and the results JSON of docs/results.md (mode "load").
 
 use crate::{ErrorKind, Outcome, Sample};
-use hdrhistogram::Histogram;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
-use tailguard_sim::{Latency, Results, RunResult};
+use tailguard_model::results::{ratio, round, Latency, LatencyRecorder, Results, RunResult};
 
 /// Everything a run measured. Only requests whose intended start followed the warm-up count.
 #[derive(Clone, Debug)]
@@ -23,8 +22,8 @@ pub struct LoadReport {
     pub statuses: BTreeMap<u16, u64>,
     /// Unsuccessful requests by kind (a 5xx or 429 counts here and under its status).
     pub errors: BTreeMap<ErrorKind, u64>,
-    /// Latencies of successful requests, in µs, 4 significant digits.
-    pub histogram: Histogram<u64>,
+    /// Latencies of successful requests (an HDR histogram, as the simulator keeps them).
+    pub latency: LatencyRecorder,
     /// From the end of the warm-up until the last measured request was due (open loop: the
     /// schedule's span; closed loop: until the last one was sent).
     pub sending: Duration,
@@ -32,7 +31,6 @@ pub struct LoadReport {
     pub total: Duration,
     /// Every measured request, in completion order, when the configuration asked to keep them.
     pub samples: Vec<Sample>,
-    latency_sum_us: f64,
 }
 
 impl LoadReport {
@@ -44,11 +42,10 @@ impl LoadReport {
             succeeded: 0,
             statuses: BTreeMap::new(),
             errors: BTreeMap::new(),
-            histogram: Histogram::new_with_bounds(1, 24 * 3600 * 1_000_000, 4).expect("valid bounds"),
+            latency: LatencyRecorder::new(),
             sending: Duration::ZERO,
             total: Duration::ZERO,
             samples: Vec::new(),
-            latency_sum_us: 0.0,
         }
     }
 
@@ -63,10 +60,8 @@ impl LoadReport {
             *self.errors.entry(kind).or_default() += 1;
         }
         if sample.outcome.is_success() {
-            let us = (sample.latency.as_micros() as u64).max(1);
             self.succeeded += 1;
-            self.latency_sum_us += us as f64;
-            self.histogram.saturating_record(us);
+            self.latency.record(sample.latency);
         }
         if keep {
             self.samples.push(sample);
@@ -76,26 +71,6 @@ impl LoadReport {
     /// Errors of one kind.
     pub fn errors_of(&self, kind: ErrorKind) -> u64 {
         self.errors.get(&kind).copied().unwrap_or(0)
-    }
-
-    /// The latency of successful requests at quantile `q` (0..=1): the lowest value of its
-    /// histogram bucket, as the simulator reports it.
-    pub fn quantile(&self, q: f64) -> Duration {
-        let h = &self.histogram;
-        if h.is_empty() {
-            return Duration::ZERO;
-        }
-        Duration::from_micros(h.lowest_equivalent(h.value_at_quantile(q)))
-    }
-
-    /// The mean latency of successful requests.
-    pub fn mean(&self) -> Duration {
-        Duration::from_secs_f64(ratio(self.latency_sum_us, self.succeeded as f64) / 1e6)
-    }
-
-    /// The largest latency of a successful request.
-    pub fn max(&self) -> Duration {
-        self.quantile(1.0)
     }
 
     /// `succeeded / requests`.
@@ -115,17 +90,7 @@ impl LoadReport {
 
     /// The percentiles the results JSON holds, in ms.
     pub fn latency_ms(&self) -> Latency {
-        let ms = |d: Duration| round(d.as_secs_f64() * 1000.0);
-        Latency {
-            p10: ms(self.quantile(0.10)),
-            p50: ms(self.quantile(0.50)),
-            p90: ms(self.quantile(0.90)),
-            p95: ms(self.quantile(0.95)),
-            p99: ms(self.quantile(0.99)),
-            p999: ms(self.quantile(0.999)),
-            max: ms(self.max()),
-            mean: round(ratio(self.latency_sum_us, self.succeeded as f64) / 1000.0),
-        }
+        self.latency.summary()
     }
 
     /// This run as one entry of the results JSON. A 429 counts as `rejected`, a timeout as
@@ -188,28 +153,15 @@ impl LoadReport {
     }
 
     fn latency_line(&self) -> String {
-        if self.histogram.is_empty() {
+        let l = &self.latency;
+        if l.is_empty() {
             return "- (no successful request)".to_string();
         }
-        let mut parts = vec![human(self.mean())];
-        parts.extend([0.5, 0.9, 0.95, 0.99, 0.999].map(|q| human(self.quantile(q))));
-        parts.push(human(self.max()));
+        let mut parts = vec![human(l.mean())];
+        parts.extend([0.5, 0.9, 0.95, 0.99, 0.999].map(|q| human(l.quantile(q))));
+        parts.push(human(l.max()));
         parts.join(", ")
     }
-}
-
-/// `a / b`, or 0 when `b` is 0.
-fn ratio(a: f64, b: f64) -> f64 {
-    if b > 0.0 {
-        a / b
-    } else {
-        0.0
-    }
-}
-
-/// Four decimals, as the simulator rounds.
-fn round(x: f64) -> f64 {
-    (x * 10_000.0).round() / 10_000.0
 }
 
 /// `key:count` pairs, or `-` when there are none.

@@ -50,6 +50,12 @@ impl Dur {
         parse(text, None)
     }
 
+    /// Parses `text` into a [`Duration`]: the parser of every command-line duration flag
+    /// (`value_parser = Dur::parse_duration`), so flags and files read durations alike.
+    pub fn parse_duration(text: &str) -> Result<Duration, String> {
+        parse(text, None).map(Dur::get)
+    }
+
     /// Parses `text`, reading a bare number as milliseconds (empirical data files).
     pub fn parse_or_ms(text: &str) -> Result<Dur, String> {
         parse(text, Some(1_000_000))
@@ -239,6 +245,12 @@ mod tests {
         assert!(Dur::parse("ms").is_err());
         assert!(Dur::parse("1.2.3s").is_err());
         assert!(Dur::parse("").is_err());
+    }
+
+    #[test]
+    fn command_line_flags_parse_as_files_do() {
+        assert_eq!(Dur::parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert!(Dur::parse_duration("10").unwrap_err().contains("without a unit"));
     }
 
     #[test]

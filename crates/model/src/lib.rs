@@ -18,6 +18,8 @@
 //!   policy core's objects; config left out takes each policy's defaults.
 //! - [`replica::ReplicaModel`]: what one replica does to the requests it receives (faults, work
 //!   time), shared by the simulator and `tailguard serve`.
+//! - [`results`]: the results-JSON schema ([`Results`], [`RunResult`]) and its maths, one
+//!   implementation for the simulator, the lab and the load generator.
 //! - [`Dur`]: a `Duration` written with a unit (`250ms`, `1.5s`); a bare number is an error.
 //! - [`ModelError`]: `FILE: PATH: what was wrong, what was expected`.
 
@@ -30,6 +32,7 @@ pub mod latency;
 pub mod overrides;
 pub mod real;
 pub mod replica;
+pub mod results;
 pub mod schema;
 pub mod validate;
 
@@ -39,4 +42,5 @@ pub use error::ModelError;
 pub use experiment::{Experiment, Run, DEFAULT_SCENARIO};
 pub use latency::LatencyCurve;
 pub use real::{Kind, Program};
+pub use results::{Latency, LatencyRecorder, ProcessMemory, ReplicaLoad, Results, RunResult, Series, TimeoutSeries};
 pub use schema::*;

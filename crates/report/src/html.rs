@@ -1,9 +1,10 @@
 //! The page: header, one section per scenario with its plots and tables, and the stylesheet.
 //! Every string that comes from the results JSON goes through [`escape`].
 
+use crate::format::{closeness_note, fraction, number, percent};
 use crate::{palette, plots};
 use std::fmt::Write as _;
-use tailguard_sim::{Results, RunResult};
+use tailguard_model::results::{ReplicaLoad, Results, RunResult, Series, TimeoutSeries};
 
 /// Makes `s` safe as HTML text and as a quoted attribute value.
 pub(crate) fn escape(s: &str) -> String {
@@ -126,8 +127,10 @@ impl Page {
         }
         percentile_table(out, runs, &color);
 
-        out.push_str("<h3>Outcomes</h3>\n");
+        out.push_str("<h3>Outcomes of the requests</h3>\n");
         outcome_table(out, runs, &color);
+        out.push_str("<h3>Calls between services</h3>\n");
+        between_services_table(out, runs, &color);
 
         replica_load(out, runs);
         timeouts(out, runs);
@@ -169,7 +172,7 @@ fn overview(out: &mut String, scenarios: &[(String, Vec<&RunResult>)], variants:
             let p99 = run.latency_ms.p99;
             let class = if best(p99, &p99s) { " class=\"best\"" } else { "" };
             let success = if run.success_rate < 0.99995 {
-                format!(" <span class=\"dim\">{:.2} %</span>", 100.0 * run.success_rate)
+                format!(" <span class=\"dim\">{}</span>", fraction(run.success_rate))
             } else {
                 String::new()
             };
@@ -243,55 +246,97 @@ fn percentile_table(out: &mut String, runs: &[&RunResult], color: &dyn Fn(&RunRe
     out.push_str("</table>\n");
 }
 
-/// Requests by outcome, success rate, throughput and extra load per variant.
+/// Requests by their outcome as the user saw it, success rate and throughput per variant.
 fn outcome_table(out: &mut String, runs: &[&RunResult], color: &dyn Fn(&RunResult) -> plotters::style::RGBColor) {
     out.push_str(
-        "<table>\n<tr><th>variant</th><th>requests</th><th>succeeded</th><th>rejected</th><th>timed out</th>\
-         <th>failed</th><th>success</th><th>throughput (req/s)</th><th>extra load</th><th>timeouts</th></tr>\n",
+        "<table>\n<tr><th>variant</th><th>requests</th><th>succeeded</th><th>rejected (429)</th>\
+         <th>requests timed out</th><th>failed</th><th>success</th><th>throughput (req/s)</th></tr>\n",
     );
     for run in runs {
         out.push_str("<tr>");
         out.push_str(&variant_cell(run, color));
         let _ = writeln!(
             out,
-            "<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2} %</td><td>{}</td>\
-             <td>{:.1} %</td><td>{:.2} %</td></tr>",
+            "<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             run.requests,
             run.succeeded,
             run.rejected,
             run.timed_out,
             run.failed,
-            100.0 * run.success_rate,
+            fraction(run.success_rate),
             number(run.throughput_rps),
-            100.0 * run.extra_load,
-            run.timeouts_pct,
         );
     }
     out.push_str("</table>\n");
 }
 
-/// Per-replica load of each run's busiest service, one plot per run.
+/// What happened between services per variant: attempts, the load retries and hedges added, the
+/// share of attempts that timed out (attempts, not requests: a retry may have made them good), time
+/// fraction, closeness and imbalance; a note explains a closeness far above the latency.
+fn between_services_table(
+    out: &mut String,
+    runs: &[&RunResult],
+    color: &dyn Fn(&RunResult) -> plotters::style::RGBColor,
+) {
+    if runs.iter().all(|r| r.attempts == 0) {
+        note(out, "No call between services was measured (tailguard load sees only its own requests).");
+        return;
+    }
+    out.push_str(
+        "<table>\n<tr><th>variant</th><th>attempts</th><th>extra load</th><th>attempt timeouts</th>\
+         <th>time fraction</th><th>closeness</th><th>imbalance</th></tr>\n",
+    );
+    for run in runs {
+        out.push_str("<tr>");
+        out.push_str(&variant_cell(run, color));
+        let _ = writeln!(
+            out,
+            "<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            run.attempts,
+            fraction(run.extra_load),
+            percent(run.timeouts_pct),
+            number(run.time_fraction),
+            percent(run.closeness_pct),
+            number(run.imbalance),
+        );
+    }
+    out.push_str("</table>\n");
+    if let Some(text) = closeness_note(runs) {
+        note(out, &text);
+    }
+}
+
+/// Per-replica load of the scenario's [`load_service`](crate::load_service), one plot per run;
+/// a run that reports another service (an older results file) is named in a note, not drawn.
 fn replica_load(out: &mut String, runs: &[&RunResult]) {
-    out.push_str("<h3>Load per replica over time</h3>\n");
-    let loads: Vec<(&RunResult, &tailguard_sim::ReplicaLoad, f64)> = runs
+    let Some(service) = crate::load_service(runs) else {
+        out.push_str("<h3>Load per replica over time</h3>\n");
+        note(out, "No per-replica load was recorded (the load generator and older results have none).");
+        return;
+    };
+    let _ = writeln!(out, "<h3>Load per replica of {} over time</h3>", escape(service));
+    let loads: Vec<(&RunResult, &ReplicaLoad, f64)> = runs
         .iter()
         .filter_map(|r| r.series.as_ref().and_then(|s| s.replica_load.as_ref().map(|l| (*r, l, interval(s)))))
         .collect();
-    if loads.is_empty() {
-        note(out, "No per-replica load was recorded (the load generator and older results have none).");
-        return;
-    }
-    let plotted: Vec<_> = loads.iter().filter(|(_, l, _)| l.replicas.len() >= 2).collect();
-    let single: Vec<String> = loads
+    let other: Vec<String> = loads
         .iter()
-        .filter(|(_, l, _)| l.replicas.len() < 2)
+        .filter(|(_, l, _)| l.service != service)
         .map(|(r, l, _)| format!("{} ({})", r.variant, l.service))
         .collect();
-    if !single.is_empty() {
+    if !other.is_empty() {
         note(
             out,
-            &format!("The busiest service has a single replica, so no balance to show, in: {}.", single.join(", ")),
+            &format!(
+                "Not drawn, as they report another service than {service} and would not compare: {}.",
+                other.join(", ")
+            ),
         );
+    }
+    let loads: Vec<_> = loads.into_iter().filter(|(_, l, _)| l.service == service).collect();
+    let plotted: Vec<_> = loads.iter().filter(|(_, l, _)| l.replicas.len() >= 2).collect();
+    if plotted.len() < loads.len() {
+        note(out, &format!("{service} has a single replica: there is no balance to show."));
     }
     if plotted.is_empty() {
         return;
@@ -302,7 +347,7 @@ fn replica_load(out: &mut String, runs: &[&RunResult]) {
     for (run, load, interval) in &plotted {
         let (svg, kind) = plots::replica_load(run, load, *interval, peak);
         let caption = format!(
-            "{}: attempts started at each replica of {} per {} s ({kind}); imbalance (mean σ across replicas) {}.",
+            "{}: attempts each replica of {} accepted per {} s ({kind}); imbalance (mean σ across replicas) {}.",
             run.variant,
             load.service,
             number(*interval),
@@ -315,7 +360,7 @@ fn replica_load(out: &mut String, runs: &[&RunResult]) {
 
 /// The timeout against the callee's latency, per timed edge of each run.
 fn timeouts(out: &mut String, runs: &[&RunResult]) {
-    let edges: Vec<(&RunResult, &tailguard_sim::TimeoutSeries, f64)> = runs
+    let edges: Vec<(&RunResult, &TimeoutSeries, f64)> = runs
         .iter()
         .filter_map(|r| r.series.as_ref().map(|s| (*r, s)))
         .flat_map(|(r, s)| s.timeouts.iter().map(move |t| (r, t, interval(s))))
@@ -327,12 +372,12 @@ fn timeouts(out: &mut String, runs: &[&RunResult]) {
     for (run, edge, interval) in edges {
         let caption = format!(
             "{}, edge {}: the mean timeout set and the mean latency of the answers, per {} s; \
-             {} % of attempts timed out, closeness {} %.",
+             attempt timeouts {}, closeness {}.",
             run.variant,
             edge.edge,
             number(interval),
-            number(run.timeouts_pct),
-            number(run.closeness_pct)
+            percent(run.timeouts_pct),
+            percent(run.closeness_pct)
         );
         figure(out, &plots::timeout(run, edge, interval), &caption);
     }
@@ -340,29 +385,12 @@ fn timeouts(out: &mut String, runs: &[&RunResult]) {
 }
 
 /// The series' interval, 1 s when a hand-edited file has a useless one.
-fn interval(series: &tailguard_sim::Series) -> f64 {
+fn interval(series: &Series) -> f64 {
     if series.interval_s.is_finite() && series.interval_s > 0.0 {
         series.interval_s
     } else {
         1.0
     }
-}
-
-/// A number with at most 4 significant decimals, without trailing zeros.
-pub(crate) fn number(x: f64) -> String {
-    if !x.is_finite() {
-        return "–".to_string();
-    }
-    let digits = if x.abs() >= 100.0 {
-        1
-    } else if x.abs() >= 1.0 {
-        2
-    } else {
-        4
-    };
-    let s = format!("{x:.digits$}");
-    let s = if s.contains('.') { s.trim_end_matches('0').trim_end_matches('.') } else { &s };
-    s.to_string()
 }
 
 #[cfg(test)]
@@ -379,14 +407,5 @@ mod tests {
         assert!(best(1.0, &[1.0, 2.0, 1.5]));
         assert!(!best(1.0, &[1.0, 1.0]), "a tie of all is no best");
         assert!(!best(1.5, &[1.0, 1.5]));
-    }
-
-    #[test]
-    fn numbers_drop_trailing_zeros() {
-        assert_eq!(number(102.0), "102");
-        assert_eq!(number(2500.25), "2500.2");
-        assert_eq!(number(12.345), "12.35"); // rounds half to even on the binary value
-        assert_eq!(number(0.5), "0.5");
-        assert_eq!(number(f64::NAN), "–");
     }
 }

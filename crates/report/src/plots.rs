@@ -1,14 +1,14 @@
 //! The plots, each an SVG document drawn with plotters' SVG backend (no fonts needed: text stays
 //! text and the browser lays it out).
 
-use crate::html::number;
+use crate::format::number;
 use crate::palette;
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::error::Error;
-use tailguard_sim::{ReplicaLoad, RunResult, TimeoutSeries};
+use tailguard_model::results::{ReplicaLoad, RunResult, TimeoutSeries};
 
 /// Width and height of one plot in SVG pixels; the page scales it to half its width.
 const SIZE: (u32, u32) = (640, 400);

@@ -2,8 +2,8 @@
 
 mod common;
 
-use tailguard_report::{by_scenario, plot_count, render_html};
-use tailguard_sim::Results;
+use tailguard_model::results::{ReplicaLoad, Results, Series};
+use tailguard_report::{by_scenario, load_service, plot_count, render_html};
 
 fn svg_count(html: &str) -> usize {
     html.matches("<svg").count()
@@ -99,4 +99,53 @@ fn odd_but_valid_json_renders_without_panic() {
     }
     let html = render_html(&results);
     assert_eq!(svg_count(&html), 14);
+}
+
+#[test]
+fn every_variant_shows_the_load_of_the_same_service() {
+    let mut results = common::simulate_quick();
+    let groups = by_scenario(&results.runs);
+    assert!(groups.iter().all(|(_, runs)| load_service(runs) == Some("back")));
+    let html = render_html(&results);
+    assert_eq!(html.matches("<h3>Load per replica of back over time</h3>").count(), 2);
+    // An older file whose runs chose by their own traffic: one run reports the frontend instead.
+    let front = ReplicaLoad { service: "front".into(), replicas: vec![vec![5, 6]] };
+    results.runs[1].series.as_mut().unwrap().replica_load = Some(front);
+    let groups = by_scenario(&results.runs);
+    assert_eq!(load_service(&groups[0].1), Some("back"), "most runs report back");
+    assert_eq!(plot_count(&groups[0].1), 2 + 2 + 2, "the front panel is not drawn");
+    let html = render_html(&results);
+    assert!(html.contains(
+        "Not drawn, as they report another service than back and would not compare: least &lt;request&gt; (front)."
+    ));
+    // Ties go to the first run's service.
+    let load = |service: &str| {
+        Some(Series {
+            replica_load: Some(ReplicaLoad { service: service.into(), replicas: vec![] }),
+            ..Series::default()
+        })
+    };
+    let mut a = results.runs[0].clone();
+    let mut b = a.clone();
+    a.series = load("x");
+    b.series = load("y");
+    assert_eq!(load_service(&[&a, &b]), Some("x"));
+    assert_eq!(load_service(&[&b, &a]), Some("y"));
+}
+
+#[test]
+fn outcomes_tell_requests_from_attempts_and_explain_a_far_closeness() {
+    let mut results = common::simulate_quick();
+    let html = render_html(&results);
+    assert!(html.contains("<th>requests timed out</th>") && html.contains("<th>attempt timeouts</th>"));
+    assert!(!html.contains("<th>timeouts</th>") && !html.contains("<th>timed out</th>"));
+    // One percentage format throughout: success, extra load and attempt timeouts.
+    let run = &results.runs[0];
+    assert!(html.contains(&format!("<td>{:.2} %</td>", 100.0 * run.success_rate)));
+    assert!(html.contains(&format!("<td>{:.2} %</td><td>{:.2} %</td>", 100.0 * run.extra_load, run.timeouts_pct)));
+    assert!(!html.contains("closeness is the mean"), "no closeness is far above the latency");
+    results.runs[1].closeness_pct = 2894.012;
+    let html = render_html(&results);
+    assert!(html.contains("closeness is the mean of (timeout − latency) / latency"));
+    assert!(html.contains("three replicas / least &lt;request&gt;: 2894.01 % (29.94 times the latency)"));
 }

@@ -8,13 +8,15 @@
 
 mod metrics;
 mod queue;
-pub mod results;
 mod service;
 mod slab;
 mod trace;
 mod world;
 
-pub use results::{Latency, ProcessMemory, ReplicaLoad, Results, RunResult, Series, TimeoutSeries};
+/// The results schema and its maths live in the model crate, shared with the lab and `tailguard load`.
+pub use tailguard_model::results::{
+    self, Latency, ProcessMemory, ReplicaLoad, Results, RunResult, Series, TimeoutSeries,
+};
 pub use tailguard_trace::Trace;
 pub use trace::CLIENT as TRACE_CLIENT;
 

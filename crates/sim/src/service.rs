@@ -50,7 +50,6 @@ pub(crate) struct ServiceModel {
     pub(crate) edge_policy_base: Vec<usize>,
     pub(crate) edge_callee: Vec<u16>,
     pub(crate) replicas: Vec<Replica>,
-    pub(crate) called: bool,
 }
 
 pub(crate) struct Replica {
@@ -104,14 +103,6 @@ impl ServiceModel {
                 })
             })
             .collect::<Result<_, SimError>>()?;
-        Ok(ServiceModel {
-            workers: svc.workers,
-            fanout: svc.fanout,
-            plan,
-            edge_policy_base,
-            edge_callee,
-            replicas,
-            called: false,
-        })
+        Ok(ServiceModel { workers: svc.workers, fanout: svc.fanout, plan, edge_policy_base, edge_callee, replicas })
     }
 }

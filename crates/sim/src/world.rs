@@ -3,7 +3,6 @@
 
 use crate::metrics::Metrics;
 use crate::queue::EventQueue;
-use crate::results::RunResult;
 use crate::service::{EdgePolicy, Job, ServiceModel};
 use crate::slab::{Key, Slab};
 use crate::trace::Tracer;
@@ -12,6 +11,7 @@ use rand::{Rng as _, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use std::time::Duration;
 use tailguard_model::replica::{child_key, Fate};
+use tailguard_model::results::{load_service, RunResult};
 use tailguard_model::schema::{Arrival, Fanout};
 use tailguard_model::{build, Run};
 use tailguard_policy::call::{Action, Call, Ctx};
@@ -99,6 +99,8 @@ pub(crate) struct World {
     policy_rng: Pcg64Mcg,
     delay: Duration,
     target: u16,
+    /// The service whose per-replica load the results report.
+    load_service: usize,
     user_policy: usize,
     idempotent: bool,
     open_gap: Option<(f64, bool)>,
@@ -126,12 +128,6 @@ impl World {
         let mut services = Vec::new();
         for (i, svc) in run.services.values().enumerate() {
             services.push(ServiceModel::build(run, svc, seed, i, &index, &mut policies)?);
-        }
-        for s in 0..services.len() {
-            for e in 0..services[s].edge_callee.len() {
-                let callee = services[s].edge_callee[e] as usize;
-                services[callee].called = true;
-            }
         }
         let target = index(&w.target);
         let user_policy = policies.len();
@@ -163,6 +159,7 @@ impl World {
             policy_rng: Pcg64Mcg::seed_from_u64(seed.rotate_left(17) ^ 0xA5A5_A5A5),
             delay: run.network.delay.get(),
             target,
+            load_service: index(load_service(run)) as usize,
             user_policy,
             idempotent: w.idempotent,
             open_gap: w.open.as_ref().map(|o| (1.0 / o.rate, o.arrival == Arrival::Poisson)),
@@ -220,9 +217,8 @@ impl World {
         }
         let end = self.stopped_sending.unwrap_or(self.now);
         let measured = end.saturating_sub(self.warmup);
-        let called = self.called_services();
         let traces = self.tracer.take().map_or_else(Vec::new, |t| t.finish());
-        Ok((self.metrics.finish(scenario, variant, measured, &called), self.events_run, traces))
+        Ok((self.metrics.finish(scenario, variant, measured, self.load_service), self.events_run, traces))
     }
 
     fn handle(&mut self, event: Event) {
@@ -421,7 +417,6 @@ impl World {
         let (s, r) = (service as usize, replica as usize);
         let now = self.now;
         let sent = now - self.delay;
-        self.metrics.arrived(s, r, now);
         let refuse = |world: &mut World, outcome| {
             if let Some(t) = &mut world.tracer {
                 t.visit(call, attempt, s, replica, Err(outcome), now);
@@ -431,12 +426,16 @@ impl World {
             world.events.push(now + world.delay, event);
         };
         if self.services[s].replicas[r].model.is_down(now) {
+            // Accepted and answered with an error, as a lab replica's sidecar admits it and its
+            // `tailguard serve` answers 503: only a 429 is not load (docs/results.md, imbalance).
+            self.metrics.accepted(s, r, now);
             return refuse(self, Outcome::Unavailable);
         }
         let rep = &mut self.services[s].replicas[r];
         if !rep.admission.admit(now, rep.held) {
             return refuse(self, Outcome::Rejected);
         }
+        self.metrics.accepted(s, r, now);
         rep.held += 1;
         let arrival = rep.model.arrive_as(draws);
         let job = Job {
@@ -570,15 +569,5 @@ impl World {
     /// Measured user requests still waiting when the run ended: they never got an answer.
     fn count_unanswered_users(&self) -> usize {
         self.calls.values().filter(|state| matches!(state.owner, Owner::User { .. }) && state.measured).count()
-    }
-
-    /// Services called by another service, or the entry service when none is.
-    fn called_services(&self) -> Vec<usize> {
-        let called: Vec<usize> = (0..self.services.len()).filter(|&s| self.services[s].called).collect();
-        if called.is_empty() {
-            vec![self.target as usize]
-        } else {
-            called
-        }
     }
 }

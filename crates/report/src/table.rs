@@ -1,9 +1,13 @@
-//! The human-readable comparison table of a results document.
+//! The text comparison tables `tailguard sim` and `tailguard lab run` print, in the formats of
+//! [`crate::format`].
 
+use crate::format::{closeness_note, fraction, number, percent};
 use std::fmt::Write;
-use tailguard_sim::Results;
+use tailguard_model::results::{Results, RunResult};
 
-/// One line per run, grouped by scenario.
+/// One line per run, grouped by scenario, then a note for any closeness far above the latency.
+/// "requests timed out" counts requests; "attempt timeouts" is the share of attempts between
+/// services that timed out, which retries and hedges may have made good.
 pub fn render(results: &Results) -> String {
     let mut out = String::new();
     let header = [
@@ -11,13 +15,14 @@ pub fn render(results: &Results) -> String {
         "variant",
         "requests",
         "success",
+        "requests timed out",
         "p10 ms",
         "p50 ms",
         "p90 ms",
         "p99 ms",
         "p99.9 ms",
-        "extra",
-        "timeouts",
+        "extra load",
+        "attempt timeouts",
         "time frac",
         "closeness",
         "imbalance",
@@ -29,20 +34,25 @@ pub fn render(results: &Results) -> String {
             r.scenario.clone(),
             r.variant.clone(),
             r.requests.to_string(),
-            format!("{:.2}%", 100.0 * r.success_rate),
-            format!("{:.1}", l.p10),
-            format!("{:.1}", l.p50),
-            format!("{:.1}", l.p90),
-            format!("{:.1}", l.p99),
-            format!("{:.1}", l.p999),
-            format!("{:.3}", r.extra_load),
-            format!("{:.2}%", r.timeouts_pct),
-            format!("{:.3}", r.time_fraction),
-            format!("{:.1}%", r.closeness_pct),
-            format!("{:.2}", r.imbalance),
+            fraction(r.success_rate),
+            r.timed_out.to_string(),
+            number(l.p10),
+            number(l.p50),
+            number(l.p90),
+            number(l.p99),
+            number(l.p999),
+            fraction(r.extra_load),
+            percent(r.timeouts_pct),
+            number(r.time_fraction),
+            percent(r.closeness_pct),
+            number(r.imbalance),
         ]);
     }
     layout(&rows, 2, &mut out);
+    let runs: Vec<&RunResult> = results.runs.iter().collect();
+    if let Some(note) = closeness_note(&runs) {
+        let _ = writeln!(out, "\nnote: {note}");
+    }
     out
 }
 
@@ -86,7 +96,8 @@ pub fn memory(results: &Results) -> String {
 /// Aligns `rows` (the first is the header) in columns, the first `left` left-aligned and the
 /// rest right-aligned, with a blank line between scenarios.
 fn layout(rows: &[Vec<String>], left: usize, out: &mut String) {
-    let widths: Vec<usize> = (0..rows[0].len()).map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0)).collect();
+    let width = |cell: &str| cell.chars().count();
+    let widths: Vec<usize> = (0..rows[0].len()).map(|c| rows.iter().map(|r| width(&r[c])).max().unwrap_or(0)).collect();
     let mut last_scenario = String::new();
     for (i, row) in rows.iter().enumerate() {
         if i > 1 && row[0] != last_scenario {
@@ -95,10 +106,11 @@ fn layout(rows: &[Vec<String>], left: usize, out: &mut String) {
         last_scenario = row[0].clone();
         for (c, cell) in row.iter().enumerate() {
             let sep = if c + 1 == row.len() { "" } else { "  " };
+            let pad = " ".repeat(widths[c] - width(cell));
             if c < left {
-                let _ = write!(out, "{cell:<w$}{sep}", w = widths[c]);
+                let _ = write!(out, "{cell}{pad}{sep}");
             } else {
-                let _ = write!(out, "{cell:>w$}{sep}", w = widths[c]);
+                let _ = write!(out, "{pad}{cell}{sep}");
             }
         }
         out.push('\n');
@@ -108,7 +120,7 @@ fn layout(rows: &[Vec<String>], left: usize, out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tailguard_sim::{ProcessMemory, RunResult};
+    use tailguard_model::results::{Latency, ProcessMemory};
 
     #[test]
     fn memory_shows_the_largest_replica_per_service_and_nothing_for_the_simulator() {
@@ -138,5 +150,65 @@ mod tests {
         assert_eq!(lines[2].split_whitespace().collect::<Vec<_>>(), ["default", "v", "b", "5.0", "-", "1"]);
         results.runs[0].memory.clear();
         assert_eq!(memory(&results), "");
+    }
+
+    #[test]
+    fn each_kind_of_column_has_one_format_and_requests_are_told_from_attempts() {
+        let run = |variant: &str, timed_out, timeouts_pct, closeness_pct| RunResult {
+            scenario: "slow-increase".into(),
+            variant: variant.into(),
+            requests: 1000,
+            success_rate: 1.0,
+            timed_out,
+            extra_load: 0.5,
+            timeouts_pct,
+            closeness_pct,
+            latency_ms: Latency {
+                p10: 0.9123,
+                p50: 102.0,
+                p90: 12.5,
+                p99: 1500.25,
+                p999: 2000.0,
+                ..Latency::default()
+            },
+            ..RunResult::default()
+        };
+        let results = Results {
+            experiment: "e".into(),
+            mode: "sim".into(),
+            seed: 1,
+            runs: vec![run("exp-backoff", 0, 57.2833, 45.1423), run("timeout-3s", 3, 10.0, 2894.012)],
+        };
+        let text = render(&results);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].contains("requests timed out") && lines[0].contains("attempt timeouts"), "{text}");
+        let cells = |line: &str| {
+            line.split("  ").map(str::trim).filter(|c| !c.is_empty()).map(String::from).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            cells(lines[1]),
+            [
+                "slow-increase",
+                "exp-backoff",
+                "1000",
+                "100.00 %",
+                "0",
+                "0.9123",
+                "102",
+                "12.5",
+                "1500.2",
+                "2000",
+                "50.00 %",
+                "57.28 %",
+                "0",
+                "45.14 %",
+                "0"
+            ]
+        );
+        assert_eq!(cells(lines[2])[4], "3");
+        // The columns line up, and the far closeness gets its note.
+        assert_eq!(lines[1].chars().count(), lines[0].chars().count());
+        assert!(text.contains("note: closeness") && text.contains("slow-increase / timeout-3s: 2894.01 %"), "{text}");
+        assert!(!text.contains("exp-backoff: 45.14"), "{text}");
     }
 }
