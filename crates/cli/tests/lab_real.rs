@@ -1,6 +1,6 @@
 //! Real programs as nodes (docs/lab.md, "Real services"): Debian's nginx, redis-server and
 //! memcached started by the lab beside `tailguard serve`, reached by real calls, and stopped.
-//! Needs the three packages (.ci/run installs them).
+//! Needs the three packages (`make test` installs them: `make deps`, scripts/install-test-deps.sh).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
