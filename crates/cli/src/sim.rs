@@ -66,10 +66,10 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
 }
 
 fn simulate_and_report(experiment: &Experiment, args: &SimArgs) -> anyhow::Result<()> {
-    // Checked before simulating, so a mistyped path does not cost the run's results.
+    // Prepared before simulating, so a path that cannot be written does not cost the results.
     for (flag, out) in [("--json", &args.json), ("--traces", &args.traces), ("--report", &args.report)] {
         if let Some(out) = out {
-            check_output(flag, out)?;
+            crate::output::file(flag, out)?;
         }
     }
     let seed = args.seed.or(experiment.seed()).unwrap_or(1);
@@ -108,18 +108,6 @@ fn simulate_and_report(experiment: &Experiment, args: &SimArgs) -> anyhow::Resul
     }
     if let Some(out) = &args.report {
         crate::report::write(&results, out)?;
-    }
-    Ok(())
-}
-
-/// Whether `out` can be written as a file: its directory exists and it is not a directory itself.
-fn check_output(flag: &str, out: &Path) -> anyhow::Result<()> {
-    let dir = out.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    if !dir.is_dir() {
-        anyhow::bail!("{flag} {}: {} is not an existing directory", out.display(), dir.display());
-    }
-    if out.is_dir() {
-        anyhow::bail!("{flag} {}: is a directory, expected a file path", out.display());
     }
     Ok(())
 }

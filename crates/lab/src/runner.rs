@@ -79,14 +79,22 @@ impl Options {
 }
 
 /// Runs the selected scenarios × variants of `experiment` and returns their results (mode "lab"),
-/// in file order. Runs needing the oracle are skipped with a note. Every process started is
-/// stopped before this returns, whatever happens.
+/// in file order. Runs needing the oracle are skipped with a note; when that leaves nothing,
+/// [`LabError::NothingToRun`]. A failure or an interruption after some runs finished is
+/// [`LabError::Unfinished`], which carries their results (their traces are written). Every
+/// process started is stopped before this returns, whatever happens.
 pub fn run(experiment: &Experiment, options: &Options, observer: &dyn Observer) -> Result<Results, LabError> {
+    // Absolute once, here: a program given a prefix (nginx's -p and -c) would resolve a relative
+    // path against it a second time.
+    let out =
+        std::path::absolute(&options.out).map_err(|error| LabError::Write { path: options.out.clone(), error })?;
+    let options = &Options { out, ..options.clone() };
     let (scenarios, variants) = experiment.select(&options.scenarios, &options.variants)?;
     if options.isolation == Isolation::Netns {
         crate::netns::available()?;
     }
     let mut runs = Vec::new();
+    let mut skipped = Vec::new();
     for scenario in &scenarios {
         for variant in &variants {
             let mut run = experiment.resolve(scenario, variant, options.quick)?;
@@ -94,12 +102,16 @@ pub fn run(experiment: &Experiment, options: &Options, observer: &dyn Observer) 
                 observer.note(&format!(
                     "{scenario} / {variant}: skipped, its oracle balancer exists only in the simulator"
                 ));
+                skipped.push(format!("{scenario} / {variant}"));
                 continue;
             }
             run.workload.duration = options.duration.map(Into::into).or(run.workload.duration);
             run.workload.warmup = options.warmup.map(Into::into).unwrap_or(run.workload.warmup);
             runs.push(run);
         }
+    }
+    if runs.is_empty() {
+        return Err(LabError::NothingToRun { skipped });
     }
     let delay = runs.first().map_or(Duration::ZERO, |r| r.network.delay.get());
     if options.isolation == Isolation::Loopback && !delay.is_zero() {
@@ -114,16 +126,32 @@ pub fn run(experiment: &Experiment, options: &Options, observer: &dyn Observer) 
         .map_err(|e| LabError::Network(format!("cannot start the async runtime: {e}")))?;
     let mut results = Vec::new();
     let mut traces = Vec::new();
+    let mut stopped = None;
     let total = runs.len();
     for (i, run) in runs.iter().enumerate() {
-        if options.cancel.is_cancelled() {
-            return Err(LabError::Interrupted);
+        let outcome = if options.cancel.is_cancelled() {
+            Err(LabError::Interrupted)
+        } else {
+            observer.run_started(i, total, &run.scenario, &run.variant, run.horizon());
+            run_one(run, options, observer, &runtime, &mut traces)
+        };
+        match outcome {
+            Ok(result) => {
+                observer.run_finished(&result);
+                results.push(result);
+            }
+            Err(error) => {
+                stopped = Some(error);
+                break;
+            }
         }
-        observer.run_started(i, total, &run.scenario, &run.variant, run.horizon());
-        let result = run_one(run, options, observer, &runtime, &mut traces)?;
-        observer.run_finished(&result);
-        results.push(result);
     }
+    if results.is_empty() {
+        if let Some(error) = stopped {
+            return Err(error);
+        }
+    }
+    // The finished runs' traces, also when a later run failed or was interrupted.
     if let Tracing::Collect { out, .. } = &options.tracing {
         jaeger::write_file(&traces, out).map_err(|e| match e {
             JaegerError::Io { source, .. } => LabError::Write { path: out.clone(), error: source },
@@ -132,7 +160,16 @@ pub fn run(experiment: &Experiment, options: &Options, observer: &dyn Observer) 
             }
         })?;
     }
-    Ok(Results { experiment: experiment.file.name.clone(), mode: "lab".to_string(), seed: options.seed, runs: results })
+    let finished = Results {
+        experiment: experiment.file.name.clone(),
+        mode: "lab".to_string(),
+        seed: options.seed,
+        runs: results,
+    };
+    match stopped {
+        None => Ok(finished),
+        Some(error) => Err(LabError::Unfinished { finished: Box::new(finished), total, error: Box::new(error) }),
+    }
 }
 
 /// One scenario × variant: processes up, load, measurements, processes down; the run's traces
