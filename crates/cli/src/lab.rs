@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tailguard_lab::{traces, Cancel, Isolation, LabError, Observer, Options, Plan, Results, RunResult, Tracing};
 use tailguard_model::{Dur, Experiment};
+use tailguard_sim::DEFAULT_TRACE_SAMPLE;
 
 /// `tailguard lab`'s subcommands.
 #[derive(clap::Subcommand)]
@@ -54,9 +55,13 @@ pub struct LabArgs {
     /// instead of collecting them; no traces.json is written.
     #[arg(long, value_name = "URL", value_parser = traces::parse_endpoint, conflicts_with = "no_traces")]
     otlp_endpoint: Option<String>,
-    /// The fraction of requests traced (0 to 1).
-    #[arg(long, value_name = "RATIO", default_value_t = 1.0, value_parser = traces::parse_sample)]
-    trace_sample: f64,
+    /// Traces kept per run in traces.json: a uniform sample of the measured requests, as
+    /// `tailguard sim --trace-sample` keeps.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_TRACE_SAMPLE, conflicts_with_all = ["otlp_endpoint", "no_traces"])]
+    trace_sample: usize,
+    /// The fraction of requests the sidecars trace (0 to 1), for the lab's collector or --otlp-endpoint.
+    #[arg(long, value_name = "RATIO", default_value_t = 1.0, value_parser = traces::parse_ratio, conflicts_with = "no_traces")]
+    trace_ratio: f64,
     /// Trace nothing: the sidecars build no tracer.
     #[arg(long)]
     no_traces: bool,
@@ -115,11 +120,15 @@ pub fn run(command: LabCommand) -> anyhow::Result<()> {
     options.variants = args.variants;
     options.duration = args.duration;
     options.warmup = args.warmup;
-    let sample = args.trace_sample;
+    let ratio = args.trace_ratio;
     options.tracing = match (args.no_traces, args.otlp_endpoint, args.traces) {
         (true, _, _) => Tracing::Off,
-        (_, Some(endpoint), _) => Tracing::Export { endpoint, sample },
-        (_, None, out) => Tracing::Collect { out: out.unwrap_or_else(|| options.out.join("traces.json")), sample },
+        (_, Some(endpoint), _) => Tracing::Export { endpoint, ratio },
+        (_, None, out) => Tracing::Collect {
+            out: out.unwrap_or_else(|| options.out.join("traces.json")),
+            ratio,
+            per_run: args.trace_sample,
+        },
     };
     run_lab(&experiment, options, &outputs)
 }

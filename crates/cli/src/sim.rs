@@ -34,7 +34,8 @@ pub struct SimArgs {
     /// Write spans of sampled requests here as Jaeger JSON (docs/traces.md).
     #[arg(long, value_name = "OUT")]
     traces: Option<PathBuf>,
-    /// Requests traced per run with --traces.
+    /// Traces kept per run with --traces: a uniform sample of the measured requests (the lab's
+    /// --trace-sample means the same).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_TRACE_SAMPLE, requires = "traces")]
     trace_sample: usize,
     /// Write the HTML report (plots and tables, see docs/report.md) here.

@@ -174,8 +174,8 @@ fn the_lab_collects_one_trace_per_request_into_traces_json() {
         o.warmup = Some(Duration::ZERO);
     };
     let look = |o: &Options| {
-        let Tracing::Collect { out, sample } = &o.tracing else { panic!("collecting is the default: {o:?}") };
-        assert_eq!((out, *sample), (&o.out.join("traces.json"), 1.0));
+        let Tracing::Collect { out, ratio, per_run } = &o.tracing else { panic!("collecting is the default: {o:?}") };
+        assert_eq!((out, *ratio, *per_run), (&o.out.join("traces.json"), 1.0, 200));
         let yaml = std::fs::read_to_string(o.out.join("runs/default/plain/sidecar-back-0.yaml")).unwrap();
         assert!(yaml.contains("service_name: back"), "{yaml}");
         traces = jaeger::read_file(out).unwrap();
@@ -210,7 +210,7 @@ fn otlp_endpoint_sends_sampled_spans_elsewhere_and_writes_no_traces_json() {
     let tweak = |o: &mut Options| {
         o.variants = vec!["plain".into()];
         o.warmup = Some(Duration::ZERO);
-        o.tracing = Tracing::Export { endpoint: collector.endpoint(), sample: 0.5 };
+        o.tracing = Tracing::Export { endpoint: collector.endpoint(), ratio: 0.5 };
     };
     let look = |o: &Options| assert!(!o.out.join("traces.json").exists(), "no traces.json with an endpoint");
     run_and_look("otlp", &fixture("lab-two-tier.yaml"), &pids, tweak, look).unwrap();
@@ -343,4 +343,25 @@ fn ctrl_c_after_a_finished_run_saves_its_results_report_and_traces() {
     assert_eq!(traces.len(), 120, "every request of the finished run is traced");
     traces.iter().for_each(assert_tagged_with_the_run);
     std::fs::remove_dir_all(&out).unwrap();
+}
+
+#[test]
+fn trace_sample_keeps_n_measured_traces_per_run_as_the_simulator_does() {
+    let out = std::env::temp_dir().join(format!("tailguard-lab-test-trace-sample-{}", std::process::id()));
+    // The warm-up's requests are traced by the sidecars but not kept.
+    let args = ["--variant", "plain", "--warmup", "300ms", "--trace-sample", "7", "--out", out.to_str().unwrap()];
+    let run = lab_run(&fixture("lab-two-tier.yaml"), &args).output().unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let traces = jaeger::read_file(&out.join("traces.json")).unwrap();
+    assert_eq!(traces.len(), 7);
+    traces.iter().for_each(assert_two_tier_tree);
+    std::fs::remove_dir_all(&out).unwrap();
+
+    // A count, not a ratio; and nothing to keep when the spans go elsewhere.
+    let run = lab_run(&fixture("lab-two-tier.yaml"), &["--trace-sample", "0.5"]).output().unwrap();
+    assert_eq!(run.status.code(), Some(2), "{}", String::from_utf8_lossy(&run.stderr));
+    let elsewhere = ["--otlp-endpoint", "http://127.0.0.1:4318", "--trace-sample", "5"];
+    let run = lab_run(&fixture("lab-two-tier.yaml"), &elsewhere).output().unwrap();
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.code() == Some(2) && err.contains("--otlp-endpoint"), "{err}");
 }

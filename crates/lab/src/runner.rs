@@ -8,14 +8,14 @@ use crate::netns::Network;
 use crate::plan::{self, Isolation, Plan, ProxyFile, Replica, MAX_REPLICAS, MAX_SERVICES};
 use crate::process::Processes;
 use crate::real::{self, Probe};
-use crate::traces::{RunCollector, Tracing, CLIENT, FLUSH_GRACE};
+use crate::traces::{keep_measured, RunCollector, Tracing, CLIENT, FLUSH_GRACE};
 use crate::{Cancel, Observer};
 use rand::Rng;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tailguard_load::{LoadConfig, Shape, Stop, Target};
 use tailguard_model::schema::Arrival;
 use tailguard_model::{Experiment, Run};
@@ -59,7 +59,8 @@ impl Options {
     /// Defaults: loopback, not quick, every scenario and variant, 20 s to become ready, every
     /// request traced into `OUT/traces.json`.
     pub fn new(exe: PathBuf, file: PathBuf, out: PathBuf, seed: u64) -> Options {
-        let tracing = Tracing::Collect { out: out.join("traces.json"), sample: 1.0 };
+        let tracing =
+            Tracing::Collect { out: out.join("traces.json"), ratio: 1.0, per_run: tailguard_sim::DEFAULT_TRACE_SAMPLE };
         Options {
             exe,
             file,
@@ -217,6 +218,8 @@ fn run_one(
     let done = AtomicBool::new(false);
     let start = Instant::now();
     let warmup = run.workload.warmup.get();
+    // The traces' clock: the sidecars stamp spans with the wall clock.
+    let measured_from_us = (SystemTime::now() + warmup).duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
     let cancel = options.cancel.clone();
     let mut rss = memory::Samples::new(memory::watched(&plan, |name| processes.pid_of(name)));
     let (report, (periodic, last)) = std::thread::scope(|scope| {
@@ -244,7 +247,9 @@ fn run_one(
             observer
                 .note(&format!("{} / {}: {dropped} spans dropped (the collector was full)", run.scenario, run.variant));
         }
-        traces.extend(run_traces);
+        if let Tracing::Collect { per_run, .. } = options.tracing {
+            traces.extend(keep_measured(run_traces, measured_from_us, per_run, options.seed));
+        }
     }
     Ok(measure::result(run, &report, &sidecars, &periodic, last.as_ref(), rss.entries()))
 }
@@ -328,8 +333,8 @@ fn start(
         checks.push((checks.len(), health));
         Ok::<(), LabError>(())
     };
-    let traced = |file: ProxyFile, service: &str| match (endpoint, options.tracing.sample()) {
-        (Some(endpoint), Some(sample)) => file.traced(run, endpoint, service, sample),
+    let traced = |file: ProxyFile, service: &str| match (endpoint, options.tracing.ratio()) {
+        (Some(endpoint), Some(ratio)) => file.traced(run, endpoint, service, ratio),
         _ => file,
     };
     for r in &plan.replicas {
