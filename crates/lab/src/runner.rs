@@ -57,7 +57,7 @@ pub struct Options {
 
 impl Options {
     /// Defaults: loopback, not quick, every scenario and variant, 20 s to become ready, every
-    /// request traced into `OUT/traces.json`.
+    /// request traced and 200 of each run's measured requests kept in `OUT/traces.json`.
     pub fn new(exe: PathBuf, file: PathBuf, out: PathBuf, seed: u64) -> Options {
         let tracing =
             Tracing::Collect { out: out.join("traces.json"), ratio: 1.0, per_run: tailguard_sim::DEFAULT_TRACE_SAMPLE };

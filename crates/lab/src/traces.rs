@@ -48,8 +48,9 @@ impl Tracing {
 
 /// What the lab keeps of one run's collected traces, as `tailguard sim --trace-sample N` keeps
 /// the simulator's: at most `per_run` traces drawn uniformly at random (the `seed`'s stream) from
-/// the measured requests', those whose first span started at or after `measured_from_us` (the
-/// end of the warm-up, in microseconds since the Unix epoch). Ordered by trace id.
+/// the traces of measured requests, those whose first span started at or after
+/// `measured_from_us` (the end of the warm-up, in microseconds since the Unix epoch). Ordered by
+/// trace id.
 pub fn keep_measured(mut traces: Vec<Trace>, measured_from_us: u64, per_run: usize, seed: u64) -> Vec<Trace> {
     traces.retain(|t| t.spans.iter().map(|s| s.start_us).min().is_some_and(|start| start >= measured_from_us));
     // The collector's order depends on arrival; the draw should not.
