@@ -5,7 +5,7 @@ BIN := target/release/tailguard
 PYTHON ?= python3
 VENV := .venv
 
-.PHONY: build pgo python demo test lint bench clean
+.PHONY: build pgo python demo deps test lint bench clean
 
 build: python
 	$(CARGO) build --release --locked
@@ -27,8 +27,13 @@ $(VENV)/.installed: python/pyproject.toml python/constraints.txt
 demo: build
 	$(BIN) demo
 
+# The Debian packages the tests use (nginx, redis-server, memcached, chromium, postgresql, ...),
+# installed when missing; without root it names them and the command that installs them.
+deps:
+	scripts/install-test-deps.sh
+
 # Tests run in release mode: the simulator's reproduction tests simulate minutes of traffic.
-test: build
+test: deps build
 	$(CARGO) test --release --locked --workspace
 	$(VENV)/bin/python -m pytest -q python/tests
 	$(PYTHON) scripts/measured.py --check

@@ -1,6 +1,6 @@
 """Two tuner processes share one study in a real PostgreSQL server (docs/tune.md, "Storage and parallel
 workers"): a throwaway server started with initdb + pg_ctl on 127.0.0.1, stopped by pg_ctl (or its
-PID) at the end. Skipped only when PostgreSQL's server programs are not installed (.ci/run installs
+PID) at the end. Skipped only when PostgreSQL's server programs are not installed (`make test` installs
 Debian's `postgresql`)."""
 
 import csv

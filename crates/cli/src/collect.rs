@@ -18,6 +18,7 @@ pub struct CollectArgs {
 }
 
 pub fn run(args: CollectArgs) -> anyhow::Result<()> {
+    crate::output::file("--out", &args.out)?;
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     let traces = runtime.block_on(async {

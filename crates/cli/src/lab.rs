@@ -4,11 +4,12 @@
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tailguard_lab::{traces, Cancel, Isolation, Observer, Options, Plan, RunResult, Tracing};
+use tailguard_lab::{traces, Cancel, Isolation, LabError, Observer, Options, Plan, Results, RunResult, Tracing};
 use tailguard_model::{Dur, Experiment};
 use tailguard_report::table;
+use tailguard_sim::DEFAULT_TRACE_SAMPLE;
 
 /// `tailguard lab`'s subcommands.
 #[derive(clap::Subcommand)]
@@ -25,8 +26,8 @@ pub struct LabArgs {
     /// Apply the file's `quick` overrides (shorter runs).
     #[arg(long)]
     quick: bool,
-    /// Where results.json, the sidecar files and the process logs go
-    /// (default: lab-out/EXPERIMENT-TIMESTAMP).
+    /// Where results.json, report.html, traces.json, the sidecar files and the process logs go
+    /// (default: lab-out/EXPERIMENT-TIMESTAMP); refused when it holds an earlier run's results.json.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// loopback (no privileges, no network delay) or netns (a namespace per replica, tc netem delay; root).
@@ -54,9 +55,13 @@ pub struct LabArgs {
     /// instead of collecting them; no traces.json is written.
     #[arg(long, value_name = "URL", value_parser = traces::parse_endpoint, conflicts_with = "no_traces")]
     otlp_endpoint: Option<String>,
-    /// The fraction of requests traced (0 to 1).
-    #[arg(long, value_name = "RATIO", default_value_t = 1.0, value_parser = traces::parse_sample)]
-    trace_sample: f64,
+    /// Traces kept per run in traces.json: a uniform sample of the measured requests, as
+    /// `tailguard sim --trace-sample` keeps.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_TRACE_SAMPLE, conflicts_with_all = ["otlp_endpoint", "no_traces"])]
+    trace_sample: usize,
+    /// The fraction of requests the sidecars trace (0 to 1), for the lab's collector or --otlp-endpoint.
+    #[arg(long, value_name = "RATIO", default_value_t = 1.0, value_parser = traces::parse_ratio, conflicts_with = "no_traces")]
+    trace_ratio: f64,
     /// Trace nothing: the sidecars build no tracer.
     #[arg(long)]
     no_traces: bool,
@@ -77,17 +82,17 @@ pub struct DemoArgs {
     /// Run the simulator instead of the lab.
     #[arg(long)]
     sim: bool,
-    /// Simulator only: write the results JSON here.
+    /// Write the results JSON here (the lab's default: DIR/results.json).
     #[arg(long, value_name = "OUT")]
     json: Option<PathBuf>,
-    /// Simulator only: run the full-length experiment instead of the quick one.
-    #[arg(long)]
+    /// With --sim: run the full-length experiment instead of the quick one.
+    #[arg(long, requires = "sim")]
     full: bool,
-    /// Simulator only: write the HTML report here (the lab always writes one beside its results).
+    /// Write the HTML report here (the lab's default: DIR/report.html).
     #[arg(long, value_name = "PATH")]
     report: Option<PathBuf>,
-    /// Lab only: where the results go (default: lab-out/bloc-demo-TIMESTAMP).
-    #[arg(long, value_name = "DIR")]
+    /// Lab only: where the lab's files go (default: lab-out/bloc-demo-TIMESTAMP).
+    #[arg(long, value_name = "DIR", conflicts_with = "sim")]
     out: Option<PathBuf>,
 }
 
@@ -95,6 +100,10 @@ pub fn run(command: LabCommand) -> anyhow::Result<()> {
     let LabCommand::Run(args) = command;
     let experiment = Experiment::load(&args.file)?;
     let out = args.out.unwrap_or_else(|| default_out(&format!("{}-{}", experiment.file.name, timestamp())));
+    let outputs = Outputs::prepare(&out, None, None)?;
+    if let Some(traces) = &args.traces {
+        crate::output::file("--traces", traces)?;
+    }
     let isolation = match args.isolation {
         IsolationArg::Loopback => Isolation::Loopback,
         IsolationArg::Netns => Isolation::Netns,
@@ -107,13 +116,17 @@ pub fn run(command: LabCommand) -> anyhow::Result<()> {
     options.variants = args.variants;
     options.duration = args.duration;
     options.warmup = args.warmup;
-    let sample = args.trace_sample;
+    let ratio = args.trace_ratio;
     options.tracing = match (args.no_traces, args.otlp_endpoint, args.traces) {
         (true, _, _) => Tracing::Off,
-        (_, Some(endpoint), _) => Tracing::Export { endpoint, sample },
-        (_, None, out) => Tracing::Collect { out: out.unwrap_or_else(|| options.out.join("traces.json")), sample },
+        (_, Some(endpoint), _) => Tracing::Export { endpoint, ratio },
+        (_, None, out) => Tracing::Collect {
+            out: out.unwrap_or_else(|| options.out.join("traces.json")),
+            ratio,
+            per_run: args.trace_sample,
+        },
     };
-    run_lab(&experiment, options)
+    run_lab(&experiment, options, &outputs)
 }
 
 /// `tailguard demo`: the embedded BLOC file's 40x10 scenario in the lab (least-request, bloc and
@@ -123,7 +136,7 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<()> {
         return crate::sim::demo(DEFAULT_EXPERIMENT, args.json, args.full, args.report);
     }
     let out = args.out.unwrap_or_else(|| default_out(&format!("bloc-demo-{}", timestamp())));
-    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let outputs = Outputs::prepare(&out, args.json, args.report)?;
     // The processes read the file, so the embedded text is written out first.
     let file = out.join("bloc.yaml");
     std::fs::write(&file, DEFAULT_EXPERIMENT).with_context(|| format!("writing {}", file.display()))?;
@@ -135,12 +148,55 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<()> {
     options.variants = vec!["least-request".into(), "bloc".into(), "round-robin".into()];
     options.duration = Some(Duration::from_secs(30));
     options.warmup = Some(Duration::from_secs(5));
-    run_lab(&experiment, options)
+    run_lab(&experiment, options, &outputs)
 }
 
-fn run_lab(experiment: &Experiment, options: Options) -> anyhow::Result<()> {
+/// Where a lab run's results JSON and report go.
+struct Outputs {
+    json: PathBuf,
+    report: PathBuf,
+}
+
+impl Outputs {
+    /// Creates the output folder `out` and the folders of `json` and `report` (default:
+    /// results.json and report.html in `out`). An `out` that already holds a results.json is
+    /// refused: its sidecar files, logs and traces would be mixed with this run's.
+    fn prepare(out: &Path, json: Option<PathBuf>, report: Option<PathBuf>) -> anyhow::Result<Outputs> {
+        let earlier = out.join("results.json");
+        if earlier.exists() {
+            anyhow::bail!(
+                "--out {}: holds the results of an earlier run ({}); give another --out, or remove the folder",
+                out.display(),
+                earlier.display()
+            );
+        }
+        crate::output::folder("--out", out)?;
+        let json = json.unwrap_or(earlier);
+        let report = report.unwrap_or_else(|| out.join("report.html"));
+        crate::output::file("--json", &json)?;
+        crate::output::file("--report", &report)?;
+        Ok(Outputs { json, report })
+    }
+
+    /// Prints the table and writes the results JSON, the report and (said where) the traces.
+    fn save(&self, results: &Results, tracing: &Tracing) -> anyhow::Result<()> {
+        print!("{}{}", table::render(results), table::memory(results));
+        let json = &self.json;
+        std::fs::write(json, serde_json::to_string_pretty(results)? + "\n")
+            .with_context(|| format!("writing {}", json.display()))?;
+        println!("results: {}", json.display());
+        crate::report::write(results, &self.report)?;
+        match tracing {
+            Tracing::Collect { out, .. } => println!("traces: {}", out.display()),
+            Tracing::Export { endpoint, .. } => println!("traces: sent to {endpoint}"),
+            Tracing::Off => {}
+        }
+        Ok(())
+    }
+}
+
+fn run_lab(experiment: &Experiment, options: Options, outputs: &Outputs) -> anyhow::Result<()> {
     watch_signals(options.cancel.clone());
-    let out = options.out.clone();
     eprintln!(
         "lab: {} ({}{}, seed {}), output in {}",
         options.file.display(),
@@ -150,27 +206,26 @@ fn run_lab(experiment: &Experiment, options: Options) -> anyhow::Result<()> {
         },
         if options.quick { ", quick" } else { "" },
         options.seed,
-        out.display()
+        options.out.display()
     );
     let started = std::time::Instant::now();
     let progress = Progress::new();
     let results = tailguard_lab::run(experiment, &options, &progress);
     progress.bar.finish_and_clear();
-    let results = results?;
-    eprintln!("done in {:.1} s", started.elapsed().as_secs_f64());
-    print!("{}{}", table::render(&results), table::memory(&results));
-    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    let json = out.join("results.json");
-    std::fs::write(&json, serde_json::to_string_pretty(&results)? + "\n")
-        .with_context(|| format!("writing {}", json.display()))?;
-    println!("results: {}", json.display());
-    crate::report::write(&results, &out.join("report.html"))?;
-    match &options.tracing {
-        Tracing::Collect { out, .. } => println!("traces: {}", out.display()),
-        Tracing::Export { endpoint, .. } => println!("traces: sent to {endpoint}"),
-        Tracing::Off => {}
+    match results {
+        Ok(results) => {
+            eprintln!("done in {:.1} s", started.elapsed().as_secs_f64());
+            outputs.save(&results, &options.tracing)
+        }
+        // What finished is kept: an interrupted or failed run does not cost the earlier ones.
+        Err(LabError::Unfinished { finished, total, error }) => {
+            eprintln!("stopped after {} of {total} runs; saving the finished runs", finished.runs.len());
+            outputs.save(&finished, &options.tracing)?;
+            Err(anyhow::Error::from(*error)
+                .context(format!("only {} of {total} runs finished (saved above)", finished.runs.len())))
+        }
+        Err(error) => Err(error.into()),
     }
-    Ok(())
 }
 
 /// Ctrl-C or SIGTERM sets `cancel`: the lab then stops every process it started and returns.

@@ -64,6 +64,9 @@ pub struct LoadArgs {
 
 pub fn run(args: LoadArgs) -> anyhow::Result<()> {
     let config = config(&args)?;
+    if let Some(path) = &args.json {
+        crate::output::file("--json", path)?;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     let report = runtime.block_on(tailguard_load::run(config))?;
     print!("{}", report.summary());

@@ -3,6 +3,7 @@
 mod collect;
 mod lab;
 mod load;
+mod output;
 mod proxy;
 mod report;
 mod serve;

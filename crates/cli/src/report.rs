@@ -21,6 +21,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
     let results: Results = serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(&text))
         .with_context(|| format!("{} is not a tailguard results JSON", path.display()))?;
     let out = args.out.unwrap_or_else(|| path.with_file_name("report.html"));
+    crate::output::file("--out", &out)?;
     write(&results, &out)
 }
 

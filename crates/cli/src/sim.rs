@@ -34,7 +34,8 @@ pub struct SimArgs {
     /// Write spans of sampled requests here as Jaeger JSON (docs/traces.md).
     #[arg(long, value_name = "OUT")]
     traces: Option<PathBuf>,
-    /// Requests traced per run with --traces.
+    /// Traces kept per run with --traces: a uniform sample of the measured requests (the lab's
+    /// --trace-sample means the same).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_TRACE_SAMPLE, requires = "traces")]
     trace_sample: usize,
     /// Write the HTML report (plots and tables, see docs/report.md) here.
@@ -66,10 +67,10 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
 }
 
 fn simulate_and_report(experiment: &Experiment, args: &SimArgs) -> anyhow::Result<()> {
-    // Checked before simulating, so a mistyped path does not cost the run's results.
+    // Prepared before simulating, so a path that cannot be written does not cost the results.
     for (flag, out) in [("--json", &args.json), ("--traces", &args.traces), ("--report", &args.report)] {
         if let Some(out) = out {
-            check_output(flag, out)?;
+            crate::output::file(flag, out)?;
         }
     }
     let seed = args.seed.or(experiment.seed()).unwrap_or(1);
@@ -108,18 +109,6 @@ fn simulate_and_report(experiment: &Experiment, args: &SimArgs) -> anyhow::Resul
     }
     if let Some(out) = &args.report {
         crate::report::write(&results, out)?;
-    }
-    Ok(())
-}
-
-/// Whether `out` can be written as a file: its directory exists and it is not a directory itself.
-fn check_output(flag: &str, out: &Path) -> anyhow::Result<()> {
-    let dir = out.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    if !dir.is_dir() {
-        anyhow::bail!("{flag} {}: {} is not an existing directory", out.display(), dir.display());
-    }
-    if out.is_dir() {
-        anyhow::bail!("{flag} {}: is a directory, expected a file path", out.display());
     }
     Ok(())
 }

@@ -91,18 +91,45 @@ fn a_bad_file_is_an_error_naming_the_file_and_the_field() {
 }
 
 #[test]
-fn an_output_path_that_cannot_be_written_is_refused_before_simulating() {
+fn output_paths_get_their_missing_folders_and_a_directory_is_refused_before_simulating() {
     let dir = scratch("outputs");
-    std::fs::create_dir_all(&dir).unwrap();
-    let missing = dir.join("no-such-dir/r.json");
-    let run = tailguard(&["sim", &example("bloc.yaml"), "--json", missing.to_str().unwrap()]);
-    assert!(!run.status.success());
-    let err = String::from_utf8_lossy(&run.stderr);
-    assert!(err.contains("--json") && err.contains("no-such-dir is not an existing directory"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+    let (json, html) = (dir.join("new/deeper/spec.json"), dir.join("html/spec.html"));
+    let run = tailguard(&[
+        "sim",
+        &example("speculative.yaml"),
+        "--quick",
+        "--json",
+        json.to_str().unwrap(),
+        "--report",
+        html.to_str().unwrap(),
+    ]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(json.is_file() && html.is_file());
+    let again = dir.join("again/report.html");
+    let run = tailguard(&["report", json.to_str().unwrap(), "--out", again.to_str().unwrap()]);
+    assert!(run.status.success() && again.is_file(), "{}", String::from_utf8_lossy(&run.stderr));
+
     // Refused up front: nothing was simulated, so no table was printed.
-    assert!(run.stdout.is_empty() && !err.contains("simulating"), "{err}");
     let run = tailguard(&["sim", &example("bloc.yaml"), "--report", dir.to_str().unwrap()]);
-    assert!(String::from_utf8_lossy(&run.stderr).contains("is a directory, expected a file path"));
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success() && err.contains("is a directory, expected a file path"), "{err}");
+    assert!(run.stdout.is_empty() && !err.contains("simulating"), "{err}");
+    let under_a_file = json.join("r.json");
+    let run = tailguard(&["sim", &example("bloc.yaml"), "--json", under_a_file.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(err.contains(&format!("--json: cannot create the folder {}", json.display())), "{err}");
+    assert!(run.stdout.is_empty() && !err.contains("simulating"), "{err}");
+}
+
+#[test]
+fn demo_refuses_the_flags_of_the_other_path() {
+    for (args, flag) in [(&["demo", "--full"][..], "--sim"), (&["demo", "--sim", "--out", "x"][..], "--out")] {
+        let run = tailguard(args);
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(flag), "{args:?}: {err}");
+    }
 }
 
 #[test]

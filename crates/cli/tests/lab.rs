@@ -1,7 +1,9 @@
 //! The lab on real processes: `tailguard serve` and `tailguard proxy` started from this very
 //! binary, on loopback, for the two-service fixture (a few seconds per run).
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 use tailguard_lab::{Cancel, LabError, Observer, Options, Plan, Results, Tracing};
@@ -172,8 +174,8 @@ fn the_lab_collects_one_trace_per_request_into_traces_json() {
         o.warmup = Some(Duration::ZERO);
     };
     let look = |o: &Options| {
-        let Tracing::Collect { out, sample } = &o.tracing else { panic!("collecting is the default: {o:?}") };
-        assert_eq!((out, *sample), (&o.out.join("traces.json"), 1.0));
+        let Tracing::Collect { out, ratio, per_run } = &o.tracing else { panic!("collecting is the default: {o:?}") };
+        assert_eq!((out, *ratio, *per_run), (&o.out.join("traces.json"), 1.0, 200));
         let yaml = std::fs::read_to_string(o.out.join("runs/default/plain/sidecar-back-0.yaml")).unwrap();
         assert!(yaml.contains("service_name: back"), "{yaml}");
         traces = jaeger::read_file(out).unwrap();
@@ -208,7 +210,7 @@ fn otlp_endpoint_sends_sampled_spans_elsewhere_and_writes_no_traces_json() {
     let tweak = |o: &mut Options| {
         o.variants = vec!["plain".into()];
         o.warmup = Some(Duration::ZERO);
-        o.tracing = Tracing::Export { endpoint: collector.endpoint(), sample: 0.5 };
+        o.tracing = Tracing::Export { endpoint: collector.endpoint(), ratio: 0.5 };
     };
     let look = |o: &Options| assert!(!o.out.join("traces.json").exists(), "no traces.json with an endpoint");
     run_and_look("otlp", &fixture("lab-two-tier.yaml"), &pids, tweak, look).unwrap();
@@ -278,4 +280,88 @@ fn netns_isolation_runs_the_fixture_and_removes_its_namespaces() {
     let spaces = std::process::Command::new("ip").args(["netns", "list"]).output().unwrap().stdout;
     let spaces = String::from_utf8_lossy(&spaces);
     assert!(!spaces.lines().any(|l| l.starts_with("tg")), "namespaces left behind: {spaces}");
+}
+
+/// `tailguard lab run FILE ARGS...`, the binary as a user runs it.
+fn lab_run(file: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tailguard"));
+    command.args(["lab", "run"]).arg(file).args(args);
+    command
+}
+
+#[test]
+fn an_out_holding_earlier_results_and_a_selection_with_nothing_to_run_are_refused() {
+    let out = std::env::temp_dir().join(format!("tailguard-lab-test-refused-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("results.json"), "{}").unwrap();
+    let run = lab_run(&fixture("lab-two-tier.yaml"), &["--out", out.to_str().unwrap()]).output().unwrap();
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success() && err.contains("holds the results of an earlier run"), "{err}");
+    assert_eq!(std::fs::read_to_string(out.join("results.json")).unwrap(), "{}");
+
+    // Only the oracle, which the lab skips: nothing runs, and the message says why.
+    let bloc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/bloc.yaml");
+    let fresh = out.join("oracle");
+    let run = lab_run(&bloc, &["--quick", "--variant", "oracle", "--out", fresh.to_str().unwrap()]).output().unwrap();
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success(), "{err}");
+    assert!(
+        err.contains("error: nothing was run: 1x10 / oracle, 40x10 / oracle need the oracle balancer, which exists only in the simulator"),
+        "{err}"
+    );
+    assert!(!err.contains("cannot write") && !fresh.join("results.json").exists(), "{err}");
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
+#[test]
+fn ctrl_c_after_a_finished_run_saves_its_results_report_and_traces() {
+    let out = std::env::temp_dir().join(format!("tailguard-lab-test-ctrl-c-{}", std::process::id()));
+    // No warm-up: the load generator sends exactly the 120 measured requests of each run.
+    let mut child = lab_run(&fixture("lab-two-tier.yaml"), &["--warmup", "0s", "--out", out.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines().map(Result::unwrap);
+    // Without a terminal the lab prints a line per finished run.
+    let first = stderr.by_ref().find(|l| l.starts_with("  default / plain: ")).expect("the first run finishes");
+    assert!(first.contains("120 requests"), "{first}");
+    let kill = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    let rest: Vec<String> = stderr.collect();
+    let status = child.wait().unwrap();
+    let rest = rest.join("\n");
+    assert!(!status.success(), "{rest}");
+    assert!(rest.contains("stopped after 1 of 2 runs; saving the finished runs"), "{rest}");
+    assert!(rest.contains("error: only 1 of 2 runs finished (saved above): interrupted"), "{rest}");
+
+    let results: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
+    let runs = results["runs"].as_array().unwrap();
+    assert_eq!((runs.len(), &runs[0]["variant"], &runs[0]["requests"]), (1, &"plain".into(), &120.into()));
+    assert!(std::fs::read_to_string(out.join("report.html")).unwrap().contains("plain"));
+    let traces = jaeger::read_file(&out.join("traces.json")).unwrap();
+    assert_eq!(traces.len(), 120, "every request of the finished run is traced");
+    traces.iter().for_each(assert_tagged_with_the_run);
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
+#[test]
+fn trace_sample_keeps_n_measured_traces_per_run_as_the_simulator_does() {
+    let out = std::env::temp_dir().join(format!("tailguard-lab-test-trace-sample-{}", std::process::id()));
+    // The warm-up's requests are traced by the sidecars but not kept.
+    let args = ["--variant", "plain", "--warmup", "300ms", "--trace-sample", "7", "--out", out.to_str().unwrap()];
+    let run = lab_run(&fixture("lab-two-tier.yaml"), &args).output().unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let traces = jaeger::read_file(&out.join("traces.json")).unwrap();
+    assert_eq!(traces.len(), 7);
+    traces.iter().for_each(assert_two_tier_tree);
+    std::fs::remove_dir_all(&out).unwrap();
+
+    // A count, not a ratio; and nothing to keep when the spans go elsewhere.
+    let run = lab_run(&fixture("lab-two-tier.yaml"), &["--trace-sample", "0.5"]).output().unwrap();
+    assert_eq!(run.status.code(), Some(2), "{}", String::from_utf8_lossy(&run.stderr));
+    let elsewhere = ["--otlp-endpoint", "http://127.0.0.1:4318", "--trace-sample", "5"];
+    let run = lab_run(&fixture("lab-two-tier.yaml"), &elsewhere).output().unwrap();
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.code() == Some(2) && err.contains("--otlp-endpoint"), "{err}");
 }

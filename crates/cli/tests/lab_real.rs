@@ -1,10 +1,11 @@
 //! Real programs as nodes (docs/lab.md, "Real services"): Debian's nginx, redis-server and
 //! memcached started by the lab beside `tailguard serve`, reached by real calls, and stopped.
-//! Needs the three packages (.ci/run installs them).
+//! Needs the three packages (`make test` installs them: `make deps`, scripts/install-test-deps.sh).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
 use tailguard_lab::{Observer, Options, Plan};
@@ -113,4 +114,30 @@ fn nginx_redis_and_memcached_serve_real_calls_and_are_stopped() {
         assert!(TcpStream::connect_timeout(&a, Duration::from_millis(200)).is_err(), "{a} still answers");
     }
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// nginx resolves its `-c` against its `-p` prefix: the lab gives both absolute, whatever `--out`
+/// the user gave, relative or the default (lab-out/EXPERIMENT-TIMESTAMP).
+#[test]
+fn nginx_starts_under_a_relative_and_the_default_out() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab-real.yaml");
+    let cwd = std::env::temp_dir().join(format!("tailguard-lab-real-cwd-{}", std::process::id()));
+    std::fs::create_dir_all(&cwd).unwrap();
+    for out in [&["--out", "relative/out"][..], &[]] {
+        let run = Command::new(env!("CARGO_BIN_EXE_tailguard"))
+            .args(["lab", "run"])
+            .arg(&file)
+            .args(out)
+            .current_dir(&cwd)
+            .output()
+            .unwrap();
+        assert!(run.status.success(), "{out:?}: {}", String::from_utf8_lossy(&run.stderr));
+    }
+    assert!(cwd.join("relative/out/results.json").is_file());
+    assert!(cwd.join("relative/out/runs/default/v/nginx-web-0/nginx.conf").is_file());
+    let default: Vec<_> = std::fs::read_dir(cwd.join("lab-out")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(default.len(), 1, "{default:?}");
+    let name = default[0].file_name().unwrap().to_string_lossy().into_owned();
+    assert!(name.starts_with("lab-real-") && default[0].join("results.json").is_file(), "{name}");
+    std::fs::remove_dir_all(&cwd).unwrap();
 }

@@ -27,4 +27,15 @@ pub enum LabError {
     /// Ctrl-C or SIGTERM: the lab stopped what it started and gave up.
     #[error("interrupted: every process the lab started has been stopped")]
     Interrupted,
+    /// Every selected run was skipped (they need the simulator's oracle balancer).
+    #[error(
+        "nothing was run: {} need the oracle balancer, which exists only in the simulator (`tailguard sim`); \
+         choose other variants with --variant",
+        skipped.join(", ")
+    )]
+    NothingToRun { skipped: Vec<String> },
+    /// `error` stopped the lab after some runs had finished: `finished` holds their results
+    /// (their traces are written), for the caller to save.
+    #[error("{error} ({} of {total} runs had finished)", finished.runs.len())]
+    Unfinished { finished: Box<tailguard_sim::Results>, total: usize, error: Box<LabError> },
 }

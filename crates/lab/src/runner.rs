@@ -8,14 +8,14 @@ use crate::netns::Network;
 use crate::plan::{self, Isolation, Plan, ProxyFile, Replica, MAX_REPLICAS, MAX_SERVICES};
 use crate::process::Processes;
 use crate::real::{self, Probe};
-use crate::traces::{RunCollector, Tracing, CLIENT, FLUSH_GRACE};
+use crate::traces::{keep_measured, RunCollector, Tracing, CLIENT, FLUSH_GRACE};
 use crate::{Cancel, Observer};
 use rand::Rng;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tailguard_load::{LoadConfig, Shape, Stop, Target};
 use tailguard_model::schema::Arrival;
 use tailguard_model::{Experiment, Run};
@@ -57,9 +57,10 @@ pub struct Options {
 
 impl Options {
     /// Defaults: loopback, not quick, every scenario and variant, 20 s to become ready, every
-    /// request traced into `OUT/traces.json`.
+    /// request traced and 200 of each run's measured requests kept in `OUT/traces.json`.
     pub fn new(exe: PathBuf, file: PathBuf, out: PathBuf, seed: u64) -> Options {
-        let tracing = Tracing::Collect { out: out.join("traces.json"), sample: 1.0 };
+        let tracing =
+            Tracing::Collect { out: out.join("traces.json"), ratio: 1.0, per_run: tailguard_sim::DEFAULT_TRACE_SAMPLE };
         Options {
             exe,
             file,
@@ -79,14 +80,22 @@ impl Options {
 }
 
 /// Runs the selected scenarios × variants of `experiment` and returns their results (mode "lab"),
-/// in file order. Runs needing the oracle are skipped with a note. Every process started is
-/// stopped before this returns, whatever happens.
+/// in file order. Runs needing the oracle are skipped with a note; when that leaves nothing,
+/// [`LabError::NothingToRun`]. A failure or an interruption after some runs finished is
+/// [`LabError::Unfinished`], which carries their results (their traces are written). Every
+/// process started is stopped before this returns, whatever happens.
 pub fn run(experiment: &Experiment, options: &Options, observer: &dyn Observer) -> Result<Results, LabError> {
+    // Absolute once, here: a program given a prefix (nginx's -p and -c) would resolve a relative
+    // path against it a second time.
+    let out =
+        std::path::absolute(&options.out).map_err(|error| LabError::Write { path: options.out.clone(), error })?;
+    let options = &Options { out, ..options.clone() };
     let (scenarios, variants) = experiment.select(&options.scenarios, &options.variants)?;
     if options.isolation == Isolation::Netns {
         crate::netns::available()?;
     }
     let mut runs = Vec::new();
+    let mut skipped = Vec::new();
     for scenario in &scenarios {
         for variant in &variants {
             let mut run = experiment.resolve(scenario, variant, options.quick)?;
@@ -94,12 +103,16 @@ pub fn run(experiment: &Experiment, options: &Options, observer: &dyn Observer) 
                 observer.note(&format!(
                     "{scenario} / {variant}: skipped, its oracle balancer exists only in the simulator"
                 ));
+                skipped.push(format!("{scenario} / {variant}"));
                 continue;
             }
             run.workload.duration = options.duration.map(Into::into).or(run.workload.duration);
             run.workload.warmup = options.warmup.map(Into::into).unwrap_or(run.workload.warmup);
             runs.push(run);
         }
+    }
+    if runs.is_empty() {
+        return Err(LabError::NothingToRun { skipped });
     }
     let delay = runs.first().map_or(Duration::ZERO, |r| r.network.delay.get());
     if options.isolation == Isolation::Loopback && !delay.is_zero() {
@@ -114,16 +127,32 @@ pub fn run(experiment: &Experiment, options: &Options, observer: &dyn Observer) 
         .map_err(|e| LabError::Network(format!("cannot start the async runtime: {e}")))?;
     let mut results = Vec::new();
     let mut traces = Vec::new();
+    let mut stopped = None;
     let total = runs.len();
     for (i, run) in runs.iter().enumerate() {
-        if options.cancel.is_cancelled() {
-            return Err(LabError::Interrupted);
+        let outcome = if options.cancel.is_cancelled() {
+            Err(LabError::Interrupted)
+        } else {
+            observer.run_started(i, total, &run.scenario, &run.variant, run.horizon());
+            run_one(run, options, observer, &runtime, &mut traces)
+        };
+        match outcome {
+            Ok(result) => {
+                observer.run_finished(&result);
+                results.push(result);
+            }
+            Err(error) => {
+                stopped = Some(error);
+                break;
+            }
         }
-        observer.run_started(i, total, &run.scenario, &run.variant, run.horizon());
-        let result = run_one(run, options, observer, &runtime, &mut traces)?;
-        observer.run_finished(&result);
-        results.push(result);
     }
+    if results.is_empty() {
+        if let Some(error) = stopped {
+            return Err(error);
+        }
+    }
+    // The finished runs' traces, also when a later run failed or was interrupted.
     if let Tracing::Collect { out, .. } = &options.tracing {
         jaeger::write_file(&traces, out).map_err(|e| match e {
             JaegerError::Io { source, .. } => LabError::Write { path: out.clone(), error: source },
@@ -132,7 +161,16 @@ pub fn run(experiment: &Experiment, options: &Options, observer: &dyn Observer) 
             }
         })?;
     }
-    Ok(Results { experiment: experiment.file.name.clone(), mode: "lab".to_string(), seed: options.seed, runs: results })
+    let finished = Results {
+        experiment: experiment.file.name.clone(),
+        mode: "lab".to_string(),
+        seed: options.seed,
+        runs: results,
+    };
+    match stopped {
+        None => Ok(finished),
+        Some(error) => Err(LabError::Unfinished { finished: Box::new(finished), total, error: Box::new(error) }),
+    }
 }
 
 /// One scenario × variant: processes up, load, measurements, processes down; the run's traces
@@ -180,6 +218,8 @@ fn run_one(
     let done = AtomicBool::new(false);
     let start = Instant::now();
     let warmup = run.workload.warmup.get();
+    // The traces' clock: the sidecars stamp spans with the wall clock.
+    let measured_from_us = (SystemTime::now() + warmup).duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
     let cancel = options.cancel.clone();
     let mut rss = memory::Samples::new(memory::watched(&plan, |name| processes.pid_of(name)));
     let (report, (periodic, last)) = std::thread::scope(|scope| {
@@ -207,7 +247,9 @@ fn run_one(
             observer
                 .note(&format!("{} / {}: {dropped} spans dropped (the collector was full)", run.scenario, run.variant));
         }
-        traces.extend(run_traces);
+        if let Tracing::Collect { per_run, .. } = options.tracing {
+            traces.extend(keep_measured(run_traces, measured_from_us, per_run, options.seed));
+        }
     }
     Ok(measure::result(run, &report, &sidecars, &periodic, last.as_ref(), rss.entries()))
 }
@@ -291,8 +333,8 @@ fn start(
         checks.push((checks.len(), health));
         Ok::<(), LabError>(())
     };
-    let traced = |file: ProxyFile, service: &str| match (endpoint, options.tracing.sample()) {
-        (Some(endpoint), Some(sample)) => file.traced(run, endpoint, service, sample),
+    let traced = |file: ProxyFile, service: &str| match (endpoint, options.tracing.ratio()) {
+        (Some(endpoint), Some(ratio)) => file.traced(run, endpoint, service, ratio),
         _ => file,
     };
     for r in &plan.replicas {

@@ -9,6 +9,8 @@
 
 use crate::error::LabError;
 use crate::plan::{Isolation, Plan};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -25,25 +27,46 @@ pub const FLUSH_GRACE: Duration = Duration::from_secs(8);
 pub enum Tracing {
     /// No `tracing:` section: the sidecars build no tracer (for overhead-sensitive runs).
     Off,
-    /// The lab collects spans itself and writes every run's traces to `out` (Jaeger JSON).
-    Collect { out: PathBuf, sample: f64 },
-    /// The sidecars export to this OTLP/HTTP URL (a Jaeger or OpenTelemetry Collector); the lab
-    /// writes nothing.
-    Export { endpoint: String, sample: f64 },
+    /// The lab collects spans itself (the sidecars trace a `ratio` of the requests) and writes
+    /// at most `per_run` traces of each run to `out` (Jaeger JSON), drawn as
+    /// `tailguard sim --trace-sample` draws them ([`keep_measured`]).
+    Collect { out: PathBuf, ratio: f64, per_run: usize },
+    /// The sidecars export a `ratio` of the requests to this OTLP/HTTP URL (a Jaeger or
+    /// OpenTelemetry Collector); the lab writes nothing.
+    Export { endpoint: String, ratio: f64 },
 }
 
 impl Tracing {
-    /// The fraction of requests traced, if any are.
-    pub fn sample(&self) -> Option<f64> {
+    /// The fraction of requests the sidecars trace, if any are.
+    pub fn ratio(&self) -> Option<f64> {
         match self {
             Tracing::Off => None,
-            Tracing::Collect { sample, .. } | Tracing::Export { sample, .. } => Some(*sample),
+            Tracing::Collect { ratio, .. } | Tracing::Export { ratio, .. } => Some(*ratio),
         }
     }
 }
 
-/// A `--trace-sample` value: a fraction from 0 to 1.
-pub fn parse_sample(text: &str) -> Result<f64, String> {
+/// What the lab keeps of one run's collected traces, as `tailguard sim --trace-sample N` keeps
+/// the simulator's: at most `per_run` traces drawn uniformly at random (the `seed`'s stream) from
+/// the traces of measured requests, those whose first span started at or after
+/// `measured_from_us` (the end of the warm-up, in microseconds since the Unix epoch). Ordered by
+/// trace id.
+pub fn keep_measured(mut traces: Vec<Trace>, measured_from_us: u64, per_run: usize, seed: u64) -> Vec<Trace> {
+    traces.retain(|t| t.spans.iter().map(|s| s.start_us).min().is_some_and(|start| start >= measured_from_us));
+    // The collector's order depends on arrival; the draw should not.
+    traces.sort_unstable_by_key(|t| t.id);
+    if traces.len() <= per_run {
+        return traces;
+    }
+    let mut chosen = vec![false; traces.len()];
+    for i in rand::seq::index::sample(&mut StdRng::seed_from_u64(seed), traces.len(), per_run) {
+        chosen[i] = true;
+    }
+    traces.into_iter().zip(chosen).filter_map(|(trace, kept)| kept.then_some(trace)).collect()
+}
+
+/// A `--trace-ratio` value: a fraction from 0 to 1.
+pub fn parse_ratio(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
         _ => Err(format!("expected a fraction from 0 to 1, got {text:?}")),
@@ -97,12 +120,43 @@ mod tests {
 
     #[test]
     fn flags_are_checked() {
-        assert_eq!(parse_sample("0.25"), Ok(0.25));
-        assert!(parse_sample("1.5").unwrap_err().contains("fraction"));
-        assert!(parse_sample("x").is_err());
+        assert_eq!(parse_ratio("0.25"), Ok(0.25));
+        assert!(parse_ratio("1.5").unwrap_err().contains("fraction"));
+        assert!(parse_ratio("x").is_err());
         assert_eq!(parse_endpoint("http://127.0.0.1:4318").as_deref(), Ok("http://127.0.0.1:4318"));
         assert!(parse_endpoint("127.0.0.1:4318").unwrap_err().contains("http://"));
         assert!(parse_endpoint("https://collector:4318").is_err());
         assert!(parse_endpoint("http://").is_err());
+    }
+
+    /// A trace of one span started at `start_us`.
+    fn trace(id: u128, start_us: u64) -> Trace {
+        let span = tailguard_trace::Span {
+            id: 1,
+            parent: None,
+            process: 0,
+            operation: "ingress".into(),
+            start_us,
+            duration_us: 10,
+            tags: Vec::new(),
+        };
+        Trace { id, processes: Vec::new(), spans: vec![span] }
+    }
+
+    #[test]
+    fn a_run_keeps_a_uniform_sample_of_its_measured_traces() {
+        // Ids 0..100 start before the warm-up's end (1000 µs), 100..300 at or after it.
+        let traces: Vec<Trace> = (0..300).rev().map(|id| trace(id, if id < 100 { 999 } else { 1000 })).collect();
+        let ids = |kept: &[Trace]| kept.iter().map(|t| t.id).collect::<Vec<_>>();
+        let all = keep_measured(traces.clone(), 1000, 500, 7);
+        assert_eq!(ids(&all), (100..300).collect::<Vec<_>>(), "every measured trace, by id");
+        let some = keep_measured(traces.clone(), 1000, 20, 7);
+        assert_eq!(some.len(), 20);
+        assert!(ids(&some).windows(2).all(|w| w[0] < w[1]) && some.iter().all(|t| t.id >= 100));
+        assert_eq!(ids(&some), ids(&keep_measured(traces.iter().rev().cloned().collect(), 1000, 20, 7)));
+        assert_ne!(ids(&some), ids(&keep_measured(traces.clone(), 1000, 20, 8)), "another seed, another draw");
+        // Uniform: the draw reaches across the measured ids, not just their start.
+        assert!(some.iter().any(|t| t.id >= 200), "{:?}", ids(&some));
+        assert!(keep_measured(traces, 1000, 0, 7).is_empty());
     }
 }

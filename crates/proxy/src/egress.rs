@@ -164,6 +164,13 @@ impl Egress {
         let Some(upstream) = routes.route(&req) else {
             return http::text(StatusCode::NOT_FOUND, "tailguard: no upstream matches this request");
         };
+        let response = self.forward(&routes, upstream, req).await;
+        upstream.metrics.responses.count(response.status());
+        response
+    }
+
+    /// Sends `req` to `upstream` under its policy.
+    async fn forward(&self, routes: &Routes, upstream: &Arc<Upstream>, req: Request<Incoming>) -> Response<Body> {
         let found = http::scan(req.headers());
         // The deadline header is internal: without any, no lookup.
         let deadline = match found.internal.then(|| http::deadline_ms(req.headers())).transpose() {
@@ -182,9 +189,14 @@ impl Egress {
         let m = &upstream.metrics;
         let latency = seconds(latency);
         m.request_latency.observe(latency);
-        if let Some(answer) = answer {
-            m.answered_seconds.inc_by(latency);
-            m.answer_seconds.inc_by(seconds(answer));
+        match answer {
+            Some(answer) => {
+                m.answered_seconds.inc_by(latency);
+                m.answer_seconds.inc_by(seconds(answer));
+            }
+            None => {
+                m.failed.inc();
+            }
         }
         response
     }

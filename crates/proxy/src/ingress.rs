@@ -12,7 +12,7 @@
 
 use crate::config;
 use crate::http::{self, Body, BoxError, CHIP, DEADLINE_MS};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ResponseCounters};
 use crate::pool::Pool;
 use crate::trace::{ServerSpan, Tracing};
 use http_body_util::BodyExt;
@@ -38,6 +38,8 @@ pub struct Ingress {
     state: Arc<Mutex<State>>,
     epoch: Instant,
     metrics: Arc<Metrics>,
+    /// The responses' per-class counters, resolved once.
+    responses: ResponseCounters,
     tracing: Option<Arc<Tracing>>,
 }
 
@@ -74,6 +76,7 @@ impl Ingress {
             },
             state: Arc::new(Mutex::new(state)),
             epoch,
+            responses: metrics.ingress_response_counters(),
             metrics,
             tracing: None,
         }
@@ -95,10 +98,16 @@ impl Ingress {
 
     /// Answers one request from outside.
     pub async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
-        let Some(tracing) = &self.tracing else { return self.serve(req, None).await };
-        let span = tracing.ingress(req.headers());
-        let response = self.serve(req, Some(&span)).await;
-        span.end(response.status());
+        let response = match &self.tracing {
+            None => self.serve(req, None).await,
+            Some(tracing) => {
+                let span = tracing.ingress(req.headers());
+                let response = self.serve(req, Some(&span)).await;
+                span.end(response.status());
+                response
+            }
+        };
+        self.responses.count(response.status());
         response
     }
 

@@ -1,6 +1,6 @@
 //! The proxy's metrics, registered once in one [`Metrics`] and rendered in the Prometheus text
-//! format by the admin listener. Label sets: `upstream` (per called service) and `endpoint`
-//! (per replica address).
+//! format by the admin listener. Label sets: `upstream` (per called service), `endpoint` (per
+//! replica address) and `class` (a response's status class, `1xx` to `5xx`).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -25,6 +25,42 @@ pub struct EndpointLabels {
     pub upstream: String,
     /// The replica's address.
     pub endpoint: String,
+}
+
+/// Labels of the egress's responses to the application, per upstream and status class.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamClassLabels {
+    /// The upstream's name in the config.
+    pub upstream: String,
+    /// `1xx` to `5xx`.
+    pub class: String,
+}
+
+/// Labels of the ingress's responses to its callers.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClassLabels {
+    /// `1xx` to `5xx`.
+    pub class: String,
+}
+
+/// The five status classes, in the order [`ResponseCounters`] holds them.
+const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+
+/// One counter per status class, resolved from a family once so that counting a response costs
+/// no label lookup.
+#[derive(Clone, Debug)]
+pub struct ResponseCounters([Counter; 5]);
+
+impl ResponseCounters {
+    fn resolve(counter: impl Fn(&str) -> Counter) -> ResponseCounters {
+        ResponseCounters(CLASSES.map(counter))
+    }
+
+    /// Counts a response of `status` (hyper's codes are 100 to 999; above 599 counts as 5xx).
+    pub fn count(&self, status: hyper::StatusCode) {
+        let class = usize::from(status.as_u16() / 100).clamp(1, 5) - 1;
+        self.0[class].inc();
+    }
 }
 
 fn latency_histogram() -> Histogram {
@@ -54,6 +90,12 @@ pub struct Metrics {
     pub timeouts: Family<EndpointLabels, Counter>,
     /// 429 answers, per endpoint.
     pub rejected: Family<EndpointLabels, Counter>,
+    /// Responses to the application by status class, per upstream (the proxy's own 502, 503
+    /// and 504 included).
+    pub responses: Family<UpstreamClassLabels, Counter>,
+    /// Requests that ended without a successful answer (an error, a timeout, refusals or
+    /// unreachable endpoints on every attempt), per upstream.
+    pub failed: Family<UpstreamLabels, Counter>,
     /// Retries sent, per upstream.
     pub retries: Family<UpstreamLabels, Counter>,
     /// Hedged (speculative) attempts sent, per upstream.
@@ -72,6 +114,8 @@ pub struct Metrics {
     pub ingress_requests: Counter,
     /// Requests the ingress refused with 429.
     pub ingress_rejected: Counter,
+    /// Responses the ingress sent back by status class (its own 429, 502 and 504 included).
+    pub ingress_responses: Family<ClassLabels, Counter>,
     /// Requests the local application holds through the ingress.
     pub ingress_in_flight: Gauge,
 }
@@ -93,6 +137,8 @@ impl Metrics {
             attempt_latency: Family::new_with_constructor(latency_histogram),
             timeouts: Family::default(),
             rejected: Family::default(),
+            responses: Family::default(),
+            failed: Family::default(),
             retries: Family::default(),
             hedges: Family::default(),
             timeout_seconds: Family::default(),
@@ -101,6 +147,7 @@ impl Metrics {
             timeout_headroom: Family::new_with_constructor(headroom_histogram),
             ingress_requests: Counter::default(),
             ingress_rejected: Counter::default(),
+            ingress_responses: Family::default(),
             ingress_in_flight: Gauge::default(),
             registry: Registry::default(),
         };
@@ -110,6 +157,8 @@ impl Metrics {
         registry.register("egress_attempt_seconds", "Attempt latency to the response head", m.attempt_latency.clone());
         registry.register("egress_timeouts", "Attempts cut by their timeout", m.timeouts.clone());
         registry.register("egress_rejected", "429 answers from an endpoint", m.rejected.clone());
+        registry.register("egress_responses", "Responses to the application by status class", m.responses.clone());
+        registry.register("egress_failed", "Requests that ended without a successful answer", m.failed.clone());
         registry.register("egress_retries", "Retries sent", m.retries.clone());
         registry.register("egress_hedges", "Hedged attempts sent", m.hedges.clone());
         registry.register("egress_timeout_seconds", "Latest attempt timeout of the policy", m.timeout_seconds.clone());
@@ -130,8 +179,18 @@ impl Metrics {
         );
         registry.register("ingress_requests", "Requests arriving at the ingress", m.ingress_requests.clone());
         registry.register("ingress_rejected", "Requests refused with 429", m.ingress_rejected.clone());
+        registry.register("ingress_responses", "Responses of the ingress by status class", m.ingress_responses.clone());
         registry.register("ingress_in_flight", "Requests held by the application", m.ingress_in_flight.clone());
+        // The ingress's classes exist from the start, as every upstream's series do.
+        let _ = m.ingress_response_counters();
         Metrics { registry, ..m }
+    }
+
+    /// The ingress's per-class response counters.
+    pub fn ingress_response_counters(&self) -> ResponseCounters {
+        ResponseCounters::resolve(|class| {
+            self.ingress_responses.get_or_create(&ClassLabels { class: class.into() }).clone()
+        })
     }
 
     /// The per-upstream metrics of `upstream`, resolved once so requests skip the label lookup.
@@ -139,6 +198,11 @@ impl Metrics {
         let labels = UpstreamLabels { upstream: upstream.to_string() };
         UpstreamMetrics {
             requests: self.requests.get_or_create(&labels).clone(),
+            responses: ResponseCounters::resolve(|class| {
+                let labels = UpstreamClassLabels { upstream: upstream.to_string(), class: class.into() };
+                self.responses.get_or_create(&labels).clone()
+            }),
+            failed: self.failed.get_or_create(&labels).clone(),
             request_latency: self.request_latency.get_or_create(&labels).clone(),
             retries: self.retries.get_or_create(&labels).clone(),
             hedges: self.hedges.get_or_create(&labels).clone(),
@@ -175,6 +239,10 @@ impl Metrics {
 pub struct UpstreamMetrics {
     /// See [`Metrics::requests`].
     pub requests: Counter,
+    /// See [`Metrics::responses`].
+    pub responses: ResponseCounters,
+    /// See [`Metrics::failed`].
+    pub failed: Counter,
     /// See [`Metrics::request_latency`].
     pub request_latency: Histogram,
     /// See [`Metrics::retries`].

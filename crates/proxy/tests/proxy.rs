@@ -402,7 +402,45 @@ async fn the_ingress_refuses_above_capacity_with_429() {
     // The deadline header is honoured: the app gets 100 ms, then the caller 504.
     let (status, _, _) = get(&client(), ingress, "app", &[("x-tailguard-deadline-ms", "100")]).await;
     assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
+    // Each response counted once by its class: the 200, the 429 and the 504.
+    let metrics = admin_metrics(&server).await;
+    for (class, count) in [("1xx", 0.0), ("2xx", 1.0), ("3xx", 0.0), ("4xx", 1.0), ("5xx", 1.0)] {
+        let series = format!("tailguard_ingress_responses_total{{class=\"{class}\"}}");
+        assert_eq!(sample(&metrics, &series), count, "{series}: {metrics}");
+    }
     server.shutdown().await;
+}
+
+#[tokio::test]
+async fn responses_are_counted_by_status_class_and_failed_requests_per_upstream() {
+    let ok = Backend::start("ok", Mode::Ok(Duration::ZERO)).await;
+    let missing = Backend::start("missing", Mode::Status(404)).await;
+    let broken = Backend::start("broken", Mode::Status(503)).await;
+    let hung = Backend::start("hung", Mode::Hang).await;
+    // Round robin without retries: each backend gets every fourth request.
+    let proxy = egress(
+        &[&ok, &missing, &broken, &hung],
+        "{balancer: {kind: round-robin}, timeout: {kind: fixed, value: 100ms}}",
+    )
+    .await;
+    let client = client();
+    let mut statuses = Vec::new();
+    for _ in 0..8 {
+        statuses.push(get(&client, proxy.egress.unwrap(), "svc", &[]).await.0.as_u16());
+    }
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 200, 404, 404, 503, 503, 504, 504]);
+    // A request no upstream matches has no upstream to count it under.
+    assert_eq!(get(&client, proxy.egress.unwrap(), "nowhere", &[]).await.0, StatusCode::NOT_FOUND);
+    let metrics = admin_metrics(&proxy).await;
+    for (class, count) in [("1xx", 0.0), ("2xx", 2.0), ("3xx", 0.0), ("4xx", 2.0), ("5xx", 4.0)] {
+        let series = format!("tailguard_egress_responses_total{{upstream=\"svc\",class=\"{class}\"}}");
+        assert_eq!(sample(&metrics, &series), count, "{series}: {metrics}");
+    }
+    // A 404 is an answer (outcome Success); the 503s and the timed-out requests failed.
+    assert_eq!(sample(&metrics, "tailguard_egress_failed_total{upstream=\"svc\"}"), 4.0, "{metrics}");
+    assert_eq!(sample(&metrics, "tailguard_egress_requests_total{upstream=\"svc\"}"), 8.0, "{metrics}");
+    proxy.shutdown().await;
 }
 
 #[tokio::test]

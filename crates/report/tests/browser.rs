@@ -1,6 +1,6 @@
 //! The report in a real browser: Debian's chromium, headless, loads the page from a file, dumps
 //! the DOM it built and takes a screenshot. Without chromium the test skips, except under CI
-//! (env CI set), where .ci/run installs it and its absence is a failure.
+//! (env CI set), where `make test` (make deps) installs it and its absence is a failure.
 
 mod common;
 
@@ -87,7 +87,7 @@ fn texts(svg: &str) -> Vec<&str> {
 fn chromium_renders_every_plot_and_legend() {
     if !Path::new(CHROMIUM).exists() {
         if std::env::var_os("CI").is_some() {
-            panic!("{CHROMIUM} is missing under CI: .ci/run installs it (apt-get install chromium)");
+            panic!("{CHROMIUM} is missing under CI: `make deps` installs it (apt-get install chromium)");
         }
         eprintln!("skipped: {CHROMIUM} is not installed (apt-get install chromium)");
         return;
