@@ -5,7 +5,8 @@
 //! exactly one of `workload.open`/`closed` and of `duration`/`requests`, counts ≥ 1, fractions in
 //! [0, 1], rates and most durations > 0, variant and scenario names unique and non-empty, `edges`
 //! keys name real call edges and `admission` keys real services, and the parameters of every
-//! distribution, latency model, fault and policy (by building them, where the model crate can).
+//! distribution, latency model and fault (by building them, where the model crate can); each
+//! policy checks its own parameters (its config type's `validate()`, crates/policy).
 
 use crate::duration::Dur;
 use crate::error::{join, ModelError};
