@@ -23,6 +23,7 @@ pub fn run(args: ProxyArgs) -> anyhow::Result<()> {
     let runtime = tailguard_proxy::runtime(workers).context("cannot start the runtime")?;
     runtime.block_on(async {
         let proxy = tailguard_proxy::Proxy::start(config).await.context("cannot bind the proxy's listeners")?;
+        eprintln!("tailguard proxy: seed {} (set `seed:` in the file to repeat the run's draws)", proxy.seed);
         for (name, addr) in [("egress", proxy.egress), ("ingress", proxy.ingress), ("admin", proxy.admin)] {
             if let Some(addr) = addr {
                 eprintln!("tailguard proxy: {name} listening on {addr}");

@@ -7,11 +7,13 @@
 //! `127.SLOT.(service+1).(replica+1)`, all on `lo`; netns runs use `10.SLOT.(service+1).(replica+1)`
 //! inside the replica's own namespace. `SLOT` is chosen per run so concurrent labs do not collide.
 
-use serde::Serialize;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use tailguard_model::schema::{Admission, Balancer, ClientPolicy};
-use tailguard_model::Run;
+use std::time::Duration;
+use tailguard_model::schema::{Balancer, ClientPolicy};
+use tailguard_model::{Dur, Run};
+use tailguard_proxy::config::DEFAULT_MAX_REPLAY_BODY;
+use tailguard_proxy::config::{Admin, Config, Egress, Ingress, Protocol, Route, Tracing, Upstream};
 
 pub const SERVE_PORT: u16 = 8080;
 pub const EGRESS_PORT: u16 = 4140;
@@ -147,120 +149,94 @@ pub fn route(callee: &str) -> String {
     format!("/{callee}/")
 }
 
-/// A sidecar's file (docs/proxy.md), as the lab writes it.
-#[derive(Serialize)]
-pub struct ProxyFile {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    egress: Option<EgressFile>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    ingress: Option<IngressFile>,
-    admin: AdminFile,
-    /// The lab stops sidecars only after the load has ended: nothing is left to finish.
-    shutdown_grace: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tracing: Option<TracingFile>,
-}
+/// A sidecar's file (docs/proxy.md), as the lab writes it: the proxy's own [`Config`], so what
+/// the lab writes is what the proxy reads.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProxyFile(pub Config);
 
-/// The proxy's `tracing:` section (docs/traces.md).
-#[derive(Serialize)]
-struct TracingFile {
-    otlp_endpoint: String,
-    service_name: String,
-    sample: f64,
-    /// The run's `scenario` and `variant`, so any collector can tell runs apart.
-    resource: BTreeMap<&'static str, String>,
-}
-
-#[derive(Serialize)]
-struct EgressFile {
-    listen: SocketAddr,
-    upstreams: BTreeMap<String, UpstreamFile>,
-}
-
-#[derive(Serialize)]
-struct UpstreamFile {
-    endpoints: Vec<SocketAddr>,
-    #[serde(rename = "match")]
-    route: RouteFile,
-    policy: ClientPolicy,
-}
-
-#[derive(Serialize)]
-struct RouteFile {
-    path_prefix: String,
-}
-
-#[derive(Serialize)]
-struct IngressFile {
-    listen: SocketAddr,
-    app: SocketAddr,
-    admission: Admission,
-}
-
-#[derive(Serialize)]
-struct AdminFile {
-    listen: SocketAddr,
-}
+/// The lab stops sidecars only after the load has ended: nothing is left to finish.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 
 impl ProxyFile {
     /// The sidecar of `replica`: its ingress admits for serve with the service's admission, its
     /// egress routes each called service's path prefix to that service's ingresses with the
-    /// edge's policy.
-    pub fn sidecar(run: &Run, plan: &Plan, replica: &Replica) -> ProxyFile {
+    /// edge's policy. Its seed is derived from the run's `seed` and the replica's place in the
+    /// plan ([`sidecar_seed`]).
+    pub fn sidecar(run: &Run, plan: &Plan, replica: &Replica, seed: u64) -> ProxyFile {
         let service = &run.services[&replica.service];
         let mut upstreams = BTreeMap::new();
         // Calls to redis and memcached go straight to them (crate::real), not through the egress.
         for call in service.calls.iter().filter(|c| c.count > 0 && run.services[&c.service].kind.speaks_http()) {
             upstreams.insert(call.service.clone(), upstream(plan, &call.service, &call.policy));
         }
-        ProxyFile {
-            egress: (!upstreams.is_empty()).then(|| EgressFile { listen: replica.egress(), upstreams }),
-            ingress: Some(IngressFile {
+        let same = |r: &&Replica| r.service_index == replica.service_index && r.index == replica.index;
+        let place = plan.replicas.iter().position(|r| same(&r)).unwrap_or(plan.replicas.len());
+        ProxyFile(Config {
+            egress: (!upstreams.is_empty()).then(|| egress(replica.egress(), upstreams)),
+            ingress: Some(Ingress {
                 listen: replica.ingress(),
                 app: replica.serve(),
                 admission: service.admission.clone(),
+                protocol: Protocol::Http1,
             }),
-            admin: AdminFile { listen: replica.admin() },
-            shutdown_grace: "1s",
-            tracing: None,
-        }
+            admin: Some(Admin { listen: replica.admin() }),
+            shutdown_grace: Some(Dur(SHUTDOWN_GRACE)),
+            seed: Some(sidecar_seed(seed, place as u64 + 1)),
+            ..Config::default()
+        })
     }
 
     /// The load generator's sidecar: an egress towards the entry service with the workload's
     /// client policy.
-    pub fn workload(run: &Run, plan: &Plan) -> Option<ProxyFile> {
+    pub fn workload(run: &Run, plan: &Plan, seed: u64) -> Option<ProxyFile> {
         let (listen, admin) = (plan.workload_proxy?, plan.workload_admin?);
         let target = &run.workload.target;
         let upstreams = BTreeMap::from([(target.clone(), upstream(plan, target, &run.workload.client))]);
-        Some(ProxyFile {
-            egress: Some(EgressFile { listen, upstreams }),
-            ingress: None,
-            admin: AdminFile { listen: admin },
-            shutdown_grace: "1s",
-            tracing: None,
-        })
+        Some(ProxyFile(Config {
+            egress: Some(egress(listen, upstreams)),
+            admin: Some(Admin { listen: admin }),
+            shutdown_grace: Some(Dur(SHUTDOWN_GRACE)),
+            seed: Some(sidecar_seed(seed, 0)),
+            ..Config::default()
+        }))
     }
 
     /// The file with a `tracing:` section: spans of `service` in `run` to `endpoint`, a `sample`
-    /// fraction of new traces.
+    /// fraction of new traces, tagged with the run's `scenario` and `variant` so any collector can
+    /// tell runs apart.
     pub fn traced(mut self, run: &Run, endpoint: &str, service: &str, sample: f64) -> ProxyFile {
+        let resource = BTreeMap::from([
+            ("scenario".to_string(), run.scenario.clone()),
+            ("variant".to_string(), run.variant.clone()),
+        ]);
         let (otlp_endpoint, service_name) = (endpoint.to_string(), service.to_string());
-        let resource = BTreeMap::from([("scenario", run.scenario.clone()), ("variant", run.variant.clone())]);
-        self.tracing = Some(TracingFile { otlp_endpoint, service_name, sample, resource });
+        self.0.tracing = Some(Tracing { otlp_endpoint, service_name, sample, resource });
         self
     }
 
     /// The file as YAML.
     pub fn to_yaml(&self) -> String {
-        serde_yaml_ng::to_string(self).expect("the sidecar file is plain data")
+        self.0.to_yaml()
     }
 }
 
-fn upstream(plan: &Plan, callee: &str, policy: &ClientPolicy) -> UpstreamFile {
-    UpstreamFile {
+/// The seed of sidecar number `n` of a run seeded with `seed` (0 is the load generator's, n ≥ 1
+/// the n-th replica's in plan order): well mixed, so no two sidecars repeat each other's draws and
+/// the same run seed repeats them all.
+pub fn sidecar_seed(seed: u64, n: u64) -> u64 {
+    tailguard_model::replica::child_key(seed, n)
+}
+
+fn egress(listen: SocketAddr, upstreams: BTreeMap<String, Upstream>) -> Egress {
+    Egress { listen, upstreams, max_replay_body: DEFAULT_MAX_REPLAY_BODY }
+}
+
+fn upstream(plan: &Plan, callee: &str, policy: &ClientPolicy) -> Upstream {
+    Upstream {
         endpoints: plan.of(callee).map(Replica::ingress).collect(),
-        route: RouteFile { path_prefix: route(callee) },
+        route: Route::PathPrefix(route(callee)),
         policy: policy.clone(),
+        protocol: Protocol::Http1,
     }
 }
 
@@ -279,40 +255,80 @@ mod tests {
 
     const FILE: &str = "name: t\nservices:\n  front:\n    calls: [{service: back}]\n  back:\n    replicas: 2\n    workers: 1\n    admission: {kind: fixed, capacity: 3}\nworkload: {target: front, open: {rate: 10}, duration: 1s}\nvariants:\n  - name: v\n    edges:\n      front->back: {balancer: {kind: bloc, reset: 1s}, retry: {max_attempts: 4}}\n";
 
+    fn run(text: &str) -> Run {
+        Experiment::parse(text, Path::new("t.yaml")).unwrap().resolve("default", "v", false).unwrap()
+    }
+
+    /// What the proxy reads from the file the lab writes.
+    fn read_back(file: &ProxyFile) -> Config {
+        let config = Config::parse(&file.to_yaml(), Path::new("sidecar.yaml")).unwrap();
+        Config { source: String::new(), ..config }
+    }
+
     #[test]
     fn a_sidecar_file_wires_ingress_admission_and_egress_policy() {
-        let run = Experiment::parse(FILE, Path::new("t.yaml")).unwrap().resolve("default", "v", false).unwrap();
+        let run = run(FILE);
         let plan = Plan::new(&run, Isolation::Loopback, 7);
         assert_eq!(plan.replicas.len(), 3);
         assert_eq!(plan.replicas[2].ip.to_string(), "127.7.2.2");
         assert_eq!(plan.workload_proxy, None);
         assert_eq!(plan.load_targets(&run), vec!["http://127.7.1.1:4143/"]);
-        let front = ProxyFile::sidecar(&run, &plan, &plan.replicas[0]).to_yaml();
-        // The generated file is one the proxy reads back with the same policy.
-        let config = serde_yaml_ng::from_str::<serde_yaml_ng::Value>(&front).unwrap();
-        let up = &config["egress"]["upstreams"]["back"];
-        assert_eq!(up["endpoints"][1].as_str(), Some("127.7.2.2:4143"));
-        assert_eq!(up["match"]["path_prefix"].as_str(), Some("/back/"));
-        let policy: ClientPolicy = serde_yaml_ng::from_value(up["policy"].clone()).unwrap();
-        assert_eq!(policy, run.services["front"].calls[0].policy);
-        let back = ProxyFile::sidecar(&run, &plan, &plan.replicas[1]).to_yaml();
-        let config = serde_yaml_ng::from_str::<serde_yaml_ng::Value>(&back).unwrap();
-        assert!(config.get("egress").is_none());
-        let admission: Admission = serde_yaml_ng::from_value(config["ingress"]["admission"].clone()).unwrap();
-        assert_eq!(admission, Admission::Fixed { capacity: 3 });
-        let traced = ProxyFile::sidecar(&run, &plan, &plan.replicas[1]).traced(
+        let front = read_back(&ProxyFile::sidecar(&run, &plan, &plan.replicas[0], 1));
+        let up = &front.egress.as_ref().unwrap().upstreams["back"];
+        assert_eq!(up.endpoints[1].to_string(), "127.7.2.2:4143");
+        assert_eq!(up.route, Route::PathPrefix("/back/".into()));
+        assert_eq!(up.policy, run.services["front"].calls[0].policy);
+        let back = read_back(&ProxyFile::sidecar(&run, &plan, &plan.replicas[1], 1));
+        assert!(back.egress.is_none());
+        let ingress = back.ingress.unwrap();
+        assert_eq!(ingress.admission, run.services["back"].admission);
+        assert_eq!(
+            (ingress.listen.to_string(), ingress.app.to_string()),
+            ("127.7.2.1:4143".into(), "127.7.2.1:8080".into())
+        );
+        let traced = ProxyFile::sidecar(&run, &plan, &plan.replicas[1], 1).traced(
             &run,
             "http://127.0.0.1:9/v1/traces",
             "back",
             0.5,
         );
-        let config = serde_yaml_ng::from_str::<serde_yaml_ng::Value>(&traced.to_yaml()).unwrap();
-        assert_eq!(config["tracing"]["otlp_endpoint"].as_str(), Some("http://127.0.0.1:9/v1/traces"));
-        assert_eq!(
-            (config["tracing"]["service_name"].as_str(), config["tracing"]["sample"].as_f64()),
-            (Some("back"), Some(0.5))
+        let tracing = read_back(&traced).tracing.unwrap();
+        assert_eq!(tracing.otlp_endpoint, "http://127.0.0.1:9/v1/traces");
+        assert_eq!((tracing.service_name.as_str(), tracing.sample), ("back", 0.5));
+        let resource: Vec<(&str, &str)> = tracing.resource.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(resource, [("scenario", "default"), ("variant", "v")]);
+    }
+
+    #[test]
+    fn every_file_the_lab_writes_reads_back_equal() {
+        // Every policy family with parameters, so each field's spelling makes the round trip.
+        let text = FILE.replace(
+            "retry: {max_attempts: 4}}",
+            "retry: {max_attempts: 4, backoff: 1ms, budget: 0.2}, timeout: {kind: adaptive, initial: 20ms, k: 3}, hedge: {kind: percentile, percentile: 95}, deadline: 1.5s}\n      workload->front: {balancer: {kind: peak-ewma, decay: 2s}, hedge: {kind: speculative, attempts: 2, patience: 10ms, timeout: 1s}}",
         );
-        let resource = &config["tracing"]["resource"];
-        assert_eq!((resource["scenario"].as_str(), resource["variant"].as_str()), (Some("default"), Some("v")));
+        let run = run(&text);
+        let plan = Plan::new(&run, Isolation::Netns, 3);
+        let mut files: Vec<ProxyFile> = plan.replicas.iter().map(|r| ProxyFile::sidecar(&run, &plan, r, 9)).collect();
+        files.push(ProxyFile::workload(&run, &plan, 9).expect("the workload's policy needs a sidecar"));
+        files.push(files[0].clone().traced(&run, "http://10.3.0.254:4318", "front", 0.25));
+        for file in files {
+            assert_eq!(read_back(&file), file.0, "{}", file.to_yaml());
+        }
+    }
+
+    #[test]
+    fn sidecars_are_seeded_from_the_run_seed_each_with_its_own() {
+        let run = run(FILE);
+        let plan = Plan::new(&run, Isolation::Loopback, 7);
+        let seeds = |seed| -> Vec<u64> {
+            plan.replicas.iter().map(|r| ProxyFile::sidecar(&run, &plan, r, seed).0.seed.unwrap()).collect()
+        };
+        assert_eq!(seeds(1), seeds(1), "the same run seed gives the same sidecar seeds");
+        assert_ne!(seeds(1), seeds(2));
+        let mut distinct = seeds(1);
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 3, "{distinct:?}");
+        assert_eq!(seeds(1)[0], sidecar_seed(1, 1));
     }
 }

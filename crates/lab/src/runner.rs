@@ -350,11 +350,11 @@ fn start(
         if !r.sidecar {
             continue;
         }
-        let file = traced(ProxyFile::sidecar(run, plan, r), &r.service);
+        let file = traced(ProxyFile::sidecar(run, plan, r, options.seed), &r.service);
         let path = write(dir, &format!("sidecar-{}.yaml", r.name()), &file.to_yaml())?;
         spawn(format!("proxy {}", r.name()), proxy_command(options, &path), Some(r), Probe::Http(r.admin()))?;
     }
-    if let (Some(file), Some(admin)) = (ProxyFile::workload(run, plan), plan.workload_admin) {
+    if let (Some(file), Some(admin)) = (ProxyFile::workload(run, plan, options.seed), plan.workload_admin) {
         let path = write(dir, "sidecar-workload.yaml", &traced(file, CLIENT).to_yaml())?;
         spawn("proxy workload".to_string(), proxy_command(options, &path), None, Probe::Http(admin))?;
     }

@@ -99,6 +99,13 @@ impl fmt::Display for ModelError {
 
 impl std::error::Error for ModelError {}
 
+impl From<tailguard_policy::config::ConfigError> for ModelError {
+    /// A policy's parameter error, at its field (the caller puts it under its section).
+    fn from(e: tailguard_policy::config::ConfigError) -> Self {
+        ModelError::at(e.path, e.message)
+    }
+}
+
 /// `prefix.path`, either of which may be empty.
 pub(crate) fn join(prefix: &str, path: &str) -> String {
     match (prefix.is_empty(), path.is_empty()) {

@@ -75,6 +75,10 @@ fn one() -> u32 {
     1
 }
 
+fn yes() -> bool {
+    true
+}
+
 impl Service {
     /// The kind with its parameters (checked when the file was read, so this cannot fail then).
     pub fn program(&self) -> Result<crate::real::Program, crate::ModelError> {
@@ -132,7 +136,8 @@ pub struct CallEdge {
     pub policy: ClientPolicy,
 }
 
-/// A caller's policies towards one called service.
+/// A caller's policies towards one called service; each section is the policy family's own
+/// config type (crates/policy), so a new policy parameter is added there alone.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ClientPolicy {
@@ -149,184 +154,17 @@ pub struct ClientPolicy {
     #[serde(default)]
     pub retry: Retry,
     /// The longest a request may take in all; attempts are clamped by what remains of it.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<Dur>,
 }
 
-/// Load balancer choice (docs/policies.md).
-#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
-#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
-pub enum Balancer {
-    /// Uniformly at random.
-    Random,
-    /// In turn.
-    #[default]
-    RoundRobin,
-    /// P2C on this caller's in-flight requests (Envoy's default).
-    LeastRequest,
-    /// P2C on RTT × (pending + 1) (Linkerd's default).
-    PeakEwma {
-        /// Decay time of the RTT estimate.
-        #[serde(default)]
-        decay: Option<Dur>,
-    },
-    /// BLOC confidence chips (bloc-load-balancing.txt §IV).
-    Bloc {
-        /// How long a rejecting or chipless endpoint waits before it is probed again.
-        #[serde(default)]
-        reset: Option<Dur>,
-    },
-    /// Join-shortest-queue on true queue lengths (simulator only).
-    Oracle,
-}
-
-/// Timeout policy choice (adaptive-timeouts.txt).
-#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
-#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
-pub enum Timeout {
-    /// No timeout (the deadline still applies).
-    #[default]
-    None,
-    /// The same timeout for every attempt.
-    Fixed { value: Dur },
-    /// first · factor^n for attempt n, `steps` values.
-    ExpBackoff {
-        first: Dur,
-        #[serde(default = "two")]
-        factor: f64,
-        #[serde(default = "five")]
-        steps: u32,
-    },
-    /// An explicit increasing sequence (§3.4).
-    Sequential { values: Vec<Dur> },
-    /// The TCP-inspired Controller (§3.7, §4.4).
-    Controller {
-        initial: Dur,
-        #[serde(default)]
-        factor: Option<f64>,
-        #[serde(default)]
-        tolerance: Option<f64>,
-        #[serde(default)]
-        buffer: Option<f64>,
-    },
-    /// The expected-latency Optimizer (§3.6, §4.3).
-    Optimizer {
-        initial: Dur,
-        #[serde(default)]
-        sample_every: Option<u32>,
-        #[serde(default)]
-        window: Option<u32>,
-        #[serde(default)]
-        recompute_every: Option<u32>,
-        #[serde(default)]
-        cost_per_second: Option<f64>,
-        #[serde(default)]
-        sequence_len: Option<u32>,
-    },
-    /// tailguard's own adaptive timeout (docs/policies.md).
-    Adaptive {
-        initial: Dur,
-        #[serde(default)]
-        k: Option<f64>,
-        #[serde(default)]
-        margin: Option<f64>,
-        #[serde(default)]
-        escalation: Option<f64>,
-    },
-}
-
-fn two() -> f64 {
-    2.0
-}
-fn five() -> u32 {
-    5
-}
-
-/// Hedging choice.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
-#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
-pub enum Hedge {
-    /// No hedged attempts.
-    #[default]
-    None,
-    /// speculative-task.txt: up to `attempts` in all, one more every `patience`; `timeout` bounds the whole.
-    Speculative {
-        attempts: u32,
-        patience: Dur,
-        #[serde(default)]
-        timeout: Option<Dur>,
-    },
-    /// A hedge after the live `percentile` of latency, at most `max_extra` extra load.
-    Percentile {
-        #[serde(default)]
-        percentile: Option<f64>,
-        #[serde(default)]
-        max_extra: Option<f64>,
-        #[serde(default)]
-        max_hedges: Option<u32>,
-    },
-}
-
-/// Retry rules.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct Retry {
-    /// Attempts in all, the first included (1 = no retries).
-    #[serde(default = "one")]
-    pub max_attempts: u32,
-    /// Base of the exponential backoff between retries of errors and timeouts.
-    #[serde(default)]
-    pub backoff: Option<Dur>,
-    /// Cap of the backoff.
-    #[serde(default)]
-    pub max_backoff: Option<Dur>,
-    /// Full jitter on the backoff.
-    #[serde(default = "yes")]
-    pub jitter: bool,
-    /// Retries allowed as a fraction of requests (a budget); none means unlimited.
-    #[serde(default)]
-    pub budget: Option<f64>,
-    /// Whether requests that are not idempotent may be retried and hedged.
-    #[serde(default)]
-    pub non_idempotent: bool,
-    /// Whether an attempt whose timeout fired keeps running alongside its retry.
-    #[serde(default)]
-    pub hedge_on_timeout: bool,
-}
-
-fn yes() -> bool {
-    true
-}
-
-impl Default for Retry {
-    fn default() -> Self {
-        Retry {
-            max_attempts: 1,
-            backoff: None,
-            max_backoff: None,
-            jitter: true,
-            budget: None,
-            non_idempotent: false,
-            hedge_on_timeout: false,
-        }
-    }
-}
-
-/// Admission control at a replica.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
-#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
-pub enum Admission {
-    /// Admit everything.
-    #[default]
-    None,
-    /// Refuse with 429 above `capacity` requests held.
-    Fixed { capacity: u32 },
-    /// BLOC's running-mean capacity, recomputed every `window` (§IV-D).
-    Dynamic {
-        #[serde(default)]
-        window: Option<Dur>,
-    },
-}
+// The policies' own configuration types, under the names experiment files give their sections:
+// each is its policy's schema (deserialisation, defaults and `validate()`), in crates/policy.
+pub use tailguard_policy::admission::AdmissionConfig as Admission;
+pub use tailguard_policy::balance::BalancerConfig as Balancer;
+pub use tailguard_policy::hedge::HedgeConfig as Hedge;
+pub use tailguard_policy::retry::RetryConfig as Retry;
+pub use tailguard_policy::timeout::TimeoutConfig as Timeout;
 
 /// A distribution of durations.
 #[derive(Clone, Debug, Deserialize, PartialEq)]

@@ -5,7 +5,8 @@
 //! exactly one of `workload.open`/`closed` and of `duration`/`requests`, counts ≥ 1, fractions in
 //! [0, 1], rates and most durations > 0, variant and scenario names unique and non-empty, `edges`
 //! keys name real call edges and `admission` keys real services, and the parameters of every
-//! distribution, latency model, fault and policy (by building them, where the model crate can).
+//! distribution, latency model and fault (by building them, where the model crate can); each
+//! policy checks its own parameters (its config type's `validate()`, crates/policy).
 
 use crate::duration::Dur;
 use crate::error::{join, ModelError};
@@ -15,6 +16,7 @@ use indexmap::IndexMap;
 use std::collections::HashSet;
 use std::path::Path;
 use std::time::Duration;
+use tailguard_policy::config;
 
 /// The caller name that addresses the load generator in `edges` keys (`workload->frontend`).
 pub const WORKLOAD_CALLER: &str = "workload";
@@ -287,12 +289,7 @@ fn unique_names<'a>(list: &str, names: impl Iterator<Item = &'a str>) -> Check {
 
 /// An admission policy: the parameters it needs to make sense.
 pub fn admission(a: &Admission) -> Check {
-    match a {
-        Admission::None => Ok(()),
-        Admission::Fixed { capacity: 0 } => Err(ModelError::at("capacity", "expected a positive integer, got 0")),
-        Admission::Fixed { .. } => Ok(()),
-        Admission::Dynamic { window } => window.map_or(Ok(()), |w| positive("window", w)),
-    }
+    Ok(a.validate()?)
 }
 
 fn fault(f: &Fault, replicas: u32, base_dir: &Path) -> Check {
@@ -329,142 +326,27 @@ fn fault(f: &Fault, replicas: u32, base_dir: &Path) -> Check {
     }
 }
 
-/// A caller's policies: the parameters each policy needs to make sense.
+/// A caller's policies: the parameters each policy needs to make sense (each policy's config
+/// checks its own, crates/policy).
 pub fn client_policy(p: &ClientPolicy) -> Check {
-    balancer(&p.balancer).map_err(|e| e.under("balancer"))?;
-    timeout(&p.timeout).map_err(|e| e.under("timeout"))?;
-    hedge(&p.hedge).map_err(|e| e.under("hedge"))?;
-    retry(&p.retry).map_err(|e| e.under("retry"))?;
+    p.balancer.validate().map_err(|e| ModelError::from(e).under("balancer"))?;
+    p.timeout.validate().map_err(|e| ModelError::from(e).under("timeout"))?;
+    p.hedge.validate().map_err(|e| ModelError::from(e).under("hedge"))?;
+    p.retry.validate().map_err(|e| ModelError::from(e).under("retry"))?;
     p.deadline.map_or(Ok(()), |d| positive("deadline", d))
 }
 
-fn balancer(b: &Balancer) -> Check {
-    match b {
-        Balancer::PeakEwma { decay: Some(d) } => positive("decay", *d),
-        Balancer::Bloc { reset: Some(d) } => positive("reset", *d),
-        _ => Ok(()),
-    }
-}
-
-fn timeout(t: &Timeout) -> Check {
-    match t {
-        Timeout::None => Ok(()),
-        Timeout::Fixed { value } => positive("value", *value),
-        Timeout::ExpBackoff { first, factor, steps } => {
-            positive("first", *first)?;
-            if !(factor.is_finite() && *factor >= 1.0) {
-                return Err(ModelError::at("factor", format!("expected a number >= 1, got {factor}")));
-            }
-            at_least_one("steps", *steps)
-        }
-        Timeout::Sequential { values } => {
-            if values.is_empty() {
-                return Err(ModelError::at("values", "expected at least one timeout"));
-            }
-            for (i, v) in values.iter().enumerate() {
-                positive(&format!("values.{i}"), *v)?;
-                if i > 0 && *v < values[i - 1] {
-                    return Err(ModelError::at(
-                        format!("values.{i}"),
-                        format!("expected an increasing sequence (at least {}), got {v}", values[i - 1]),
-                    ));
-                }
-            }
-            Ok(())
-        }
-        Timeout::Controller { initial, factor, tolerance, buffer } => {
-            positive("initial", *initial)?;
-            if let Some(f) = factor {
-                if !(f.is_finite() && *f >= 1.0) {
-                    return Err(ModelError::at("factor", format!("expected a number >= 1, got {f}")));
-                }
-            }
-            tolerance.map_or(Ok(()), |x| non_negative("tolerance", x))?;
-            buffer.map_or(Ok(()), |x| non_negative("buffer", x))
-        }
-        Timeout::Optimizer { initial, sample_every: _, window, recompute_every, cost_per_second, sequence_len } => {
-            positive("initial", *initial)?;
-            // sample_every: 0 means never send an untimed sample, which the Optimizer allows.
-            window.map_or(Ok(()), |n| at_least_one("window", n))?;
-            recompute_every.map_or(Ok(()), |n| at_least_one("recompute_every", n))?;
-            cost_per_second.map_or(Ok(()), |x| non_negative("cost_per_second", x))?;
-            sequence_len.map_or(Ok(()), |n| at_least_one("sequence_len", n))
-        }
-        Timeout::Adaptive { initial, k, margin, escalation } => {
-            positive("initial", *initial)?;
-            if let Some(k) = k {
-                if !(k.is_finite() && *k > 0.0) {
-                    return Err(ModelError::at("k", format!("expected a number > 0, got {k}")));
-                }
-            }
-            if let Some(e) = escalation {
-                if !(e.is_finite() && *e >= 1.0) {
-                    return Err(ModelError::at("escalation", format!("expected a number >= 1, got {e}")));
-                }
-            }
-            margin.map_or(Ok(()), |x| non_negative("margin", x))
-        }
-    }
-}
-
-fn hedge(h: &Hedge) -> Check {
-    match h {
-        Hedge::None => Ok(()),
-        Hedge::Speculative { attempts, timeout, .. } => {
-            at_least_one("attempts", *attempts)?;
-            timeout.map_or(Ok(()), |d| positive("timeout", d))
-        }
-        Hedge::Percentile { percentile, max_extra, max_hedges } => {
-            if let Some(p) = percentile {
-                if !(p.is_finite() && *p > 0.0 && *p < 100.0) {
-                    return Err(ModelError::at(
-                        "percentile",
-                        format!("expected a percentile between 0 and 100, got {p}"),
-                    ));
-                }
-            }
-            max_extra.map_or(Ok(()), |x| fraction("max_extra", x))?;
-            max_hedges.map_or(Ok(()), |n| at_least_one("max_hedges", n))
-        }
-    }
-}
-
-fn retry(r: &Retry) -> Check {
-    at_least_one("max_attempts", r.max_attempts)?;
-    if let (Some(base), Some(max)) = (r.backoff, r.max_backoff) {
-        if max < base {
-            return Err(ModelError::at("max_backoff", format!("expected at least backoff ({base}), got {max}")));
-        }
-    }
-    r.budget.map_or(Ok(()), |x| fraction("budget", x))
-}
-
+// The checks policies make, for the rest of the file (same words everywhere).
 fn positive(field: &str, d: Dur) -> Check {
-    if d.get().is_zero() {
-        return Err(ModelError::at(field, "expected a positive duration, got 0s"));
-    }
-    Ok(())
-}
-
-fn at_least_one(field: &str, n: u32) -> Check {
-    if n == 0 {
-        return Err(ModelError::at(field, "expected a positive integer, got 0"));
-    }
-    Ok(())
+    Ok(config::positive(field, d.get())?)
 }
 
 fn fraction(field: &str, x: f64) -> Check {
-    if !(0.0..=1.0).contains(&x) {
-        return Err(ModelError::at(field, format!("expected a fraction between 0 and 1, got {x}")));
-    }
-    Ok(())
+    Ok(config::fraction(field, x)?)
 }
 
 fn non_negative(field: &str, x: f64) -> Check {
-    if !(x.is_finite() && x >= 0.0) {
-        return Err(ModelError::at(field, format!("expected a number >= 0, got {x}")));
-    }
-    Ok(())
+    Ok(config::non_negative(field, x)?)
 }
 
 #[cfg(test)]

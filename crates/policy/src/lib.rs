@@ -11,11 +11,16 @@
 //! - [`timeout`]: how long an attempt may take;
 //! - [`hedge`]: when to send a speculative (hedged) attempt;
 //! - [`retry`]: whether and when a failed attempt is retried, within a budget;
-//! - [`call`]: one request's attempts, driven by all of the above.
+//! - [`call`]: one request's attempts, driven by all of the above;
+//! - [`config`]: what the policies' configuration types share (each family's config type,
+//!   `BalancerConfig`, `TimeoutConfig`, ..., is the schema of files that set it), and
+//!   [`duration`]: durations as files write them (`250ms`).
 
 pub mod admission;
 pub mod balance;
 pub mod call;
+pub mod config;
+pub mod duration;
 pub mod hedge;
 pub mod retry;
 pub mod stats;

@@ -3,8 +3,11 @@
 //!
 //! Policies reuse the experiment schema (`tailguard_model::schema::{ClientPolicy, Admission}`), so
 //! a policy tuned in the simulator is pasted into a sidecar's file unchanged.
+//!
+//! The types serialise too: the lab writes its sidecars' files with them ([`Config::to_yaml`]), so
+//! the file format has one representation, read and written.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -16,30 +19,35 @@ use tailguard_model::{validate, Dur, ModelError};
 pub const DEFAULT_MAX_REPLAY_BODY: usize = 64 * 1024;
 
 /// A whole proxy file: any of the three listeners may be left out.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// The outbound side: the local application's calls to other services.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress: Option<Egress>,
     /// The inbound side: other services' calls to the local application.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ingress: Option<Ingress>,
     /// Health, metrics and configuration.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admin: Option<Admin>,
     /// How long in-flight requests may take to finish on shutdown.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shutdown_grace: Option<Dur>,
     /// The proxy's own threads: 1 runs everything on one thread (tokio's current-thread
     /// runtime, the cheapest per request); unset, one per core.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workers: Option<usize>,
+    /// The seed of the proxy's random draws (balancer choices, jittered backoffs, BLOC chips);
+    /// unset, one is drawn from the operating system. The proxy prints the seed it uses at
+    /// start-up, so a run can be repeated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
     /// Limits on every listener's connections.
     #[serde(default)]
     pub limits: Limits,
     /// Spans exported over OTLP/HTTP (docs/traces.md); absent, tracing costs nothing.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracing: Option<Tracing>,
     /// The file as written, served by the admin `/config` endpoint.
     #[serde(skip)]
@@ -51,7 +59,7 @@ pub struct Config {
 }
 
 /// Limits on each listener's connections (docs/proxy.md, "Limits").
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
     /// How long a client may take to send a request's headers (HTTP/1), so a slowloris client
@@ -79,7 +87,7 @@ impl Default for Limits {
 }
 
 /// Where and how the proxy exports its spans (docs/traces.md).
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Tracing {
     /// The OTLP/HTTP (protobuf) URL; a URL without a path gets `/v1/traces`.
@@ -106,7 +114,7 @@ fn default_sample() -> f64 {
 }
 
 /// How the egress speaks to an upstream's endpoints.
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Protocol {
     /// HTTP/1.1.
@@ -117,7 +125,7 @@ pub enum Protocol {
 }
 
 /// The outbound listener and the services it routes to.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Egress {
     /// Where the application sends its outbound requests.
@@ -130,7 +138,7 @@ pub struct Egress {
 }
 
 /// One called service: its replicas, how requests find it and the caller's policies towards it.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Upstream {
     /// The replicas' addresses.
@@ -148,8 +156,8 @@ pub struct Upstream {
 
 /// How a request is routed to an upstream: by its Host (port ignored) or by a path prefix.
 /// Host matches win over prefixes; among prefixes the longest wins.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
-#[serde(try_from = "RouteSpec")]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(try_from = "RouteSpec", into = "RouteSpec")]
 pub enum Route {
     /// The request's Host header (or URI authority), without its port.
     Host(String),
@@ -158,13 +166,22 @@ pub enum Route {
 }
 
 /// `match` as written: exactly one of `host` and `path_prefix`.
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct RouteSpec {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     host: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     path_prefix: Option<String>,
+}
+
+impl From<Route> for RouteSpec {
+    fn from(route: Route) -> RouteSpec {
+        match route {
+            Route::Host(h) => RouteSpec { host: Some(h), path_prefix: None },
+            Route::PathPrefix(p) => RouteSpec { host: None, path_prefix: Some(p) },
+        }
+    }
 }
 
 impl TryFrom<RouteSpec> for Route {
@@ -181,7 +198,7 @@ impl TryFrom<RouteSpec> for Route {
 }
 
 /// The inbound listener in front of the local application.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Ingress {
     /// Where other services' requests arrive.
@@ -197,7 +214,7 @@ pub struct Ingress {
 }
 
 /// The admin listener.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Admin {
     /// Where `/healthz`, `/metrics` and `/config` are served.
@@ -236,6 +253,11 @@ impl Config {
         config.validate().map_err(|e| e.in_file(origin))?;
         config.source = text.to_string();
         Ok(config)
+    }
+
+    /// The file as YAML, which [`Config::parse`] reads back equal (less `source` and `path`).
+    pub fn to_yaml(&self) -> String {
+        serde_yaml_ng::to_string(self).expect("a proxy file is plain data")
     }
 
     /// Everything deserialisation cannot check.
@@ -316,6 +338,17 @@ mod tests {
         assert_eq!(c.tracing, None);
         let c = parse("workers: 1\negress: {listen: 127.0.0.1:1, upstreams: {}}").unwrap();
         assert_eq!(c.workers, Some(1));
+    }
+
+    #[test]
+    fn a_file_written_with_to_yaml_reads_back_equal() {
+        let c = parse(
+            "egress:\n  listen: 127.0.0.1:4140\n  upstreams:\n    a: {endpoints: [127.0.0.1:1], match: {host: a}, protocol: h2c, policy: {timeout: {kind: adaptive}, hedge: {kind: percentile}, retry: {max_attempts: 2, backoff: 5ms}, deadline: 1s}}\n    b: {endpoints: ['[::1]:2'], match: {path_prefix: /b}}\ningress: {listen: 127.0.0.1:4143, app: 127.0.0.1:8080, admission: {kind: dynamic}}\nadmin: {listen: 127.0.0.1:9990}\nseed: 42\nworkers: 2\nshutdown_grace: 2s\nlimits: {max_connections: 10}\ntracing: {otlp_endpoint: 'http://127.0.0.1:4318', resource: {env: test}}\n",
+        )
+        .unwrap();
+        assert_eq!(c.seed, Some(42));
+        let again = Config::parse(&c.to_yaml(), Path::new("again.yaml")).unwrap();
+        assert_eq!(Config { source: c.source.clone(), ..again }, c, "{}", c.to_yaml());
     }
 
     #[test]

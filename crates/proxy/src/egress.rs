@@ -25,7 +25,6 @@ use hyper::http::uri::{Authority, PathAndQuery, Scheme};
 use hyper::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
-use rand::SeedableRng;
 use rand_pcg::Pcg64Mcg;
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -48,6 +47,8 @@ pub struct Egress {
     epoch: Instant,
     metrics: Arc<Metrics>,
     tracing: Option<Arc<Tracing>>,
+    /// The proxy's seed; upstream n draws from its stream n + 1 ([`crate::rng`]).
+    seed: u64,
 }
 
 /// The upstreams of one version of the file.
@@ -134,11 +135,11 @@ impl AttemptError {
 }
 
 impl Egress {
-    /// The egress of `config`; `epoch` is the proxy's time zero.
-    pub fn new(config: &config::Egress, epoch: Instant, metrics: Arc<Metrics>) -> Egress {
-        let routes = RwLock::new(Arc::new(Routes::new(config, None, &metrics)));
+    /// The egress of `config`; `epoch` is the proxy's time zero, `seed` its seed.
+    pub fn new(config: &config::Egress, epoch: Instant, metrics: Arc<Metrics>, seed: u64) -> Egress {
+        let routes = RwLock::new(Arc::new(Routes::new(config, None, &metrics, seed)));
         let h2c = Client::builder(TokioExecutor::new()).http2_only(true).build_http();
-        Egress { routes, h2c, epoch, metrics, tracing: None }
+        Egress { routes, h2c, epoch, metrics, tracing: None, seed }
     }
 
     /// Makes spans per call and attempt when `tracing` is set.
@@ -151,7 +152,7 @@ impl Egress {
     /// old ones. An upstream whose name and settings are unchanged keeps its policy state.
     pub fn reload(&self, config: &config::Egress) {
         let mut routes = self.routes.write().unwrap_or_else(|poisoned| poisoned.into_inner());
-        *routes = Arc::new(Routes::new(config, Some(&routes), &self.metrics));
+        *routes = Arc::new(Routes::new(config, Some(&routes), &self.metrics, self.seed));
     }
 
     fn routes(&self) -> Arc<Routes> {
@@ -207,14 +208,15 @@ impl Egress {
 }
 
 impl Routes {
-    fn new(config: &config::Egress, old: Option<&Routes>, metrics: &Metrics) -> Routes {
+    fn new(config: &config::Egress, old: Option<&Routes>, metrics: &Metrics, seed: u64) -> Routes {
         let upstreams = config
             .upstreams
             .iter()
             .enumerate()
             .map(|(i, (name, u))| {
                 let same = old.and_then(|old| old.upstreams.iter().find(|o| o.name == *name && o.config == *u));
-                same.cloned().unwrap_or_else(|| Arc::new(Upstream::new(name, u, i as u64, metrics, old)))
+                same.cloned()
+                    .unwrap_or_else(|| Arc::new(Upstream::new(name, u, crate::rng(seed, i as u64 + 1), metrics, old)))
             })
             .collect();
         Routes { upstreams, max_replay_body: config.max_replay_body }
@@ -276,8 +278,9 @@ async fn template(
 }
 
 impl Upstream {
-    /// The upstream `name`; its endpoints keep their connection pools from `old` routes.
-    fn new(name: &str, config: &config::Upstream, seed: u64, metrics: &Metrics, old: Option<&Routes>) -> Upstream {
+    /// The upstream `name`, drawing from `rng`; its endpoints keep their connection pools from
+    /// `old` routes.
+    fn new(name: &str, config: &config::Upstream, rng: Pcg64Mcg, metrics: &Metrics, old: Option<&Routes>) -> Upstream {
         let policy = build::client_policy(&config.policy, config.endpoints.len());
         let old_pool = |addr: &SocketAddr| {
             let mut endpoints = old.into_iter().flat_map(|r| r.upstreams.iter()).flat_map(|u| u.endpoints.iter());
@@ -293,7 +296,6 @@ impl Upstream {
                 metrics: metrics.endpoint(name, &addr.to_string()),
             })
             .collect();
-        let rng = Pcg64Mcg::seed_from_u64(seed ^ u64::from(std::process::id()));
         Upstream {
             name: name.to_string(),
             config: config.clone(),

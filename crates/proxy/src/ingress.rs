@@ -22,7 +22,6 @@ use hyper::http::uri::PathAndQuery;
 use hyper::{Request, Response, StatusCode, Uri, Version};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
-use rand::SeedableRng;
 use rand_pcg::Pcg64Mcg;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -59,13 +58,10 @@ struct State {
 }
 
 impl Ingress {
-    /// The ingress of `config`; `epoch` is the proxy's time zero.
-    pub fn new(config: &config::Ingress, epoch: Instant, metrics: Arc<Metrics>) -> Ingress {
-        let state = State {
-            admission: build::admission(&config.admission),
-            in_flight: 0,
-            rng: Pcg64Mcg::seed_from_u64(u64::from(std::process::id())),
-        };
+    /// The ingress of `config`; `epoch` is the proxy's time zero, `seed` its seed (the ingress
+    /// draws from stream 0, [`crate::rng`]).
+    pub fn new(config: &config::Ingress, epoch: Instant, metrics: Arc<Metrics>, seed: u64) -> Ingress {
+        let state = State { admission: build::admission(&config.admission), in_flight: 0, rng: crate::rng(seed, 0) };
         Ingress {
             app: config.app,
             client: match config.protocol {

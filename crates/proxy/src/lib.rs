@@ -43,6 +43,8 @@ pub struct Proxy {
     pub ingress: Option<SocketAddr>,
     /// The admin listener's address, if configured.
     pub admin: Option<SocketAddr>,
+    /// The seed of every random draw: the file's `seed`, or one drawn from the operating system.
+    pub seed: u64,
     stop: watch::Sender<bool>,
     servers: JoinSet<()>,
     tracing: Option<Arc<trace::Tracing>>,
@@ -60,15 +62,23 @@ impl Proxy {
             Some(t) => Some(Arc::new(trace::Tracing::new(t).map_err(std::io::Error::other)?)),
             None => None,
         };
-        let mut proxy =
-            Proxy { egress: None, ingress: None, admin: None, stop, servers: JoinSet::new(), tracing: tracing.clone() };
+        let seed = config.seed.unwrap_or_else(rand::random);
+        let mut proxy = Proxy {
+            egress: None,
+            ingress: None,
+            admin: None,
+            seed,
+            stop,
+            servers: JoinSet::new(),
+            tracing: tracing.clone(),
+        };
         let limits = config.limits.clone();
         let source = Arc::new(RwLock::new(config.source.clone()));
         let mut reloadable = None;
         if let Some(c) = &config.egress {
             let listener = TcpListener::bind(c.listen).await?;
             proxy.egress = Some(listener.local_addr()?);
-            let egress = Arc::new(egress::Egress::new(c, epoch, metrics.clone()).traced(tracing.clone()));
+            let egress = Arc::new(egress::Egress::new(c, epoch, metrics.clone(), seed).traced(tracing.clone()));
             reloadable = Some(egress.clone());
             let handler = move |req| {
                 let egress = egress.clone();
@@ -79,7 +89,7 @@ impl Proxy {
         if let Some(c) = &config.ingress {
             let listener = TcpListener::bind(c.listen).await?;
             proxy.ingress = Some(listener.local_addr()?);
-            let ingress = Arc::new(ingress::Ingress::new(c, epoch, metrics.clone()).traced(tracing.clone()));
+            let ingress = Arc::new(ingress::Ingress::new(c, epoch, metrics.clone(), seed).traced(tracing.clone()));
             let handler = move |req| {
                 let ingress = ingress.clone();
                 async move { ingress.handle(req).await }
@@ -135,6 +145,13 @@ pub async fn run(config: Config, signal: impl Future<Output = ()>) -> std::io::R
     signal.await;
     proxy.shutdown().await;
     Ok(())
+}
+
+/// Random stream `stream` of a proxy seeded with `seed`: the ingress draws from stream 0, the
+/// egress's upstream n from stream n + 1, so each is repeatable and none repeats another.
+pub(crate) fn rng(seed: u64, stream: u64) -> rand_pcg::Pcg64Mcg {
+    use rand::SeedableRng;
+    rand_pcg::Pcg64Mcg::seed_from_u64(tailguard_model::replica::child_key(seed, stream))
 }
 
 /// Completes on ctrl-c or (on Unix) SIGTERM.

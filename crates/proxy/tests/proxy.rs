@@ -175,6 +175,42 @@ async fn round_robin_spreads_requests_over_three_backends() {
 }
 
 #[tokio::test]
+async fn the_seed_in_the_file_repeats_the_random_balancers_picks() {
+    let names = ["a", "b", "c", "d"];
+    let mut backends = Vec::new();
+    for name in names {
+        backends.push(Backend::start(name, Mode::Ok(Duration::ZERO)).await);
+    }
+    let all: Vec<&Backend> = backends.iter().collect();
+    let client = client();
+    let picks = |seed: Option<u64>| {
+        let text = format!(
+            "egress:\n  listen: 127.0.0.1:0\n  upstreams:\n    svc:\n      endpoints: {}\n      match: {{host: svc}}\n      policy: {{balancer: {{kind: random}}}}\nshutdown_grace: 1s\n{}",
+            endpoints(&all),
+            seed.map_or(String::new(), |s| format!("seed: {s}\n"))
+        );
+        let client = &client;
+        async move {
+            let proxy = proxy_of(&text).await;
+            let mut picked = String::new();
+            for _ in 0..40 {
+                picked += &get(client, proxy.egress.unwrap(), "svc", &[]).await.2;
+            }
+            let seed = proxy.seed;
+            proxy.shutdown().await;
+            (seed, picked)
+        }
+    };
+    let (seed, first) = picks(Some(42)).await;
+    assert_eq!(seed, 42, "the proxy reports the file's seed");
+    assert_eq!(picks(Some(42)).await.1, first, "the same seed makes the same picks");
+    assert_ne!(picks(Some(43)).await.1, first, "another seed makes other picks (4^40 sequences)");
+    // Without a seed one is drawn, reported, and repeats the picks when written into the file.
+    let (drawn, unseeded) = picks(None).await;
+    assert_eq!(picks(Some(drawn)).await.1, unseeded);
+}
+
+#[tokio::test]
 async fn the_egress_reuses_kept_alive_connections() {
     let backend = Backend::start("a", Mode::Ok(Duration::ZERO)).await;
     let proxy = egress(&[&backend], "{}").await;

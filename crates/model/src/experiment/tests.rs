@@ -89,7 +89,7 @@ fn quick_scenario_and_variant_apply_in_order() {
     assert_eq!(run.workload.duration, Some(Dur::from_millis(1000)), "quick");
     assert_eq!(run.services["backend"].replicas, 6, "scenario");
     // The variant's client policy goes on every call edge, not on the load generator's.
-    assert_eq!(run.services["frontend"].calls[0].policy.balancer, Balancer::Bloc { reset: None });
+    assert_eq!(run.services["frontend"].calls[0].policy.balancer, Balancer::Bloc(Default::default()));
     assert_eq!(run.workload.client.balancer, Balancer::RoundRobin);
     assert_eq!(run.services["backend"].admission, Admission::Fixed { capacity: 10 });
     assert_eq!(run.services["frontend"].admission, Admission::None);
@@ -99,7 +99,7 @@ fn quick_scenario_and_variant_apply_in_order() {
 fn edges_set_the_policy_of_one_edge() {
     let run = demo().resolve("normal", "edge", false).unwrap();
     let policy = &run.services["frontend"].calls[0].policy;
-    assert_eq!(policy.timeout, Timeout::Fixed { value: Dur::from_millis(50) });
+    assert_eq!(policy.timeout, Timeout::Fixed { value: std::time::Duration::from_millis(50) });
     assert_eq!(policy.balancer, Balancer::RoundRobin);
     assert_eq!(run.workload.client.balancer, Balancer::Random);
     assert_eq!(run.services["backend"].workers, 2, "the variant's set");

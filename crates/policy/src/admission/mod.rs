@@ -7,7 +7,55 @@ mod dynamic;
 pub use capacity::FixedCapacity;
 pub use dynamic::DynamicCapacity;
 
+use crate::config::{self, Check};
+use crate::duration::text;
 use crate::{Rng, Time};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// The window of BLOC's dynamic capacity when the file gives none (bloc-load-balancing.txt §IV-D).
+pub const DEFAULT_DYNAMIC_WINDOW: Duration = Duration::from_secs(30);
+
+/// Admission control at a replica, as experiment and proxy files write it (`kind:`);
+/// [`AdmissionConfig::build`] makes the policy.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum AdmissionConfig {
+    /// Admit everything.
+    #[default]
+    None,
+    /// Refuse with 429 above `capacity` requests held.
+    Fixed { capacity: u32 },
+    /// BLOC's running-mean capacity, recomputed every `window` (§IV-D).
+    Dynamic {
+        #[serde(default = "default_dynamic_window", with = "text")]
+        window: Duration,
+    },
+}
+
+fn default_dynamic_window() -> Duration {
+    DEFAULT_DYNAMIC_WINDOW
+}
+
+impl AdmissionConfig {
+    /// Checks the parameters; the error names the field.
+    pub fn validate(&self) -> Check {
+        match self {
+            AdmissionConfig::None => Ok(()),
+            AdmissionConfig::Fixed { capacity } => config::at_least_one("capacity", *capacity),
+            AdmissionConfig::Dynamic { window } => config::positive("window", *window),
+        }
+    }
+
+    /// The policy at one replica.
+    pub fn build(&self) -> Box<dyn Admission> {
+        match self {
+            AdmissionConfig::None => Box::new(AdmitAll),
+            AdmissionConfig::Fixed { capacity } => Box::new(FixedCapacity::new(*capacity)),
+            AdmissionConfig::Dynamic { window } => Box::new(DynamicCapacity::new(*window)),
+        }
+    }
+}
 
 /// Decides admission at one replica from the requests it holds.
 ///

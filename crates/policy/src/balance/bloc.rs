@@ -33,16 +33,28 @@
 //!   possible"; only then are the tried ones considered, in the same order (Active, then probes).
 
 use super::{p2c, Balancer, InFlight, Pick};
+use crate::config::{self, Check};
+use crate::duration::text;
 use crate::{nanos, EndpointId, Feedback, Outcome, Rng, Time};
 use rand::Rng as _;
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-/// Settings of [`Bloc`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Settings of [`Bloc`]; a file may leave out any of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct BlocConfig {
     /// How long an endpoint that refused a request is backed off from, and how long an Inactive
     /// endpoint waits between probes (default 1 s).
+    #[serde(with = "text")]
     pub reset: Duration,
+}
+
+impl BlocConfig {
+    /// Checks the parameters; the error names the field.
+    pub fn validate(&self) -> Check {
+        config::positive("reset", self.reset)
+    }
 }
 
 impl Default for BlocConfig {

@@ -19,7 +19,52 @@ pub use peak_ewma::{PeakEwma, PeakEwmaConfig};
 pub use random::RandomBalancer;
 pub use round_robin::RoundRobin;
 
+use crate::config::Check;
 use crate::{EndpointId, Feedback, Rng, Time};
+use serde::{Deserialize, Serialize};
+
+/// A balancer and its parameters, as experiment and proxy files write it (`kind:`,
+/// docs/policies.md); [`BalancerConfig::build`] makes the balancer.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum BalancerConfig {
+    /// Uniformly at random.
+    Random,
+    /// In turn.
+    #[default]
+    RoundRobin,
+    /// P2C on this caller's in-flight requests (Envoy's default).
+    LeastRequest,
+    /// P2C on RTT × (pending + 1) (Linkerd's default).
+    PeakEwma(PeakEwmaConfig),
+    /// BLOC confidence chips (bloc-load-balancing.txt §IV).
+    Bloc(BlocConfig),
+    /// Join-shortest-queue on true queue lengths (simulator only).
+    Oracle,
+}
+
+impl BalancerConfig {
+    /// Checks the parameters; the error names the field.
+    pub fn validate(&self) -> Check {
+        match self {
+            BalancerConfig::PeakEwma(c) => c.validate(),
+            BalancerConfig::Bloc(c) => c.validate(),
+            _ => Ok(()),
+        }
+    }
+
+    /// A balancer over endpoints `0..endpoints`.
+    pub fn build(&self, endpoints: usize) -> Box<dyn Balancer> {
+        match self {
+            BalancerConfig::Random => Box::new(RandomBalancer::new(endpoints)),
+            BalancerConfig::RoundRobin => Box::new(RoundRobin::new(endpoints)),
+            BalancerConfig::LeastRequest => Box::new(LeastRequest::new(endpoints)),
+            BalancerConfig::PeakEwma(c) => Box::new(PeakEwma::new(endpoints, *c)),
+            BalancerConfig::Bloc(c) => Box::new(Bloc::new(endpoints, *c)),
+            BalancerConfig::Oracle => Box::new(Oracle::new(endpoints)),
+        }
+    }
+}
 
 /// What a balancer is given to choose an endpoint for one attempt.
 pub struct Pick<'a> {

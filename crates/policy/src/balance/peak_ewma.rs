@@ -23,17 +23,30 @@
 //!   estimate and competes on `pending` alone.
 
 use super::{p2c, Balancer, Eligible, InFlight, Pick};
+use crate::config::{self, Check};
+use crate::duration::text;
 use crate::{EndpointId, Feedback, Outcome, Time};
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-/// Settings of [`PeakEwma`].
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// Settings of [`PeakEwma`]; a file may leave out any of them.
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct PeakEwmaConfig {
     /// The time constant with which the estimate decays towards lower samples (default 10 s,
     /// Linkerd's).
+    #[serde(with = "text")]
     pub decay: Duration,
     /// The estimate an endpoint starts with, before its first answer (default 30 ms, Linkerd's).
+    #[serde(with = "text")]
     pub default_rtt: Duration,
+}
+
+impl PeakEwmaConfig {
+    /// Checks the parameters; the error names the field.
+    pub fn validate(&self) -> Check {
+        config::positive("decay", self.decay)
+    }
 }
 
 impl Default for PeakEwmaConfig {

@@ -7,8 +7,67 @@ mod speculative;
 pub use percentile::{PercentileHedge, PercentileHedgeConfig, PAST};
 pub use speculative::Speculative;
 
+use crate::config::{self, Check};
+use crate::duration::text;
 use crate::Time;
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
+
+/// A hedging policy and its parameters, as experiment and proxy files write it (`kind:`);
+/// [`HedgeConfig::build`] makes the policy.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum HedgeConfig {
+    /// No hedged attempts.
+    #[default]
+    None,
+    /// speculative-task.txt: up to `attempts` in all, one more every `patience`; `timeout` bounds
+    /// the whole request.
+    Speculative {
+        attempts: u32,
+        #[serde(with = "text")]
+        patience: Duration,
+        /// The blog's overall timeout: not part of the hedge policy, it shortens the request's
+        /// deadline ([`HedgeConfig::deadline`]).
+        #[serde(default, with = "text::option", skip_serializing_if = "Option::is_none")]
+        timeout: Option<Duration>,
+    },
+    /// A hedge after the live `percentile` of latency, at most `max_extra` extra load.
+    Percentile(PercentileHedgeConfig),
+}
+
+impl HedgeConfig {
+    /// Checks the parameters; the error names the field.
+    pub fn validate(&self) -> Check {
+        match self {
+            HedgeConfig::None => Ok(()),
+            HedgeConfig::Speculative { attempts, timeout, .. } => {
+                config::at_least_one("attempts", *attempts)?;
+                config::positive_or_none("timeout", *timeout)
+            }
+            HedgeConfig::Percentile(c) => c.validate(),
+        }
+    }
+
+    /// The policy, if any.
+    pub fn build(&self) -> Option<Box<dyn HedgePolicy>> {
+        match self {
+            HedgeConfig::None => None,
+            HedgeConfig::Speculative { attempts, patience, .. } => {
+                Some(Box::new(Speculative::new(*attempts, *patience)))
+            }
+            HedgeConfig::Percentile(c) => Some(Box::new(PercentileHedge::new(c.clone()))),
+        }
+    }
+
+    /// The bound this hedging puts on a whole request: a speculative hedge's `timeout`.
+    pub fn deadline(&self) -> Option<Duration> {
+        match self {
+            HedgeConfig::Speculative { timeout, .. } => *timeout,
+            _ => None,
+        }
+    }
+}
 
 /// Decides the delays at which hedged attempts go out.
 pub trait HedgePolicy: Send {

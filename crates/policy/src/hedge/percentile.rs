@@ -20,8 +20,11 @@
 //! simulator, 23 ms in the lab, whose real latencies never repeat to the nanosecond).
 
 use super::HedgePolicy;
+use crate::config::{self, Check, ConfigError};
+use crate::duration::text;
 use crate::stats::{from_nanos, nanos, Window};
 use crate::Time;
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 /// The most tokens the bucket holds, in hedges.
@@ -34,10 +37,12 @@ pub const PAST: Duration = Duration::from_nanos(1);
 /// Tokens are kept in millionths so deposits like 0.05 add up exactly.
 const UNIT: u64 = 1_000_000;
 
-/// Percentile hedging's parameters; [`PercentileHedgeConfig::default`] gives the values in brackets.
-#[derive(Clone, Debug, PartialEq)]
+/// Percentile hedging's parameters; [`PercentileHedgeConfig::default`] gives the values in
+/// brackets. A file may leave out any of them.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct PercentileHedgeConfig {
-    /// The latency percentile after which a hedge goes out (0.95).
+    /// The latency percentile after which a hedge goes out, from 0 to 100 (95).
     pub percentile: f64,
     /// Hedges allowed per request, on average (0.05, so at most 5% extra attempts).
     pub max_extra: f64,
@@ -48,13 +53,27 @@ pub struct PercentileHedgeConfig {
     /// Hedges per request at most (1).
     pub max_hedges: u32,
     /// The shortest hedge delay (zero).
+    #[serde(with = "text")]
     pub min_delay: Duration,
+}
+
+impl PercentileHedgeConfig {
+    /// Checks the parameters; the error names the field.
+    pub fn validate(&self) -> Check {
+        let p = self.percentile;
+        if !(p.is_finite() && p > 0.0 && p < 100.0) {
+            return Err(ConfigError::at("percentile", format!("expected a percentile between 0 and 100, got {p}")));
+        }
+        config::fraction("max_extra", self.max_extra)?;
+        config::at_least_one("window", self.window as u64)?;
+        config::at_least_one("max_hedges", self.max_hedges)
+    }
 }
 
 impl Default for PercentileHedgeConfig {
     fn default() -> Self {
         PercentileHedgeConfig {
-            percentile: 0.95,
+            percentile: 95.0,
             max_extra: 0.05,
             window: 1000,
             min_samples: 20,
@@ -98,7 +117,7 @@ impl PercentileHedge {
         if self.latencies.len() < self.config.min_samples.max(1) {
             return None;
         }
-        let p = self.latencies.quantile(self.config.percentile)?;
+        let p = self.latencies.quantile(self.config.percentile / 100.0)?;
         Some(from_nanos(p).max(self.config.min_delay))
     }
 }

@@ -6,8 +6,87 @@ mod budget;
 pub use backoff::Backoff;
 pub use budget::RetryBudget;
 
+use crate::config::{self, Check};
+use crate::duration::text;
 use crate::{Outcome, Rng, Time};
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
+
+/// `max_backoff` is this many times `backoff` when the file gives none (Envoy's default).
+pub const DEFAULT_BACKOFF_CAP: u32 = 10;
+/// The window over which a retry budget counts requests (Linkerd's and tower's default).
+pub const BUDGET_TTL: Duration = Duration::from_secs(10);
+/// Retries a second a budget always allows, so a client with little traffic can still retry.
+pub const BUDGET_MIN_PER_SEC: u32 = 10;
+
+/// Retry rules as experiment and proxy files write them; [`RetryConfig::build`] makes the
+/// policy. A file may leave out any of them.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetryConfig {
+    /// Attempts in all, the first included (1 = no retries).
+    pub max_attempts: u32,
+    /// Base of the exponential backoff between retries of errors and timeouts; none retries at
+    /// once.
+    #[serde(with = "text::option", skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<Duration>,
+    /// Cap of the backoff ([`DEFAULT_BACKOFF_CAP`] times `backoff` when none).
+    #[serde(with = "text::option", skip_serializing_if = "Option::is_none")]
+    pub max_backoff: Option<Duration>,
+    /// Full jitter on the backoff.
+    pub jitter: bool,
+    /// Retries allowed as a fraction of the requests of the last [`BUDGET_TTL`], with
+    /// [`BUDGET_MIN_PER_SEC`] retries a second always allowed; none means unlimited.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget: Option<f64>,
+    /// Whether requests that are not idempotent may be retried and hedged.
+    pub non_idempotent: bool,
+    /// Whether an attempt whose timeout fired keeps running alongside its retry.
+    pub hedge_on_timeout: bool,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        RetryConfig {
+            max_attempts: 1,
+            backoff: None,
+            max_backoff: None,
+            jitter: true,
+            budget: None,
+            non_idempotent: false,
+            hedge_on_timeout: false,
+        }
+    }
+}
+
+impl RetryConfig {
+    /// Checks the parameters; the error names the field.
+    pub fn validate(&self) -> Check {
+        config::at_least_one("max_attempts", self.max_attempts)?;
+        if let (Some(base), Some(max)) = (self.backoff, self.max_backoff) {
+            config::ordered("backoff", base, "max_backoff", max)?;
+        }
+        self.budget.map_or(Ok(()), |x| config::fraction("budget", x))
+    }
+
+    /// The policy.
+    pub fn build(&self) -> RetryPolicy {
+        let backoff = match self.backoff {
+            Some(base) if !base.is_zero() => {
+                let max = self.max_backoff.unwrap_or(base.saturating_mul(DEFAULT_BACKOFF_CAP));
+                Backoff { jitter: self.jitter, ..Backoff::exponential(base, max) }
+            }
+            _ => Backoff::none(),
+        };
+        RetryPolicy {
+            max_attempts: self.max_attempts,
+            backoff,
+            budget: self.budget.map(|ratio| RetryBudget::new(BUDGET_TTL, BUDGET_MIN_PER_SEC, ratio as f32)),
+            retry_non_idempotent: self.non_idempotent,
+            hedge_on_timeout: self.hedge_on_timeout,
+        }
+    }
+}
 
 /// A caller's retry rules for one upstream service.
 #[derive(Clone, Debug)]

@@ -52,17 +52,23 @@
 //! above the headroom costs one timeout (each dip's end, each spike's start).
 
 use super::{AttemptResult, TimeoutPolicy};
+use crate::config::{self, Check};
+use crate::duration::text;
 use crate::stats::{from_nanos, nanos, Window};
 use crate::{Rng, Time};
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 /// The weight of each timeout's verdict (a rise or a loss) in the share that sets the escalation.
 const VERDICT_WEIGHT: f64 = 0.25;
 
-/// The adaptive timeout's parameters; [`AdaptiveConfig::new`] gives the defaults.
-#[derive(Clone, Debug, PartialEq)]
+/// The adaptive timeout's parameters; [`AdaptiveConfig::new`] gives the defaults from any
+/// `initial`, `Default` from [`super::DEFAULT_INITIAL`]. A file may leave out any of them.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct AdaptiveConfig {
-    /// The timeout until `warmup` answers are in.
+    /// The timeout until `warmup` answers are in (1 s by default).
+    #[serde(with = "text")]
     pub initial: Duration,
     /// Answers whose median is the latency level (5).
     pub level_window: usize,
@@ -78,7 +84,9 @@ pub struct AdaptiveConfig {
     /// The (largest) factor between the timeouts of successive attempts of a request (4).
     pub escalation: f64,
     /// Whether timed-out attempts keep running beside their retries (the retry policy's
-    /// `hedge_on_timeout`), which lets the escalation learn from late answers (false).
+    /// `hedge_on_timeout`), which lets the escalation learn from late answers (false). Not
+    /// written in files: the retry policy's setting is copied here when the policy is built.
+    #[serde(skip)]
     pub hedge_on_timeout: bool,
     /// Answers needed before the level and spread are trusted (8).
     pub warmup: usize,
@@ -91,9 +99,17 @@ pub struct AdaptiveConfig {
     /// The fraction of the headroom above which an answer counts towards `rise_after` (0.3).
     pub rise_band: f64,
     /// The smallest timeout (1 µs).
+    #[serde(with = "text")]
     pub min: Duration,
     /// The largest timeout (60 s).
+    #[serde(with = "text")]
     pub max: Duration,
+}
+
+impl Default for AdaptiveConfig {
+    fn default() -> Self {
+        AdaptiveConfig::new(super::DEFAULT_INITIAL)
+    }
 }
 
 impl AdaptiveConfig {
@@ -115,6 +131,20 @@ impl AdaptiveConfig {
             min: Duration::from_micros(1),
             max: Duration::from_secs(60),
         }
+    }
+
+    /// Checks the parameters; the error names the field.
+    pub fn validate(&self) -> Check {
+        config::positive("initial", self.initial)?;
+        config::at_least_one("level_window", self.level_window as u64)?;
+        config::at_least_one("spread_window", self.spread_window as u64)?;
+        config::fraction("spread_quantile", self.spread_quantile)?;
+        config::above_zero("k", self.k)?;
+        config::non_negative("margin", self.margin)?;
+        config::at_least("escalation", self.escalation, 1.0)?;
+        config::non_negative("rise_band", self.rise_band)?;
+        config::positive("min", self.min)?;
+        config::ordered("min", self.min, "max", self.max)
     }
 }
 

@@ -29,14 +29,20 @@
 //!   `buffer` as 0, `gain` is clamped to `[0, 1]`.
 
 use super::{AttemptResult, TimeoutPolicy};
+use crate::config::{self, Check};
+use crate::duration::text;
 use crate::stats::{from_nanos, nanos};
 use crate::{Rng, Time};
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-/// The Controller's parameters; [`ControllerConfig::paper`] gives the paper's values.
-#[derive(Clone, Debug, PartialEq)]
+/// The Controller's parameters; [`ControllerConfig::paper`] gives the paper's values, and the
+/// default is them from [`super::DEFAULT_INITIAL`]. A file may leave out any of them.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct ControllerConfig {
-    /// The timeout before any result (the listing starts at 20 ms).
+    /// The timeout before any result (the listing starts at 20 ms; 1 s by default).
+    #[serde(with = "text")]
     pub initial: Duration,
     /// The backoff factor on a timeout, and between retries (1.5).
     pub factor: f64,
@@ -47,9 +53,17 @@ pub struct ControllerConfig {
     /// The proportional gain of a step on a fresh streak (0.1, the listing's PID gain).
     pub gain: f64,
     /// The smallest timeout (1 µs by default; keep it above zero so backoff can grow it).
+    #[serde(with = "text")]
     pub min: Duration,
     /// The largest timeout (60 s by default).
+    #[serde(with = "text")]
     pub max: Duration,
+}
+
+impl Default for ControllerConfig {
+    fn default() -> Self {
+        ControllerConfig::paper(super::DEFAULT_INITIAL)
+    }
 }
 
 impl ControllerConfig {
@@ -64,6 +78,17 @@ impl ControllerConfig {
             min: Duration::from_micros(1),
             max: Duration::from_secs(60),
         }
+    }
+
+    /// Checks the parameters; the error names the field.
+    pub fn validate(&self) -> Check {
+        config::positive("initial", self.initial)?;
+        config::at_least("factor", self.factor, 1.0)?;
+        config::non_negative("tolerance", self.tolerance)?;
+        config::non_negative("buffer", self.buffer)?;
+        config::fraction("gain", self.gain)?;
+        config::positive("min", self.min)?;
+        config::ordered("min", self.min, "max", self.max)
     }
 }
 

@@ -18,8 +18,107 @@ pub use fixed::Fixed;
 pub use optimizer::{Optimizer, OptimizerConfig};
 pub use sequential::Sequential;
 
+use crate::config::{self, Check, ConfigError};
+use crate::duration::text;
 use crate::{Rng, Time};
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
+
+/// The timeout an adaptive policy gives attempts before it has measured anything, when the file
+/// names none: RFC 6298 §2.1's initial retransmission timeout for TCP, whose timer the adaptive
+/// timeout and the Controller follow. Set `initial` near the expected latency to adapt sooner.
+pub const DEFAULT_INITIAL: Duration = Duration::from_secs(1);
+
+/// A timeout policy and its parameters, as experiment and proxy files write it (`kind:` names
+/// the policy, docs/policies.md); [`TimeoutConfig::build`] makes the policy.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum TimeoutConfig {
+    /// No timeout (the request's deadline still applies).
+    #[default]
+    None,
+    /// The same timeout for every attempt.
+    Fixed {
+        #[serde(with = "text")]
+        value: Duration,
+    },
+    /// `first·factorⁿ` for attempt n, `steps` values (factor 2 and 5 steps unless given).
+    ExpBackoff {
+        #[serde(with = "text")]
+        first: Duration,
+        #[serde(default = "two")]
+        factor: f64,
+        #[serde(default = "five")]
+        steps: u32,
+    },
+    /// An explicit increasing sequence (adaptive-timeouts.txt §3.4).
+    Sequential {
+        #[serde(with = "text::list")]
+        values: Vec<Duration>,
+    },
+    /// The TCP-inspired Controller (§3.7, §4.4).
+    Controller(ControllerConfig),
+    /// The expected-latency Optimizer (§3.6, §4.3).
+    Optimizer(OptimizerConfig),
+    /// tailguard's own adaptive timeout (docs/policies.md).
+    Adaptive(AdaptiveConfig),
+}
+
+fn two() -> f64 {
+    2.0
+}
+
+fn five() -> u32 {
+    5
+}
+
+impl TimeoutConfig {
+    /// Checks the parameters; the error names the field.
+    pub fn validate(&self) -> Check {
+        match self {
+            TimeoutConfig::None => Ok(()),
+            TimeoutConfig::Fixed { value } => config::positive("value", *value),
+            TimeoutConfig::ExpBackoff { first, factor, steps } => {
+                config::positive("first", *first)?;
+                config::at_least("factor", *factor, 1.0)?;
+                config::at_least_one("steps", *steps)
+            }
+            TimeoutConfig::Sequential { values } => {
+                if values.is_empty() {
+                    return Err(ConfigError::at("values", "expected at least one timeout"));
+                }
+                for (i, v) in values.iter().enumerate() {
+                    config::positive(&format!("values.{i}"), *v)?;
+                    if i > 0 && *v < values[i - 1] {
+                        let (at_least, got) = (crate::duration::Dur(values[i - 1]), crate::duration::Dur(*v));
+                        return Err(ConfigError::at(
+                            format!("values.{i}"),
+                            format!("expected an increasing sequence (at least {at_least}), got {got}"),
+                        ));
+                    }
+                }
+                Ok(())
+            }
+            TimeoutConfig::Controller(c) => c.validate(),
+            TimeoutConfig::Optimizer(c) => c.validate(),
+            TimeoutConfig::Adaptive(c) => c.validate(),
+        }
+    }
+
+    /// The policy. `hedge_on_timeout` is the retry policy's: with it, the adaptive timeout learns
+    /// its escalation from late answers.
+    pub fn build(&self, hedge_on_timeout: bool) -> Box<dyn TimeoutPolicy> {
+        match self {
+            TimeoutConfig::None => Box::new(NoTimeout),
+            TimeoutConfig::Fixed { value } => Box::new(Fixed::new(*value)),
+            TimeoutConfig::ExpBackoff { first, factor, steps } => Box::new(ExpBackoff::new(*first, *factor, *steps)),
+            TimeoutConfig::Sequential { values } => Box::new(Sequential::new(values.clone())),
+            TimeoutConfig::Controller(c) => Box::new(Controller::new(c.clone())),
+            TimeoutConfig::Optimizer(c) => Box::new(Optimizer::new(c.clone())),
+            TimeoutConfig::Adaptive(c) => Box::new(Adaptive::new(AdaptiveConfig { hedge_on_timeout, ..c.clone() })),
+        }
+    }
+}
 
 /// How an attempt sent under a timeout ended, as the timeout policy needs to know it.
 #[derive(Clone, Copy, Debug, PartialEq)]

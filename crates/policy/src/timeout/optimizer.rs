@@ -44,12 +44,17 @@
 //! every `recompute_every` requests, counted as calls of `timeout` for attempt 0.
 
 use super::{AttemptResult, TimeoutPolicy};
+use crate::config::{self, Check};
+use crate::duration::text;
 use crate::stats::{from_nanos, nanos, Window};
 use crate::{Rng, Time};
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-/// The Optimizer's parameters; [`OptimizerConfig::paper`] gives the paper's values (§5.3).
-#[derive(Clone, Debug, PartialEq)]
+/// The Optimizer's parameters; [`OptimizerConfig::paper`] gives the paper's values (§5.3), and
+/// the default is them from [`super::DEFAULT_INITIAL`]. A file may leave out any of them.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct OptimizerConfig {
     /// Every this many requests, the first attempt goes without a timeout (5); 0 never samples.
     pub sample_every: u32,
@@ -61,7 +66,8 @@ pub struct OptimizerConfig {
     pub cost_per_second: f64,
     /// Elements of the timeout sequence (3; 0 counts as 1).
     pub sequence_len: usize,
-    /// The timeout of every attempt until enough samples are in.
+    /// The timeout of every attempt until enough samples are in (1 s by default).
+    #[serde(with = "text")]
     pub initial: Duration,
     /// The most candidate timeouts (sample values, thinned by rank) searched (64; fewer than 2
     /// count as 2).
@@ -83,6 +89,23 @@ impl OptimizerConfig {
             grid: 64,
             min_samples: 20,
         }
+    }
+
+    /// Checks the parameters; the error names the field. (`sample_every: 0` never sends an
+    /// untimed sample, which the Optimizer allows.)
+    pub fn validate(&self) -> Check {
+        config::positive("initial", self.initial)?;
+        config::at_least_one("window", self.window as u64)?;
+        config::at_least_one("recompute_every", self.recompute_every)?;
+        config::non_negative("cost_per_second", self.cost_per_second)?;
+        config::at_least_one("sequence_len", self.sequence_len as u64)?;
+        config::at_least_one("grid", self.grid as u64)
+    }
+}
+
+impl Default for OptimizerConfig {
+    fn default() -> Self {
+        OptimizerConfig::paper(super::DEFAULT_INITIAL)
     }
 }
 
