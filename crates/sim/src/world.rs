@@ -7,13 +7,13 @@ use crate::service::{EdgePolicy, Job, ServiceModel};
 use crate::slab::{Key, Slab};
 use crate::trace::Tracer;
 use crate::SimError;
-use rand::{Rng as _, SeedableRng};
+use rand::SeedableRng;
 use rand_pcg::Pcg64Mcg;
 use std::time::Duration;
 use tailguard_model::replica::{child_key, Fate};
 use tailguard_model::results::{load_service, RunResult};
-use tailguard_model::schema::{Arrival, Fanout};
-use tailguard_model::{build, Run};
+use tailguard_model::schema::Fanout;
+use tailguard_model::{build, ArrivalSchedule, Run};
 use tailguard_policy::call::{Action, Call, Ctx};
 use tailguard_policy::{Feedback, Outcome, Time};
 use tailguard_trace::Trace;
@@ -93,8 +93,8 @@ pub(crate) struct World {
     calls: Slab<CallState>,
     jobs: Slab<Job>,
     actions: Vec<Action>,
-    /// Open-loop inter-arrival times.
-    arrivals_rng: Pcg64Mcg,
+    /// Open-loop arrivals (`None` in a closed loop).
+    arrivals: Option<ArrivalSchedule>,
     /// Every policy decision (balancers, chips drawn by callers, jitter).
     policy_rng: Pcg64Mcg,
     delay: Duration,
@@ -103,7 +103,6 @@ pub(crate) struct World {
     load_service: usize,
     user_policy: usize,
     idempotent: bool,
-    open_gap: Option<(f64, bool)>,
     think: Duration,
     warmup: Duration,
     send_until: Option<Time>,
@@ -155,14 +154,13 @@ impl World {
             calls: Slab::new(),
             jobs: Slab::new(),
             actions: Vec::new(),
-            arrivals_rng: Pcg64Mcg::seed_from_u64(seed),
+            arrivals: w.open.as_ref().map(|o| ArrivalSchedule::new(o.arrival, o.rate, seed)),
             policy_rng: Pcg64Mcg::seed_from_u64(seed.rotate_left(17) ^ 0xA5A5_A5A5),
             delay: run.network.delay.get(),
             target,
             load_service: index(load_service(run)) as usize,
             user_policy,
             idempotent: w.idempotent,
-            open_gap: w.open.as_ref().map(|o| (1.0 / o.rate, o.arrival == Arrival::Poisson)),
             think: w.closed.as_ref().map_or(Duration::ZERO, |c| c.think.get()),
             warmup: w.warmup.get(),
             send_until: horizon,
@@ -178,7 +176,10 @@ impl World {
             Some(c) => {
                 (0..c.clients).for_each(|client| world.events.push(Duration::ZERO, Event::ClientReady { client }))
             }
-            None => world.events.push(Duration::ZERO, Event::Arrival),
+            None => {
+                let first = world.arrivals.as_ref().expect("an open loop without closed clients").peek();
+                world.events.push(first, Event::Arrival)
+            }
         }
         Ok(world)
     }
@@ -226,9 +227,9 @@ impl World {
             Event::Arrival => {
                 if self.may_send() {
                     self.start_user(None);
-                    let (mean_gap, poisson) = self.open_gap.expect("arrivals only in open loop");
-                    let gap = if poisson { -mean_gap * (1.0 - self.arrivals_rng.gen::<f64>()).ln() } else { mean_gap };
-                    self.events.push(self.now + Duration::from_secs_f64(gap), Event::Arrival);
+                    let arrivals = self.arrivals.as_mut().expect("arrivals only in open loop");
+                    arrivals.advance();
+                    self.events.push(arrivals.peek(), Event::Arrival);
                 }
             }
             Event::ClientReady { client } => {
