@@ -19,6 +19,7 @@ pub(super) enum Owner {
     Job(Key),
 }
 
+/// A call in flight and what the world keeps about it.
 pub(super) struct CallState {
     call: Call,
     owner: Owner,

@@ -41,6 +41,7 @@ impl World {
         ok
     }
 
+    /// Starts a user request to the workload's target (from closed-loop client `client`, if any).
     pub(super) fn start_user(&mut self, client: Option<u32>) {
         let measured = self.now >= self.warmup;
         if measured {
@@ -52,6 +53,7 @@ impl World {
         self.start_call(Owner::User { client }, policy, callee, idempotent, measured, draws);
     }
 
+    /// A user request ended: records it if measured, and lets its closed-loop client think.
     pub(super) fn user_done(&mut self, client: Option<u32>, measured: bool, outcome: Outcome, latency: Duration) {
         if measured {
             self.metrics.request(outcome, latency);
