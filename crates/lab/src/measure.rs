@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tailguard_load::LoadReport;
 use tailguard_model::results::{load_service, round, ProcessMemory, ReplicaLoad, RunResult, Series, TimeoutSeries};
-use tailguard_model::schema::Timeout;
+use tailguard_model::schema::TimeoutConfig;
 use tailguard_model::Run;
 
 /// The interval of the time series and of the imbalance, as the simulator's.
@@ -196,7 +196,7 @@ fn replica_load(run: &Run, sidecars: &[Sidecar], periodic: &[Snapshot]) -> Optio
 fn timeout_series(run: &Run, sidecars: &[Sidecar], periodic: &[Snapshot]) -> Vec<TimeoutSeries> {
     let mut out = Vec::new();
     for (caller, service) in &run.services {
-        for call in service.calls.iter().filter(|c| c.count > 0 && c.policy.timeout != Timeout::None) {
+        for call in service.calls.iter().filter(|c| c.count > 0 && c.policy.timeout != TimeoutConfig::None) {
             let callers: Vec<usize> = (0..sidecars.len()).filter(|&i| &sidecars[i].service == caller).collect();
             let edge =
                 |snap: &Snapshot, i: usize| snap.counts[i].egress.get(&call.service).cloned().unwrap_or_default();

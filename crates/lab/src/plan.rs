@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
-use tailguard_model::schema::{Balancer, ClientPolicy};
+use tailguard_model::schema::{BalancerConfig, ClientPolicy};
 use tailguard_model::{Dur, Run};
 use tailguard_proxy::config::DEFAULT_MAX_REPLAY_BODY;
 use tailguard_proxy::config::{Admin, Config, Egress, Ingress, Protocol, Route, Tracing, Upstream};
@@ -243,7 +243,7 @@ fn upstream(plan: &Plan, callee: &str, policy: &ClientPolicy) -> Upstream {
 /// Whether a run needs the simulator's oracle (it sees every replica's true queue, which no real
 /// process can): such runs are skipped in the lab.
 pub fn needs_oracle(run: &Run) -> bool {
-    let oracle = |p: &ClientPolicy| p.balancer == Balancer::Oracle;
+    let oracle = |p: &ClientPolicy| p.balancer == BalancerConfig::Oracle;
     oracle(&run.workload.client) || run.services.values().flat_map(|s| &s.calls).any(|c| oracle(&c.policy))
 }
 

@@ -1,7 +1,7 @@
 //! `tailguard load`: an HTTP load generator with exact percentiles.
 //!
-//! - **Open loop** ([`Shape::Constant`], [`Shape::Poisson`]): requests start at the times a
-//!   [`Schedule`] fixes in advance, whatever the server does, and each request's latency counts
+//! - **Open loop** ([`Shape::Constant`], [`Shape::Poisson`]): requests start at the times an
+//!   [`ArrivalSchedule`] fixes in advance, whatever the server does, and each request's latency counts
 //!   from its *intended* start, so a stall is charged to every request that was due during it
 //!   (no coordinated omission, as in wrk2 and oha).
 //! - **Closed loop** ([`Shape::Closed`]): N clients, each sending its next request when its
@@ -30,7 +30,6 @@ mod open_loop;
 mod outcome;
 mod report;
 mod run;
-mod schedule;
 mod target;
 
 pub use config::{LoadConfig, Shape, Stop};
@@ -38,7 +37,8 @@ pub use error::LoadError;
 pub use outcome::{ErrorKind, Outcome, Sample};
 pub use report::LoadReport;
 pub use run::run;
-pub use schedule::Schedule;
+/// The open loop's intended start times, shared with the simulator.
+pub use tailguard_model::ArrivalSchedule;
 pub use target::{parse_method, Target};
 
 /// Re-exported so callers can name methods and URIs without depending on hyper themselves.

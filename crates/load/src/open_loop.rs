@@ -1,4 +1,4 @@
-//! The open loop: requests start at their [`Schedule`]d times whatever the server does.
+//! The open loop: requests start at their [`ArrivalSchedule`]d times whatever the server does.
 //!
 //! Each request is spawned at its intended start and measured from it. The dispatcher never
 //! waits for a response; only when `max_in_flight` requests are outstanding does it wait for a
@@ -7,7 +7,7 @@
 
 use crate::config::Window;
 use crate::run::Context;
-use crate::Schedule;
+use crate::ArrivalSchedule;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
@@ -31,7 +31,12 @@ async fn wait_until(due: Instant) {
 }
 
 /// Runs the schedule to the end of `window`; returns the offset at which sending ended.
-pub(crate) async fn drive(ctx: Arc<Context>, mut schedule: Schedule, window: Window, max_in_flight: usize) -> Duration {
+pub(crate) async fn drive(
+    ctx: Arc<Context>,
+    mut schedule: ArrivalSchedule,
+    window: Window,
+    max_in_flight: usize,
+) -> Duration {
     let permits = Arc::new(Semaphore::new(max_in_flight));
     let mut measured = 0u64;
     loop {

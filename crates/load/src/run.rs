@@ -3,7 +3,7 @@
 
 use crate::client::HttpClient;
 use crate::config::Window;
-use crate::{closed_loop, open_loop, LoadConfig, LoadError, LoadReport, Sample, Schedule, Shape, Target};
+use crate::{closed_loop, open_loop, ArrivalSchedule, LoadConfig, LoadError, LoadReport, Sample, Shape, Target};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,9 +27,11 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport, LoadError> {
         samples,
     });
     let sending_end = match config.shape {
-        Shape::Constant { rate } => open_loop::drive(ctx, Schedule::constant(rate), window, config.max_in_flight).await,
+        Shape::Constant { rate } => {
+            open_loop::drive(ctx, ArrivalSchedule::constant(rate), window, config.max_in_flight).await
+        }
         Shape::Poisson { rate } => {
-            open_loop::drive(ctx, Schedule::poisson(rate, config.seed), window, config.max_in_flight).await
+            open_loop::drive(ctx, ArrivalSchedule::poisson(rate, config.seed), window, config.max_in_flight).await
         }
         Shape::Closed { clients, think } => closed_loop::drive(ctx, clients, think, window).await,
     };

@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tailguard_load::{ErrorKind, LoadConfig, Method, Shape, Stop, Target};
+use tailguard_load::{ArrivalSchedule, ErrorKind, LoadConfig, Method, Shape, Stop, Target};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
@@ -262,6 +262,26 @@ async fn statuses_and_timeouts_are_counted_by_kind() {
     assert_eq!(report.errors_of(ErrorKind::Timeout), 2);
     let run = report.to_run("s", "v");
     assert_eq!((run.succeeded, run.failed, run.rejected, run.timed_out), (0, 2, 2, 2));
+}
+
+/// The open loop's requests are due exactly when the shared [`ArrivalSchedule`] says, the one the
+/// simulator draws its arrivals from: the same rate and seed give the same intended starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_loop_requests_are_due_at_the_shared_schedule_times() {
+    let server = TestServer::start(Behaviour::default()).await;
+    for (shape, mut schedule) in [
+        (Shape::Poisson { rate: 400.0 }, ArrivalSchedule::poisson(400.0, 7)),
+        (Shape::Constant { rate: 400.0 }, ArrivalSchedule::constant(400.0)),
+    ] {
+        let mut config = config(vec![server.target()], shape, requests(20));
+        config.seed = 7;
+        config.keep_samples = true;
+        let report = tailguard_load::run(config).await.expect("valid config");
+        let mut intended: Vec<Duration> = report.samples.iter().map(|s| s.intended).collect();
+        intended.sort();
+        let expected: Vec<Duration> = (0..20).map(|_| schedule.advance()).collect();
+        assert_eq!(intended, expected, "{shape:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

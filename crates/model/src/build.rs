@@ -30,7 +30,7 @@ pub fn deadline(config: &ClientPolicy) -> Option<Duration> {
 }
 
 /// Admission control at one replica.
-pub fn admission(config: &schema::Admission) -> Box<dyn admission::Admission> {
+pub fn admission(config: &schema::AdmissionConfig) -> Box<dyn admission::Admission> {
     config.build()
 }
 
@@ -78,7 +78,7 @@ mod tests {
         ];
         let mut rng = Pcg64Mcg::new(1);
         for kind in kinds {
-            let mut b = yaml::<schema::Balancer>(kind).build(3);
+            let mut b = yaml::<schema::BalancerConfig>(kind).build(3);
             let loads = [4, 0, 2];
             let mut pick = Pick { now: Duration::ZERO, rng: &mut rng, exclude: &[], true_loads: Some(&loads) };
             let chosen = b.pick(&mut pick);
@@ -93,7 +93,7 @@ mod tests {
     fn timeouts_follow_their_configuration() {
         let mut rng = Pcg64Mcg::new(1);
         let mut first = |text: &str, attempt: u32| {
-            yaml::<schema::Timeout>(text).build(false).timeout(Duration::ZERO, attempt, &mut rng)
+            yaml::<schema::TimeoutConfig>(text).build(false).timeout(Duration::ZERO, attempt, &mut rng)
         };
         assert_eq!(first("{kind: none}", 0), None);
         assert_eq!(first("{kind: fixed, value: 50ms}", 3), Some(ms(50)));
@@ -122,7 +122,7 @@ mod tests {
 
     #[test]
     fn hedges_are_built_with_their_parameters() {
-        let hedge = |text: &str| yaml::<schema::Hedge>(text).build();
+        let hedge = |text: &str| yaml::<schema::HedgeConfig>(text).build();
         assert!(hedge("{kind: none}").is_none());
         let mut spec = hedge("{kind: speculative, attempts: 3, patience: 30ms}").unwrap();
         spec.on_request(Duration::ZERO);
@@ -141,27 +141,28 @@ mod tests {
         assert!(median >= ms(10) && median <= ms(11), "the 50th percentile of 1..=20 ms: {median:?}");
     }
 
-    fn retry(config: &schema::Retry) -> tailguard_policy::retry::RetryPolicy {
+    fn retry(config: &schema::RetryConfig) -> tailguard_policy::retry::RetryPolicy {
         config.build()
     }
 
     #[test]
     fn retry_rules_carry_over() {
-        let r = retry(&yaml::<schema::Retry>("{max_attempts: 3, non_idempotent: true, hedge_on_timeout: true}"));
+        let r = retry(&yaml::<schema::RetryConfig>("{max_attempts: 3, non_idempotent: true, hedge_on_timeout: true}"));
         assert_eq!(r.max_attempts, 3);
         assert!(r.retry_non_idempotent && r.hedge_on_timeout);
         assert_eq!(r.backoff, Backoff::none());
         assert!(r.budget.is_none());
-        let r = retry(&schema::Retry::default());
+        let r = retry(&schema::RetryConfig::default());
         assert_eq!(r.max_attempts, 1);
         assert!(!r.retry_non_idempotent && !r.hedge_on_timeout);
     }
 
     #[test]
     fn backoff_defaults_to_a_cap_of_ten_bases_with_jitter() {
-        let r = retry(&yaml::<schema::Retry>("{max_attempts: 5, backoff: 10ms}"));
+        let r = retry(&yaml::<schema::RetryConfig>("{max_attempts: 5, backoff: 10ms}"));
         assert_eq!(r.backoff, Backoff { base: ms(10), max: ms(100), jitter: true });
-        let r = retry(&yaml::<schema::Retry>("{max_attempts: 5, backoff: 10ms, max_backoff: 30ms, jitter: false}"));
+        let r =
+            retry(&yaml::<schema::RetryConfig>("{max_attempts: 5, backoff: 10ms, max_backoff: 30ms, jitter: false}"));
         assert_eq!(r.backoff, Backoff { base: ms(10), max: ms(30), jitter: false });
         let mut rng = Pcg64Mcg::new(1);
         assert_eq!(r.backoff.delay(1, &mut rng), ms(10));
@@ -171,7 +172,7 @@ mod tests {
 
     #[test]
     fn a_budget_limits_retries_beyond_its_floor() {
-        let mut r = retry(&yaml::<schema::Retry>("{max_attempts: 2, budget: 0.1}"));
+        let mut r = retry(&yaml::<schema::RetryConfig>("{max_attempts: 2, budget: 0.1}"));
         let budget = r.budget.as_mut().unwrap();
         // No requests yet: only the floor of 10 a second over the 10 s window is available.
         assert_eq!(budget.available(Duration::ZERO), 100);

@@ -20,9 +20,12 @@
 //!   time), shared by the simulator and `tailguard serve`.
 //! - [`results`]: the results-JSON schema ([`Results`], [`RunResult`]) and its maths, one
 //!   implementation for the simulator, the lab and the load generator.
+//! - [`ArrivalSchedule`]: open-loop intended start times (constant or seeded Poisson), shared by
+//!   the simulator and the load generator.
 //! - [`Dur`]: a `Duration` written with a unit (`250ms`, `1.5s`); a bare number is an error.
 //! - [`ModelError`]: `FILE: PATH: what was wrong, what was expected`.
 
+pub mod arrivals;
 pub mod build;
 pub mod dist;
 pub mod duration;
@@ -36,6 +39,7 @@ pub mod results;
 pub mod schema;
 pub mod validate;
 
+pub use arrivals::ArrivalSchedule;
 pub use dist::Sampler;
 pub use duration::Dur;
 pub use error::ModelError;

@@ -53,7 +53,7 @@ pub struct Service {
     pub latency_model: LatencyModel,
     /// Admission control at each replica.
     #[serde(default)]
-    pub admission: Admission,
+    pub admission: AdmissionConfig,
     /// Faults injected at this service.
     #[serde(default)]
     pub faults: Vec<Fault>,
@@ -143,28 +143,29 @@ pub struct CallEdge {
 pub struct ClientPolicy {
     /// Endpoint choice.
     #[serde(default)]
-    pub balancer: Balancer,
+    pub balancer: BalancerConfig,
     /// Per-attempt timeouts.
     #[serde(default)]
-    pub timeout: Timeout,
+    pub timeout: TimeoutConfig,
     /// Speculative attempts.
     #[serde(default)]
-    pub hedge: Hedge,
+    pub hedge: HedgeConfig,
     /// Retries of failed attempts.
     #[serde(default)]
-    pub retry: Retry,
+    pub retry: RetryConfig,
     /// The longest a request may take in all; attempts are clamped by what remains of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<Dur>,
 }
 
-// The policies' own configuration types, under the names experiment files give their sections:
-// each is its policy's schema (deserialisation, defaults and `validate()`), in crates/policy.
-pub use tailguard_policy::admission::AdmissionConfig as Admission;
-pub use tailguard_policy::balance::BalancerConfig as Balancer;
-pub use tailguard_policy::hedge::HedgeConfig as Hedge;
-pub use tailguard_policy::retry::RetryConfig as Retry;
-pub use tailguard_policy::timeout::TimeoutConfig as Timeout;
+// The policies' own configuration types, re-exported under their own names for the experiment
+// schema's users: each is its policy's schema (deserialisation, defaults and `validate()`), in
+// crates/policy.
+pub use tailguard_policy::admission::AdmissionConfig;
+pub use tailguard_policy::balance::BalancerConfig;
+pub use tailguard_policy::hedge::HedgeConfig;
+pub use tailguard_policy::retry::RetryConfig;
+pub use tailguard_policy::timeout::TimeoutConfig;
 
 /// A distribution of durations.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -370,7 +371,7 @@ pub struct Variant {
     pub edges: IndexMap<String, ClientPolicy>,
     /// Admission control per service name.
     #[serde(default)]
-    pub admission: IndexMap<String, Admission>,
+    pub admission: IndexMap<String, AdmissionConfig>,
     /// Any other overrides, as path → value.
     #[serde(default)]
     pub set: IndexMap<String, serde_yaml_ng::Value>,

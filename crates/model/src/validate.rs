@@ -110,7 +110,7 @@ fn real(s: &Service, services: &IndexMap<String, Service>) -> Check {
         if !s.calls.is_empty() {
             return not("calls", "calls no other service; expected no `calls`");
         }
-        if s.admission != Admission::None {
+        if s.admission != AdmissionConfig::None {
             return not("admission", "has no sidecar to admit requests; expected no `admission`");
         }
         if s.workers != 0 {
@@ -288,7 +288,7 @@ fn unique_names<'a>(list: &str, names: impl Iterator<Item = &'a str>) -> Check {
 }
 
 /// An admission policy: the parameters it needs to make sense.
-pub fn admission(a: &Admission) -> Check {
+pub fn admission(a: &AdmissionConfig) -> Check {
     Ok(a.validate()?)
 }
 

@@ -1,7 +1,7 @@
 //! The proxy's configuration file (docs/proxy.md): plain `Clone + Debug` types, read once,
 //! validated once, with errors that name the file and the field.
 //!
-//! Policies reuse the experiment schema (`tailguard_model::schema::{ClientPolicy, Admission}`), so
+//! Policies reuse the experiment schema (`tailguard_model::schema::{ClientPolicy, AdmissionConfig}`), so
 //! a policy tuned in the simulator is pasted into a sidecar's file unchanged.
 //!
 //! The types serialise too: the lab writes its sidecars' files with them ([`Config::to_yaml`]), so
@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tailguard_model::schema::{Admission, ClientPolicy};
+use tailguard_model::schema::{AdmissionConfig, ClientPolicy};
 use tailguard_model::{validate, Dur, ModelError};
 
 /// Bodies up to this size are buffered so retries and hedges can replay them.
@@ -207,7 +207,7 @@ pub struct Ingress {
     pub app: SocketAddr,
     /// Admission control: 429 above capacity, and BLOC chips on responses.
     #[serde(default)]
-    pub admission: Admission,
+    pub admission: AdmissionConfig,
     /// HTTP/1.1 (the default) or h2c towards the application.
     #[serde(default)]
     pub protocol: Protocol,
@@ -333,7 +333,7 @@ mod tests {
         assert_eq!(egress.upstreams["backend"].endpoints.len(), 2);
         assert_eq!(egress.upstreams["backend"].route, Route::Host("backend".into()));
         assert_eq!(egress.max_replay_body, DEFAULT_MAX_REPLAY_BODY);
-        assert_eq!(c.ingress.unwrap().admission, Admission::Fixed { capacity: 8 });
+        assert_eq!(c.ingress.unwrap().admission, AdmissionConfig::Fixed { capacity: 8 });
         assert_eq!(c.workers, None);
         assert_eq!(c.tracing, None);
         let c = parse("workers: 1\negress: {listen: 127.0.0.1:1, upstreams: {}}").unwrap();

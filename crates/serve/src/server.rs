@@ -1,6 +1,6 @@
 //! The HTTP server: accepts connections (HTTP/1.1 and h2c), answers `GET /healthz`, and serves
-//! every other request as the service would (crates/sim/src/world.rs): a FIFO queue for a worker,
-//! the local work (a sleep), the fate's fault, the downstream calls, the answer.
+//! every other request as the service would (crates/sim/src/world/replicas.rs): a FIFO queue for a
+//! worker, the local work (a sleep), the fate's fault, the downstream calls, the answer.
 
 use bytes::Bytes;
 use http_body_util::Full;

@@ -5,7 +5,7 @@ use crate::SimError;
 use std::collections::VecDeque;
 use std::time::Duration;
 use tailguard_model::replica::{Fate, ReplicaModel};
-use tailguard_model::schema::{Fanout, Service, Timeout};
+use tailguard_model::schema::{Fanout, Service, TimeoutConfig};
 use tailguard_model::{build, Run};
 use tailguard_policy::admission::Admission;
 use tailguard_policy::call::ClientPolicy;
@@ -83,7 +83,7 @@ impl ServiceModel {
             let endpoints = run.services[callee as usize].replicas as usize;
             edge_policy_base.push(policies.len());
             edge_callee.push(callee);
-            let timed = edge.policy.timeout != Timeout::None;
+            let timed = edge.policy.timeout != TimeoutConfig::None;
             for _ in 0..svc.replicas {
                 policies.push(EdgePolicy {
                     policy: build::client_policy(&edge.policy, endpoints),

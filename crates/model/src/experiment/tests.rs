@@ -1,5 +1,5 @@
 use super::*;
-use crate::schema::{Admission, Balancer, Timeout};
+use crate::schema::{AdmissionConfig, BalancerConfig, TimeoutConfig};
 use crate::Dur;
 
 const DEMO: &str = r#"
@@ -78,7 +78,7 @@ fn the_baseline_is_the_file_as_written() {
     assert_eq!((run.scenario.as_str(), run.variant.as_str()), ("normal", "baseline"));
     assert_eq!(run.services["backend"].replicas, 3);
     assert_eq!(run.services["frontend"].calls[0].count, 2);
-    assert_eq!(run.services["frontend"].calls[0].policy.balancer, Balancer::RoundRobin);
+    assert_eq!(run.services["frontend"].calls[0].policy.balancer, BalancerConfig::RoundRobin);
     assert_eq!(run.horizon(), Some(Duration::from_secs(11)));
     assert_eq!(run.base_dir, Path::new("examples"));
 }
@@ -89,19 +89,19 @@ fn quick_scenario_and_variant_apply_in_order() {
     assert_eq!(run.workload.duration, Some(Dur::from_millis(1000)), "quick");
     assert_eq!(run.services["backend"].replicas, 6, "scenario");
     // The variant's client policy goes on every call edge, not on the load generator's.
-    assert_eq!(run.services["frontend"].calls[0].policy.balancer, Balancer::Bloc(Default::default()));
-    assert_eq!(run.workload.client.balancer, Balancer::RoundRobin);
-    assert_eq!(run.services["backend"].admission, Admission::Fixed { capacity: 10 });
-    assert_eq!(run.services["frontend"].admission, Admission::None);
+    assert_eq!(run.services["frontend"].calls[0].policy.balancer, BalancerConfig::Bloc(Default::default()));
+    assert_eq!(run.workload.client.balancer, BalancerConfig::RoundRobin);
+    assert_eq!(run.services["backend"].admission, AdmissionConfig::Fixed { capacity: 10 });
+    assert_eq!(run.services["frontend"].admission, AdmissionConfig::None);
 }
 
 #[test]
 fn edges_set_the_policy_of_one_edge() {
     let run = demo().resolve("normal", "edge", false).unwrap();
     let policy = &run.services["frontend"].calls[0].policy;
-    assert_eq!(policy.timeout, Timeout::Fixed { value: std::time::Duration::from_millis(50) });
-    assert_eq!(policy.balancer, Balancer::RoundRobin);
-    assert_eq!(run.workload.client.balancer, Balancer::Random);
+    assert_eq!(policy.timeout, TimeoutConfig::Fixed { value: std::time::Duration::from_millis(50) });
+    assert_eq!(policy.balancer, BalancerConfig::RoundRobin);
+    assert_eq!(run.workload.client.balancer, BalancerConfig::Random);
     assert_eq!(run.services["backend"].workers, 2, "the variant's set");
 }
 
@@ -300,7 +300,7 @@ fn anchors_under_extension_keys_are_shared_and_merged() {
     );
     let run = Experiment::parse(&text, Path::new("d.yaml")).unwrap().resolve("normal", "baseline", false).unwrap();
     let policy = &run.services["frontend"].calls[0].policy;
-    assert_eq!(policy.balancer, Balancer::LeastRequest);
+    assert_eq!(policy.balancer, BalancerConfig::LeastRequest);
     assert_eq!(policy.deadline, Some(Dur::from_millis(2000)));
     let err = Experiment::parse(&DEMO.replace("seed: 7", "seed: 7\nextra: 1"), Path::new("d.yaml")).unwrap_err();
     assert_eq!(err.path, "extra");

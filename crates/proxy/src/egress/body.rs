@@ -1,0 +1,70 @@
+//! Bodies and replay: what every attempt of a request sends again (method, path, headers without
+//! hop-by-hop or internal ones, and the body buffered when it is at most `max_replay_body`), and
+//! which requests may be replayed at all. A larger body, or one of unknown length, is streamed
+//! once, and such a request is neither retried nor hedged.
+
+use crate::http::{self, BoxError};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::{Body as _, Incoming};
+use hyper::header::HeaderValue;
+use hyper::http::uri::PathAndQuery;
+use hyper::{HeaderMap, Method, Request};
+
+/// The request as every attempt replays it; shared with the attempts, which may rebuild it.
+pub(super) struct Template {
+    pub(super) method: Method,
+    pub(super) path: PathAndQuery,
+    pub(super) headers: HeaderMap,
+    /// The body when buffered (replayable); `None` when it is streamed once.
+    pub(super) body: Option<Bytes>,
+}
+
+/// Splits `req` into what each attempt replays, buffering a body up to `max_replay_body`; a
+/// larger body (or one of unknown length) comes back apart, to be streamed once.
+pub(super) async fn template(
+    req: Request<Incoming>,
+    found: http::Found,
+    max_replay_body: usize,
+) -> Result<(Template, Option<Incoming>), BoxError> {
+    let (parts, body) = req.into_parts();
+    let mut headers = parts.headers;
+    if found.hop_by_hop {
+        // `te: trailers` is the one hop-by-hop header HTTP/2 keeps: gRPC servers expect it.
+        let te_trailers =
+            headers.get(hyper::header::TE).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"));
+        http::strip_hop_by_hop(&mut headers);
+        if te_trailers {
+            headers.insert(hyper::header::TE, HeaderValue::from_static("trailers"));
+        }
+    }
+    if found.internal {
+        http::strip_internal(&mut headers, &[]);
+    }
+    let small = body.size_hint().upper().is_some_and(|n| n <= max_replay_body as u64);
+    let (body, streamed) = if body.is_end_stream() {
+        (Some(Bytes::new()), None)
+    } else if small {
+        (Some(Limited::new(body, max_replay_body).collect().await?.to_bytes()), None)
+    } else {
+        (None, Some(body))
+    };
+    let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
+    Ok((Template { method: parts.method, path, headers, body }, streamed))
+}
+
+/// Whether a method may be sent more than once without changing its effect (RFC 9110 §9.2.2).
+pub(super) fn idempotent(method: &Method) -> bool {
+    [Method::GET, Method::HEAD, Method::OPTIONS, Method::PUT, Method::DELETE].contains(method)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_idempotent_methods_are_replayed() {
+        assert!(idempotent(&Method::GET) && idempotent(&Method::PUT) && idempotent(&Method::DELETE));
+        assert!(!idempotent(&Method::POST) && !idempotent(&Method::PATCH));
+    }
+}

@@ -1,0 +1,297 @@
+//! The request driver: one request in flight, carried out by the policy core's [`Call`] in real
+//! time. Each request's future owns its `Call` and polls its attempts' response futures itself (a
+//! `Cancel` drops one; no task per attempt, so an answer wakes the request directly), and one
+//! `sleep_until` serves the call's `WakeAt`s. The upstream's `ClientPolicy` sits behind a mutex,
+//! held only for the policy's (fast, sans-IO) steps. Time is the time since the proxy started.
+
+use super::body::{idempotent, Template};
+use super::protocol::{clean, AttemptError, ResponseFuture};
+use super::routes::{Core, Upstream};
+use super::Egress;
+use crate::http::{self, Body};
+use crate::metrics::seconds;
+use crate::trace::CallTrace;
+use hyper::body::Incoming;
+use hyper::{Response, StatusCode};
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+use tailguard_policy::call::{Action, Call, Ctx, Finish};
+use tailguard_policy::{EndpointId, Feedback, Outcome, Time};
+
+/// The outcome of an answered attempt: 429 is a refusal, 5xx an error, anything else an answer.
+pub(crate) fn outcome(status: StatusCode) -> Outcome {
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        Outcome::Rejected
+    } else if status.is_server_error() {
+        Outcome::Error
+    } else {
+        Outcome::Success
+    }
+}
+
+/// An attempt in flight: its response, when it comes, is fed back to the call.
+pub(super) struct Attempt {
+    pub(super) attempt: u32,
+    pub(super) endpoint: EndpointId,
+    pub(super) sent: Time,
+    /// The timeout policy's value for it, if the upstream has one (for closeness).
+    pub(super) policy_timeout: Option<Duration>,
+    pub(super) response: ResponseFuture,
+}
+
+/// How an attempt ended.
+pub(super) struct AttemptEnd {
+    pub(super) attempt: u32,
+    pub(super) endpoint: EndpointId,
+    pub(super) sent: Time,
+    pub(super) policy_timeout: Option<Duration>,
+    pub(super) result: Result<Response<Body>, AttemptError>,
+}
+
+/// One request in flight: its call, its attempts and its pending wakes.
+pub(super) struct Driver<'a> {
+    pub(super) egress: &'a Egress,
+    pub(super) upstream: Arc<Upstream>,
+    pub(super) template: Arc<Template>,
+    /// The body when streamed once (taken by the first attempt).
+    pub(super) streamed: Option<Incoming>,
+    /// Whether an attempt's request may be rebuilt and sent again (idempotent, buffered body).
+    pub(super) replayable: bool,
+    pub(super) out: Vec<Action>,
+    /// When the last policy step ran: the time its actions are carried out at (one clock read
+    /// per step, none per action).
+    pub(super) now: Time,
+    pub(super) wakes: BTreeSet<Time>,
+    pub(super) attempts: Vec<Attempt>,
+    /// Sends the call asked for that the driver could not carry out (a streamed body, spent).
+    pub(super) unsendable: Vec<u32>,
+    /// The answer that won, and its attempt's latency.
+    pub(super) winner: Option<(Response<Body>, Duration)>,
+    pub(super) last_error: Option<Response<Body>>,
+    /// The call's spans, when tracing.
+    pub(super) trace: Option<CallTrace>,
+}
+
+impl<'a> Driver<'a> {
+    pub(super) fn new(
+        egress: &'a Egress,
+        upstream: Arc<Upstream>,
+        template: Arc<Template>,
+        streamed: Option<Incoming>,
+    ) -> Driver<'a> {
+        let replayable = template.body.is_some() && idempotent(&template.method);
+        Driver {
+            egress,
+            upstream,
+            template,
+            streamed,
+            replayable,
+            out: Vec::new(),
+            now: Time::ZERO,
+            wakes: BTreeSet::new(),
+            attempts: Vec::new(),
+            unsendable: Vec::new(),
+            winner: None,
+            last_error: None,
+            trace: None,
+        }
+    }
+
+    /// Runs one policy step on the call with the upstream's policy, at the current time.
+    fn step<R>(&mut self, f: impl FnOnce(&mut Ctx<'_>) -> R) -> R {
+        self.step_at(self.egress.now(), f)
+    }
+
+    /// Runs one policy step at `now`, a clock reading just taken.
+    fn step_at<R>(&mut self, now: Time, f: impl FnOnce(&mut Ctx<'_>) -> R) -> R {
+        self.now = now;
+        let mut core = self.upstream.core.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let Core { policy, rng } = &mut *core;
+        let mut ctx = Ctx { now, policy, rng, true_loads: None, out: &mut self.out };
+        f(&mut ctx)
+    }
+
+    /// The response, the answering attempt's latency when the call succeeded, and the call's
+    /// latency (from its first policy step to its last).
+    pub(super) async fn run(mut self, deadline: Option<Time>) -> (Response<Body>, Option<Duration>, Duration) {
+        let replayable = self.replayable;
+        let mut call = self.step(|ctx| Call::start(ctx, replayable, deadline));
+        let started = self.now;
+        loop {
+            if let Some(finish) = self.apply(&call) {
+                let answer = self.winner.as_ref().filter(|_| finish.outcome == Outcome::Success).map(|w| w.1);
+                let latency = self.now.saturating_sub(started);
+                let trace = self.trace.take();
+                let response = self.respond(finish);
+                if let Some(trace) = trace {
+                    trace.finish(finish.outcome, finish.attempts, response.status());
+                }
+                return (response, answer, latency);
+            }
+            for attempt in std::mem::take(&mut self.unsendable) {
+                if let Some(trace) = &mut self.trace {
+                    trace.on_cancel(attempt, Outcome::Cancelled);
+                }
+                // Reported as cancelled: no retry follows, and the balancer's count is released.
+                let feedback = Feedback::new(Outcome::Cancelled, Duration::ZERO);
+                self.step(|ctx| call.on_attempt_end(ctx, attempt, feedback));
+            }
+            if !self.out.is_empty() {
+                continue;
+            }
+            let wake = self.wakes.first().map(|t| tokio::time::Instant::from_std(self.egress.epoch + *t));
+            tokio::select! {
+                end = next_end(&mut self.attempts), if !self.attempts.is_empty() => {
+                    self.on_end(&mut call, end);
+                }
+                () = sleep_until(wake), if wake.is_some() => {
+                    let now = self.egress.now();
+                    self.wakes.retain(|t| *t > now);
+                    self.step_at(now, |ctx| call.on_wake(ctx));
+                }
+                else => {
+                    let latency = self.egress.now().saturating_sub(started);
+                    return (http::text(StatusCode::BAD_GATEWAY, "tailguard: the call stalled"), None, latency);
+                }
+            }
+        }
+    }
+
+    /// Carries out the call's pending actions; the finish, if one came.
+    fn apply(&mut self, call: &Call) -> Option<Finish> {
+        // Drained, not dropped: the next policy step reuses its room.
+        let mut out = std::mem::take(&mut self.out);
+        let mut finished = None;
+        for action in out.drain(..) {
+            match action {
+                Action::Send { attempt, endpoint, policy_timeout, .. } => {
+                    if let Some(trace) = &mut self.trace {
+                        let addr = self.upstream.config.endpoints.get(endpoint);
+                        trace.on_send(attempt, addr, policy_timeout, !self.attempts.is_empty());
+                    }
+                    self.count_send(attempt, endpoint, policy_timeout);
+                    self.send(call, attempt, endpoint, policy_timeout);
+                }
+                Action::Cancel { attempt, endpoint, reason } => {
+                    if let Some(trace) = &mut self.trace {
+                        trace.on_cancel(attempt, reason);
+                    }
+                    // Dropping the response future abandons the exchange.
+                    self.attempts.retain(|a| a.attempt != attempt);
+                    if reason == Outcome::TimedOut {
+                        self.metrics_endpoint(endpoint, |m| m.timeouts.inc());
+                    }
+                }
+                Action::Overdue { attempt, endpoint } => {
+                    if let Some(trace) = &self.trace {
+                        trace.on_overdue(attempt);
+                    }
+                    self.metrics_endpoint(endpoint, |m| m.timeouts.inc());
+                }
+                Action::WakeAt(t) => {
+                    self.wakes.insert(t);
+                }
+                Action::Finish(finish) => {
+                    finished = Some(finish);
+                    break;
+                }
+            }
+        }
+        self.out = out;
+        finished
+    }
+
+    /// Feeds an attempt's end back to the call, keeping the response it may return.
+    fn on_end(&mut self, call: &mut Call, end: AttemptEnd) {
+        if let Some(trace) = &mut self.trace {
+            trace.on_end(end.attempt, &end.result);
+        }
+        if !call.is_waiting_for(end.attempt) {
+            return;
+        }
+        let now = self.egress.now();
+        let rtt = now.saturating_sub(end.sent);
+        self.metrics_endpoint(end.endpoint, |m| m.attempt_latency.observe(seconds(rtt)));
+        let feedback = match end.result {
+            Ok(mut response) => {
+                let found = http::scan(response.headers());
+                let chip = found.internal && http::has_chip(response.headers());
+                clean(&mut response, found);
+                let feedback = Feedback::new(outcome(response.status()), rtt).with_chip(chip);
+                match feedback.outcome {
+                    Outcome::Success => {
+                        self.winner = Some((response, rtt));
+                        // An answer past its timeout (hedge on timeout) counted as a timeout.
+                        if let Some(t) = end.policy_timeout.filter(|t| rtt <= *t) {
+                            let rtt = rtt.as_secs_f64().max(1e-9);
+                            self.upstream.metrics.timeout_headroom.observe((t.as_secs_f64() - rtt) / rtt);
+                        }
+                    }
+                    Outcome::Rejected => self.metrics_endpoint(end.endpoint, |m| m.rejected.inc()),
+                    _ => self.last_error = Some(response),
+                }
+                feedback
+            }
+            Err(e) if e.is_connect() => Feedback::new(Outcome::Unavailable, rtt),
+            Err(_) => Feedback::new(Outcome::Error, rtt),
+        };
+        self.step_at(now, |ctx| call.on_attempt_end(ctx, end.attempt, feedback));
+    }
+
+    /// The response to the application once the call finished.
+    fn respond(self, finish: Finish) -> Response<Body> {
+        let upstream_response = match finish.outcome {
+            Outcome::Success => self.winner.map(|(response, _)| response),
+            Outcome::Error => self.last_error,
+            _ => None,
+        };
+        if let Some(response) = upstream_response {
+            return response;
+        }
+        match finish.outcome {
+            Outcome::TimedOut => http::text(StatusCode::GATEWAY_TIMEOUT, "tailguard: the request timed out"),
+            Outcome::Rejected => {
+                http::text(StatusCode::SERVICE_UNAVAILABLE, "tailguard: no endpoint would take the request")
+            }
+            _ => http::text(StatusCode::BAD_GATEWAY, "tailguard: the upstream failed"),
+        }
+    }
+}
+
+/// The first of `attempts` to end, removed from them.
+async fn next_end(attempts: &mut Vec<Attempt>) -> AttemptEnd {
+    std::future::poll_fn(|cx| {
+        for i in 0..attempts.len() {
+            if let Poll::Ready(result) = Pin::new(&mut attempts[i].response).poll(cx) {
+                let Attempt { attempt, endpoint, sent, policy_timeout, .. } = attempts.swap_remove(i);
+                return Poll::Ready(AttemptEnd { attempt, endpoint, sent, policy_timeout, result });
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_map_to_outcomes() {
+        assert_eq!(outcome(StatusCode::OK), Outcome::Success);
+        assert_eq!(outcome(StatusCode::NOT_FOUND), Outcome::Success);
+        assert_eq!(outcome(StatusCode::TOO_MANY_REQUESTS), Outcome::Rejected);
+        assert_eq!(outcome(StatusCode::SERVICE_UNAVAILABLE), Outcome::Error);
+    }
+}

@@ -1,0 +1,116 @@
+//! The egress: the local application's outbound requests, routed to an upstream by Host or path
+//! prefix and carried out by a [`Call`](tailguard_policy::call::Call) driven in real time.
+//!
+//! The parts, one file per role:
+//! - this file: the [`Egress`] itself (current routes, reload, one request from arrival to
+//!   response);
+//! - [`routes`]: which upstream a request goes to (Host, then longest path prefix), and the
+//!   upstreams' endpoints and policy state, kept across reloads when unchanged;
+//! - [`body`]: what every attempt replays (method, path, headers, a buffered body) and which
+//!   requests may be replayed at all;
+//! - [`driver`]: one request in flight, the policy core's `Call` run in real time: its actions
+//!   carried out, its attempts' ends fed back, the response chosen;
+//! - [`protocol`]: an attempt on the wire, HTTP/1 through the endpoint's pool or h2c, and the
+//!   headers it carries (remaining deadline, trace context);
+//! - [`metrics`]: what a request and its attempts add to the proxy's metrics.
+//!
+//! Trace spans are [`CallTrace`](crate::trace::CallTrace)'s, made per call when tracing is on.
+
+mod body;
+mod driver;
+mod metrics;
+mod protocol;
+mod routes;
+
+use crate::config;
+use crate::http::{self, Body};
+use crate::metrics::Metrics;
+use crate::trace::Tracing;
+use body::template;
+use driver::Driver;
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use protocol::HttpClient;
+use routes::{Routes, Upstream};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+use tailguard_policy::Time;
+
+pub(crate) use driver::outcome;
+pub(crate) use protocol::AttemptError;
+
+/// The outbound side: routes and upstreams.
+pub struct Egress {
+    /// Swapped whole on reload; each request keeps the routes it started with.
+    routes: RwLock<Arc<Routes>>,
+    h2c: HttpClient,
+    epoch: Instant,
+    metrics: Arc<Metrics>,
+    tracing: Option<Arc<Tracing>>,
+    /// The proxy's seed; upstream n draws from its stream n + 1 ([`crate::rng`]).
+    seed: u64,
+}
+
+impl Egress {
+    /// The egress of `config`; `epoch` is the proxy's time zero, `seed` its seed.
+    pub fn new(config: &config::Egress, epoch: Instant, metrics: Arc<Metrics>, seed: u64) -> Egress {
+        let routes = RwLock::new(Arc::new(Routes::new(config, None, &metrics, seed)));
+        let h2c = Client::builder(TokioExecutor::new()).http2_only(true).build_http();
+        Egress { routes, h2c, epoch, metrics, tracing: None, seed }
+    }
+
+    /// Makes spans per call and attempt when `tracing` is set.
+    pub fn traced(mut self, tracing: Option<Arc<Tracing>>) -> Egress {
+        self.tracing = tracing;
+        self
+    }
+
+    /// Swaps in the upstreams of `config` for new requests; requests in flight finish with the
+    /// old ones. An upstream whose name and settings are unchanged keeps its policy state.
+    pub fn reload(&self, config: &config::Egress) {
+        let mut routes = self.routes.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        *routes = Arc::new(Routes::new(config, Some(&routes), &self.metrics, self.seed));
+    }
+
+    fn routes(&self) -> Arc<Routes> {
+        self.routes.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    /// Answers one request from the application.
+    pub async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
+        let routes = self.routes();
+        let Some(upstream) = routes.route(&req) else {
+            return http::text(StatusCode::NOT_FOUND, "tailguard: no upstream matches this request");
+        };
+        let response = self.forward(&routes, upstream, req).await;
+        upstream.metrics.responses.count(response.status());
+        response
+    }
+
+    /// Sends `req` to `upstream` under its policy.
+    async fn forward(&self, routes: &Routes, upstream: &Arc<Upstream>, req: Request<Incoming>) -> Response<Body> {
+        let found = http::scan(req.headers());
+        // The deadline header is internal: without any, no lookup.
+        let deadline = match found.internal.then(|| http::deadline_ms(req.headers())).transpose() {
+            Ok(ms) => ms.flatten().map(|ms| self.now().saturating_add(Duration::from_millis(ms))),
+            Err(e) => return http::text(StatusCode::BAD_REQUEST, &e),
+        };
+        let trace = self.tracing.as_ref().map(|t| t.call(req.headers(), &upstream.name));
+        let (template, streamed) = match template(req, found, routes.max_replay_body).await {
+            Ok(t) => t,
+            Err(e) => return http::text(StatusCode::BAD_REQUEST, &format!("tailguard: cannot read the body: {e}")),
+        };
+        upstream.metrics.requests.inc();
+        let mut driver = Driver::new(self, upstream.clone(), Arc::new(template), streamed);
+        driver.trace = trace;
+        let (response, answer, latency) = driver.run(deadline).await;
+        metrics::request_done(&upstream.metrics, latency, answer);
+        response
+    }
+
+    fn now(&self) -> Time {
+        self.epoch.elapsed()
+    }
+}

@@ -1,0 +1,159 @@
+//! Protocol: an attempt on the wire. HTTP/1 attempts go through each endpoint's own connection
+//! [`Pool`](crate::pool::Pool) (origin-form URI, rebuilt for a replay on a fresh connection when
+//! the request is replayable); h2c attempts through hyper-util's client (one multiplexed
+//! connection per endpoint, absolute URI). Each carries the template's headers, the deadline left
+//! for the next hop and its trace context; a response loses internal and hop-by-hop headers.
+
+use super::body::Template;
+use super::driver::{Attempt, Driver};
+use crate::config;
+use crate::http::{self, Body, BoxError, CHIP, DEADLINE_MS};
+use crate::pool;
+use http_body_util::BodyExt;
+use hyper::header::HeaderValue;
+use hyper::http::uri::{Authority, Scheme};
+use hyper::{HeaderMap, Request, Response, Uri, Version};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+use tailguard_policy::call::Call;
+use tailguard_policy::EndpointId;
+
+/// The h2c client, shared by every upstream.
+pub(super) type HttpClient = Client<HttpConnector, Body>;
+
+/// An attempt's response, when it comes.
+pub(super) type ResponseFuture = Pin<Box<dyn Future<Output = Result<Response<Body>, AttemptError>> + Send>>;
+
+/// Why an attempt got no response.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AttemptError {
+    #[error(transparent)]
+    Http1(#[from] pool::Error),
+    #[error(transparent)]
+    H2c(#[from] hyper_util::client::legacy::Error),
+}
+
+impl AttemptError {
+    /// Whether no connection could be opened (nothing reached the endpoint).
+    pub(crate) fn is_connect(&self) -> bool {
+        match self {
+            AttemptError::Http1(e) => matches!(e, pool::Error::Connect(..)),
+            AttemptError::H2c(e) => e.is_connect(),
+        }
+    }
+}
+
+impl Driver<'_> {
+    /// Starts attempt `attempt` to `endpoint`.
+    pub(super) fn send(&mut self, call: &Call, attempt: u32, endpoint: EndpointId, policy_timeout: Option<Duration>) {
+        let body = match (&self.template.body, self.streamed.take()) {
+            (Some(bytes), _) => http::bytes(bytes),
+            (None, Some(body)) => body.map_err(BoxError::from).boxed(),
+            (None, None) => {
+                self.unsendable.push(attempt);
+                return;
+            }
+        };
+        let Some(target) = self.upstream.endpoints.get(endpoint) else {
+            self.unsendable.push(attempt);
+            return;
+        };
+        let now = self.now;
+        let remaining = call.deadline().map(|d| d.saturating_sub(now));
+        // The trace context, kept apart so that a replay can carry it too.
+        let mut traced = HeaderMap::new();
+        if let Some(trace) = &self.trace {
+            trace.inject(attempt, &mut traced);
+        }
+        let response: ResponseFuture = match self.upstream.config.protocol {
+            config::Protocol::Http1 => {
+                let request = http1_request(&self.template, body, remaining, &traced);
+                let rebuild = self.replayable.then(|| {
+                    let template = self.template.clone();
+                    move || {
+                        let body = template.body.as_ref().map_or_else(http::empty, http::bytes);
+                        http1_request(&template, body, remaining, &traced)
+                    }
+                });
+                let pool = target.pool.clone();
+                Box::pin(pool.send(request, rebuild))
+            }
+            config::Protocol::H2c => {
+                let Some(request) = target
+                    .authority
+                    .clone()
+                    .and_then(|a| h2c_request(&self.template, a, body, remaining, &traced).ok())
+                else {
+                    self.unsendable.push(attempt);
+                    return;
+                };
+                let response = self.egress.h2c.request(request);
+                Box::pin(async move { Ok(response.await?.map(|b| b.map_err(BoxError::from).boxed())) })
+            }
+        };
+        self.attempts.push(Attempt { attempt, endpoint, sent: now, policy_timeout, response });
+    }
+}
+
+/// An HTTP/1 attempt's request (origin-form URI; the pool sets `Host` if the application sent
+/// none) with the remaining deadline for the next hop and the attempt's trace context.
+fn http1_request(t: &Template, body: Body, remaining: Option<Duration>, traced: &HeaderMap) -> Request<Body> {
+    let mut request = attempt_request(t, body, remaining, traced);
+    *request.uri_mut() = Uri::from(t.path.clone());
+    request
+}
+
+/// An h2c attempt's request (absolute URI to `authority`).
+fn h2c_request(
+    t: &Template,
+    authority: Authority,
+    body: Body,
+    remaining: Option<Duration>,
+    traced: &HeaderMap,
+) -> Result<Request<Body>, BoxError> {
+    let uri = Uri::builder().scheme(Scheme::HTTP).authority(authority).path_and_query(t.path.clone()).build()?;
+    let mut request = attempt_request(t, body, remaining, traced);
+    *request.uri_mut() = uri;
+    *request.version_mut() = Version::HTTP_2;
+    Ok(request)
+}
+
+/// Room for an attempt's headers: the application's, ours, and then (hyper reuses the map) the
+/// response's; a typical response has about ten.
+const ATTEMPT_HEADERS: usize = 12;
+
+/// The template's method and headers on `body`, plus the deadline left and the trace context.
+fn attempt_request(t: &Template, body: Body, remaining: Option<Duration>, traced: &HeaderMap) -> Request<Body> {
+    // Set in place: each step of `Request::builder()` moves the whole request head.
+    let mut request = Request::new(body);
+    *request.method_mut() = t.method.clone();
+    let headers = request.headers_mut();
+    // Not `t.headers.clone()`: a cloned map's entries have no spare room, and hyper reuses this
+    // map for the response's headers, so every request paid for regrowing it twice.
+    headers.reserve(ATTEMPT_HEADERS.max(t.headers.len() + 2));
+    for (name, value) in &t.headers {
+        headers.append(name, value.clone());
+    }
+    if let Some(r) = remaining {
+        headers.insert(DEADLINE_MS, HeaderValue::from(u64::try_from(r.as_millis()).unwrap_or(u64::MAX)));
+    }
+    for (name, value) in traced {
+        headers.insert(name, value.clone());
+    }
+    request
+}
+
+/// Makes an upstream's response what the application gets: no internal or hop-by-hop headers
+/// (`found` by a scan of its headers).
+pub(super) fn clean(response: &mut Response<Body>, found: http::Found) {
+    let headers = response.headers_mut();
+    if found.hop_by_hop {
+        http::strip_hop_by_hop(headers);
+    }
+    if found.internal {
+        http::strip_internal(headers, &[]);
+    }
+    debug_assert!(!headers.contains_key(CHIP));
+}

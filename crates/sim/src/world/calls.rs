@@ -1,0 +1,182 @@
+//! The calls: each user request and each downstream call of a job is one policy-core [`Call`],
+//! driven here. Its actions become events (attempts sent over the network, timers), and the
+//! answers coming back are fed to it; attempt timeouts, closeness and the timeout series are
+//! recorded as they happen.
+
+use super::{AttemptEnd, Event, World};
+use crate::slab::Key;
+use std::time::Duration;
+use tailguard_model::replica::child_key;
+use tailguard_policy::call::{Action, Call, Ctx};
+use tailguard_policy::{Feedback, Outcome};
+
+/// Who waits for a call's end.
+#[derive(Clone, Copy)]
+pub(super) enum Owner {
+    /// A user request from the workload (closed-loop client index, if any).
+    User { client: Option<u32> },
+    /// A job at a replica, calling downstream.
+    Job(Key),
+}
+
+/// A call in flight and what the world keeps about it.
+pub(super) struct CallState {
+    call: Call,
+    owner: Owner,
+    policy: usize,
+    callee: u16,
+    measured: bool,
+    /// Latency of the attempt that answered successfully, for the time fraction.
+    answer: Option<Duration>,
+    /// The key its attempts' draws derive from: the user request's number, then the path of
+    /// calls to it, so a request meets the same luck under every variant.
+    draws: u64,
+}
+
+impl World {
+    pub(super) fn start_call(
+        &mut self,
+        owner: Owner,
+        policy: usize,
+        callee: u16,
+        idempotent: bool,
+        measured: bool,
+        draws: u64,
+    ) {
+        let mut actions = std::mem::take(&mut self.actions);
+        let mut ctx = Ctx {
+            now: self.now,
+            policy: &mut self.policies[policy].policy,
+            rng: &mut self.policy_rng,
+            true_loads: Some(&self.loads[callee as usize]),
+            out: &mut actions,
+        };
+        // Built in its slot: a call is a few hundred bytes, not worth moving.
+        let key = self.calls.insert_with(|| {
+            let call = Call::start(&mut ctx, idempotent, None);
+            CallState { call, owner, policy, callee, measured, answer: None, draws }
+        });
+        if let Some(t) = &mut self.tracer {
+            let job = if let Owner::Job(job) = owner { Some(job) } else { None };
+            t.call_started(key, job, measured, callee as usize, self.now);
+        }
+        self.apply(key, &mut actions);
+        self.actions = actions;
+    }
+
+    pub(super) fn step_call(&mut self, key: Key, step: impl FnOnce(&mut Call, &mut Ctx<'_>)) {
+        let Some(state) = self.calls.get_mut(key) else { return };
+        let mut actions = std::mem::take(&mut self.actions);
+        {
+            let mut ctx = Ctx {
+                now: self.now,
+                policy: &mut self.policies[state.policy].policy,
+                rng: &mut self.policy_rng,
+                true_loads: Some(&self.loads[state.callee as usize]),
+                out: &mut actions,
+            };
+            step(&mut state.call, &mut ctx);
+        }
+        self.apply(key, &mut actions);
+        self.actions = actions;
+    }
+
+    /// Carries out a call's actions.
+    pub(super) fn apply(&mut self, key: Key, actions: &mut Vec<Action>) {
+        for action in actions.drain(..) {
+            let state = self.calls.get_mut(key).expect("the call is live while it acts");
+            let between_services = matches!(state.owner, Owner::Job(_));
+            match action {
+                Action::Send { attempt, endpoint, policy_timeout, .. } => {
+                    if let Some(t) = &mut self.tracer {
+                        t.attempt_sent(key, attempt, endpoint, policy_timeout, self.now);
+                    }
+                    self.loads[state.callee as usize][endpoint] += 1;
+                    let series = self.policies[state.policy].series;
+                    if let (Some(edge), Some(timeout)) = (series, policy_timeout) {
+                        self.metrics.timeout_set(edge, self.now, timeout);
+                    }
+                    let event = Event::AttemptArrives {
+                        call: key,
+                        attempt,
+                        service: state.callee,
+                        replica: endpoint as u32,
+                        timeout: policy_timeout,
+                        series,
+                        draws: child_key(state.draws, attempt.into()),
+                    };
+                    self.events.push(self.now + self.delay, event);
+                }
+                Action::Cancel { attempt, reason, .. } => {
+                    if let Some(t) = &mut self.tracer {
+                        t.attempt_ended(key, attempt, reason, self.now);
+                    }
+                    if reason == Outcome::TimedOut && between_services && state.measured {
+                        self.metrics.attempt_timed_out();
+                    }
+                }
+                Action::Overdue { attempt, .. } => {
+                    if let Some(t) = &mut self.tracer {
+                        t.attempt_overdue(key, attempt);
+                    }
+                    if between_services && state.measured {
+                        self.metrics.attempt_timed_out();
+                    }
+                }
+                Action::WakeAt(at) => self.events.push(at, Event::Wake { call: key }),
+                Action::Finish(finish) => {
+                    let (owner, measured, answer) = (state.owner, state.measured, state.answer);
+                    let latency = self.now.saturating_sub(state.call.started());
+                    // Dropped where it lies: a call is a few hundred bytes, not worth moving out.
+                    self.calls.delete(key);
+                    if let Some(t) = &mut self.tracer {
+                        let user = matches!(owner, Owner::User { .. });
+                        t.call_finished(key, user, finish.outcome, finish.attempts, self.now);
+                    }
+                    match owner {
+                        Owner::User { client } => self.user_done(client, measured, finish.outcome, latency),
+                        Owner::Job(job) => {
+                            if measured {
+                                let answer = (finish.outcome == Outcome::Success).then_some(answer).flatten();
+                                self.metrics.call(finish.attempts, latency, answer);
+                            }
+                            self.call_done(job, finish.outcome == Outcome::Success);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// An attempt's answer reached its caller: records it and hands it to the call.
+    pub(super) fn attempt_ends(&mut self, end: AttemptEnd) {
+        let AttemptEnd { call, attempt, sent, timeout, series, outcome, chip } = end;
+        let rtt = self.now.saturating_sub(sent);
+        // Every answer counts, also one its caller stopped waiting for: the series shows
+        // the callee's actual latency against the timeout (adaptive-timeouts.txt Fig. 7–14).
+        if let (Some(edge), Outcome::Success) = (series, outcome) {
+            self.metrics.attempt_answered(edge, self.now, rtt);
+        }
+        let Some(state) = self.calls.get_mut(call) else { return };
+        let timed = self.policies[state.policy].timed && matches!(state.owner, Owner::Job(_));
+        if outcome == Outcome::Success && state.call.is_waiting_for(attempt) {
+            state.answer = Some(rtt);
+            // An answer past its timeout (hedge on timeout) counted as a timeout already.
+            if let (Some(t), true, true) = (timeout, state.measured, timed) {
+                if rtt <= t {
+                    self.metrics.attempt_succeeded(rtt, t);
+                }
+            }
+        }
+        if let Some(t) = &mut self.tracer {
+            t.attempt_ended(call, attempt, outcome, self.now);
+        }
+        let feedback = Feedback { outcome, rtt, chip };
+        self.step_call(call, |call, ctx| call.on_attempt_end(ctx, attempt, feedback));
+    }
+
+    /// Measured user requests still waiting when the run ended: they never got an answer.
+    pub(super) fn count_unanswered_users(&self) -> usize {
+        self.calls.values().filter(|state| matches!(state.owner, Owner::User { .. }) && state.measured).count()
+    }
+}

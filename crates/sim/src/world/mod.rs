@@ -1,0 +1,229 @@
+//! The simulated world of one run, split by role:
+//! - this file: the world's state, its construction and the event loop, which hands each event
+//!   to the part that decides what it does;
+//! - [`workload`]: the user requests, open-loop arrivals from the shared
+//!   [`ArrivalSchedule`](tailguard_model::ArrivalSchedule) or closed-loop clients, and when
+//!   sending stops;
+//! - [`calls`]: the calls between services, driven by the policy core's [`Call`] machine, whose
+//!   actions become events;
+//! - [`replicas`]: the replicas, with workers and FIFO queues, admission, work and downstream
+//!   calls.
+//!
+//! Measurements are recorded where they happen, into [`Metrics`] (crate::metrics) and, with
+//! `--traces`, the [`Tracer`] (crate::trace).
+
+mod calls;
+mod replicas;
+mod workload;
+
+use crate::metrics::Metrics;
+use crate::queue::EventQueue;
+use crate::service::{EdgePolicy, Job, ServiceModel};
+use crate::slab::{Key, Slab};
+use crate::trace::Tracer;
+use crate::SimError;
+use calls::{CallState, Owner};
+use rand::SeedableRng;
+use rand_pcg::Pcg64Mcg;
+use std::time::Duration;
+use tailguard_model::results::{load_service, RunResult};
+use tailguard_model::{build, ArrivalSchedule, Run};
+use tailguard_policy::call::Action;
+use tailguard_policy::{Outcome, Time};
+use tailguard_trace::Trace;
+
+/// How long in-flight requests may still finish after the workload stops sending.
+const DRAIN: Duration = Duration::from_secs(120);
+/// Runaway guard on the event loop.
+const MAX_EVENTS: u64 = 2_000_000_000;
+
+pub(super) enum Event {
+    /// The workload sends its next open-loop request.
+    Arrival,
+    /// Closed-loop client `client` sends its next request.
+    ClientReady { client: u32 },
+    /// An attempt reaches a replica, one network delay after it was sent (`series`: its edge's
+    /// timeout series, if any).
+    AttemptArrives {
+        call: Key,
+        attempt: u32,
+        service: u16,
+        replica: u32,
+        timeout: Option<Duration>,
+        series: Option<u16>,
+        /// The key of the attempt's draws at the replica.
+        draws: u64,
+    },
+    /// A replica finished the local work of a job.
+    WorkDone { job: Key },
+    /// An attempt's answer reaches its caller.
+    AttemptEnds(AttemptEnd),
+    /// A call asked to be woken.
+    Wake { call: Key },
+}
+
+/// An attempt's answer reaching its caller (`timeout` is the one its policy set, for closeness).
+pub(super) struct AttemptEnd {
+    pub(super) call: Key,
+    pub(super) attempt: u32,
+    pub(super) sent: Time,
+    pub(super) timeout: Option<Duration>,
+    pub(super) series: Option<u16>,
+    pub(super) outcome: Outcome,
+    pub(super) chip: bool,
+}
+
+/// One run of the simulator.
+pub(crate) struct World {
+    now: Time,
+    events: EventQueue<Event>,
+    services: Vec<ServiceModel>,
+    /// Requests sent to each replica of each service and not yet answered (or refused): what a
+    /// central dispatcher would count, handed to the oracle.
+    loads: Vec<Vec<u32>>,
+    policies: Vec<EdgePolicy>,
+    calls: Slab<CallState>,
+    jobs: Slab<Job>,
+    actions: Vec<Action>,
+    /// Open-loop arrivals (`None` in a closed loop).
+    arrivals: Option<ArrivalSchedule>,
+    /// Every policy decision (balancers, chips drawn by callers, jitter).
+    policy_rng: Pcg64Mcg,
+    delay: Duration,
+    target: u16,
+    /// The service whose per-replica load the results report.
+    load_service: usize,
+    user_policy: usize,
+    idempotent: bool,
+    think: Duration,
+    warmup: Duration,
+    send_until: Option<Time>,
+    measured_limit: Option<u64>,
+    measured_sent: u64,
+    /// User requests started, warm-up included: the root of the draw keys.
+    started: u64,
+    stopped_sending: Option<Time>,
+    metrics: Metrics,
+    events_run: u64,
+    /// Spans of a sample of requests, with `--traces` (crate::trace); `None` costs one branch.
+    tracer: Option<Box<Tracer>>,
+}
+
+impl World {
+    pub(crate) fn new(run: &Run, seed: u64) -> Result<World, SimError> {
+        let names: Vec<&String> = run.services.keys().collect();
+        let index = |name: &str| names.iter().position(|n| *n == name).expect("validated reference") as u16;
+        let w = &run.workload;
+        let horizon = run.horizon();
+        let mut policies = Vec::new();
+        let mut services = Vec::new();
+        for (i, svc) in run.services.values().enumerate() {
+            services.push(ServiceModel::build(run, svc, seed, i, &index, &mut policies)?);
+        }
+        let target = index(&w.target);
+        let user_policy = policies.len();
+        let endpoints = services[target as usize].replicas.len();
+        policies.push(EdgePolicy { policy: build::client_policy(&w.client, endpoints), timed: false, series: None });
+        let loads = services.iter().map(|s| vec![0; s.replicas.len()]).collect();
+        let replicas = services.iter().map(|s| s.replicas.len()).collect();
+        let mut timed_edges = Vec::new();
+        for (s, svc) in services.iter().enumerate() {
+            for (&base, &callee) in svc.edge_policy_base.iter().zip(&svc.edge_callee) {
+                if policies[base].timed {
+                    let series = Some(timed_edges.len() as u16);
+                    policies[base..base + svc.replicas.len()].iter_mut().for_each(|p| p.series = series);
+                    timed_edges.push(format!("{}->{}", names[s], names[callee as usize]));
+                }
+            }
+        }
+        let mut world = World {
+            now: Duration::ZERO,
+            // Most events follow the one being handled by a network hop or at once.
+            events: EventQueue::new(&[run.network.delay.get(), Duration::ZERO]),
+            services,
+            loads,
+            policies,
+            calls: Slab::new(),
+            jobs: Slab::new(),
+            actions: Vec::new(),
+            arrivals: w.open.as_ref().map(|o| ArrivalSchedule::new(o.arrival, o.rate, seed)),
+            policy_rng: Pcg64Mcg::seed_from_u64(seed.rotate_left(17) ^ 0xA5A5_A5A5),
+            delay: run.network.delay.get(),
+            target,
+            load_service: index(load_service(run)) as usize,
+            user_policy,
+            idempotent: w.idempotent,
+            think: w.closed.as_ref().map_or(Duration::ZERO, |c| c.think.get()),
+            warmup: w.warmup.get(),
+            send_until: horizon,
+            measured_limit: w.requests,
+            measured_sent: 0,
+            started: 0,
+            stopped_sending: None,
+            metrics: Metrics::new(names.iter().map(|n| n.to_string()).collect(), replicas, timed_edges, w.warmup.get()),
+            events_run: 0,
+            tracer: None,
+        };
+        match &w.closed {
+            Some(c) => {
+                (0..c.clients).for_each(|client| world.events.push(Duration::ZERO, Event::ClientReady { client }))
+            }
+            None => {
+                let first = world.arrivals.as_ref().expect("an open loop without closed clients").peek();
+                world.events.push(first, Event::Arrival)
+            }
+        }
+        Ok(world)
+    }
+
+    /// Records the spans of up to `sample` measured requests (crate::trace).
+    pub(crate) fn trace(&mut self, run: &Run, seed: u64, sample: usize) {
+        let names: Vec<&String> = run.services.keys().collect();
+        self.tracer = Some(Box::new(Tracer::new(sample, seed, &run.scenario, &run.variant, &names)));
+    }
+
+    /// Runs the event loop to the end; returns the run's result and the number of events run.
+    pub(crate) fn run(self, scenario: &str, variant: &str) -> Result<(RunResult, u64), SimError> {
+        self.run_traced(scenario, variant).map(|(result, events, _)| (result, events))
+    }
+
+    /// [`World::run`], also returning the traces kept when [`World::trace`] was called.
+    pub(crate) fn run_traced(
+        mut self,
+        scenario: &str,
+        variant: &str,
+    ) -> Result<(RunResult, u64, Vec<Trace>), SimError> {
+        while let Some((at, event)) = self.events.pop() {
+            if self.stopped_sending.is_some_and(|stop| at > stop + DRAIN) {
+                break;
+            }
+            self.events_run += 1;
+            if self.events_run > MAX_EVENTS {
+                return Err(SimError::Runaway { events: MAX_EVENTS });
+            }
+            self.now = at;
+            self.handle(event);
+        }
+        let unanswered = self.count_unanswered_users();
+        for _ in 0..unanswered {
+            self.metrics.request(Outcome::TimedOut, Duration::ZERO);
+        }
+        let end = self.stopped_sending.unwrap_or(self.now);
+        let measured = end.saturating_sub(self.warmup);
+        let traces = self.tracer.take().map_or_else(Vec::new, |t| t.finish());
+        Ok((self.metrics.finish(scenario, variant, measured, self.load_service), self.events_run, traces))
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Arrival => self.arrival(),
+            Event::ClientReady { client } => self.client_ready(client),
+            Event::AttemptArrives { call, attempt, service, replica, timeout, series, draws } => {
+                self.attempt_arrives(call, attempt, service, replica, (timeout, series, draws))
+            }
+            Event::WorkDone { job } => self.work_done(job),
+            Event::AttemptEnds(end) => self.attempt_ends(end),
+            Event::Wake { call } => self.step_call(call, |call, ctx| call.on_wake(ctx)),
+        }
+    }
+}

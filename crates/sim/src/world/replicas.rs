@@ -1,0 +1,173 @@
+//! The replicas: an attempt arriving at a replica is admitted or refused, waits in its FIFO queue
+//! for a worker, does its local work (fate and work time from the replica's model), makes its
+//! downstream calls (sequential or parallel) and answers, with a BLOC chip if admission grants one.
+
+use super::{AttemptEnd, Event, Owner, World};
+use crate::service::Job;
+use crate::slab::Key;
+use std::time::Duration;
+use tailguard_model::replica::{child_key, Fate};
+use tailguard_model::schema::Fanout;
+use tailguard_policy::Outcome;
+
+impl World {
+    pub(super) fn attempt_arrives(
+        &mut self,
+        call: Key,
+        attempt: u32,
+        service: u16,
+        replica: u32,
+        (timeout, series, draws): (Option<Duration>, Option<u16>, u64),
+    ) {
+        let (s, r) = (service as usize, replica as usize);
+        let now = self.now;
+        let sent = now - self.delay;
+        let refuse = |world: &mut World, outcome| {
+            if let Some(t) = &mut world.tracer {
+                t.visit(call, attempt, s, replica, Err(outcome), now);
+            }
+            world.loads[s][r] -= 1;
+            let event = Event::AttemptEnds(AttemptEnd { call, attempt, sent, timeout, series, outcome, chip: false });
+            world.events.push(now + world.delay, event);
+        };
+        if self.services[s].replicas[r].model.is_down(now) {
+            // Accepted and answered with an error, as a lab replica's sidecar admits it and its
+            // `tailguard serve` answers 503: only a 429 is not load (docs/results.md, imbalance).
+            self.metrics.accepted(s, r, now);
+            return refuse(self, Outcome::Unavailable);
+        }
+        let rep = &mut self.services[s].replicas[r];
+        if !rep.admission.admit(now, rep.held) {
+            return refuse(self, Outcome::Rejected);
+        }
+        self.metrics.accepted(s, r, now);
+        rep.held += 1;
+        let arrival = rep.model.arrive_as(draws);
+        let job = Job {
+            service,
+            replica,
+            reply: (call, attempt),
+            sent,
+            timeout,
+            series,
+            fate: arrival.fate,
+            nth: arrival.ordinal,
+            draws,
+            next_call: 0,
+            outstanding: 0,
+            failed: false,
+        };
+        let key = self.jobs.insert(job);
+        if let Some(t) = &mut self.tracer {
+            t.visit(call, attempt, s, replica, Ok(key), now);
+        }
+        let svc = &mut self.services[s];
+        let rep = &mut svc.replicas[r];
+        if svc.workers == 0 || rep.busy < svc.workers {
+            self.begin_work(key, s, r);
+        } else {
+            rep.queue.push_back(key);
+        }
+        let rep = &mut self.services[s].replicas[r];
+        rep.admission.observe(now, rep.held);
+    }
+
+    pub(super) fn begin_work(&mut self, key: Key, s: usize, r: usize) {
+        let job = self.jobs.get_mut(key).expect("a job starting work exists");
+        let (nth, draws) = (job.nth, job.draws);
+        let svc = &mut self.services[s];
+        svc.replicas[r].busy += 1;
+        let time = svc.replicas[r].model.work_time_as(nth, self.now, draws);
+        if let Some(t) = &mut self.tracer {
+            t.work_started(key, self.now);
+        }
+        self.events.push(self.now + time, Event::WorkDone { job: key });
+    }
+
+    pub(super) fn work_done(&mut self, key: Key) {
+        let Some(job) = self.jobs.get_mut(key) else { return };
+        let (s, r, fate) = (job.service as usize, job.replica as usize, job.fate);
+        if let Some(t) = &mut self.tracer {
+            t.work_done(key, self.now);
+        }
+        let svc = &mut self.services[s];
+        svc.replicas[r].busy -= 1;
+        if let Some(next) = svc.replicas[r].queue.pop_front() {
+            self.begin_work(next, s, r);
+        }
+        match fate {
+            Fate::Lost => {
+                if let Some(t) = &mut self.tracer {
+                    t.visit_ended(key, None, self.now);
+                }
+                self.jobs.delete(key);
+                self.release(s, r);
+            }
+            Fate::Error => self.respond(key, Outcome::Error),
+            Fate::Normal if self.services[s].plan.is_empty() => self.respond(key, Outcome::Success),
+            Fate::Normal => self.make_calls(key),
+        }
+    }
+
+    /// Starts a job's downstream calls: the next one (sequential) or all (parallel).
+    pub(super) fn make_calls(&mut self, key: Key) {
+        let job = self.jobs.get_mut(key).expect("caller checked");
+        let s = job.service as usize;
+        let svc = &self.services[s];
+        let count = match svc.fanout {
+            Fanout::Sequential => 1,
+            Fanout::Parallel => svc.plan.len() - job.next_call as usize,
+        };
+        let first = job.next_call as usize;
+        job.next_call += count as u16;
+        job.outstanding += count as u16;
+        let replica = job.replica as usize;
+        let measured = job.sent >= self.warmup;
+        let (idempotent, draws) = (self.idempotent, job.draws);
+        for i in first..first + count {
+            let svc = &self.services[s];
+            let edge = svc.plan[i] as usize;
+            let (policy, callee) = (svc.edge_policy_base[edge] + replica, svc.edge_callee[edge]);
+            self.start_call(Owner::Job(key), policy, callee, idempotent, measured, child_key(draws, i as u64));
+        }
+    }
+
+    pub(super) fn call_done(&mut self, key: Key, success: bool) {
+        let Some(job) = self.jobs.get_mut(key) else { return };
+        job.outstanding -= 1;
+        job.failed |= !success;
+        if job.outstanding > 0 {
+            return;
+        }
+        let more = (job.next_call as usize) < self.services[job.service as usize].plan.len();
+        match (job.failed, more) {
+            (true, _) => self.respond(key, Outcome::Error),
+            (false, true) => self.make_calls(key),
+            (false, false) => self.respond(key, Outcome::Success),
+        }
+    }
+
+    pub(super) fn respond(&mut self, key: Key, outcome: Outcome) {
+        let job = self.jobs.remove(key).expect("responding job exists");
+        if let Some(t) = &mut self.tracer {
+            t.visit_ended(key, Some(outcome), self.now);
+        }
+        let (s, r) = (job.service as usize, job.replica as usize);
+        let held = self.release(s, r);
+        let replica = &mut self.services[s].replicas[r];
+        let chip = replica.admission.grant_chip(self.now, held, replica.model.rng());
+        let (call, attempt) = job.reply;
+        let (sent, timeout, series) = (job.sent, job.timeout, job.series);
+        let event = Event::AttemptEnds(AttemptEnd { call, attempt, sent, timeout, series, outcome, chip });
+        self.events.push(self.now + self.delay, event);
+    }
+
+    /// A replica no longer holds a request; returns how many it still holds.
+    pub(super) fn release(&mut self, s: usize, r: usize) -> u32 {
+        let rep = &mut self.services[s].replicas[r];
+        rep.held -= 1;
+        rep.admission.observe(self.now, rep.held);
+        self.loads[s][r] -= 1;
+        rep.held
+    }
+}
