@@ -66,6 +66,10 @@ pub struct Limits {
     /// cannot hold a connection. It also bounds how long a kept-alive HTTP/1 connection waits
     /// for its next request.
     pub header_read_timeout: Dur,
+    /// How long a request body may send nothing (nginx's `client_body_timeout`): then the
+    /// request is answered 408 and its connection closed, so a client announcing a body it never
+    /// sends cannot hold a connection.
+    pub body_read_timeout: Dur,
     /// The largest request head, in bytes (at least 8192): beyond it, 431.
     pub max_header_bytes: usize,
     /// Connections served at once per listener; more wait in the listen backlog.
@@ -79,6 +83,7 @@ impl Default for Limits {
     fn default() -> Limits {
         Limits {
             header_read_timeout: Dur(Duration::from_secs(10)),
+            body_read_timeout: Dur(Duration::from_secs(10)),
             max_header_bytes: 16 * 1024,
             max_connections: 4096,
             idle_timeout: Dur(Duration::from_secs(60)),
@@ -279,9 +284,12 @@ impl Config {
         if self.limits.max_connections == 0 {
             return Err(ModelError::at("limits.max_connections", "expected at least 1"));
         }
-        for (field, d) in
-            [("header_read_timeout", self.limits.header_read_timeout), ("idle_timeout", self.limits.idle_timeout)]
-        {
+        let timeouts = [
+            ("header_read_timeout", self.limits.header_read_timeout),
+            ("body_read_timeout", self.limits.body_read_timeout),
+            ("idle_timeout", self.limits.idle_timeout),
+        ];
+        for (field, d) in timeouts {
             if d.0.is_zero() {
                 return Err(ModelError::at(format!("limits.{field}"), "expected a positive duration"));
             }

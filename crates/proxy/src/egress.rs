@@ -19,7 +19,9 @@ use crate::pool::{self, Pool};
 use crate::trace::{CallTrace, Tracing};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
-use hyper::body::{Body as _, Incoming};
+use hyper::body::Body as _;
+// The client's body with its read timeout, under hyper's name for it.
+use crate::body::ClientBody as Incoming;
 use hyper::header::HeaderValue;
 use hyper::http::uri::{Authority, PathAndQuery, Scheme};
 use hyper::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
@@ -179,14 +181,22 @@ impl Egress {
             Err(e) => return http::text(StatusCode::BAD_REQUEST, &e),
         };
         let trace = self.tracing.as_ref().map(|t| t.call(req.headers(), &upstream.name));
+        let fault = req.body().fault();
         let (template, streamed) = match template(req, found, routes.max_replay_body).await {
             Ok(t) => t,
-            Err(e) => return http::text(StatusCode::BAD_REQUEST, &format!("tailguard: cannot read the body: {e}")),
+            Err(e) => {
+                let cannot = || http::text(StatusCode::BAD_REQUEST, &format!("tailguard: cannot read the body: {e}"));
+                return fault.get().map_or_else(cannot, |fault| fault.response());
+            }
         };
         upstream.metrics.requests.inc();
         let mut driver = Driver::new(self, upstream.clone(), Arc::new(template), streamed);
         driver.trace = trace;
         let (response, answer, latency) = driver.run(deadline).await;
+        if let Some(fault) = fault.get() {
+            // The client's body failed, not the upstream: no failure counted against it.
+            return fault.response();
+        }
         let m = &upstream.metrics;
         let latency = seconds(latency);
         m.request_latency.observe(latency);
@@ -577,6 +587,7 @@ impl<'a> Driver<'a> {
                 feedback
             }
             Err(e) if e.is_connect() => Feedback::new(Outcome::Unavailable, rtt),
+            Err(e) if crate::body::client_fault(&e).is_some() => Feedback::new(Outcome::Cancelled, rtt),
             Err(_) => Feedback::new(Outcome::Error, rtt),
         };
         self.step_at(now, |ctx| call.on_attempt_end(ctx, end.attempt, feedback));

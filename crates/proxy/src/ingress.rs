@@ -10,13 +10,13 @@
 //! `x-tailguard-deadline-ms`, which is honoured (the application is given that long, then the
 //! caller gets 504) and passed on so the application's own calls can propagate it.
 
+use crate::body::ClientBody;
 use crate::config;
 use crate::http::{self, Body, BoxError, CHIP, DEADLINE_MS};
 use crate::metrics::{Metrics, ResponseCounters};
 use crate::pool::Pool;
 use crate::trace::{ServerSpan, Tracing};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use hyper::header::HeaderValue;
 use hyper::http::uri::PathAndQuery;
 use hyper::{Request, Response, StatusCode, Uri, Version};
@@ -93,7 +93,7 @@ impl Ingress {
     }
 
     /// Answers one request from outside.
-    pub async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
+    pub async fn handle(&self, req: Request<ClientBody>) -> Response<Body> {
         let response = match &self.tracing {
             None => self.serve(req, None).await,
             Some(tracing) => {
@@ -107,7 +107,7 @@ impl Ingress {
         response
     }
 
-    async fn serve(&self, req: Request<Incoming>, span: Option<&ServerSpan>) -> Response<Body> {
+    async fn serve(&self, req: Request<ClientBody>, span: Option<&ServerSpan>) -> Response<Body> {
         self.metrics.ingress_requests.inc();
         let deadline = match http::deadline_ms(req.headers()) {
             Ok(ms) => ms.map(Duration::from_millis),
@@ -119,6 +119,7 @@ impl Ingress {
             response.headers_mut().insert(CHIP, HeaderValue::from_static("0"));
             return response;
         };
+        let fault = req.body().fault();
         let mut request = match self.app_request(req) {
             Ok(r) => r,
             Err(e) => return http::text(StatusCode::BAD_REQUEST, &format!("tailguard: {e}")),
@@ -131,10 +132,12 @@ impl Ingress {
             None => Some(self.call(request).await),
         };
         drop(held);
-        let mut response = match answer {
-            None => http::text(StatusCode::GATEWAY_TIMEOUT, "tailguard: the deadline passed"),
-            Some(Err(_)) => http::text(StatusCode::BAD_GATEWAY, "tailguard: the application is unreachable"),
-            Some(Ok(r)) => r,
+        let mut response = match (answer, fault.get()) {
+            (None, _) => http::text(StatusCode::GATEWAY_TIMEOUT, "tailguard: the deadline passed"),
+            // The client's body failed, not the application.
+            (Some(Err(_)), Some(fault)) => return fault.response(),
+            (Some(Err(_)), None) => http::text(StatusCode::BAD_GATEWAY, "tailguard: the application is unreachable"),
+            (Some(Ok(r)), _) => r,
         };
         http::strip_hop_by_hop(response.headers_mut());
         http::strip_internal(response.headers_mut(), &[]);
@@ -174,7 +177,7 @@ impl Ingress {
     }
 
     /// The request as the application gets it: no hop-by-hop headers, no spoofed internal ones.
-    fn app_request(&self, req: Request<Incoming>) -> Result<Request<Body>, BoxError> {
+    fn app_request(&self, req: Request<ClientBody>) -> Result<Request<Body>, BoxError> {
         let (mut parts, body) = req.into_parts();
         let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
         match self.client {

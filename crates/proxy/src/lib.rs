@@ -6,11 +6,12 @@
 //! application, and the admin listener serves health, metrics and the configuration.
 //!
 //! Modules, one concept each: [`config`] (the file), `egress`, `ingress`, `admin`, [`metrics`],
-//! `http` (bodies and header helpers), `pool` (kept-alive HTTP/1 connections per endpoint), `server` (HTTP/1.1 + h2c accept loops with limits and
+//! `http` (bodies and header helpers), `body` (a client's request body: read timeout, client faults), `pool` (kept-alive HTTP/1 connections per endpoint), `server` (HTTP/1.1 + h2c accept loops with limits and
 //! graceful shutdown), `reload` (watching the file and swapping the egress's upstreams) and `trace`
 //! (OTLP spans, when configured).
 
 mod admin;
+mod body;
 pub mod config;
 mod egress;
 mod http;

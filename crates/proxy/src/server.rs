@@ -2,14 +2,15 @@
 //! listener's limits (docs/proxy.md, "Limits"), with graceful shutdown (stop accepting, let
 //! in-flight requests finish, give up after a grace period).
 
+use crate::body::ClientBody;
 use crate::config::Limits;
-use crate::http::{Body, BoxError};
+use crate::http::{self, Body, BoxError};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper::rt::{Read, ReadBufCursor, Write};
 use hyper::service::service_fn;
-use hyper::{Request, Response};
+use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
@@ -32,7 +33,7 @@ pub async fn serve<H, F>(
     mut stop: watch::Receiver<bool>,
     grace: Duration,
 ) where
-    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    H: Fn(Request<ClientBody>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
     let graceful = GracefulShutdown::new();
@@ -90,6 +91,8 @@ struct Builders {
     h2c: auto::Builder<TokioExecutor>,
     /// How long a client may take to show which protocol it speaks.
     preface_timeout: Duration,
+    /// How long a request body may send nothing.
+    body_read_timeout: Duration,
 }
 
 impl Builders {
@@ -99,6 +102,7 @@ impl Builders {
             http1: both.clone().http1_only(),
             h2c: both.http2_only(),
             preface_timeout: limits.header_read_timeout.0,
+            body_read_timeout: limits.body_read_timeout.0,
         }
     }
 }
@@ -150,7 +154,7 @@ async fn connection<H, F>(
     header_read: Duration,
     watcher: hyper_util::server::graceful::Watcher,
 ) where
-    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    H: Fn(Request<ClientBody>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
     let h2c = match tokio::time::timeout(builders.preface_timeout, opens_with_h2_preface(&stream)).await {
@@ -161,10 +165,17 @@ async fn connection<H, F>(
     let activity = Arc::new(Activity::default());
     let io = Tracked { inner: TokioIo::new(stream), activity: activity.clone() };
     let counted = activity.clone();
-    let service = service_fn(move |req| {
+    let body_read_timeout = builders.body_read_timeout;
+    let service = service_fn(move |req: Request<Incoming>| {
+        let req = req.map(|body| ClientBody::new(body, body_read_timeout));
         // hyper keeps room for one request's future in every connection, idle or not: boxed, an
         // idle connection holds a pointer instead of the whole request state.
-        let response = Box::pin(handler(req));
+        let response: Pin<Box<dyn Future<Output = Response<Body>> + Send>> = match http::malformed_head(&req) {
+            Some(wrong) => {
+                Box::pin(std::future::ready(http::text(StatusCode::BAD_REQUEST, &format!("tailguard: {wrong}"))))
+            }
+            None => Box::pin(handler(req)),
+        };
         let awaiting = Awaiting::new(counted.clone());
         // HTTP/1 only: the header-read limit waits for the response's end, not just its head.
         let open = (!h2c).then(|| Open::new(counted.clone()));
