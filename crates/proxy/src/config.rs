@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tailguard_model::schema::{Admission, ClientPolicy};
@@ -216,6 +216,67 @@ pub struct Ingress {
     /// HTTP/1.1 (the default) or h2c towards the application.
     #[serde(default)]
     pub protocol: Protocol,
+    /// The callers whose `x-tailguard-deadline-ms` and sampled `traceparent` are believed
+    /// (docs/security.md): addresses or networks (`10.0.0.0/8`). From anyone else the deadline is
+    /// ignored (and not passed on) and the trace is sampled afresh. Default: loopback only.
+    #[serde(default = "Network::loopback")]
+    pub trusted_peers: Vec<Network>,
+}
+
+/// An address or a network in CIDR notation (`10.0.0.0/8`, `::1`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Network {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl Network {
+    /// The loopback networks, `127.0.0.0/8` and `::1`: the default trusted peers.
+    pub fn loopback() -> Vec<Network> {
+        ["127.0.0.0/8", "::1/128"].iter().map(|n| n.parse().expect("a valid network")).collect()
+    }
+
+    /// Whether `ip` is in this network (an IPv4-mapped IPv6 address counts as IPv4).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let bits = |ip: IpAddr| match ip.to_canonical() {
+            IpAddr::V4(v4) => (u128::from(u32::from(v4)), 32),
+            IpAddr::V6(v6) => (u128::from(v6), 128),
+        };
+        let ((net, width), (ip, ip_width)) = (bits(self.addr), bits(ip));
+        let shift = u32::from(width - self.prefix);
+        width == ip_width && net.checked_shr(shift).unwrap_or(0) == ip.checked_shr(shift).unwrap_or(0)
+    }
+}
+
+impl std::str::FromStr for Network {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Network, String> {
+        let expected = || format!("expected an IP address or a network like 10.0.0.0/8, got {text:?}");
+        let (addr, prefix) = text.split_once('/').map_or((text, None), |(a, p)| (a, Some(p)));
+        let addr: IpAddr = addr.trim().parse().map_err(|_| expected())?;
+        let width = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            None => width,
+            Some(p) => p.trim().parse::<u8>().ok().filter(|p| *p <= width).ok_or_else(expected)?,
+        };
+        Ok(Network { addr, prefix })
+    }
+}
+
+impl TryFrom<String> for Network {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Network, String> {
+        text.parse()
+    }
+}
+
+impl From<Network> for String {
+    fn from(n: Network) -> String {
+        format!("{}/{}", n.addr, n.prefix)
+    }
 }
 
 /// The admin listener.
@@ -357,6 +418,26 @@ mod tests {
         assert_eq!(c.seed, Some(42));
         let again = Config::parse(&c.to_yaml(), Path::new("again.yaml")).unwrap();
         assert_eq!(Config { source: c.source.clone(), ..again }, c, "{}", c.to_yaml());
+    }
+
+    #[test]
+    fn trusted_peers_are_networks_and_default_to_loopback() {
+        let c = parse("ingress: {listen: 127.0.0.1:1, app: 127.0.0.1:2}").unwrap();
+        let trusted = |peers: &[Network], ip: &str| peers.iter().any(|n| n.contains(ip.parse().unwrap()));
+        let loopback = c.ingress.unwrap().trusted_peers;
+        assert!(trusted(&loopback, "127.0.0.1") && trusted(&loopback, "127.9.9.9") && trusted(&loopback, "::1"));
+        assert!(trusted(&loopback, "::ffff:127.0.0.1"));
+        assert!(!trusted(&loopback, "10.0.0.1") && !trusted(&loopback, "::2"));
+        let c = parse(
+            "ingress: {listen: 127.0.0.1:1, app: 127.0.0.1:2, trusted_peers: [10.1.0.0/16, 192.0.2.7, 0.0.0.0/0]}",
+        )
+        .unwrap();
+        let peers = c.ingress.unwrap().trusted_peers;
+        assert!(trusted(&peers[..1], "10.1.200.3") && !trusted(&peers[..1], "10.2.0.1"));
+        assert!(trusted(&peers[1..2], "192.0.2.7") && !trusted(&peers[1..2], "192.0.2.8"));
+        assert!(trusted(&peers[2..], "8.8.8.8") && !trusted(&peers[2..], "::1"));
+        let e = parse("ingress: {listen: 127.0.0.1:1, app: 127.0.0.1:2, trusted_peers: [10.0.0.0/33]}").unwrap_err();
+        assert!(e.contains("ingress.trusted_peers") && e.contains("10.0.0.0/8"), "{e}");
     }
 
     #[test]

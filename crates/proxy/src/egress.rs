@@ -177,6 +177,7 @@ impl Egress {
         let found = http::scan(req.headers());
         // The deadline header is internal: without any, no lookup.
         let deadline = match found.internal.then(|| http::deadline_ms(req.headers())).transpose() {
+            Ok(Some(Some(0))) => return http::deadline_spent(),
             Ok(ms) => ms.flatten().map(|ms| self.now().saturating_add(Duration::from_millis(ms))),
             Err(e) => return http::text(StatusCode::BAD_REQUEST, &e),
         };

@@ -138,11 +138,26 @@ pub fn strip_internal(headers: &mut HeaderMap, keep: &[&str]) {
     }
 }
 
-/// The deadline header's milliseconds: `Ok(None)` when absent, `Err` when malformed.
+/// The longest deadline believed: a larger one is cut to it, so a caller cannot pin a request
+/// (and its admission slot) for ever with `u64::MAX`.
+pub const MAX_DEADLINE_MS: u64 = 3_600_000;
+
+/// The deadline header's milliseconds, at most [`MAX_DEADLINE_MS`]: `Ok(None)` when absent,
+/// `Err` when malformed or repeated (two deadlines are one too many to guess between).
 pub fn deadline_ms(headers: &HeaderMap) -> Result<Option<u64>, String> {
-    let Some(value) = headers.get(DEADLINE_MS) else { return Ok(None) };
+    let mut values = headers.get_all(DEADLINE_MS).iter();
+    let Some(value) = values.next() else { return Ok(None) };
+    if values.next().is_some() {
+        return Err(format!("{DEADLINE_MS}: expected one value, got several"));
+    }
     let text = value.to_str().map_err(|_| format!("{DEADLINE_MS}: expected milliseconds"))?;
-    text.trim().parse::<u64>().map(Some).map_err(|_| format!("{DEADLINE_MS}: expected milliseconds, got {text:?}"))
+    let ms = text.trim().parse::<u64>().map_err(|_| format!("{DEADLINE_MS}: expected milliseconds, got {text:?}"))?;
+    Ok(Some(ms.min(MAX_DEADLINE_MS)))
+}
+
+/// The answer to a request whose deadline was spent on arrival: never forwarded.
+pub fn deadline_spent() -> Response<Body> {
+    text(StatusCode::GATEWAY_TIMEOUT, "tailguard: the deadline had passed on arrival")
 }
 
 /// Whether the response carries a chip (`x-tailguard-chip: 1`).

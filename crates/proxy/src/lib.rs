@@ -81,7 +81,7 @@ impl Proxy {
             proxy.egress = Some(listener.local_addr()?);
             let egress = Arc::new(egress::Egress::new(c, epoch, metrics.clone(), seed).traced(tracing.clone()));
             reloadable = Some(egress.clone());
-            let handler = move |req| {
+            let handler = move |req, _peer| {
                 let egress = egress.clone();
                 async move { egress.handle(req).await }
             };
@@ -91,9 +91,9 @@ impl Proxy {
             let listener = TcpListener::bind(c.listen).await?;
             proxy.ingress = Some(listener.local_addr()?);
             let ingress = Arc::new(ingress::Ingress::new(c, epoch, metrics.clone(), seed).traced(tracing.clone()));
-            let handler = move |req| {
+            let handler = move |req, peer| {
                 let ingress = ingress.clone();
-                async move { ingress.handle(req).await }
+                async move { ingress.handle(req, peer).await }
             };
             servers.spawn(server::serve(listener, handler, limits.clone(), stopped.clone(), grace));
         }
@@ -101,7 +101,7 @@ impl Proxy {
             let listener = TcpListener::bind(c.listen).await?;
             proxy.admin = Some(listener.local_addr()?);
             let admin = Arc::new(admin::Admin::new(source.clone(), metrics.clone()));
-            let handler = move |req| {
+            let handler = move |req, _peer| {
                 let admin = admin.clone();
                 async move { admin.handle(req) }
             };

@@ -16,6 +16,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -24,7 +25,7 @@ use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
-/// Serves `listener` with `handler` until `stop` turns true, then drains for at most `grace`.
+/// Serves `listener` with `handler` (given each request and its peer's address) until `stop` turns true, then drains for at most `grace`.
 /// Malformed requests are answered 400 by hyper and close only their own connection.
 pub async fn serve<H, F>(
     listener: TcpListener,
@@ -33,7 +34,7 @@ pub async fn serve<H, F>(
     mut stop: watch::Receiver<bool>,
     grace: Duration,
 ) where
-    H: Fn(Request<ClientBody>) -> F + Clone + Send + Sync + 'static,
+    H: Fn(Request<ClientBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
     let graceful = GracefulShutdown::new();
@@ -56,14 +57,14 @@ pub async fn serve<H, F>(
         };
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
+                Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
                     let watcher = graceful.watcher();
                     let builders = builders.clone();
                     let handler = handler.clone();
                     let (idle, header_read) = (limits.idle_timeout.0, limits.header_read_timeout.0);
                     tokio::spawn(async move {
-                        connection(stream, builders, handler, idle, header_read, watcher).await;
+                        connection(stream, peer, builders, handler, idle, header_read, watcher).await;
                         drop(slot);
                     });
                 }
@@ -148,13 +149,14 @@ pub const MIN_HEADER_BYTES: usize = 8192;
 /// head.
 async fn connection<H, F>(
     stream: TcpStream,
+    peer: SocketAddr,
     builders: Arc<Builders>,
     handler: H,
     idle: Duration,
     header_read: Duration,
     watcher: hyper_util::server::graceful::Watcher,
 ) where
-    H: Fn(Request<ClientBody>) -> F + Clone + Send + Sync + 'static,
+    H: Fn(Request<ClientBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
     let h2c = match tokio::time::timeout(builders.preface_timeout, opens_with_h2_preface(&stream)).await {
@@ -174,7 +176,7 @@ async fn connection<H, F>(
             Some(wrong) => {
                 Box::pin(std::future::ready(http::text(StatusCode::BAD_REQUEST, &format!("tailguard: {wrong}"))))
             }
-            None => Box::pin(handler(req)),
+            None => Box::pin(handler(req, peer)),
         };
         let awaiting = Awaiting::new(counted.clone());
         // HTTP/1 only: the header-read limit waits for the response's end, not just its head.

@@ -988,3 +988,39 @@ async fn heads_breaking_rfc_9112_get_400_and_connection_named_headers_stay_behin
     assert_eq!(sample(&metrics, "tailguard_egress_failed_total{upstream=\"svc\"}"), 0.0, "{metrics}");
     proxy.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_deadline_is_believed_from_trusted_peers_only_clamped_and_never_forwarded_spent() {
+    let app = Backend::start("app", Mode::Ok(Duration::ZERO)).await;
+    let client = client();
+    let ingress =
+        |trusted: &str| format!("ingress: {{listen: 127.0.0.1:0, app: {}{trusted}}}\nshutdown_grace: 1s\n", app.addr);
+    // Loopback is trusted by default.
+    let proxy = proxy_of(&ingress("")).await;
+    let addr = proxy.ingress.unwrap();
+    let (status, _, _) = get(&client, addr, "app", &[("x-tailguard-deadline-ms", "0")]).await;
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
+    let two = [("x-tailguard-deadline-ms", "100"), ("x-tailguard-deadline-ms", "90000")];
+    assert_eq!(get(&client, addr, "app", &two).await.0, StatusCode::BAD_REQUEST);
+    assert_eq!(app.hits(), 0, "a spent or doubled deadline reached the application");
+    let (status, headers, _) = get(&client, addr, "app", &[("x-tailguard-deadline-ms", &u64::MAX.to_string())]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers["x-seen"], "x-tailguard-deadline-ms=3600000");
+    proxy.shutdown().await;
+    // From a peer outside `trusted_peers`, the deadline is neither believed nor passed on.
+    let proxy = proxy_of(&ingress(", trusted_peers: [10.0.0.0/8]")).await;
+    let (status, headers, _) = get(&client, proxy.ingress.unwrap(), "app", &[("x-tailguard-deadline-ms", "0")]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers["x-seen"], "");
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_egress_answers_a_spent_deadline_without_calling_the_upstream() {
+    let backend = Backend::start("a", Mode::Ok(Duration::ZERO)).await;
+    let proxy = egress(&[&backend], "{}").await;
+    let (status, _, _) = get(&client(), proxy.egress.unwrap(), "svc", &[("x-tailguard-deadline-ms", "0")]).await;
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(backend.hits(), 0);
+    proxy.shutdown().await;
+}
