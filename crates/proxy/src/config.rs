@@ -441,6 +441,26 @@ mod tests {
     }
 
     #[test]
+    fn a_retry_budget_defaults_to_a_fifth_and_may_be_unlimited() {
+        let file = |retry: &str| {
+            format!("egress: {{listen: 127.0.0.1:1, upstreams: {{a: {{endpoints: [127.0.0.1:2], match: {{host: a}}, policy: {{retry: {retry}}}}}}}}}")
+        };
+        let budget = |c: &Config| c.egress.as_ref().unwrap().upstreams["a"].policy.retry.budget;
+        for (retry, expected) in [
+            ("{max_attempts: 3}", Some(0.2)),
+            ("{max_attempts: 3, budget: unlimited}", None),
+            ("{max_attempts: 3, budget: 0.5}", Some(0.5)),
+        ] {
+            let c = parse(&file(retry)).unwrap();
+            assert_eq!(budget(&c), expected, "{retry}");
+            let again = Config::parse(&c.to_yaml(), Path::new("again.yaml")).unwrap();
+            assert_eq!(budget(&again), expected, "{}", c.to_yaml());
+        }
+        let e = parse(&file("{budget: lots}")).unwrap_err();
+        assert!(e.contains("policy.retry.budget") && e.contains("unlimited"), "{e}");
+    }
+
+    #[test]
     fn tracing_has_defaults() {
         let c = parse(
             "ingress: {listen: 127.0.0.1:1, app: 127.0.0.1:2}\ntracing: {otlp_endpoint: 'http://127.0.0.1:4318'}",

@@ -1024,3 +1024,19 @@ async fn the_egress_answers_a_spent_deadline_without_calling_the_upstream() {
     assert_eq!(backend.hits(), 0);
     proxy.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_retry_policy_without_a_budget_gets_linkerds_default_budget() {
+    let broken = Backend::start("broken", Mode::Status(503)).await;
+    let proxy = egress(&[&broken], "{retry: {max_attempts: 10}}").await;
+    let client = client();
+    let requests = 100;
+    for _ in 0..requests {
+        assert_eq!(get(&client, proxy.egress.unwrap(), "svc", &[]).await.0, StatusCode::SERVICE_UNAVAILABLE);
+    }
+    // 20 % of the requests plus the 10-a-second reserve over the 10 s window (100 retries), not
+    // the 9 retries a request `max_attempts` allows (900).
+    let retries = broken.hits() - requests;
+    assert!(retries <= 100 + requests / 5, "{retries} retries for {requests} requests");
+    proxy.shutdown().await;
+}
