@@ -314,11 +314,23 @@ impl Config {
                 Some((head, rest)) if !path.is_empty() && path.starts_with(head) => rest.to_string(),
                 _ => message,
             };
-            ModelError::new(origin, path, message)
+            ModelError::new(origin, path, plain(&message))
         })?;
         config.validate().map_err(|e| e.in_file(origin))?;
         config.source = text.to_string();
         Ok(config)
+    }
+
+    /// What a user should hear about the file: e.g. a listener's address given on an admin
+    /// listener reachable from other machines.
+    pub fn warnings(&self) -> Vec<String> {
+        match &self.admin {
+            Some(admin) if !admin.listen.ip().is_loopback() => vec![format!(
+                "admin.listen {} is reachable from other machines: /config shows the whole file and /metrics every upstream (listen on 127.0.0.1 unless a scraper needs it)",
+                admin.listen
+            )],
+            _ => Vec::new(),
+        }
     }
 
     /// The file as YAML, which [`Config::parse`] reads back equal (less `source` and `path`).
@@ -372,6 +384,32 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+/// A deserialisation message in a user's words: serde's `invalid type: sequence, expected
+/// struct Egress` becomes `expected a mapping (egress settings), got a list`.
+fn plain(message: &str) -> String {
+    let Some(rest) = message.strip_prefix("invalid type: ") else { return message.to_string() };
+    let Some((got, expected)) = rest.split_once(", expected ") else { return message.to_string() };
+    let (expected, place) = expected.split_once(" at line ").map_or((expected, None), |(e, p)| (e, Some(p)));
+    let got = match got {
+        "sequence" => "a list",
+        "map" => "a mapping",
+        "unit value" => "nothing",
+        other => other,
+    };
+    let expected = match expected.strip_prefix("struct ") {
+        Some(name) => format!("a mapping ({} settings)", name.to_lowercase()),
+        None => match expected {
+            "a sequence" => "a list".to_string(),
+            "a map" => "a mapping".to_string(),
+            other => other.to_string(),
+        },
+    };
+    match place {
+        Some(place) => format!("expected {expected}, got {got}, at line {place}"),
+        None => format!("expected {expected}, got {got}"),
     }
 }
 
@@ -461,6 +499,15 @@ mod tests {
     }
 
     #[test]
+    fn an_admin_listener_off_loopback_is_accepted_with_a_warning() {
+        let ingress = "ingress: {listen: 127.0.0.1:1, app: 127.0.0.1:2}\n";
+        assert!(parse(&format!("{ingress}admin: {{listen: 127.0.0.1:3}}")).unwrap().warnings().is_empty());
+        let warnings = parse(&format!("{ingress}admin: {{listen: 0.0.0.0:3}}")).unwrap().warnings();
+        assert_eq!(warnings.len(), 1);
+        assert!(warnings[0].starts_with("admin.listen 0.0.0.0:3 is reachable from other machines"), "{warnings:?}");
+    }
+
+    #[test]
     fn tracing_has_defaults() {
         let c = parse(
             "ingress: {listen: 127.0.0.1:1, app: 127.0.0.1:2}\ntracing: {otlp_endpoint: 'http://127.0.0.1:4318'}",
@@ -497,6 +544,12 @@ mod tests {
         assert!(e.contains("tracing.resource.service.name"), "{e}");
         let e = parse("workers: 0\negress: {listen: 127.0.0.1:1, upstreams: {}}").unwrap_err();
         assert_eq!(e, "proxy.yaml: workers: expected at least 1");
+        let e = parse("egress: [127.0.0.1:1]").unwrap_err();
+        assert_eq!(e, "proxy.yaml: egress: expected a mapping (egress settings), got a list, at line 1 column 9");
+        let e = parse("egress: {listen: 127.0.0.1:1, upstreams: [a, b]}").unwrap_err();
+        assert!(e.starts_with("proxy.yaml: egress.upstreams: expected a mapping, got a list"), "{e}");
+        let e = parse("egress: {listen: 127.0.0.1:1\n").unwrap_err();
+        assert!(e.starts_with("proxy.yaml: ") && e.contains("line"), "{e}");
         let e = parse("admin: {listen: 127.0.0.1:1}").unwrap_err();
         assert!(e.contains("at least one of `egress` and `ingress`"), "{e}");
     }

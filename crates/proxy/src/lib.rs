@@ -77,7 +77,7 @@ impl Proxy {
         let source = Arc::new(RwLock::new(config.source.clone()));
         let mut reloadable = None;
         if let Some(c) = &config.egress {
-            let listener = TcpListener::bind(c.listen).await?;
+            let listener = bind(c.listen).await?;
             proxy.egress = Some(listener.local_addr()?);
             let egress = Arc::new(egress::Egress::new(c, epoch, metrics.clone(), seed).traced(tracing.clone()));
             reloadable = Some(egress.clone());
@@ -88,7 +88,7 @@ impl Proxy {
             servers.spawn(server::serve(listener, handler, limits.clone(), stopped.clone(), grace));
         }
         if let Some(c) = &config.ingress {
-            let listener = TcpListener::bind(c.listen).await?;
+            let listener = bind(c.listen).await?;
             proxy.ingress = Some(listener.local_addr()?);
             let ingress = Arc::new(ingress::Ingress::new(c, epoch, metrics.clone(), seed).traced(tracing.clone()));
             let handler = move |req, peer| {
@@ -98,7 +98,7 @@ impl Proxy {
             servers.spawn(server::serve(listener, handler, limits.clone(), stopped.clone(), grace));
         }
         if let Some(c) = &config.admin {
-            let listener = TcpListener::bind(c.listen).await?;
+            let listener = bind(c.listen).await?;
             proxy.admin = Some(listener.local_addr()?);
             let admin = Arc::new(admin::Admin::new(source.clone(), metrics.clone()));
             let handler = move |req, _peer| {
@@ -124,6 +124,20 @@ impl Proxy {
             tracing.shutdown().await;
         }
     }
+}
+
+/// A listener on `addr`; the error names the address (`cannot listen on 127.0.0.1:4140: address
+/// in use`).
+async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await.map_err(|e| {
+        let why = match e.kind() {
+            std::io::ErrorKind::AddrInUse => "address in use".to_string(),
+            std::io::ErrorKind::AddrNotAvailable => "no such address on this machine".to_string(),
+            std::io::ErrorKind::PermissionDenied => "permission denied (a port below 1024?)".to_string(),
+            _ => e.to_string(),
+        };
+        std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {why}"))
+    })
 }
 
 /// The runtime for a proxy of `workers` threads (the file's `workers`, or `--workers`): tokio's

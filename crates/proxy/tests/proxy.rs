@@ -1040,3 +1040,12 @@ async fn a_retry_policy_without_a_budget_gets_linkerds_default_budget() {
     assert!(retries <= 100 + requests / 5, "{retries} retries for {requests} requests");
     proxy.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_port_in_use_is_named_in_the_error() {
+    let taken = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = taken.local_addr().unwrap();
+    let text = format!("ingress: {{listen: {addr}, app: 127.0.0.1:1}}\n");
+    let error = Proxy::start(Config::parse(&text, Path::new("test.yaml")).unwrap()).await.err().expect("an error");
+    assert_eq!(error.to_string(), format!("cannot listen on {addr}: address in use"));
+}
