@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
-/// Serves `listener` with `handler` (given each request and its peer's address) until `stop` turns true, then drains for at most `grace`.
+/// Serves `listener` with `handler` (given each request and its peer's address) until `stop`
+/// turns true, then drains for at most `grace`.
 /// Malformed requests are answered 400 by hyper and close only their own connection.
 pub async fn serve<H, F>(
     listener: TcpListener,
