@@ -73,6 +73,9 @@ pub fn run(args: LoadArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.json {
         write_json(&report, &args, path)?;
     }
+    if report.requests > 0 && report.succeeded == 0 {
+        anyhow::bail!("every one of the {} requests failed (see the errors above)", report.requests);
+    }
     Ok(())
 }
 

@@ -18,11 +18,14 @@ pub struct ProxyArgs {
 /// Loads the file, serves until ctrl-c or SIGTERM, then shuts down gracefully.
 pub fn run(args: ProxyArgs) -> anyhow::Result<()> {
     let config = tailguard_proxy::Config::load(&args.config)?;
+    for warning in config.warnings() {
+        eprintln!("tailguard proxy: warning: {warning}");
+    }
     keep_freed_memory();
     let workers = args.workers.map(usize::from).or(config.workers);
     let runtime = tailguard_proxy::runtime(workers).context("cannot start the runtime")?;
     runtime.block_on(async {
-        let proxy = tailguard_proxy::Proxy::start(config).await.context("cannot bind the proxy's listeners")?;
+        let proxy = tailguard_proxy::Proxy::start(config).await?;
         eprintln!("tailguard proxy: seed {} (set `seed:` in the file to repeat the run's draws)", proxy.seed);
         for (name, addr) in [("egress", proxy.egress), ("ingress", proxy.ingress), ("admin", proxy.admin)] {
             if let Some(addr) = addr {

@@ -207,3 +207,13 @@ fn report_names_the_file_and_the_problem_of_a_malformed_json() {
     assert!(err.contains("bad-results.json is not a tailguard results JSON"), "{err}");
     assert!(err.contains("runs[0]: missing field `variant`"), "{err}");
 }
+
+#[test]
+fn load_fails_when_every_request_failed() {
+    // A port nobody listens on: every request fails to connect.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let out = tailguard(&["load", &format!("http://{closed}/"), "--requests", "5", "--clients", "1"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("every one of the 5 requests failed"), "{stderr}");
+}

@@ -13,7 +13,7 @@ use std::time::Duration;
 use tailguard_model::schema::{BalancerConfig, ClientPolicy};
 use tailguard_model::{Dur, Run};
 use tailguard_proxy::config::DEFAULT_MAX_REPLAY_BODY;
-use tailguard_proxy::config::{Admin, Config, Egress, Ingress, Protocol, Route, Tracing, Upstream};
+use tailguard_proxy::config::{Admin, Config, Egress, Ingress, Network, Protocol, Route, Tracing, Upstream};
 
 pub const SERVE_PORT: u16 = 8080;
 pub const EGRESS_PORT: u16 = 4140;
@@ -178,6 +178,8 @@ impl ProxyFile {
                 app: replica.serve(),
                 admission: service.admission.clone(),
                 protocol: Protocol::Http1,
+                // The callers are the lab's own sidecars, all on loopback.
+                trusted_peers: Network::loopback(),
             }),
             admin: Some(Admin { listen: replica.admin() }),
             shutdown_grace: Some(Dur(SHUTDOWN_GRACE)),

@@ -151,7 +151,9 @@ mod tests {
         assert_eq!(r.max_attempts, 3);
         assert!(r.retry_non_idempotent && r.hedge_on_timeout);
         assert_eq!(r.backoff, Backoff::none());
-        assert!(r.budget.is_none());
+        // No budget written: the default one (tailguard_policy::retry::DEFAULT_BUDGET).
+        assert!(r.budget.is_some());
+        assert!(retry(&yaml::<schema::RetryConfig>("{max_attempts: 3, budget: unlimited}")).budget.is_none());
         let r = retry(&schema::RetryConfig::default());
         assert_eq!(r.max_attempts, 1);
         assert!(!r.retry_non_idempotent && !r.hedge_on_timeout);

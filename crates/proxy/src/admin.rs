@@ -1,8 +1,8 @@
 //! The admin listener: `/healthz`, `/metrics` (Prometheus text) and `/config` (the file as read).
 
+use crate::body::ClientBody;
 use crate::http::{full, text, Body};
 use crate::metrics::Metrics;
-use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Request, Response, StatusCode};
 use std::sync::{Arc, RwLock};
@@ -20,7 +20,7 @@ impl Admin {
     }
 
     /// Answers one admin request.
-    pub fn handle(&self, req: Request<Incoming>) -> Response<Body> {
+    pub fn handle(&self, req: Request<ClientBody>) -> Response<Body> {
         match req.uri().path() {
             "/healthz" => text(StatusCode::OK, "ok"),
             "/metrics" => {

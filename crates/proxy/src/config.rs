@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tailguard_model::schema::{AdmissionConfig, ClientPolicy};
@@ -66,6 +66,10 @@ pub struct Limits {
     /// cannot hold a connection. It also bounds how long a kept-alive HTTP/1 connection waits
     /// for its next request.
     pub header_read_timeout: Dur,
+    /// How long a request body may send nothing (nginx's `client_body_timeout`): then the
+    /// request is answered 408 and its connection closed, so a client announcing a body it never
+    /// sends cannot hold a connection.
+    pub body_read_timeout: Dur,
     /// The largest request head, in bytes (at least 8192): beyond it, 431.
     pub max_header_bytes: usize,
     /// Connections served at once per listener; more wait in the listen backlog.
@@ -79,6 +83,7 @@ impl Default for Limits {
     fn default() -> Limits {
         Limits {
             header_read_timeout: Dur(Duration::from_secs(10)),
+            body_read_timeout: Dur(Duration::from_secs(10)),
             max_header_bytes: 16 * 1024,
             max_connections: 4096,
             idle_timeout: Dur(Duration::from_secs(60)),
@@ -211,6 +216,67 @@ pub struct Ingress {
     /// HTTP/1.1 (the default) or h2c towards the application.
     #[serde(default)]
     pub protocol: Protocol,
+    /// The callers whose `x-tailguard-deadline-ms` and sampled `traceparent` are believed
+    /// (docs/security.md): addresses or networks (`10.0.0.0/8`). From anyone else the deadline is
+    /// ignored (and not passed on) and the trace is sampled afresh. Default: loopback only.
+    #[serde(default = "Network::loopback")]
+    pub trusted_peers: Vec<Network>,
+}
+
+/// An address or a network in CIDR notation (`10.0.0.0/8`, `::1`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Network {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl Network {
+    /// The loopback networks, `127.0.0.0/8` and `::1`: the default trusted peers.
+    pub fn loopback() -> Vec<Network> {
+        ["127.0.0.0/8", "::1/128"].iter().map(|n| n.parse().expect("a valid network")).collect()
+    }
+
+    /// Whether `ip` is in this network (an IPv4-mapped IPv6 address counts as IPv4).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let bits = |ip: IpAddr| match ip.to_canonical() {
+            IpAddr::V4(v4) => (u128::from(u32::from(v4)), 32),
+            IpAddr::V6(v6) => (u128::from(v6), 128),
+        };
+        let ((net, width), (ip, ip_width)) = (bits(self.addr), bits(ip));
+        let shift = u32::from(width - self.prefix);
+        width == ip_width && net.checked_shr(shift).unwrap_or(0) == ip.checked_shr(shift).unwrap_or(0)
+    }
+}
+
+impl std::str::FromStr for Network {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Network, String> {
+        let expected = || format!("expected an IP address or a network like 10.0.0.0/8, got {text:?}");
+        let (addr, prefix) = text.split_once('/').map_or((text, None), |(a, p)| (a, Some(p)));
+        let addr: IpAddr = addr.trim().parse().map_err(|_| expected())?;
+        let width = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            None => width,
+            Some(p) => p.trim().parse::<u8>().ok().filter(|p| *p <= width).ok_or_else(expected)?,
+        };
+        Ok(Network { addr, prefix })
+    }
+}
+
+impl TryFrom<String> for Network {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Network, String> {
+        text.parse()
+    }
+}
+
+impl From<Network> for String {
+    fn from(n: Network) -> String {
+        format!("{}/{}", n.addr, n.prefix)
+    }
 }
 
 /// The admin listener.
@@ -248,11 +314,23 @@ impl Config {
                 Some((head, rest)) if !path.is_empty() && path.starts_with(head) => rest.to_string(),
                 _ => message,
             };
-            ModelError::new(origin, path, message)
+            ModelError::new(origin, path, plain(&message))
         })?;
         config.validate().map_err(|e| e.in_file(origin))?;
         config.source = text.to_string();
         Ok(config)
+    }
+
+    /// What a user should hear about the file: e.g. a listener's address given on an admin
+    /// listener reachable from other machines.
+    pub fn warnings(&self) -> Vec<String> {
+        match &self.admin {
+            Some(admin) if !admin.listen.ip().is_loopback() => vec![format!(
+                "admin.listen {} is reachable from other machines: /config shows the whole file and /metrics every upstream (listen on 127.0.0.1 unless a scraper needs it)",
+                admin.listen
+            )],
+            _ => Vec::new(),
+        }
     }
 
     /// The file as YAML, which [`Config::parse`] reads back equal (less `source` and `path`).
@@ -279,9 +357,12 @@ impl Config {
         if self.limits.max_connections == 0 {
             return Err(ModelError::at("limits.max_connections", "expected at least 1"));
         }
-        for (field, d) in
-            [("header_read_timeout", self.limits.header_read_timeout), ("idle_timeout", self.limits.idle_timeout)]
-        {
+        let timeouts = [
+            ("header_read_timeout", self.limits.header_read_timeout),
+            ("body_read_timeout", self.limits.body_read_timeout),
+            ("idle_timeout", self.limits.idle_timeout),
+        ];
+        for (field, d) in timeouts {
             if d.0.is_zero() {
                 return Err(ModelError::at(format!("limits.{field}"), "expected a positive duration"));
             }
@@ -303,6 +384,32 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+/// A deserialisation message in a user's words: serde's `invalid type: sequence, expected
+/// struct Egress` becomes `expected a mapping (egress settings), got a list`.
+fn plain(message: &str) -> String {
+    let Some(rest) = message.strip_prefix("invalid type: ") else { return message.to_string() };
+    let Some((got, expected)) = rest.split_once(", expected ") else { return message.to_string() };
+    let (expected, place) = expected.split_once(" at line ").map_or((expected, None), |(e, p)| (e, Some(p)));
+    let got = match got {
+        "sequence" => "a list",
+        "map" => "a mapping",
+        "unit value" => "nothing",
+        other => other,
+    };
+    let expected = match expected.strip_prefix("struct ") {
+        Some(name) => format!("a mapping ({} settings)", name.to_lowercase()),
+        None => match expected {
+            "a sequence" => "a list".to_string(),
+            "a map" => "a mapping".to_string(),
+            other => other.to_string(),
+        },
+    };
+    match place {
+        Some(place) => format!("expected {expected}, got {got}, at line {place}"),
+        None => format!("expected {expected}, got {got}"),
     }
 }
 
@@ -352,6 +459,55 @@ mod tests {
     }
 
     #[test]
+    fn trusted_peers_are_networks_and_default_to_loopback() {
+        let c = parse("ingress: {listen: 127.0.0.1:1, app: 127.0.0.1:2}").unwrap();
+        let trusted = |peers: &[Network], ip: &str| peers.iter().any(|n| n.contains(ip.parse().unwrap()));
+        let loopback = c.ingress.unwrap().trusted_peers;
+        assert!(trusted(&loopback, "127.0.0.1") && trusted(&loopback, "127.9.9.9") && trusted(&loopback, "::1"));
+        assert!(trusted(&loopback, "::ffff:127.0.0.1"));
+        assert!(!trusted(&loopback, "10.0.0.1") && !trusted(&loopback, "::2"));
+        let c = parse(
+            "ingress: {listen: 127.0.0.1:1, app: 127.0.0.1:2, trusted_peers: [10.1.0.0/16, 192.0.2.7, 0.0.0.0/0]}",
+        )
+        .unwrap();
+        let peers = c.ingress.unwrap().trusted_peers;
+        assert!(trusted(&peers[..1], "10.1.200.3") && !trusted(&peers[..1], "10.2.0.1"));
+        assert!(trusted(&peers[1..2], "192.0.2.7") && !trusted(&peers[1..2], "192.0.2.8"));
+        assert!(trusted(&peers[2..], "8.8.8.8") && !trusted(&peers[2..], "::1"));
+        let e = parse("ingress: {listen: 127.0.0.1:1, app: 127.0.0.1:2, trusted_peers: [10.0.0.0/33]}").unwrap_err();
+        assert!(e.contains("ingress.trusted_peers") && e.contains("10.0.0.0/8"), "{e}");
+    }
+
+    #[test]
+    fn a_retry_budget_defaults_to_a_fifth_and_may_be_unlimited() {
+        let file = |retry: &str| {
+            format!("egress: {{listen: 127.0.0.1:1, upstreams: {{a: {{endpoints: [127.0.0.1:2], match: {{host: a}}, policy: {{retry: {retry}}}}}}}}}")
+        };
+        let budget = |c: &Config| c.egress.as_ref().unwrap().upstreams["a"].policy.retry.budget;
+        for (retry, expected) in [
+            ("{max_attempts: 3}", Some(0.2)),
+            ("{max_attempts: 3, budget: unlimited}", None),
+            ("{max_attempts: 3, budget: 0.5}", Some(0.5)),
+        ] {
+            let c = parse(&file(retry)).unwrap();
+            assert_eq!(budget(&c), expected, "{retry}");
+            let again = Config::parse(&c.to_yaml(), Path::new("again.yaml")).unwrap();
+            assert_eq!(budget(&again), expected, "{}", c.to_yaml());
+        }
+        let e = parse(&file("{budget: lots}")).unwrap_err();
+        assert!(e.contains("policy.retry.budget") && e.contains("unlimited"), "{e}");
+    }
+
+    #[test]
+    fn an_admin_listener_off_loopback_is_accepted_with_a_warning() {
+        let ingress = "ingress: {listen: 127.0.0.1:1, app: 127.0.0.1:2}\n";
+        assert!(parse(&format!("{ingress}admin: {{listen: 127.0.0.1:3}}")).unwrap().warnings().is_empty());
+        let warnings = parse(&format!("{ingress}admin: {{listen: 0.0.0.0:3}}")).unwrap().warnings();
+        assert_eq!(warnings.len(), 1);
+        assert!(warnings[0].starts_with("admin.listen 0.0.0.0:3 is reachable from other machines"), "{warnings:?}");
+    }
+
+    #[test]
     fn tracing_has_defaults() {
         let c = parse(
             "ingress: {listen: 127.0.0.1:1, app: 127.0.0.1:2}\ntracing: {otlp_endpoint: 'http://127.0.0.1:4318'}",
@@ -388,6 +544,12 @@ mod tests {
         assert!(e.contains("tracing.resource.service.name"), "{e}");
         let e = parse("workers: 0\negress: {listen: 127.0.0.1:1, upstreams: {}}").unwrap_err();
         assert_eq!(e, "proxy.yaml: workers: expected at least 1");
+        let e = parse("egress: [127.0.0.1:1]").unwrap_err();
+        assert_eq!(e, "proxy.yaml: egress: expected a mapping (egress settings), got a list, at line 1 column 9");
+        let e = parse("egress: {listen: 127.0.0.1:1, upstreams: [a, b]}").unwrap_err();
+        assert!(e.starts_with("proxy.yaml: egress.upstreams: expected a mapping, got a list"), "{e}");
+        let e = parse("egress: {listen: 127.0.0.1:1\n").unwrap_err();
+        assert!(e.starts_with("proxy.yaml: ") && e.contains("line"), "{e}");
         let e = parse("admin: {listen: 127.0.0.1:1}").unwrap_err();
         assert!(e.contains("at least one of `egress` and `ingress`"), "{e}");
     }

@@ -4,7 +4,7 @@ use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
-use hyper::{Response, StatusCode};
+use hyper::{Request, Response, StatusCode, Version};
 
 /// Any error a body may fail with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -94,13 +94,35 @@ fn hop_by_hop(name: &str) -> Option<usize> {
     Some(i)
 }
 
-/// Removes hop-by-hop headers: only those present, since each removal hashes its name.
+/// Removes hop-by-hop headers: the standard set and every header `Connection` names (RFC 9110
+/// §7.6.1), only those present, since each removal hashes its name.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(hyper::header::CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|list| list.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
     let present = headers.keys().filter_map(|name| hop_by_hop(name.as_str())).fold(0u8, |set, i| set | 1 << i);
     for (i, name) in HOP_BY_HOP.iter().enumerate() {
         if present & 1 << i != 0 {
             headers.remove(name);
         }
+    }
+}
+
+/// What is wrong with a request's head that hyper lets through, if anything (RFC 9112 §3.2): more
+/// than one `Host`, or an HTTP/1.1 request without one.
+pub fn malformed_head<B>(req: &Request<B>) -> Option<&'static str> {
+    let mut hosts = req.headers().get_all(hyper::header::HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        (_, Some(_)) => Some("more than one Host header"),
+        (None, None) if req.version() == Version::HTTP_11 => Some("an HTTP/1.1 request needs a Host header"),
+        _ => None,
     }
 }
 
@@ -116,11 +138,26 @@ pub fn strip_internal(headers: &mut HeaderMap, keep: &[&str]) {
     }
 }
 
-/// The deadline header's milliseconds: `Ok(None)` when absent, `Err` when malformed.
+/// The longest deadline believed: a larger one is cut to it, so a caller cannot pin a request
+/// (and its admission slot) for ever with `u64::MAX`.
+pub const MAX_DEADLINE_MS: u64 = 3_600_000;
+
+/// The deadline header's milliseconds, at most [`MAX_DEADLINE_MS`]: `Ok(None)` when absent,
+/// `Err` when malformed or repeated (two deadlines are one too many to guess between).
 pub fn deadline_ms(headers: &HeaderMap) -> Result<Option<u64>, String> {
-    let Some(value) = headers.get(DEADLINE_MS) else { return Ok(None) };
+    let mut values = headers.get_all(DEADLINE_MS).iter();
+    let Some(value) = values.next() else { return Ok(None) };
+    if values.next().is_some() {
+        return Err(format!("{DEADLINE_MS}: expected one value, got several"));
+    }
     let text = value.to_str().map_err(|_| format!("{DEADLINE_MS}: expected milliseconds"))?;
-    text.trim().parse::<u64>().map(Some).map_err(|_| format!("{DEADLINE_MS}: expected milliseconds, got {text:?}"))
+    let ms = text.trim().parse::<u64>().map_err(|_| format!("{DEADLINE_MS}: expected milliseconds, got {text:?}"))?;
+    Ok(Some(ms.min(MAX_DEADLINE_MS)))
+}
+
+/// The answer to a request whose deadline was spent on arrival: never forwarded.
+pub fn deadline_spent() -> Response<Body> {
+    text(StatusCode::GATEWAY_TIMEOUT, "tailguard: the deadline had passed on arrival")
 }
 
 /// Whether the response carries a chip (`x-tailguard-chip: 1`).
@@ -147,5 +184,34 @@ mod tests {
         }
         headers.insert(CHIP, HeaderValue::from_static("1"));
         assert_eq!(scan(&headers), Found { hop_by_hop: false, internal: true });
+    }
+
+    #[test]
+    fn headers_named_in_connection_are_removed() {
+        let mut headers = HeaderMap::new();
+        headers.append("connection", HeaderValue::from_static("keep-alive, X-Hop"));
+        headers.append("connection", HeaderValue::from_static("authorization"));
+        for name in ["x-hop", "authorization", "x-kept", "keep-alive"] {
+            headers.insert(name, HeaderValue::from_static("1"));
+        }
+        strip_hop_by_hop(&mut headers);
+        assert_eq!(headers.keys().map(|k| k.as_str()).collect::<Vec<_>>(), ["x-kept"]);
+    }
+
+    #[test]
+    fn a_head_needs_exactly_one_host_in_http_1_1() {
+        let req = |version, hosts: &[&str]| {
+            let mut req = Request::new(());
+            *req.version_mut() = version;
+            for h in hosts {
+                req.headers_mut().append("host", HeaderValue::from_str(h).unwrap());
+            }
+            req
+        };
+        assert_eq!(malformed_head(&req(Version::HTTP_11, &["a"])), None);
+        assert_eq!(malformed_head(&req(Version::HTTP_10, &[])), None);
+        assert_eq!(malformed_head(&req(Version::HTTP_2, &[])), None);
+        assert!(malformed_head(&req(Version::HTTP_11, &[])).is_some());
+        assert!(malformed_head(&req(Version::HTTP_11, &["a", "b"])).is_some());
     }
 }

@@ -7,16 +7,18 @@
 //! published BLOC proxy sets it too late, so its callers never see one).
 //!
 //! Headers from outside: `x-tailguard-*` headers are stripped from requests, except
-//! `x-tailguard-deadline-ms`, which is honoured (the application is given that long, then the
-//! caller gets 504) and passed on so the application's own calls can propagate it.
+//! `x-tailguard-deadline-ms` from a trusted peer (`trusted_peers`, docs/security.md), which is
+//! honoured (the application is given that long, at most an hour, then the caller gets 504) and
+//! passed on so the application's own calls can propagate it; a deadline spent on arrival is
+//! answered 504 at once.
 
+use crate::body::ClientBody;
 use crate::config;
 use crate::http::{self, Body, BoxError, CHIP, DEADLINE_MS};
 use crate::metrics::{Metrics, ResponseCounters};
 use crate::pool::Pool;
 use crate::trace::{ServerSpan, Tracing};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use hyper::header::HeaderValue;
 use hyper::http::uri::PathAndQuery;
 use hyper::{Request, Response, StatusCode, Uri, Version};
@@ -40,6 +42,8 @@ pub struct Ingress {
     /// The responses' per-class counters, resolved once.
     responses: ResponseCounters,
     tracing: Option<Arc<Tracing>>,
+    /// Whose deadline and sampled trace context are believed.
+    trusted_peers: Vec<config::Network>,
 }
 
 /// How the ingress reaches the application.
@@ -75,6 +79,7 @@ impl Ingress {
             responses: metrics.ingress_response_counters(),
             metrics,
             tracing: None,
+            trusted_peers: config.trusted_peers.clone(),
         }
     }
 
@@ -92,13 +97,14 @@ impl Ingress {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Answers one request from outside.
-    pub async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
+    /// Answers one request from `peer`.
+    pub async fn handle(&self, req: Request<ClientBody>, peer: SocketAddr) -> Response<Body> {
+        let trusted = self.trusted_peers.iter().any(|n| n.contains(peer.ip()));
         let response = match &self.tracing {
-            None => self.serve(req, None).await,
+            None => self.serve(req, trusted, None).await,
             Some(tracing) => {
-                let span = tracing.ingress(req.headers());
-                let response = self.serve(req, Some(&span)).await;
+                let span = tracing.ingress(req.headers(), trusted);
+                let response = self.serve(req, trusted, Some(&span)).await;
                 span.end(response.status());
                 response
             }
@@ -107,10 +113,13 @@ impl Ingress {
         response
     }
 
-    async fn serve(&self, req: Request<Incoming>, span: Option<&ServerSpan>) -> Response<Body> {
+    /// Answers a request from a `trusted` caller or not.
+    async fn serve(&self, req: Request<ClientBody>, trusted: bool, span: Option<&ServerSpan>) -> Response<Body> {
         self.metrics.ingress_requests.inc();
-        let deadline = match http::deadline_ms(req.headers()) {
-            Ok(ms) => ms.map(Duration::from_millis),
+        // An untrusted caller's deadline is not believed, nor passed on.
+        let deadline = match trusted.then(|| http::deadline_ms(req.headers())).transpose() {
+            Ok(Some(Some(0))) => return http::deadline_spent(),
+            Ok(ms) => ms.flatten(),
             Err(e) => return http::text(StatusCode::BAD_REQUEST, &e),
         };
         let Some(held) = self.admit() else {
@@ -119,22 +128,25 @@ impl Ingress {
             response.headers_mut().insert(CHIP, HeaderValue::from_static("0"));
             return response;
         };
-        let mut request = match self.app_request(req) {
+        let fault = req.body().fault();
+        let mut request = match self.app_request(req, deadline) {
             Ok(r) => r,
             Err(e) => return http::text(StatusCode::BAD_REQUEST, &format!("tailguard: {e}")),
         };
         if let Some(span) = span {
             span.inject(request.headers_mut());
         }
-        let answer = match deadline {
+        let answer = match deadline.map(Duration::from_millis) {
             Some(d) => tokio::time::timeout(d, self.call(request)).await.ok(),
             None => Some(self.call(request).await),
         };
         drop(held);
-        let mut response = match answer {
-            None => http::text(StatusCode::GATEWAY_TIMEOUT, "tailguard: the deadline passed"),
-            Some(Err(_)) => http::text(StatusCode::BAD_GATEWAY, "tailguard: the application is unreachable"),
-            Some(Ok(r)) => r,
+        let mut response = match (answer, fault.get()) {
+            (None, _) => http::text(StatusCode::GATEWAY_TIMEOUT, "tailguard: the deadline passed"),
+            // The client's body failed, not the application.
+            (Some(Err(_)), Some(fault)) => return fault.response(),
+            (Some(Err(_)), None) => http::text(StatusCode::BAD_GATEWAY, "tailguard: the application is unreachable"),
+            (Some(Ok(r)), _) => r,
         };
         http::strip_hop_by_hop(response.headers_mut());
         http::strip_internal(response.headers_mut(), &[]);
@@ -173,8 +185,9 @@ impl Ingress {
         admission.grant_chip(now, *in_flight, rng)
     }
 
-    /// The request as the application gets it: no hop-by-hop headers, no spoofed internal ones.
-    fn app_request(&self, req: Request<Incoming>) -> Result<Request<Body>, BoxError> {
+    /// The request as the application gets it: no hop-by-hop headers, no spoofed internal ones,
+    /// and the believed `deadline_ms` (clamped), if any.
+    fn app_request(&self, req: Request<ClientBody>, deadline_ms: Option<u64>) -> Result<Request<Body>, BoxError> {
         let (mut parts, body) = req.into_parts();
         let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
         match self.client {
@@ -195,7 +208,10 @@ impl Ingress {
         if te_trailers {
             parts.headers.insert(hyper::header::TE, HeaderValue::from_static("trailers"));
         }
-        http::strip_internal(&mut parts.headers, &[DEADLINE_MS]);
+        http::strip_internal(&mut parts.headers, &[]);
+        if let Some(ms) = deadline_ms {
+            parts.headers.insert(DEADLINE_MS, HeaderValue::from(ms));
+        }
         Ok(Request::from_parts(parts, body.map_err(BoxError::from).boxed()))
     }
 }

@@ -6,11 +6,12 @@
 //! application, and the admin listener serves health, metrics and the configuration.
 //!
 //! Modules, one concept each: [`config`] (the file), `egress`, `ingress`, `admin`, [`metrics`],
-//! `http` (bodies and header helpers), `pool` (kept-alive HTTP/1 connections per endpoint), `server` (HTTP/1.1 + h2c accept loops with limits and
+//! `http` (bodies and header helpers), `body` (a client's request body: read timeout, client faults), `pool` (kept-alive HTTP/1 connections per endpoint), `server` (HTTP/1.1 + h2c accept loops with limits and
 //! graceful shutdown), `reload` (watching the file and swapping the egress's upstreams) and `trace`
 //! (OTLP spans, when configured).
 
 mod admin;
+mod body;
 pub mod config;
 mod egress;
 mod http;
@@ -76,31 +77,31 @@ impl Proxy {
         let source = Arc::new(RwLock::new(config.source.clone()));
         let mut reloadable = None;
         if let Some(c) = &config.egress {
-            let listener = TcpListener::bind(c.listen).await?;
+            let listener = bind(c.listen).await?;
             proxy.egress = Some(listener.local_addr()?);
             let egress = Arc::new(egress::Egress::new(c, epoch, metrics.clone(), seed).traced(tracing.clone()));
             reloadable = Some(egress.clone());
-            let handler = move |req| {
+            let handler = move |req, _peer| {
                 let egress = egress.clone();
                 async move { egress.handle(req).await }
             };
             servers.spawn(server::serve(listener, handler, limits.clone(), stopped.clone(), grace));
         }
         if let Some(c) = &config.ingress {
-            let listener = TcpListener::bind(c.listen).await?;
+            let listener = bind(c.listen).await?;
             proxy.ingress = Some(listener.local_addr()?);
             let ingress = Arc::new(ingress::Ingress::new(c, epoch, metrics.clone(), seed).traced(tracing.clone()));
-            let handler = move |req| {
+            let handler = move |req, peer| {
                 let ingress = ingress.clone();
-                async move { ingress.handle(req).await }
+                async move { ingress.handle(req, peer).await }
             };
             servers.spawn(server::serve(listener, handler, limits.clone(), stopped.clone(), grace));
         }
         if let Some(c) = &config.admin {
-            let listener = TcpListener::bind(c.listen).await?;
+            let listener = bind(c.listen).await?;
             proxy.admin = Some(listener.local_addr()?);
             let admin = Arc::new(admin::Admin::new(source.clone(), metrics.clone()));
-            let handler = move |req| {
+            let handler = move |req, _peer| {
                 let admin = admin.clone();
                 async move { admin.handle(req) }
             };
@@ -123,6 +124,20 @@ impl Proxy {
             tracing.shutdown().await;
         }
     }
+}
+
+/// A listener on `addr`; the error names the address (`cannot listen on 127.0.0.1:4140: address
+/// in use`).
+async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await.map_err(|e| {
+        let why = match e.kind() {
+            std::io::ErrorKind::AddrInUse => "address in use".to_string(),
+            std::io::ErrorKind::AddrNotAvailable => "no such address on this machine".to_string(),
+            std::io::ErrorKind::PermissionDenied => "permission denied (a port below 1024?)".to_string(),
+            _ => e.to_string(),
+        };
+        std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {why}"))
+    })
 }
 
 /// The runtime for a proxy of `workers` threads (the file's `workers`, or `--workers`): tokio's

@@ -2,19 +2,21 @@
 //! listener's limits (docs/proxy.md, "Limits"), with graceful shutdown (stop accepting, let
 //! in-flight requests finish, give up after a grace period).
 
+use crate::body::ClientBody;
 use crate::config::Limits;
-use crate::http::{Body, BoxError};
+use crate::http::{self, Body, BoxError};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper::rt::{Read, ReadBufCursor, Write};
 use hyper::service::service_fn;
-use hyper::{Request, Response};
+use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -23,7 +25,8 @@ use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
-/// Serves `listener` with `handler` until `stop` turns true, then drains for at most `grace`.
+/// Serves `listener` with `handler` (given each request and its peer's address) until `stop`
+/// turns true, then drains for at most `grace`.
 /// Malformed requests are answered 400 by hyper and close only their own connection.
 pub async fn serve<H, F>(
     listener: TcpListener,
@@ -32,7 +35,7 @@ pub async fn serve<H, F>(
     mut stop: watch::Receiver<bool>,
     grace: Duration,
 ) where
-    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    H: Fn(Request<ClientBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
     let graceful = GracefulShutdown::new();
@@ -55,14 +58,14 @@ pub async fn serve<H, F>(
         };
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
+                Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
                     let watcher = graceful.watcher();
                     let builders = builders.clone();
                     let handler = handler.clone();
                     let (idle, header_read) = (limits.idle_timeout.0, limits.header_read_timeout.0);
                     tokio::spawn(async move {
-                        connection(stream, builders, handler, idle, header_read, watcher).await;
+                        connection(stream, peer, builders, handler, idle, header_read, watcher).await;
                         drop(slot);
                     });
                 }
@@ -90,6 +93,8 @@ struct Builders {
     h2c: auto::Builder<TokioExecutor>,
     /// How long a client may take to show which protocol it speaks.
     preface_timeout: Duration,
+    /// How long a request body may send nothing.
+    body_read_timeout: Duration,
 }
 
 impl Builders {
@@ -99,6 +104,7 @@ impl Builders {
             http1: both.clone().http1_only(),
             h2c: both.http2_only(),
             preface_timeout: limits.header_read_timeout.0,
+            body_read_timeout: limits.body_read_timeout.0,
         }
     }
 }
@@ -144,13 +150,14 @@ pub const MIN_HEADER_BYTES: usize = 8192;
 /// head.
 async fn connection<H, F>(
     stream: TcpStream,
+    peer: SocketAddr,
     builders: Arc<Builders>,
     handler: H,
     idle: Duration,
     header_read: Duration,
     watcher: hyper_util::server::graceful::Watcher,
 ) where
-    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    H: Fn(Request<ClientBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
     let h2c = match tokio::time::timeout(builders.preface_timeout, opens_with_h2_preface(&stream)).await {
@@ -161,10 +168,17 @@ async fn connection<H, F>(
     let activity = Arc::new(Activity::default());
     let io = Tracked { inner: TokioIo::new(stream), activity: activity.clone() };
     let counted = activity.clone();
-    let service = service_fn(move |req| {
+    let body_read_timeout = builders.body_read_timeout;
+    let service = service_fn(move |req: Request<Incoming>| {
+        let req = req.map(|body| ClientBody::new(body, body_read_timeout));
         // hyper keeps room for one request's future in every connection, idle or not: boxed, an
         // idle connection holds a pointer instead of the whole request state.
-        let response = Box::pin(handler(req));
+        let response: Pin<Box<dyn Future<Output = Response<Body>> + Send>> = match http::malformed_head(&req) {
+            Some(wrong) => {
+                Box::pin(std::future::ready(http::text(StatusCode::BAD_REQUEST, &format!("tailguard: {wrong}"))))
+            }
+            None => Box::pin(handler(req, peer)),
+        };
         let awaiting = Awaiting::new(counted.clone());
         // HTTP/1 only: the header-read limit waits for the response's end, not just its head.
         let open = (!h2c).then(|| Open::new(counted.clone()));

@@ -88,9 +88,14 @@ impl Tracing {
         let _ = tokio::time::timeout(FLUSH_TIMEOUT + Duration::from_secs(1), flush).await;
     }
 
-    /// The server span of a request arriving at the ingress with `headers`.
-    pub(crate) fn ingress(&self, headers: &HeaderMap) -> ServerSpan {
-        let parent = TraceContextPropagator::new().extract(&HeaderExtractor(headers));
+    /// The server span of a request arriving at the ingress with `headers`: in the caller's trace
+    /// if the caller is `trusted`, else in a new trace sampled afresh (an untrusted caller's
+    /// sampled `traceparent` would otherwise force recording at any `sample`).
+    pub(crate) fn ingress(&self, headers: &HeaderMap, trusted: bool) -> ServerSpan {
+        let parent = match trusted {
+            true => TraceContextPropagator::new().extract(&HeaderExtractor(headers)),
+            false => Context::new(),
+        };
         let span =
             self.tracer.span_builder("ingress").with_kind(SpanKind::Server).start_with_context(&self.tracer, &parent);
         ServerSpan(parent.with_span(span))

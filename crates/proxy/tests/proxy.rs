@@ -28,6 +28,8 @@ enum Mode {
     Status(u16),
     /// Never answers.
     Hang,
+    /// Reads the whole request body first, then 200 (500 if the body failed).
+    Read,
 }
 
 /// A backend on port 0; dropping or killing it closes its listener and every connection.
@@ -80,8 +82,8 @@ impl Drop for Backend {
     }
 }
 
-/// The backend's answer: its name, which tailguard headers it saw (`x-seen`) and every value of
-/// `x-repeat` it was sent (`x-repeats`).
+/// The backend's answer: its name, which tailguard headers it saw (`x-seen`), every value of
+/// `x-repeat` it was sent (`x-repeats`) and the names of all headers it was sent (`x-names`).
 async fn answer(name: &str, mode: Mode, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
     let seen: Vec<String> = req
         .headers()
@@ -91,6 +93,8 @@ async fn answer(name: &str, mode: Mode, req: Request<Incoming>) -> Result<Respon
         .collect();
     let repeats: Vec<&str> = req.headers().get_all("x-repeat").iter().map(|v| v.to_str().unwrap_or("?")).collect();
     let repeats = repeats.join(",");
+    let names: Vec<&str> = req.headers().keys().map(|k| k.as_str()).collect();
+    let names = names.join(",");
     let status = match mode {
         Mode::Ok(delay) => {
             tokio::time::sleep(delay).await;
@@ -101,6 +105,10 @@ async fn answer(name: &str, mode: Mode, req: Request<Incoming>) -> Result<Respon
             std::future::pending::<()>().await;
             500
         }
+        Mode::Read => match req.into_body().collect().await {
+            Ok(_) => 200,
+            Err(_) => 500,
+        },
     };
     let response = Response::builder()
         .status(status)
@@ -108,6 +116,7 @@ async fn answer(name: &str, mode: Mode, req: Request<Incoming>) -> Result<Respon
         .header("x-tailguard-deadline", "spoof")
         .header("x-seen", seen.join(","))
         .header("x-repeats", repeats)
+        .header("x-names", names)
         .body(Full::new(Bytes::from(name.to_string())))
         .unwrap();
     Ok(response)
@@ -915,4 +924,128 @@ async fn large_bodies_stream_through_intact_both_ways() {
     assert!(got == sent, "the echoed body differs");
     proxy.shutdown().await;
     task.abort();
+}
+
+/// Writes `request` to `addr` as it is and reads until the proxy closes the connection (at most
+/// `wait`): the raw reply, and whether the connection was closed.
+async fn raw(addr: SocketAddr, request: &[u8], wait: Duration) -> (String, bool) {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut reply = Vec::new();
+    let closed = tokio::time::timeout(wait, stream.read_to_end(&mut reply)).await.is_ok();
+    (String::from_utf8_lossy(&reply).into_owned(), closed)
+}
+
+#[tokio::test]
+async fn a_request_body_that_stalls_is_answered_408_and_its_connection_closed() {
+    let backend = Backend::start("a", Mode::Read).await;
+    let text = egress_with_limits(&backend, "{body_read_timeout: 300ms}") + "admin: {listen: 127.0.0.1:0}\n";
+    let proxy = proxy_of(&text).await;
+    let addr = proxy.egress.unwrap();
+    // A small body (buffered for replays) that never comes, and a large one (streamed to the
+    // backend) that stops after its first bytes: both are the client's fault.
+    for (length, sent) in [(1000, ""), (1_000_000, "first bytes")] {
+        let started = Instant::now();
+        let head = format!("POST /x HTTP/1.1\r\nHost: svc\r\nContent-Length: {length}\r\n\r\n{sent}");
+        let (reply, closed) = raw(addr, head.as_bytes(), Duration::from_secs(5)).await;
+        assert!(reply.starts_with("HTTP/1.1 408"), "{length}: {reply:?}");
+        assert!(closed, "{length}: the connection is still open");
+        let took = started.elapsed();
+        assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(3), "{length}: {took:?}");
+    }
+    // A stalled client is not the upstream's failure.
+    let metrics = admin_metrics(&proxy).await;
+    assert_eq!(sample(&metrics, "tailguard_egress_failed_total{upstream=\"svc\"}"), 0.0, "{metrics}");
+    let (status, _, _) = get(&client(), addr, "svc", &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn heads_breaking_rfc_9112_get_400_and_connection_named_headers_stay_behind() {
+    let backend = Backend::start("a", Mode::Read).await;
+    let proxy = proxy_of(&(egress_with_limits(&backend, "{}") + "admin: {listen: 127.0.0.1:0}\n")).await;
+    let addr = proxy.egress.unwrap();
+    let wait = Duration::from_secs(5);
+    let two_hosts = "GET /x HTTP/1.1\r\nHost: svc\r\nHost: other\r\n\r\n";
+    let no_host = "GET /x HTTP/1.1\r\n\r\n";
+    for head in [two_hosts, no_host] {
+        let (reply, _) = raw(addr, head.as_bytes(), wait).await;
+        assert!(reply.starts_with("HTTP/1.1 400"), "{head:?}: {reply:?}");
+    }
+    assert_eq!(backend.hits(), 0);
+    // Headers `Connection` names are for this hop only, Authorization included.
+    let named = "GET /x HTTP/1.1\r\nHost: svc\r\nConnection: close, x-hop, authorization\r\nX-Hop: 1\r\nAuthorization: secret\r\nX-Kept: 1\r\n\r\n";
+    let (reply, _) = raw(addr, named.as_bytes(), wait).await;
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply:?}");
+    let names = reply.lines().find_map(|l| l.strip_prefix("x-names: ")).expect(&reply);
+    assert_eq!(names, "host,x-kept");
+    // A malformed chunked body is the client's fault: 400, and nothing counted against the upstream.
+    let bad_chunks = "POST /x HTTP/1.1\r\nHost: svc\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nnot a chunk\r\n\r\n";
+    let (reply, _) = raw(addr, bad_chunks.as_bytes(), wait).await;
+    assert!(reply.starts_with("HTTP/1.1 400"), "{reply:?}");
+    let metrics = admin_metrics(&proxy).await;
+    assert_eq!(sample(&metrics, "tailguard_egress_failed_total{upstream=\"svc\"}"), 0.0, "{metrics}");
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_deadline_is_believed_from_trusted_peers_only_clamped_and_never_forwarded_spent() {
+    let app = Backend::start("app", Mode::Ok(Duration::ZERO)).await;
+    let client = client();
+    let ingress =
+        |trusted: &str| format!("ingress: {{listen: 127.0.0.1:0, app: {}{trusted}}}\nshutdown_grace: 1s\n", app.addr);
+    // Loopback is trusted by default.
+    let proxy = proxy_of(&ingress("")).await;
+    let addr = proxy.ingress.unwrap();
+    let (status, _, _) = get(&client, addr, "app", &[("x-tailguard-deadline-ms", "0")]).await;
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
+    let two = [("x-tailguard-deadline-ms", "100"), ("x-tailguard-deadline-ms", "90000")];
+    assert_eq!(get(&client, addr, "app", &two).await.0, StatusCode::BAD_REQUEST);
+    assert_eq!(app.hits(), 0, "a spent or doubled deadline reached the application");
+    let (status, headers, _) = get(&client, addr, "app", &[("x-tailguard-deadline-ms", &u64::MAX.to_string())]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers["x-seen"], "x-tailguard-deadline-ms=3600000");
+    proxy.shutdown().await;
+    // From a peer outside `trusted_peers`, the deadline is neither believed nor passed on.
+    let proxy = proxy_of(&ingress(", trusted_peers: [10.0.0.0/8]")).await;
+    let (status, headers, _) = get(&client, proxy.ingress.unwrap(), "app", &[("x-tailguard-deadline-ms", "0")]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers["x-seen"], "");
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_egress_answers_a_spent_deadline_without_calling_the_upstream() {
+    let backend = Backend::start("a", Mode::Ok(Duration::ZERO)).await;
+    let proxy = egress(&[&backend], "{}").await;
+    let (status, _, _) = get(&client(), proxy.egress.unwrap(), "svc", &[("x-tailguard-deadline-ms", "0")]).await;
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(backend.hits(), 0);
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_retry_policy_without_a_budget_gets_linkerds_default_budget() {
+    let broken = Backend::start("broken", Mode::Status(503)).await;
+    let proxy = egress(&[&broken], "{retry: {max_attempts: 10}}").await;
+    let client = client();
+    let requests = 100;
+    for _ in 0..requests {
+        assert_eq!(get(&client, proxy.egress.unwrap(), "svc", &[]).await.0, StatusCode::SERVICE_UNAVAILABLE);
+    }
+    // 20 % of the requests plus the 10-a-second reserve over the 10 s window (100 retries), not
+    // the 9 retries a request `max_attempts` allows (900).
+    let retries = broken.hits() - requests;
+    assert!(retries <= 100 + requests / 5, "{retries} retries for {requests} requests");
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_port_in_use_is_named_in_the_error() {
+    let taken = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = taken.local_addr().unwrap();
+    let text = format!("ingress: {{listen: {addr}, app: 127.0.0.1:1}}\n");
+    let error = Proxy::start(Config::parse(&text, Path::new("test.yaml")).unwrap()).await.err().expect("an error");
+    assert_eq!(error.to_string(), format!("cannot listen on {addr}: address in use"));
 }

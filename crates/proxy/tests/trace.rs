@@ -246,3 +246,30 @@ async fn resource_attributes_tag_the_process() {
     let tag = |key: &str| processes[0].tags.iter().find(|t| t.key == key).map(|t| t.value.clone());
     assert_eq!((tag("scenario"), tag("variant")), (Some(Value::from("40x10")), Some(Value::from("bloc"))));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sampled_traceparent_forces_recording_only_from_a_trusted_peer() {
+    let app = serve("backend", None, "1ms").await;
+    let traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let client: Client<HttpConnector, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    // At `sample: 0`, only a believed sampled parent gets a span recorded.
+    for (trusted, spans) in [("", 1), (", trusted_peers: [10.0.0.0/8]", 0)] {
+        let collector = Collector::start(SocketAddr::from(LOCAL)).await.unwrap();
+        let text = format!(
+            "ingress: {{listen: 127.0.0.1:0, app: {}{trusted}}}\ntracing: {{otlp_endpoint: '{}', sample: 0}}\n",
+            app.addr(),
+            collector.endpoint()
+        );
+        let sidecar = Proxy::start(Config::parse(&text, Path::new("proxy.yaml")).unwrap()).await.unwrap();
+        let request = hyper::Request::get(format!("http://{}/", sidecar.ingress.unwrap()))
+            .header("traceparent", traceparent)
+            .body(Empty::new())
+            .unwrap();
+        let response = client.request(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        response.into_body().collect().await.unwrap();
+        sidecar.shutdown().await;
+        let traces = collector.shutdown().await;
+        assert_eq!(traces.iter().map(|t| t.spans.len()).sum::<usize>(), spans, "{trusted}: {traces:#?}");
+    }
+}

@@ -18,6 +18,11 @@ pub const DEFAULT_BACKOFF_CAP: u32 = 10;
 pub const BUDGET_TTL: Duration = Duration::from_secs(10);
 /// Retries a second a budget always allows, so a client with little traffic can still retry.
 pub const BUDGET_MIN_PER_SEC: u32 = 10;
+/// The budget of a retry policy that names none: retries up to 20 % of the requests (plus
+/// [`BUDGET_MIN_PER_SEC`]), Linkerd's default `retryBudget` (`retryRatio: 0.2`,
+/// `minRetriesPerSecond: 10`, `ttl: 10s`), so an always-failing upstream sees about 1.2 times
+/// the requests, not `max_attempts` times. `budget: unlimited` turns it off.
+pub const DEFAULT_BUDGET: f64 = 0.2;
 
 /// Retry rules as experiment and proxy files write them; [`RetryConfig::build`] makes the
 /// policy. A file may leave out any of them.
@@ -36,8 +41,9 @@ pub struct RetryConfig {
     /// Full jitter on the backoff.
     pub jitter: bool,
     /// Retries allowed as a fraction of the requests of the last [`BUDGET_TTL`], with
-    /// [`BUDGET_MIN_PER_SEC`] retries a second always allowed; none means unlimited.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// [`BUDGET_MIN_PER_SEC`] retries a second always allowed ([`DEFAULT_BUDGET`] when the file
+    /// names none); `None` (written `unlimited`) means no limit but `max_attempts`.
+    #[serde(with = "budget_text", skip_serializing_if = "budget_text::is_default")]
     pub budget: Option<f64>,
     /// Whether requests that are not idempotent may be retried and hedged.
     pub non_idempotent: bool,
@@ -52,7 +58,7 @@ impl Default for RetryConfig {
             backoff: None,
             max_backoff: None,
             jitter: true,
-            budget: None,
+            budget: Some(DEFAULT_BUDGET),
             non_idempotent: false,
             hedge_on_timeout: false,
         }
@@ -84,6 +90,38 @@ impl RetryConfig {
             budget: self.budget.map(|ratio| RetryBudget::new(BUDGET_TTL, BUDGET_MIN_PER_SEC, ratio as f32)),
             retry_non_idempotent: self.non_idempotent,
             hedge_on_timeout: self.hedge_on_timeout,
+        }
+    }
+}
+
+/// A budget as files write it: a fraction, or `unlimited`.
+mod budget_text {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    const UNLIMITED: &str = "unlimited";
+
+    pub fn is_default(budget: &Option<f64>) -> bool {
+        *budget == Some(super::DEFAULT_BUDGET)
+    }
+
+    pub fn serialize<S: Serializer>(budget: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+        match budget {
+            Some(fraction) => s.serialize_f64(*fraction),
+            None => s.serialize_str(UNLIMITED),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Fraction(f64),
+            Word(String),
+        }
+        match Written::deserialize(d) {
+            Ok(Written::Fraction(fraction)) => Ok(Some(fraction)),
+            Ok(Written::Word(word)) if word == UNLIMITED => Ok(None),
+            _ => Err(serde::de::Error::custom("expected a fraction from 0 to 1, or `unlimited`")),
         }
     }
 }

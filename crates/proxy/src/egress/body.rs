@@ -3,10 +3,11 @@
 //! which requests may be replayed at all. A larger body, or one of unknown length, is streamed
 //! once, and such a request is neither retried nor hedged.
 
+use crate::body::ClientBody;
 use crate::http::{self, BoxError};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
-use hyper::body::{Body as _, Incoming};
+use hyper::body::Body as _;
 use hyper::header::HeaderValue;
 use hyper::http::uri::PathAndQuery;
 use hyper::{HeaderMap, Method, Request};
@@ -23,10 +24,10 @@ pub(super) struct Template {
 /// Splits `req` into what each attempt replays, buffering a body up to `max_replay_body`; a
 /// larger body (or one of unknown length) comes back apart, to be streamed once.
 pub(super) async fn template(
-    req: Request<Incoming>,
+    req: Request<ClientBody>,
     found: http::Found,
     max_replay_body: usize,
-) -> Result<(Template, Option<Incoming>), BoxError> {
+) -> Result<(Template, Option<ClientBody>), BoxError> {
     let (parts, body) = req.into_parts();
     let mut headers = parts.headers;
     if found.hop_by_hop {

@@ -8,10 +8,10 @@ use super::body::{idempotent, Template};
 use super::protocol::{clean, AttemptError, ResponseFuture};
 use super::routes::{Core, Upstream};
 use super::Egress;
+use crate::body::ClientBody;
 use crate::http::{self, Body};
 use crate::metrics::seconds;
 use crate::trace::CallTrace;
-use hyper::body::Incoming;
 use hyper::{Response, StatusCode};
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -58,7 +58,7 @@ pub(super) struct Driver<'a> {
     pub(super) upstream: Arc<Upstream>,
     pub(super) template: Arc<Template>,
     /// The body when streamed once (taken by the first attempt).
-    pub(super) streamed: Option<Incoming>,
+    pub(super) streamed: Option<ClientBody>,
     /// Whether an attempt's request may be rebuilt and sent again (idempotent, buffered body).
     pub(super) replayable: bool,
     pub(super) out: Vec<Action>,
@@ -81,7 +81,7 @@ impl<'a> Driver<'a> {
         egress: &'a Egress,
         upstream: Arc<Upstream>,
         template: Arc<Template>,
-        streamed: Option<Incoming>,
+        streamed: Option<ClientBody>,
     ) -> Driver<'a> {
         let replayable = template.body.is_some() && idempotent(&template.method);
         Driver {
@@ -237,6 +237,7 @@ impl<'a> Driver<'a> {
                 feedback
             }
             Err(e) if e.is_connect() => Feedback::new(Outcome::Unavailable, rtt),
+            Err(e) if crate::body::client_fault(&e).is_some() => Feedback::new(Outcome::Cancelled, rtt),
             Err(_) => Feedback::new(Outcome::Error, rtt),
         };
         self.step_at(now, |ctx| call.on_attempt_end(ctx, end.attempt, feedback));

@@ -22,13 +22,13 @@ mod metrics;
 mod protocol;
 mod routes;
 
+use crate::body::ClientBody;
 use crate::config;
 use crate::http::{self, Body};
 use crate::metrics::Metrics;
 use crate::trace::Tracing;
 use body::template;
 use driver::Driver;
-use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -79,7 +79,7 @@ impl Egress {
     }
 
     /// Answers one request from the application.
-    pub async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
+    pub async fn handle(&self, req: Request<ClientBody>) -> Response<Body> {
         let routes = self.routes();
         let Some(upstream) = routes.route(&req) else {
             return http::text(StatusCode::NOT_FOUND, "tailguard: no upstream matches this request");
@@ -90,22 +90,31 @@ impl Egress {
     }
 
     /// Sends `req` to `upstream` under its policy.
-    async fn forward(&self, routes: &Routes, upstream: &Arc<Upstream>, req: Request<Incoming>) -> Response<Body> {
+    async fn forward(&self, routes: &Routes, upstream: &Arc<Upstream>, req: Request<ClientBody>) -> Response<Body> {
         let found = http::scan(req.headers());
         // The deadline header is internal: without any, no lookup.
         let deadline = match found.internal.then(|| http::deadline_ms(req.headers())).transpose() {
+            Ok(Some(Some(0))) => return http::deadline_spent(),
             Ok(ms) => ms.flatten().map(|ms| self.now().saturating_add(Duration::from_millis(ms))),
             Err(e) => return http::text(StatusCode::BAD_REQUEST, &e),
         };
         let trace = self.tracing.as_ref().map(|t| t.call(req.headers(), &upstream.name));
+        let fault = req.body().fault();
         let (template, streamed) = match template(req, found, routes.max_replay_body).await {
             Ok(t) => t,
-            Err(e) => return http::text(StatusCode::BAD_REQUEST, &format!("tailguard: cannot read the body: {e}")),
+            Err(e) => {
+                let cannot = || http::text(StatusCode::BAD_REQUEST, &format!("tailguard: cannot read the body: {e}"));
+                return fault.get().map_or_else(cannot, |fault| fault.response());
+            }
         };
         upstream.metrics.requests.inc();
         let mut driver = Driver::new(self, upstream.clone(), Arc::new(template), streamed);
         driver.trace = trace;
         let (response, answer, latency) = driver.run(deadline).await;
+        if let Some(fault) = fault.get() {
+            // The client's body failed, not the upstream: no failure counted against it.
+            return fault.response();
+        }
         metrics::request_done(&upstream.metrics, latency, answer);
         response
     }

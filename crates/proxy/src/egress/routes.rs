@@ -2,10 +2,10 @@
 //! path prefix), and each upstream's endpoints (URI authority, HTTP/1 pool, metrics) and policy
 //! state. A reload builds new routes; an unchanged upstream keeps its state, an endpoint its pool.
 
+use crate::body::ClientBody;
 use crate::config;
 use crate::metrics::{EndpointMetrics, Metrics, UpstreamMetrics};
 use crate::pool::Pool;
-use hyper::body::Incoming;
 use hyper::http::uri::Authority;
 use hyper::Request;
 use rand_pcg::Pcg64Mcg;
@@ -63,7 +63,7 @@ impl Routes {
     }
 
     /// The upstream for `req`: a Host match first, else the longest matching path prefix.
-    pub(super) fn route(&self, req: &Request<Incoming>) -> Option<&Arc<Upstream>> {
+    pub(super) fn route(&self, req: &Request<ClientBody>) -> Option<&Arc<Upstream>> {
         let host = req.headers().get(hyper::header::HOST).and_then(|h| h.to_str().ok()).or(req.uri().host());
         let host = host.map(|h| h.rsplit_once(':').map_or(h, |(name, _)| name));
         let by_host = self
