@@ -102,7 +102,7 @@ services:
   front:
     calls:
       - service: back
-        policy: { balancer: { kind: round-robin }, retry: { max_attempts: 2 } }
+        policy: { balancer: { kind: round-robin }, retry: { max_attempts: 2, budget: unlimited } }
   back:
     replicas: 2
     service_time: { dist: constant, value: 5ms }
