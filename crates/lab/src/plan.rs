@@ -41,6 +41,15 @@ impl Isolation {
         }
     }
 
+    /// The peers a sidecar believes deadline and trace headers from: the run's own addresses
+    /// (`lo` in loopback runs, the slot's `10.SLOT.0.0/16` bridge network in netns runs).
+    pub fn peers(self, slot: u8) -> Vec<Network> {
+        match self {
+            Isolation::Loopback => Network::loopback(),
+            Isolation::Netns => vec![format!("10.{slot}.0.0/16").parse().expect("a valid network")],
+        }
+    }
+
     /// Where the load generator's own sidecar (when one is needed) listens: `lo` in loopback runs,
     /// the bridge's address in netns runs.
     pub fn host_address(self, slot: u8) -> IpAddr {
@@ -178,8 +187,8 @@ impl ProxyFile {
                 app: replica.serve(),
                 admission: service.admission.clone(),
                 protocol: Protocol::Http1,
-                // The callers are the lab's own sidecars, all on loopback.
-                trusted_peers: Network::loopback(),
+                // The callers are the lab's own sidecars and load generator.
+                trusted_peers: plan.isolation.peers(plan.slot),
             }),
             admin: Some(Admin { listen: replica.admin() }),
             shutdown_grace: Some(Dur(SHUTDOWN_GRACE)),
@@ -299,6 +308,24 @@ mod tests {
         assert_eq!((tracing.service_name.as_str(), tracing.sample), ("back", 0.5));
         let resource: Vec<(&str, &str)> = tracing.resource.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         assert_eq!(resource, [("scenario", "default"), ("variant", "v")]);
+    }
+
+    #[test]
+    fn sidecars_believe_deadlines_from_every_address_of_their_run() {
+        for isolation in [Isolation::Loopback, Isolation::Netns] {
+            let run = run(FILE);
+            let plan = Plan::new(&run, isolation, 3);
+            let mut callers: Vec<IpAddr> = plan.replicas.iter().map(|r| r.ip).collect();
+            callers.push(isolation.host_address(3));
+            for replica in &plan.replicas {
+                let file = ProxyFile::sidecar(&run, &plan, replica, 9);
+                let peers = file.0.ingress.expect("every sidecar has an ingress").trusted_peers;
+                for caller in &callers {
+                    assert!(peers.iter().any(|n| n.contains(*caller)), "{caller} not trusted in {peers:?}");
+                }
+                assert!(!peers.iter().any(|n| n.contains(IpAddr::V4(Ipv4Addr::new(10, 4, 1, 1)))));
+            }
+        }
     }
 
     #[test]
