@@ -148,8 +148,9 @@ pub struct Egress {
 pub struct Upstream {
     /// The replicas' addresses.
     pub endpoints: Vec<SocketAddr>,
-    /// Which requests go to this service.
-    #[serde(rename = "match")]
+    /// Which requests go to this service; left out, every request the other upstreams do not
+    /// match (the path prefix `/`), so a sidecar with one upstream needs no `match`.
+    #[serde(rename = "match", default)]
     pub route: Route,
     /// Balancing, timeouts, hedging, retries and deadline.
     #[serde(default)]
@@ -168,6 +169,13 @@ pub enum Route {
     Host(String),
     /// The start of the request's path.
     PathPrefix(String),
+}
+
+impl Default for Route {
+    /// Every request: the shortest prefix, so any other upstream's match wins over it.
+    fn default() -> Route {
+        Route::PathPrefix("/".to_string())
+    }
 }
 
 /// `match` as written: exactly one of `host` and `path_prefix`.
@@ -516,6 +524,12 @@ mod tests {
         let t = c.tracing.unwrap();
         assert_eq!((t.service_name.as_str(), t.sample), ("tailguard-proxy", 1.0));
         assert!(t.resource.is_empty());
+    }
+
+    #[test]
+    fn an_upstream_without_match_takes_every_request_others_do_not() {
+        let one = parse("egress: {listen: 127.0.0.1:1, upstreams: {a: {endpoints: [127.0.0.1:2]}}}").unwrap();
+        assert_eq!(one.egress.unwrap().upstreams["a"].route, Route::PathPrefix("/".into()));
     }
 
     #[test]

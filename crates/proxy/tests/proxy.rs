@@ -744,8 +744,9 @@ async fn h2c_backend(name: &'static str) -> (SocketAddr, JoinHandle<()>) {
 #[tokio::test]
 async fn h2c_end_to_end_keeps_trailers() {
     let (backend, task) = h2c_backend("grpc").await;
+    // No `match`: the only upstream takes every request.
     let text = format!(
-        "egress:\n  listen: 127.0.0.1:0\n  upstreams:\n    svc:\n      endpoints: [{backend}]\n      match: {{path_prefix: /}}\n      protocol: h2c\n"
+        "egress:\n  listen: 127.0.0.1:0\n  upstreams:\n    svc:\n      endpoints: [{backend}]\n      protocol: h2c\n"
     );
     let proxy = proxy_of(&text).await;
     let h2: Client<HttpConnector, Empty<Bytes>> = Client::builder(TokioExecutor::new()).http2_only(true).build_http();
