@@ -43,37 +43,35 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+Column = tuple[str, Callable[[Run], str]]
+
+
+def latency(stat: str) -> Column:
+    return (f"{'p99.9' if stat == 'p999' else stat} ms", lambda r: ms(r["latency_ms"][stat]))
+
+
+SUCCESS: Column = ("success", lambda r: pct(r["success_rate"]))
+EXTRA_LOAD: Column = ("extra load", lambda r: f"{r['extra_load']:.3f}")
+GOODPUT: Column = ("goodput req/s", lambda r: f"{r['throughput_rps']:.1f}")
+
+
+def run_table(runs: list[Run], columns: list[Column]) -> str:
+    """One row per run: its variant, then each column's value."""
+    header = ["variant"] + [name for name, _ in columns]
+    return table(header, [[r["variant"]] + [value(r) for _, value in columns] for r in runs])
+
+
 def runs_of(results: dict, scenario: str) -> dict[str, Run]:
     return {r["variant"]: r for r in results["runs"] if r["scenario"] == scenario}
 
 
 def bloc(results: dict) -> str:
-    out = []
-    for scenario in ("1x10", "40x10"):
-        runs = runs_of(results, scenario)
-        rows = []
-        for variant, r in runs.items():
-            lat = r["latency_ms"]
-            rows.append(
-                [
-                    variant,
-                    ms(lat["p10"]),
-                    ms(lat["p50"]),
-                    ms(lat["p90"]),
-                    ms(lat["p99"]),
-                    ms(lat["p90"] - lat["p10"]),
-                    ms(lat["max"]),
-                    pct(r["success_rate"]),
-                    f"{r['extra_load']:.3f}",
-                ]
-            )
-        out.append(
-            f"**{scenario}**\n\n"
-            + table(
-                ["variant", "p10 ms", "p50 ms", "p90 ms", "p99 ms", "p90−p10 ms", "max ms", "success", "extra load"],
-                rows,
-            )
-        )
+    spread: Column = ("p90−p10 ms", lambda r: ms(r["latency_ms"]["p90"] - r["latency_ms"]["p10"]))
+    columns = [*map(latency, ("p10", "p50", "p90", "p99")), spread, latency("max"), SUCCESS, EXTRA_LOAD]
+    out = [
+        f"**{scenario}**\n\n" + run_table(list(runs_of(results, scenario).values()), columns)
+        for scenario in ("1x10", "40x10")
+    ]
     big, small = runs_of(results, "40x10"), runs_of(results, "1x10")
     spread = {s: r["least-request"]["latency_ms"] for s, r in (("40x10", big), ("1x10", small))}
     widening = (spread["40x10"]["p90"] - spread["40x10"]["p10"]) / (spread["1x10"]["p90"] - spread["1x10"]["p10"])
@@ -119,39 +117,12 @@ def timeouts(results: dict) -> str:
 
 
 def latency_table(results: dict, scenario: str = "default") -> str:
-    rows = []
-    for variant, r in runs_of(results, scenario).items():
-        lat = r["latency_ms"]
-        rows.append(
-            [
-                variant,
-                ms(lat["p50"]),
-                ms(lat["p90"]),
-                ms(lat["p99"]),
-                ms(lat["p999"]),
-                ms(lat["max"]),
-                pct(r["success_rate"]),
-                f"{r['throughput_rps']:.1f}",
-                f"{r['extra_load']:.3f}",
-            ]
-        )
-    return table(
-        ["variant", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "success", "goodput req/s", "extra load"], rows
-    )
+    columns = [*map(latency, ("p50", "p90", "p99", "p999", "max")), SUCCESS, GOODPUT, EXTRA_LOAD]
+    return run_table(list(runs_of(results, scenario).values()), columns)
 
 
 def p95_table(results: dict) -> str:
-    rows = [
-        [
-            r["variant"],
-            ms(r["latency_ms"]["p50"]),
-            ms(r["latency_ms"]["p95"]),
-            ms(r["latency_ms"]["p99"]),
-            pct(r["success_rate"]),
-        ]
-        for r in results["runs"]
-    ]
-    return table(["variant", "p50 ms", "p95 ms", "p99 ms", "success"], rows)
+    return run_table(results["runs"], [*map(latency, ("p50", "p95", "p99")), SUCCESS])
 
 
 def speculative(results: dict) -> str:
