@@ -12,6 +12,19 @@ fn example(name: &str) -> String {
     path.to_string_lossy().into_owned()
 }
 
+/// `tailguard sim` on the speculative example (quick), writing its JSON and report.
+fn sim_with_report(json: &std::path::Path, html: &std::path::Path) -> Output {
+    tailguard(&[
+        "sim",
+        &example("speculative.yaml"),
+        "--quick",
+        "--json",
+        json.to_str().unwrap(),
+        "--report",
+        html.to_str().unwrap(),
+    ])
+}
+
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("tailguard-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -95,15 +108,7 @@ fn output_paths_get_their_missing_folders_and_a_directory_is_refused_before_simu
     let dir = scratch("outputs");
     let _ = std::fs::remove_dir_all(&dir);
     let (json, html) = (dir.join("new/deeper/spec.json"), dir.join("html/spec.html"));
-    let run = tailguard(&[
-        "sim",
-        &example("speculative.yaml"),
-        "--quick",
-        "--json",
-        json.to_str().unwrap(),
-        "--report",
-        html.to_str().unwrap(),
-    ]);
+    let run = sim_with_report(&json, &html);
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     assert!(json.is_file() && html.is_file());
     let again = dir.join("again/report.html");
@@ -179,15 +184,7 @@ fn sim_writes_a_report_and_report_renders_the_json_beside_it() {
     let dir = scratch("report");
     std::fs::create_dir_all(&dir).unwrap();
     let (json, html) = (dir.join("spec.json"), dir.join("sim.html"));
-    let run = tailguard(&[
-        "sim",
-        &example("speculative.yaml"),
-        "--quick",
-        "--json",
-        json.to_str().unwrap(),
-        "--report",
-        html.to_str().unwrap(),
-    ]);
+    let run = sim_with_report(&json, &html);
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let from_sim = std::fs::read_to_string(&html).unwrap();
     assert!(from_sim.starts_with("<!DOCTYPE html>") && from_sim.contains("<svg"));
