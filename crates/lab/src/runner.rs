@@ -396,7 +396,7 @@ fn load_config(run: &Run, plan: &Plan, seed: u64) -> Result<LoadConfig, LabError
     let shape = match (&w.open, &w.closed) {
         (Some(open), _) if open.arrival == Arrival::Constant => Shape::Constant { rate: open.rate },
         (Some(open), _) => Shape::Poisson { rate: open.rate },
-        (None, Some(closed)) => Shape::Closed { clients: closed.clients as usize, think: closed.think.get() },
+        (None, Some(closed)) => Shape::Closed { clients: closed.clients as usize, think: closed.think_time.get() },
         (None, None) => unreachable!("validated: a workload is open or closed"),
     };
     let targets = plan

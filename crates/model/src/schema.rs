@@ -352,9 +352,9 @@ pub enum Arrival {
 pub struct ClosedLoop {
     /// Number of clients.
     pub clients: u32,
-    /// Pause between a response and the client's next request.
-    #[serde(default)]
-    pub think: Dur,
+    /// Pause between a response and the client's next request (`think` is an older spelling).
+    #[serde(default, alias = "think")]
+    pub think_time: Dur,
 }
 
 /// A policy set compared against the others.

@@ -1,5 +1,5 @@
 use super::*;
-use crate::schema::{AdmissionConfig, BalancerConfig, TimeoutConfig};
+use crate::schema::{AdmissionConfig, BalancerConfig, ClosedLoop, TimeoutConfig};
 use crate::Dur;
 
 const DEMO: &str = r#"
@@ -305,4 +305,53 @@ fn anchors_under_extension_keys_are_shared_and_merged() {
     let err = Experiment::parse(&DEMO.replace("seed: 7", "seed: 7\nextra: 1"), Path::new("d.yaml")).unwrap_err();
     assert_eq!(err.path, "extra");
     assert!(err.message.starts_with("unknown field \"extra\"; expected one of: name, description, seed"), "{err}");
+}
+
+#[test]
+fn a_scenario_switches_the_workload_between_open_and_closed_loop() {
+    // The demo is open loop; a scenario that nulls `open` and sets `closed` makes it closed loop.
+    let closed =
+        "  - name: closed\n    set:\n      workload.open: null\n      workload.closed: {clients: 8, think_time: 5ms}\n";
+    let text = DEMO.replace("quick:\n", &format!("{closed}quick:\n"));
+    let run = Experiment::parse(&text, Path::new("examples/demo.yaml"))
+        .unwrap()
+        .resolve("closed", "baseline", false)
+        .unwrap();
+    assert_eq!(run.workload.open, None);
+    assert_eq!(run.workload.closed, Some(ClosedLoop { clients: 8, think_time: Dur::from_millis(5) }));
+
+    // And back: a closed-loop file made open loop by a scenario.
+    let text = DEMO
+        .replace("  open: {rate: 100}", "  closed: {clients: 4, think: 1ms}")
+        .replace("services.backend.replicas: 6", "{workload.closed: null, workload.open: {rate: 50}}");
+    let e = Experiment::parse(&text, Path::new("examples/demo.yaml")).unwrap();
+    assert_eq!(
+        e.file.workload.closed,
+        Some(ClosedLoop { clients: 4, think_time: Dur::from_millis(1) }),
+        "`think` still reads"
+    );
+    let run = e.resolve("big", "baseline", false).unwrap();
+    assert_eq!((run.workload.open.map(|o| o.rate), run.workload.closed), (Some(50.0), None));
+}
+
+#[test]
+fn a_scenario_that_leaves_both_loops_or_neither_is_refused_naming_it() {
+    let both = DEMO.replace("services.backend.replicas: 6", "workload.closed: {clients: 8}");
+    let err = Experiment::parse(&both, Path::new("examples/demo.yaml"))
+        .unwrap()
+        .resolve("big", "baseline", false)
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "examples/demo.yaml: workload: expected exactly one of `open` (a rate) and `closed` (clients) (with scenario \"big\" and variant \"baseline\" applied)"
+    );
+    let neither = DEMO.replace("services.backend.replicas: 6", "workload.open: null");
+    let err = Experiment::parse(&neither, Path::new("examples/demo.yaml"))
+        .unwrap()
+        .resolve("big", "baseline", false)
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("workload: expected exactly one of `open` (a rate) and `closed` (clients)"),
+        "{err}"
+    );
 }

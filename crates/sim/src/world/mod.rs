@@ -153,7 +153,7 @@ impl World {
             load_service: index(load_service(run)) as usize,
             user_policy,
             idempotent: w.idempotent,
-            think: w.closed.as_ref().map_or(Duration::ZERO, |c| c.think.get()),
+            think: w.closed.as_ref().map_or(Duration::ZERO, |c| c.think_time.get()),
             warmup: w.warmup.get(),
             send_until: horizon,
             measured_limit: w.requests,
