@@ -246,11 +246,11 @@ fn percentile_table(out: &mut String, runs: &[&RunResult], color: &dyn Fn(&RunRe
     out.push_str("</table>\n");
 }
 
-/// Requests by their outcome as the user saw it, success rate and throughput per variant.
+/// Requests by their outcome as the user saw it, success rate and goodput per variant.
 fn outcome_table(out: &mut String, runs: &[&RunResult], color: &dyn Fn(&RunResult) -> plotters::style::RGBColor) {
     out.push_str(
         "<table>\n<tr><th>variant</th><th>requests</th><th>succeeded</th><th>rejected (429)</th>\
-         <th>requests timed out</th><th>failed</th><th>success</th><th>throughput (req/s)</th></tr>\n",
+         <th>requests timed out</th><th>failed</th><th>success</th><th>goodput (req/s)</th></tr>\n",
     );
     for run in runs {
         out.push_str("<tr>");

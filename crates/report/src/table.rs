@@ -6,6 +6,8 @@ use std::fmt::Write;
 use tailguard_model::results::{Results, RunResult};
 
 /// One line per run, grouped by scenario, then a note for any closeness far above the latency.
+/// "goodput/s" (successful requests per second, `throughput_rps`) stands beside the success rate:
+/// a closed loop that resends at once can have a poor rate and a high goodput, or the reverse.
 /// "requests timed out" counts requests; "attempt timeouts" is the share of attempts between
 /// services that timed out, which retries and hedges may have made good.
 pub fn render(results: &Results) -> String {
@@ -15,6 +17,7 @@ pub fn render(results: &Results) -> String {
         "variant",
         "requests",
         "success",
+        "goodput/s",
         "requests timed out",
         "p10 ms",
         "p50 ms",
@@ -35,6 +38,7 @@ pub fn render(results: &Results) -> String {
             r.variant.clone(),
             r.requests.to_string(),
             fraction(r.success_rate),
+            number(r.throughput_rps),
             r.timed_out.to_string(),
             number(l.p10),
             number(l.p50),
@@ -159,6 +163,7 @@ mod tests {
             variant: variant.into(),
             requests: 1000,
             success_rate: 1.0,
+            throughput_rps: 99.5,
             timed_out,
             extra_load: 0.5,
             timeouts_pct,
@@ -192,6 +197,7 @@ mod tests {
                 "exp-backoff",
                 "1000",
                 "100.00 %",
+                "99.5",
                 "0",
                 "0.9123",
                 "102",
@@ -205,7 +211,7 @@ mod tests {
                 "0"
             ]
         );
-        assert_eq!(cells(lines[2])[4], "3");
+        assert_eq!(cells(lines[2])[5], "3");
         // The columns line up, and the far closeness gets its note.
         assert_eq!(lines[1].chars().count(), lines[0].chars().count());
         assert!(text.contains("note: closeness") && text.contains("slow-increase / timeout-3s: 2894.01 %"), "{text}");
