@@ -286,13 +286,39 @@ pub enum Fault {
     },
 }
 
-/// The network between services.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+/// The network between services. The proxy's file embeds it too (a sidecar's
+/// `ingress.network_delay`, where the lab's sidecars delay each hop themselves).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Network {
     /// One-way delay of each hop (client → service, service → service, and back).
     #[serde(default)]
     pub delay: Dur,
+    /// A uniform extra delay in [0, jitter) drawn for each hop, each way.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub jitter: Dur,
+}
+
+fn is_zero(d: &Dur) -> bool {
+    d.get().is_zero()
+}
+
+impl Network {
+    /// Whether no hop is delayed.
+    pub fn is_zero(&self) -> bool {
+        is_zero(&self.delay) && is_zero(&self.jitter)
+    }
+
+    /// One hop's one-way delay: `delay`, plus a uniform draw in [0, `jitter`) from `rng` when a
+    /// jitter is given (without one nothing is drawn, so a file without jitter repeats its runs
+    /// draw for draw). The simulator and the lab's sidecars both call it.
+    pub fn hop(&self, rng: &mut impl rand::Rng) -> std::time::Duration {
+        let jitter = self.jitter.get().as_nanos() as u64;
+        if jitter == 0 {
+            return self.delay.get();
+        }
+        self.delay.get() + std::time::Duration::from_nanos(rng.gen_range(0..jitter))
+    }
 }
 
 /// The load offered to the entry service.
@@ -386,4 +412,35 @@ pub struct Scenario {
     /// Overrides, as path → value (e.g. `services.frontend.replicas: 40`).
     #[serde(default)]
     pub set: IndexMap<String, serde_yaml_ng::Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use std::time::Duration;
+
+    #[test]
+    fn a_hop_is_the_delay_plus_a_jitter_drawn_only_when_given() {
+        let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(1);
+        let fixed = Network { delay: Dur::from_millis(5), jitter: Dur::ZERO };
+        let before = rng.clone();
+        assert_eq!(fixed.hop(&mut rng), Duration::from_millis(5));
+        assert_eq!(format!("{rng:?}"), format!("{before:?}"), "no jitter, no draw");
+
+        let jittered = Network { delay: Dur::from_millis(5), jitter: Dur::from_millis(2) };
+        let hops: Vec<Duration> = (0..1000).map(|_| jittered.hop(&mut rng)).collect();
+        assert!(hops.iter().all(|h| (Duration::from_millis(5)..Duration::from_millis(7)).contains(h)));
+        let mean = hops.iter().sum::<Duration>() / 1000;
+        assert!((Duration::from_micros(5900)..Duration::from_micros(6100)).contains(&mean), "{mean:?}");
+    }
+
+    #[test]
+    fn the_network_reads_and_writes_its_jitter_only_when_given() {
+        let n: Network = serde_yaml_ng::from_str("{delay: 5ms, jitter: 1ms}").unwrap();
+        assert_eq!(n, Network { delay: Dur::from_millis(5), jitter: Dur::from_millis(1) });
+        let plain: Network = serde_yaml_ng::from_str("{delay: 5ms}").unwrap();
+        assert!(!serde_yaml_ng::to_string(&plain).unwrap().contains("jitter"));
+        assert!(Network::default().is_zero() && !plain.is_zero());
+    }
 }

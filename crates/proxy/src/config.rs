@@ -229,6 +229,11 @@ pub struct Ingress {
     /// ignored (and not passed on) and the trace is sampled afresh. Default: loopback only.
     #[serde(default = "Network::loopback")]
     pub trusted_peers: Vec<Network>,
+    /// A network delay this ingress adds where the kernel adds none (the lab without `tc netem`):
+    /// each request is held for one hop's `delay` (plus a uniform draw in [0, `jitter`)) before
+    /// admission, and each response as long again after it (docs/lab.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_delay: Option<tailguard_model::schema::Network>,
 }
 
 /// An address or a network in CIDR notation (`10.0.0.0/8`, `::1`).

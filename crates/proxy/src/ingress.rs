@@ -11,6 +11,9 @@
 //! honoured (the application is given that long, at most an hour, then the caller gets 504) and
 //! passed on so the application's own calls can propagate it; a deadline spent on arrival is
 //! answered 504 at once.
+//!
+//! With a `network_delay` ([`crate::wire`]) it holds each request before anything else, and each
+//! response after everything else, for one network hop.
 
 use crate::body::ClientBody;
 use crate::config;
@@ -18,6 +21,7 @@ use crate::http::{self, Body, BoxError, CHIP, DEADLINE_MS};
 use crate::metrics::{Metrics, ResponseCounters};
 use crate::pool::Pool;
 use crate::trace::{ServerSpan, Tracing};
+use crate::wire::Wire;
 use http_body_util::BodyExt;
 use hyper::header::HeaderValue;
 use hyper::http::uri::PathAndQuery;
@@ -32,6 +36,10 @@ use tailguard_model::build;
 use tailguard_policy::admission::Admission;
 use tailguard_policy::Time;
 
+/// The random stream of the ingress's network-delay jitter: far from the egress's upstream streams
+/// (1, 2, …), so a jitter changes no other draw.
+const WIRE_STREAM: u64 = u64::MAX;
+
 /// The inbound side.
 pub struct Ingress {
     app: SocketAddr,
@@ -44,6 +52,8 @@ pub struct Ingress {
     tracing: Option<Arc<Tracing>>,
     /// Whose deadline and sampled trace context are believed.
     trusted_peers: Vec<config::Network>,
+    /// The hop the sidecar delays itself, if any.
+    wire: Option<Wire>,
 }
 
 /// How the ingress reaches the application.
@@ -63,7 +73,7 @@ struct State {
 
 impl Ingress {
     /// The ingress of `config`; `epoch` is the proxy's time zero, `seed` its seed (the ingress
-    /// draws from stream 0, [`crate::rng`]).
+    /// draws from stream 0, its network delay's jitter from [`WIRE_STREAM`], [`crate::rng`]).
     pub fn new(config: &config::Ingress, epoch: Instant, metrics: Arc<Metrics>, seed: u64) -> Ingress {
         let state = State { admission: build::admission(&config.admission), in_flight: 0, rng: crate::rng(seed, 0) };
         Ingress {
@@ -80,6 +90,7 @@ impl Ingress {
             metrics,
             tracing: None,
             trusted_peers: config.trusted_peers.clone(),
+            wire: config.network_delay.clone().map(|network| Wire::new(network, crate::rng(seed, WIRE_STREAM))),
         }
     }
 
@@ -99,6 +110,9 @@ impl Ingress {
 
     /// Answers one request from `peer`.
     pub async fn handle(&self, req: Request<ClientBody>, peer: SocketAddr) -> Response<Body> {
+        if let Some(wire) = &self.wire {
+            wire.cross().await;
+        }
         let trusted = self.trusted_peers.iter().any(|n| n.contains(peer.ip()));
         let response = match &self.tracing {
             None => self.serve(req, trusted, None).await,
@@ -110,6 +124,9 @@ impl Ingress {
             }
         };
         self.responses.count(response.status());
+        if let Some(wire) = &self.wire {
+            wire.cross().await;
+        }
         response
     }
 

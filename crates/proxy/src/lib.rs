@@ -7,8 +7,9 @@
 //!
 //! Modules, one concept each: [`config`] (the file), `egress`, `ingress`, `admin`, [`metrics`],
 //! `http` (bodies and header helpers), `body` (a client's request body: read timeout, client faults), `pool` (kept-alive HTTP/1 connections per endpoint), `server` (HTTP/1.1 + h2c accept loops with limits and
-//! graceful shutdown), `reload` (watching the file and swapping the egress's upstreams) and `trace`
-//! (OTLP spans, when configured).
+//! graceful shutdown), `reload` (watching the file and swapping the egress's upstreams), `trace`
+//! (OTLP spans, when configured) and `wire` (the network delay the ingress adds where the kernel
+//! adds none).
 
 mod admin;
 mod body;
@@ -21,6 +22,7 @@ mod pool;
 mod reload;
 mod server;
 mod trace;
+mod wire;
 
 pub use config::Config;
 

@@ -1050,3 +1050,56 @@ async fn a_port_in_use_is_named_in_the_error() {
     let error = Proxy::start(Config::parse(&text, Path::new("test.yaml")).unwrap()).await.err().expect("an error");
     assert_eq!(error.to_string(), format!("cannot listen on {addr}: address in use"));
 }
+
+#[tokio::test]
+async fn a_network_delay_holds_each_request_and_each_response_for_one_hop_outside_admission() {
+    // An app that notes when each request reaches it, and answers at once.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let app = listener.local_addr().unwrap();
+    let arrivals = Arc::new(std::sync::Mutex::new(Vec::<Instant>::new()));
+    let noted = arrivals.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let noted = noted.clone();
+            let service = service_fn(move |_req: Request<Incoming>| {
+                noted.lock().unwrap().push(Instant::now());
+                async { Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"app")))) }
+            });
+            tokio::spawn(http1::Builder::new().serve_connection(TokioIo::new(stream), service));
+        }
+    });
+    let hop = Duration::from_millis(300);
+    let text = format!(
+        "ingress: {{listen: 127.0.0.1:0, app: {app}, admission: {{kind: fixed, capacity: 1}}, network_delay: {{delay: 300ms}}}}\nadmin: {{listen: 127.0.0.1:0}}\nshutdown_grace: 1s\n"
+    );
+    let proxy = proxy_of(&text).await;
+    let ingress = proxy.ingress.unwrap();
+
+    // One request: it reaches the app one hop after it was sent, and its answer the caller one
+    // hop after the app answered.
+    let sent = Instant::now();
+    let call = tokio::spawn(async move { get(&client(), ingress, "app", &[]).await.0 });
+    // Half way in: the request is on the wire, neither counted nor admitted.
+    tokio::time::sleep(hop / 2).await;
+    let metrics = admin_metrics(&proxy).await;
+    assert_eq!(sample(&metrics, "tailguard_ingress_requests_total"), 0.0, "{metrics}");
+    assert!(arrivals.lock().unwrap().is_empty());
+    // Half way back: answered and released (capacity 1 is free again), the response on the wire.
+    tokio::time::sleep(hop).await;
+    let reached = *arrivals.lock().unwrap().first().expect("the request reached the app");
+    let metrics = admin_metrics(&proxy).await;
+    assert_eq!(sample(&metrics, "tailguard_ingress_requests_total"), 1.0, "{metrics}");
+    assert_eq!(sample(&metrics, "tailguard_ingress_in_flight"), 0.0, "{metrics}");
+    assert!(!call.is_finished(), "the response is still held");
+    assert_eq!(call.await.unwrap(), StatusCode::OK);
+    let (there, back) = (reached - sent, sent.elapsed() - (reached - sent));
+    assert!(there >= hop && there < hop * 2, "the request took {there:?}");
+    assert!(back >= hop && back < hop * 2, "the response took {back:?}");
+
+    // A caller that gives up while its request is on the wire: the held request goes with it.
+    let (_, closed) = raw(ingress, b"GET /x HTTP/1.1\r\nHost: app\r\n\r\n", hop / 3).await;
+    assert!(!closed, "nothing is answered within a third of a hop");
+    tokio::time::sleep(hop).await;
+    assert_eq!(arrivals.lock().unwrap().len(), 1, "the abandoned request never reached the app");
+    proxy.shutdown().await;
+}

@@ -16,7 +16,7 @@
 mod behaviour;
 mod calls;
 mod error;
-mod precise;
+pub mod precise;
 mod server;
 mod spec;
 pub mod store;

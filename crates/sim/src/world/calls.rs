@@ -98,6 +98,7 @@ impl World {
                     }
                     let event = Event::AttemptArrives {
                         call: key,
+                        sent: self.now,
                         attempt,
                         service: state.callee,
                         replica: endpoint as u32,
@@ -105,7 +106,8 @@ impl World {
                         series,
                         draws: child_key(state.draws, attempt.into()),
                     };
-                    self.events.push(self.now + self.delay, event);
+                    let hop = self.hop();
+                    self.events.push(self.now + hop, event);
                 }
                 Action::Cancel { attempt, reason, .. } => {
                     if let Some(t) = &mut self.tracer {

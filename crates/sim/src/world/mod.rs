@@ -26,7 +26,9 @@ use calls::{CallState, Owner};
 use rand::SeedableRng;
 use rand_pcg::Pcg64Mcg;
 use std::time::Duration;
+use tailguard_model::replica::child_key;
 use tailguard_model::results::{load_service, RunResult};
+use tailguard_model::schema::Network;
 use tailguard_model::{build, ArrivalSchedule, Run};
 use tailguard_policy::call::Action;
 use tailguard_policy::{Outcome, Time};
@@ -36,16 +38,19 @@ use tailguard_trace::Trace;
 const DRAIN: Duration = Duration::from_secs(120);
 /// Runaway guard on the event loop.
 const MAX_EVENTS: u64 = 2_000_000_000;
+/// The key of the network's jitter stream, under the run's seed.
+const NETWORK_STREAM: u64 = 0x6E65_7477_6F72_6B; // "network"
 
 pub(super) enum Event {
     /// The workload sends its next open-loop request.
     Arrival,
     /// Closed-loop client `client` sends its next request.
     ClientReady { client: u32 },
-    /// An attempt reaches a replica, one network delay after it was sent (`series`: its edge's
+    /// An attempt reaches a replica, one network hop after it was `sent` (`series`: its edge's
     /// timeout series, if any).
     AttemptArrives {
         call: Key,
+        sent: Time,
         attempt: u32,
         service: u16,
         replica: u32,
@@ -89,7 +94,11 @@ pub(crate) struct World {
     arrivals: Option<ArrivalSchedule>,
     /// Every policy decision (balancers, chips drawn by callers, jitter).
     policy_rng: Pcg64Mcg,
-    delay: Duration,
+    /// Each hop's one-way delay.
+    network: Network,
+    /// The network's jitter draws: a stream of its own, drawn only when the file gives a jitter,
+    /// so files without one repeat their runs exactly.
+    network_rng: Pcg64Mcg,
     target: u16,
     /// The service whose per-replica load the results report.
     load_service: usize,
@@ -148,7 +157,8 @@ impl World {
             actions: Vec::new(),
             arrivals: w.open.as_ref().map(|o| ArrivalSchedule::new(o.arrival, o.rate, seed)),
             policy_rng: Pcg64Mcg::seed_from_u64(seed.rotate_left(17) ^ 0xA5A5_A5A5),
-            delay: run.network.delay.get(),
+            network: run.network.clone(),
+            network_rng: Pcg64Mcg::seed_from_u64(child_key(seed, NETWORK_STREAM)),
             target,
             load_service: index(load_service(run)) as usize,
             user_policy,
@@ -214,12 +224,17 @@ impl World {
         Ok((self.metrics.finish(scenario, variant, measured, self.load_service), self.events_run, traces))
     }
 
+    /// The one-way delay of the next message on the network (an attempt or its answer).
+    fn hop(&mut self) -> Duration {
+        self.network.hop(&mut self.network_rng)
+    }
+
     fn handle(&mut self, event: Event) {
         match event {
             Event::Arrival => self.arrival(),
             Event::ClientReady { client } => self.client_ready(client),
-            Event::AttemptArrives { call, attempt, service, replica, timeout, series, draws } => {
-                self.attempt_arrives(call, attempt, service, replica, (timeout, series, draws))
+            Event::AttemptArrives { call, sent, attempt, service, replica, timeout, series, draws } => {
+                self.attempt_arrives(call, attempt, service, replica, (sent, timeout, series, draws))
             }
             Event::WorkDone { job } => self.work_done(job),
             Event::AttemptEnds(end) => self.attempt_ends(end),

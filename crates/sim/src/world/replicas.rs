@@ -17,18 +17,18 @@ impl World {
         attempt: u32,
         service: u16,
         replica: u32,
-        (timeout, series, draws): (Option<Duration>, Option<u16>, u64),
+        (sent, timeout, series, draws): (Duration, Option<Duration>, Option<u16>, u64),
     ) {
         let (s, r) = (service as usize, replica as usize);
         let now = self.now;
-        let sent = now - self.delay;
         let refuse = |world: &mut World, outcome| {
             if let Some(t) = &mut world.tracer {
                 t.visit(call, attempt, s, replica, Err(outcome), now);
             }
             world.loads[s][r] -= 1;
             let event = Event::AttemptEnds(AttemptEnd { call, attempt, sent, timeout, series, outcome, chip: false });
-            world.events.push(now + world.delay, event);
+            let hop = world.hop();
+            world.events.push(now + hop, event);
         };
         if self.services[s].replicas[r].model.is_down(now) {
             // Accepted and answered with an error, as a lab replica's sidecar admits it and its
@@ -159,7 +159,8 @@ impl World {
         let (call, attempt) = job.reply;
         let (sent, timeout, series) = (job.sent, job.timeout, job.series);
         let event = Event::AttemptEnds(AttemptEnd { call, attempt, sent, timeout, series, outcome, chip });
-        self.events.push(self.now + self.delay, event);
+        let hop = self.hop();
+        self.events.push(self.now + hop, event);
     }
 
     /// A replica no longer holds a request; returns how many it still holds.
