@@ -30,7 +30,7 @@ pub struct LabArgs {
     /// (default: lab-out/EXPERIMENT-TIMESTAMP); refused when it holds an earlier run's results.json.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
-    /// loopback (no privileges, no network delay) or netns (a namespace per replica, tc netem delay; root).
+    /// loopback (no privileges; the sidecars delay each hop) or netns (a namespace per replica, tc netem delay; root).
     #[arg(long, value_enum, default_value = "loopback")]
     isolation: IsolationArg,
     /// Seed of every random stream (default: the file's `seed`, else 1).

@@ -1,19 +1,25 @@
 //! `--isolation netns`: each replica in its own network namespace, joined by veth pairs to one
-//! bridge in the lab's namespace, with `tc netem` adding the file's one-way per-hop delay to every
-//! packet a namespace sends (so a call's round trip costs two delays, as in the simulator). The
-//! bridge gets the same delay towards the namespaces, for the load generator's hop. A replica's
-//! serve and sidecar talk over the namespace's own loopback, undelayed. Everything is removed when
-//! the [`Network`] is dropped (after the run, on error, on Ctrl-C).
+//! bridge in the lab's namespace, with `tc netem` adding the file's one-way per-hop delay (and
+//! jitter) to every packet a namespace sends (so a call's round trip costs two delays, as in the
+//! simulator). The bridge gets the same delay towards the namespaces, for the load generator's
+//! hop. A replica's serve and sidecar talk over the namespace's own loopback, undelayed. A kernel
+//! without `sch_netem` delays nothing: then the sidecars hold each hop themselves
+//! ([`Network::kernel_delays`], docs/lab.md). Everything is removed when the [`Network`] is dropped
+//! (after the run, on error, on Ctrl-C).
 
 use crate::error::LabError;
 use crate::plan::{Plan, Replica};
 use std::process::Command;
 use std::time::Duration;
+use tailguard_model::schema::Network as Hops;
 
 /// The namespaces and the bridge of one run.
 pub struct Network {
     bridge: String,
     namespaces: Vec<String>,
+    /// Whether `tc netem` delays the packets (false when the file has no delay, or the kernel
+    /// has no `sch_netem`).
+    pub kernel_delays: bool,
 }
 
 /// Whether `ip` and `tc` (Debian's iproute2) can be run.
@@ -41,9 +47,15 @@ fn sh(args: &[&str]) -> Result<(), LabError> {
     Err(LabError::Network(format!("`{}` failed: {}", args.join(" "), String::from_utf8_lossy(&output.stderr).trim())))
 }
 
-/// netem's delay argument, in microseconds.
-fn micros(delay: Duration) -> String {
-    format!("{}us", delay.as_micros())
+/// netem's delay arguments for a hop of `delay` plus a uniform draw in [0, `jitter`): netem's
+/// jitter is uniform around the delay, so the delay is centred (`delay + jitter/2 ± jitter/2`).
+fn netem_delay(hops: &Hops) -> Vec<String> {
+    let micros = |d: Duration| format!("{}us", d.as_micros());
+    let (delay, jitter) = (hops.delay.get(), hops.jitter.get());
+    if jitter.is_zero() {
+        return vec!["delay".into(), micros(delay)];
+    }
+    vec!["delay".into(), micros(delay + jitter / 2), micros(jitter / 2)]
 }
 
 impl Network {
@@ -52,23 +64,21 @@ impl Network {
         format!("tg{}-{}-{}", plan.slot, replica.service_index, replica.index)
     }
 
-    /// Creates the bridge and one namespace per replica of `plan`, each with `delay` on its link.
-    /// On failure, whatever was created is removed.
-    pub fn create(plan: &Plan, delay: Duration) -> Result<Network, LabError> {
+    /// Creates the bridge and one namespace per replica of `plan`, each with the `hops` delay on
+    /// its link when the kernel can add it (see [`Network::kernel_delays`]). On failure, whatever
+    /// was created is removed.
+    pub fn create(plan: &Plan, hops: &Hops) -> Result<Network, LabError> {
         let slot = plan.slot;
-        let mut net = Network { bridge: format!("tgbr{slot}"), namespaces: Vec::new() };
+        let mut net = Network { bridge: format!("tgbr{slot}"), namespaces: Vec::new(), kernel_delays: false };
         let bridge = net.bridge.clone();
         sh(&["ip", "link", "add", &bridge, "type", "bridge"])?;
         sh(&["ip", "addr", "add", &format!("{}/16", plan.isolation.host_address(slot)), "dev", &bridge])?;
         sh(&["ip", "link", "set", &bridge, "up"])?;
-        if !delay.is_zero() {
-            sh(&["tc", "qdisc", "add", "dev", &bridge, "root", "netem", "delay", &micros(delay)]).map_err(|e| {
-                LabError::Network(format!(
-                    "{e}\nthe kernel cannot delay packets (no sch_netem?), so the file's per-hop delay \
-                     ({delay:?}) cannot be applied; run with --isolation loopback (no delay) or load sch_netem"
-                ))
-            })?;
-        }
+        let netem = netem_delay(hops);
+        let netem: Vec<&str> = netem.iter().map(String::as_str).collect();
+        // The first netem qdisc tells whether the kernel has sch_netem at all.
+        net.kernel_delays =
+            !hops.is_zero() && sh(&[&["tc", "qdisc", "add", "dev", &bridge, "root", "netem"], &netem[..]].concat()).is_ok();
         for r in &plan.replicas {
             let ns = Network::namespace(plan, r);
             sh(&["ip", "netns", "add", &ns])?;
@@ -81,9 +91,9 @@ impl Network {
             sh(&["ip", "-n", &ns, "addr", "add", &format!("{}/16", r.ip), "dev", &inside])?;
             sh(&["ip", "-n", &ns, "link", "set", &inside, "up"])?;
             sh(&["ip", "-n", &ns, "link", "set", "lo", "up"])?;
-            if !delay.is_zero() {
-                let d = micros(delay);
-                sh(&["ip", "netns", "exec", &ns, "tc", "qdisc", "add", "dev", &inside, "root", "netem", "delay", &d])?;
+            if net.kernel_delays {
+                let qdisc = ["ip", "netns", "exec", &ns, "tc", "qdisc", "add", "dev", &inside, "root", "netem"];
+                sh(&[&qdisc[..], &netem[..]].concat())?;
             }
         }
         Ok(net)

@@ -10,10 +10,11 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
-use tailguard_model::schema::{BalancerConfig, ClientPolicy};
+use tailguard_model::schema::{BalancerConfig, ClientPolicy, Network};
 use tailguard_model::{Dur, Run};
 use tailguard_proxy::config::DEFAULT_MAX_REPLAY_BODY;
-use tailguard_proxy::config::{Admin, Config, Egress, Ingress, Network, Protocol, Route, Tracing, Upstream};
+use tailguard_proxy::config::{Admin, Config, Egress, Ingress, Protocol, Route, Tracing, Upstream};
+use tailguard_proxy::config::Network as Peers;
 
 pub const SERVE_PORT: u16 = 8080;
 pub const EGRESS_PORT: u16 = 4140;
@@ -23,11 +24,12 @@ pub const ADMIN_PORT: u16 = 9990;
 /// How replicas are separated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Isolation {
-    /// Every process on `lo`, each replica on its own 127.x.y.z address; needs no privileges and
-    /// applies no network delay.
+    /// Every process on `lo`, each replica on its own 127.x.y.z address; needs no privileges. The
+    /// sidecars delay each hop ([`Plan::network_delay`]).
     Loopback,
     /// Each replica in its own network namespace on a bridge, with `tc netem` delaying every
-    /// packet by the file's per-hop delay (needs root and iproute2).
+    /// packet by the file's per-hop delay (needs root and iproute2); without `sch_netem` in the
+    /// kernel the sidecars delay each hop instead.
     Netns,
 }
 
@@ -43,9 +45,9 @@ impl Isolation {
 
     /// The peers a sidecar believes deadline and trace headers from: the run's own addresses
     /// (`lo` in loopback runs, the slot's `10.SLOT.0.0/16` bridge network in netns runs).
-    pub fn peers(self, slot: u8) -> Vec<Network> {
+    pub fn peers(self, slot: u8) -> Vec<Peers> {
         match self {
-            Isolation::Loopback => Network::loopback(),
+            Isolation::Loopback => Peers::loopback(),
             Isolation::Netns => vec![format!("10.{slot}.0.0/16").parse().expect("a valid network")],
         }
     }
@@ -106,6 +108,12 @@ pub struct Plan {
     /// client policy is more than plain round robin (which the load generator does itself).
     pub workload_proxy: Option<SocketAddr>,
     pub workload_admin: Option<SocketAddr>,
+    /// The per-hop delay every sidecar's ingress holds requests and responses for (crate::netns
+    /// clears it where `tc netem` delays the packets instead); `None` when the file has none.
+    /// Every network hop of the simulator ends at exactly one ingress, the load generator's hop
+    /// to the entry service included, so each is delayed once each way; serve ↔ its own sidecar
+    /// is not a network hop. Calls to redis and memcached, which have no sidecar, are not delayed.
+    pub network_delay: Option<Network>,
 }
 
 impl Plan {
@@ -127,6 +135,7 @@ impl Plan {
             replicas,
             workload_proxy: proxied.then(|| SocketAddr::new(host, EGRESS_PORT)),
             workload_admin: proxied.then(|| SocketAddr::new(host, ADMIN_PORT)),
+            network_delay: (!run.network.is_zero()).then(|| run.network.clone()),
         }
     }
 
@@ -189,6 +198,7 @@ impl ProxyFile {
                 protocol: Protocol::Http1,
                 // The callers are the lab's own sidecars and load generator.
                 trusted_peers: plan.isolation.peers(plan.slot),
+                network_delay: plan.network_delay.clone(),
             }),
             admin: Some(Admin { listen: replica.admin() }),
             shutdown_grace: Some(Dur(SHUTDOWN_GRACE)),
@@ -335,6 +345,7 @@ mod tests {
             "retry: {max_attempts: 4}}",
             "retry: {max_attempts: 4, backoff: 1ms, budget: 0.2}, timeout: {kind: adaptive, initial: 20ms, k: 3}, hedge: {kind: percentile, percentile: 95}, deadline: 1.5s}\n      workload->front: {balancer: {kind: peak-ewma, decay: 2s}, hedge: {kind: speculative, attempts: 2, patience: 10ms, timeout: 1s}}",
         );
+        let text = text.replace("workload:", "network: {delay: 2ms, jitter: 500us}\nworkload:");
         let run = run(&text);
         let plan = Plan::new(&run, Isolation::Netns, 3);
         let mut files: Vec<ProxyFile> = plan.replicas.iter().map(|r| ProxyFile::sidecar(&run, &plan, r, 9)).collect();
@@ -343,6 +354,34 @@ mod tests {
         for file in files {
             assert_eq!(read_back(&file), file.0, "{}", file.to_yaml());
         }
+    }
+
+    #[test]
+    fn every_sidecar_holds_the_files_network_delay_and_none_without_one() {
+        let delayed = FILE.replace("workload:", "network: {delay: 5ms, jitter: 1ms}\nworkload:");
+        let delayed_run = run(&delayed);
+        let plan = Plan::new(&delayed_run, Isolation::Loopback, 7);
+        let expected = Network { delay: Dur::from_millis(5), jitter: Dur::from_millis(1) };
+        assert_eq!(plan.network_delay, Some(expected.clone()));
+        // Every replica's ingress: the entry's holds the load generator's hop, the callee's the
+        // caller's; read back as the proxy reads it.
+        for replica in &plan.replicas {
+            let file = read_back(&ProxyFile::sidecar(&delayed_run, &plan, replica, 1));
+            assert_eq!(file.ingress.unwrap().network_delay, Some(expected.clone()), "{}", replica.name());
+        }
+        // The load generator's own sidecar (an egress) adds none: its hop ends at the entry's ingress.
+        let text = delayed.replace("      front->back:", "      workload->front: {balancer: {kind: random}}\n      front->back:");
+        let run_with_client = run(&text);
+        let plan_with_client = Plan::new(&run_with_client, Isolation::Loopback, 7);
+        let workload = ProxyFile::workload(&run_with_client, &plan_with_client, 1).unwrap();
+        assert!(workload.0.ingress.is_none());
+
+        let plain = run(FILE);
+        let plan = Plan::new(&plain, Isolation::Loopback, 7);
+        assert_eq!(plan.network_delay, None);
+        let file = ProxyFile::sidecar(&plain, &plan, &plan.replicas[0], 1);
+        assert_eq!(file.0.ingress.as_ref().unwrap().network_delay, None);
+        assert!(!file.to_yaml().contains("network_delay"));
     }
 
     #[test]

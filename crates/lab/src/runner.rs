@@ -114,12 +114,6 @@ pub fn run(experiment: &Experiment, options: &Options, observer: &dyn Observer) 
     if runs.is_empty() {
         return Err(LabError::NothingToRun { skipped });
     }
-    let delay = runs.first().map_or(Duration::ZERO, |r| r.network.delay.get());
-    if options.isolation == Isolation::Loopback && !delay.is_zero() {
-        observer.note(&format!(
-            "the file's per-hop network delay ({delay:?}) is not applied on loopback; use --isolation netns to apply it"
-        ));
-    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -183,14 +177,21 @@ fn run_one(
     traces: &mut Vec<Trace>,
 ) -> Result<RunResult, LabError> {
     check_size(run)?;
-    let plan = choose_plan(run, options.isolation)?;
+    let mut plan = choose_plan(run, options.isolation)?;
     let dir = options.out.join("runs").join(&run.scenario).join(&run.variant);
     std::fs::create_dir_all(&dir).map_err(|error| LabError::Write { path: dir.clone(), error })?;
     // Declared before the processes, so it is dropped (torn down) after they are stopped.
     let _network = match options.isolation {
         Isolation::Netns => {
             observer.phase("creating network namespaces");
-            Some(Network::create(&plan, run.network.delay.get())?)
+            let network = Network::create(&plan, &run.network)?;
+            if network.kernel_delays {
+                // netem delays every packet: the sidecars must not delay them again.
+                plan.network_delay = None;
+            } else if plan.network_delay.is_some() {
+                observer.note("the kernel cannot delay packets (no sch_netem): the sidecars hold each hop's delay");
+            }
+            Some(network)
         }
         Isolation::Loopback => None,
     };
