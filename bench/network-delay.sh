@@ -10,8 +10,8 @@ FILE=bench/network-delay.yaml
 TG=target/release/tailguard
 [ -x "$TG" ] || cargo build --release --locked
 OUT=$(mktemp -d /tmp/tailguard-network-delay.XXXXXX)
-"$TG" sim "$FILE" --quick --json "$OUT/sim.json" >/dev/null
-"$TG" lab run "$FILE" --quick --out "$OUT/lab" "$@" >/dev/null
+"$TG" sim "$FILE" --quick --json "$OUT/sim.json" >/dev/null 2>"$OUT/sim.log"
+"$TG" lab run "$FILE" --quick --out "$OUT/lab" "$@" >"$OUT/lab.log" 2>&1 || { cat "$OUT/lab.log"; exit 1; }
 python3 - "$OUT/sim.json" "$OUT/lab/results.json" <<'PY'
 import json, sys
 sim = {(r["scenario"], r["variant"]): r for r in json.load(open(sys.argv[1]))["runs"]}
