@@ -77,8 +77,8 @@ impl Network {
         let netem = netem_delay(hops);
         let netem: Vec<&str> = netem.iter().map(String::as_str).collect();
         // The first netem qdisc tells whether the kernel has sch_netem at all.
-        net.kernel_delays =
-            !hops.is_zero() && sh(&[&["tc", "qdisc", "add", "dev", &bridge, "root", "netem"], &netem[..]].concat()).is_ok();
+        net.kernel_delays = !hops.is_zero()
+            && sh(&[&["tc", "qdisc", "add", "dev", &bridge, "root", "netem"], &netem[..]].concat()).is_ok();
         for r in &plan.replicas {
             let ns = Network::namespace(plan, r);
             sh(&["ip", "netns", "add", &ns])?;

@@ -12,9 +12,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 use tailguard_model::schema::{BalancerConfig, ClientPolicy, Network};
 use tailguard_model::{Dur, Run};
+use tailguard_proxy::config::Network as Peers;
 use tailguard_proxy::config::DEFAULT_MAX_REPLAY_BODY;
 use tailguard_proxy::config::{Admin, Config, Egress, Ingress, Protocol, Route, Tracing, Upstream};
-use tailguard_proxy::config::Network as Peers;
 
 pub const SERVE_PORT: u16 = 8080;
 pub const EGRESS_PORT: u16 = 4140;
@@ -370,7 +370,8 @@ mod tests {
             assert_eq!(file.ingress.unwrap().network_delay, Some(expected.clone()), "{}", replica.name());
         }
         // The load generator's own sidecar (an egress) adds none: its hop ends at the entry's ingress.
-        let text = delayed.replace("      front->back:", "      workload->front: {balancer: {kind: random}}\n      front->back:");
+        let text = delayed
+            .replace("      front->back:", "      workload->front: {balancer: {kind: random}}\n      front->back:");
         let run_with_client = run(&text);
         let plan_with_client = Plan::new(&run_with_client, Isolation::Loopback, 7);
         let workload = ProxyFile::workload(&run_with_client, &plan_with_client, 1).unwrap();

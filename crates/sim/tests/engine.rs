@@ -265,3 +265,26 @@ variants:
     );
     assert_eq!(a.latency_ms, b.latency_ms);
 }
+
+#[test]
+fn a_jitter_adds_a_uniform_draw_to_every_hop_and_only_when_given() {
+    // Two hops (client → front → back), 5 ms each way, no work: 20 ms exactly without jitter;
+    // with a 2 ms jitter each of the four hops takes 5 to 7 ms, so 20 to 28 ms, 24 ms on average.
+    let file = |network: &str| {
+        format!(
+            "name: jitter\nseed: 3\nservices:\n  front: {{ calls: [ {{ service: back }} ] }}\n  back: {{}}\n{network}\nworkload: {{ target: front, open: {{ rate: 100 }}, duration: 20s }}\nvariants: [ {{ name: v }} ]\n"
+        )
+    };
+    let plain = &run(&file("network: { delay: 5ms }"))[0];
+    assert_eq!((plain.latency_ms.p10, plain.latency_ms.max), (20.0, 20.0));
+    let zero = &run(&file("network: { delay: 5ms, jitter: 0s }"))[0];
+    assert_eq!(zero, plain, "a zero jitter is no jitter");
+
+    let jittered = &run(&file("network: { delay: 5ms, jitter: 2ms }"))[0];
+    let l = &jittered.latency_ms;
+    assert!(l.p10 > 20.0 && l.max < 28.0, "{l:?}");
+    assert!((l.mean - 24.0).abs() < 0.1, "{l:?}");
+    // The sum of four uniform draws is spread, but not flat: its median is near the mean.
+    assert!((l.p50 - 24.0).abs() < 0.2 && l.p90 > 25.0, "{l:?}");
+    assert_eq!(&run(&file("network: { delay: 5ms, jitter: 2ms }"))[0], jittered, "seeded");
+}

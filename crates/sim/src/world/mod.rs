@@ -39,7 +39,7 @@ const DRAIN: Duration = Duration::from_secs(120);
 /// Runaway guard on the event loop.
 const MAX_EVENTS: u64 = 2_000_000_000;
 /// The key of the network's jitter stream, under the run's seed.
-const NETWORK_STREAM: u64 = 0x6E65_7477_6F72_6B; // "network"
+const NETWORK_STREAM: u64 = 0x006E_6574_776F_726B; // "network" in ASCII
 
 pub(super) enum Event {
     /// The workload sends its next open-loop request.
