@@ -22,7 +22,7 @@ pub(super) enum Owner {
 /// A call in flight and what the world keeps about it.
 pub(super) struct CallState {
     call: Call,
-    owner: Owner,
+    pub(super) owner: Owner,
     policy: usize,
     callee: u16,
     measured: bool,
@@ -105,7 +105,9 @@ impl World {
                         series,
                         draws: child_key(state.draws, attempt.into()),
                     };
+                    let callee = state.callee;
                     self.events.push(self.now + self.delay, event);
+                    self.attempt_sent(key, attempt, callee);
                 }
                 Action::Cancel { attempt, reason, .. } => {
                     if let Some(t) = &mut self.tracer {
@@ -114,6 +116,8 @@ impl World {
                     if reason == Outcome::TimedOut && between_services && state.measured {
                         self.metrics.attempt_timed_out();
                     }
+                    let callee = state.callee;
+                    self.cancel_sent(key, attempt, callee);
                 }
                 Action::Overdue { attempt, .. } => {
                     if let Some(t) = &mut self.tracer {

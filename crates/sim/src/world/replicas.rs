@@ -3,7 +3,7 @@
 //! downstream calls (sequential or parallel) and answers, with a BLOC chip if admission grants one.
 
 use super::{AttemptEnd, Event, Owner, World};
-use crate::service::Job;
+use crate::service::{Job, Stage};
 use crate::slab::Key;
 use std::time::Duration;
 use tailguard_model::replica::{child_key, Fate};
@@ -20,6 +20,9 @@ impl World {
         (timeout, series, draws): (Option<Duration>, Option<u16>, u64),
     ) {
         let (s, r) = (service as usize, replica as usize);
+        if !self.arrives_uncancelled(call, attempt, s, r) {
+            return;
+        }
         let now = self.now;
         let sent = now - self.delay;
         let refuse = |world: &mut World, outcome| {
@@ -56,8 +59,10 @@ impl World {
             next_call: 0,
             outstanding: 0,
             failed: false,
+            stage: Stage::Queued,
         };
         let key = self.jobs.insert(job);
+        self.visit_started(call, attempt, s, key);
         if let Some(t) = &mut self.tracer {
             t.visit(call, attempt, s, replica, Ok(key), now);
         }
@@ -75,6 +80,7 @@ impl World {
     pub(super) fn begin_work(&mut self, key: Key, s: usize, r: usize) {
         let job = self.jobs.get_mut(key).expect("a job starting work exists");
         let (nth, draws) = (job.nth, job.draws);
+        job.stage = Stage::Working(self.now);
         let svc = &mut self.services[s];
         svc.replicas[r].busy += 1;
         let time = svc.replicas[r].model.work_time_as(nth, self.now, draws);
@@ -87,6 +93,11 @@ impl World {
     pub(super) fn work_done(&mut self, key: Key) {
         let Some(job) = self.jobs.get_mut(key) else { return };
         let (s, r, fate) = (job.service as usize, job.replica as usize, job.fate);
+        if let Stage::Working(started) = job.stage {
+            let extra = job.reply.1 > 0;
+            self.metrics.work(s, job.sent >= self.warmup, self.now - started, extra);
+        }
+        job.stage = Stage::Calling;
         if let Some(t) = &mut self.tracer {
             t.work_done(key, self.now);
         }
@@ -100,7 +111,8 @@ impl World {
                 if let Some(t) = &mut self.tracer {
                     t.visit_ended(key, None, self.now);
                 }
-                self.jobs.delete(key);
+                let job = self.jobs.remove(key).expect("a job finishing work exists");
+                self.visit_ended(job.reply, s);
                 self.release(s, r);
             }
             Fate::Error => self.respond(key, Outcome::Error),
@@ -153,6 +165,7 @@ impl World {
             t.visit_ended(key, Some(outcome), self.now);
         }
         let (s, r) = (job.service as usize, job.replica as usize);
+        self.visit_ended(job.reply, s);
         let held = self.release(s, r);
         let replica = &mut self.services[s].replicas[r];
         let chip = replica.admission.grant_chip(self.now, held, replica.model.rng());
