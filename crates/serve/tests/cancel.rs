@@ -65,6 +65,9 @@ async fn abandon_http1(addr: SocketAddr, after: Duration) {
     let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connects");
     stream.write_all(b"GET / HTTP/1.1\r\nhost: a\r\n\r\n").await.expect("sends");
     tokio::time::sleep(after).await;
+    let mut byte = [0u8; 1];
+    let unanswered = matches!(stream.try_read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+    assert!(unanswered, "the first request was answered, or its connection closed, within {after:?}");
     drop(stream);
 }
 
