@@ -106,8 +106,12 @@ async fn resetting_an_http2_stream_frees_the_worker() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abandoned_request_drops_its_downstream_call() {
     // a (no work) calls b (one worker, 1 s of work).
-    let b = start("  a: { calls: [{ service: b }] }\n  b: { workers: 1, service_time: { dist: constant, value: 1s } }", "b", &[])
-        .await;
+    let b = start(
+        "  a: { calls: [{ service: b }] }\n  b: { workers: 1, service_time: { dist: constant, value: 1s } }",
+        "b",
+        &[],
+    )
+    .await;
     let b_url = format!("http://{}/", b.addr());
     let a = start("  a: { calls: [{ service: b }] }\n  b: { workers: 1 }", "a", &[("b", b_url)]).await;
     // Step: a request to a, whose call holds b's worker, is abandoned after 100 ms.
@@ -116,4 +120,16 @@ async fn an_abandoned_request_drops_its_downstream_call() {
     let (status, took) = get(&client(false), b.addr()).await;
     assert_eq!(status, StatusCode::OK);
     assert!(took >= WORK && took < ONE_WORK_AT_MOST, "took {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_that_is_not_cancellable_works_on() {
+    let server =
+        start("  a: { workers: 1, service_time: { dist: constant, value: 1s }, cancellable: false }", "a", &[]).await;
+    // Step: the first request takes the worker; its client hangs up after 100 ms.
+    abandon_http1(server.addr(), 100 * MS).await;
+    // Step: the worker finishes the abandoned request's second first: the next waits for it.
+    let (status, took) = get(&client(false), server.addr()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(took >= 2 * WORK - 150 * MS, "took {took:?}");
 }
