@@ -3,84 +3,115 @@
 //! its sidecar reset the stream: a queued job leaves the queue, a working job frees its worker,
 //! a job waiting for downstream calls abandons them in turn, and no answer goes back.
 //!
-//! The world tracks every attempt to a cancellable service from its sending to its job's end
-//! ([`Visit`]), so a cancel finds its job, and a cancel that overtook its attempt (impossible
-//! with one fixed network delay, as both travel in the same FIFO lane) still stops it on arrival.
+//! A cancel carries its job's key when the attempt had reached its replica before the caller gave
+//! it up ([`Reached`], kept in the call's state); one sent while its attempt was still travelling
+//! is tracked until it arrives ([`Pending`]), so it finds the job the attempt became meanwhile.
+//! A cancel that overtook its attempt (impossible with one fixed network delay, as both travel in
+//! the same FIFO lane) still stops it on arrival, and a stopped job's late events find nothing
+//! (generation-checked keys).
 
 use super::{Event, Owner, World};
 use crate::service::Stage;
 use crate::slab::Key;
+use tailguard_policy::Outcome;
 
-/// Where an attempt to a cancellable service is, keyed by (call, attempt).
-pub(super) enum Visit {
-    /// Sent, not arrived yet.
-    InFlight,
-    /// Cancelled before it arrived: it is dropped on arrival.
-    Cancelled,
-    /// A job at its replica.
+/// How far an attempt got, as its call's state keeps it.
+#[derive(Clone, Copy)]
+pub(super) enum Reached {
+    /// Sent, not arrived (as far as the call knows).
+    Travelling,
+    /// Refused on arrival: nothing to stop.
+    Refused,
+    /// A job at its replica (which may have answered since: its key then finds nothing).
     Job(Key),
 }
 
+/// A cancel sent while its attempt was travelling, keyed by (call, attempt).
+pub(super) enum Pending {
+    /// The attempt has not arrived.
+    Sent,
+    /// The attempt arrived: its job, or none if refused.
+    Arrived(Option<Key>),
+    /// The cancel arrived first: the attempt is dropped on arrival.
+    Overtaken,
+}
+
 impl World {
-    /// Attempt `attempt` of `call`, to `callee`, was sent.
-    pub(super) fn attempt_sent(&mut self, call: Key, attempt: u32, callee: u16) {
-        if self.services[callee as usize].cancellable {
-            self.visits.insert((call, attempt), Visit::InFlight);
+    /// The caller abandoned attempt `attempt` of `call` to `callee`, which had `reached` so far:
+    /// the cancel travels to a cancellable callee.
+    pub(super) fn cancel_sent(&mut self, call: Key, attempt: u32, callee: u16, reached: Reached) {
+        if !self.services[callee as usize].cancellable {
+            return;
         }
+        let job = match reached {
+            Reached::Refused => return,
+            Reached::Job(job) => Some(job),
+            Reached::Travelling => {
+                self.pending.insert((call, attempt), Pending::Sent);
+                None
+            }
+        };
+        self.events.push(self.now + self.delay, Event::CancelArrives { call, attempt, job });
     }
 
-    /// The caller abandoned attempt `attempt` of `call` to `callee`: the cancel travels.
-    pub(super) fn cancel_sent(&mut self, call: Key, attempt: u32, callee: u16) {
-        if self.services[callee as usize].cancellable {
-            self.events.push(self.now + self.delay, Event::CancelArrives { call, attempt });
-        }
-    }
-
-    /// An attempt reached replica `r` of service `s`; false when a cancel arrived before it, in
-    /// which case it is dropped here.
+    /// Attempt `attempt` of `call` reached replica `r` of service `s`; false when its cancel came
+    /// first, in which case it is dropped here.
     pub(super) fn arrives_uncancelled(&mut self, call: Key, attempt: u32, s: usize, r: usize) -> bool {
-        if !self.services[s].cancellable {
+        if self.pending.is_empty() || !self.services[s].cancellable {
             return true;
         }
-        if let Some(Visit::Cancelled) = self.visits.remove(&(call, attempt)) {
-            self.loads[s][r] -= 1;
-            return false;
-        }
-        true
-    }
-
-    /// Attempt `attempt` of `call` became job `job` at a replica of service `s`.
-    pub(super) fn visit_started(&mut self, call: Key, attempt: u32, s: usize, job: Key) {
-        if self.services[s].cancellable {
-            self.visits.insert((call, attempt), Visit::Job(job));
-        }
-    }
-
-    /// The job of attempt `reply` at service `s` ended (answered or lost).
-    pub(super) fn visit_ended(&mut self, reply: (Key, u32), s: usize) {
-        if self.services[s].cancellable {
-            self.visits.remove(&reply);
-        }
-    }
-
-    /// The cancel of attempt `attempt` of `call` reached its replica.
-    pub(super) fn cancel_arrives(&mut self, call: Key, attempt: u32) {
-        match self.visits.remove(&(call, attempt)) {
-            // Answered already: nothing to stop.
-            None => {}
-            Some(Visit::InFlight | Visit::Cancelled) => {
-                self.visits.insert((call, attempt), Visit::Cancelled);
+        match self.pending.get_mut(&(call, attempt)) {
+            Some(Pending::Overtaken) => {
+                self.pending.remove(&(call, attempt));
+                self.loads[s][r] -= 1;
+                if let Some(t) = &mut self.tracer {
+                    t.visit(call, attempt, s, r as u32, Err(Outcome::Cancelled), self.now);
+                }
+                false
             }
-            Some(Visit::Job(job)) => self.stop_job(job),
+            Some(pending @ Pending::Sent) => {
+                *pending = Pending::Arrived(None);
+                true
+            }
+            _ => true,
         }
     }
 
-    /// Stops job `key` where it is; it never answers.
+    /// Attempt `attempt` of `call`, at service `s`, became job `job` (`None`: it was refused).
+    pub(super) fn visit_started(&mut self, call: Key, attempt: u32, s: usize, job: Option<Key>) {
+        if !self.services[s].cancellable {
+            return;
+        }
+        if let Some(reached) = self.calls.get_mut(call).and_then(|state| state.reached.get_mut(attempt as usize)) {
+            *reached = job.map_or(Reached::Refused, Reached::Job);
+        }
+        if let Some(Pending::Arrived(pending)) = self.pending.get_mut(&(call, attempt)) {
+            *pending = job;
+        }
+    }
+
+    /// The cancel of attempt `attempt` of `call` (of job `job`, if its caller knew it) reached
+    /// the attempt's replica.
+    pub(super) fn cancel_arrives(&mut self, call: Key, attempt: u32, job: Option<Key>) {
+        let job = job.or_else(|| match self.pending.remove(&(call, attempt)) {
+            Some(Pending::Arrived(job)) => job,
+            Some(Pending::Sent) => {
+                self.pending.insert((call, attempt), Pending::Overtaken);
+                None
+            }
+            Some(Pending::Overtaken) | None => None,
+        });
+        if let Some(job) = job {
+            self.stop_job(job);
+        }
+    }
+
+    /// Stops job `key` where it is, unless it answered already; it never answers.
     fn stop_job(&mut self, key: Key) {
-        let job = self.jobs.remove(key).expect("a visit's job lives until it ends");
+        let Some(job) = self.jobs.remove(key) else { return };
         let (s, r) = (job.service as usize, job.replica as usize);
         if let Some(t) = &mut self.tracer {
-            t.visit_ended(key, Some(tailguard_policy::Outcome::Cancelled), self.now);
+            t.visit_ended(key, Some(Outcome::Cancelled), self.now);
         }
         match job.stage {
             Stage::Queued => {
@@ -109,5 +140,41 @@ impl World {
             }
         }
         self.release(s, r);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+    use std::time::Duration;
+    use tailguard_model::{Experiment, DEFAULT_SCENARIO};
+
+    #[test]
+    fn a_cancel_that_overtakes_its_attempt_leaves_no_ghost_job() {
+        let yaml = "name: t\nservices:\n  s: { workers: 1, service_time: { dist: constant, value: 10ms } }\nnetwork: { delay: 1ms }\nworkload: { target: s, open: { rate: 1, arrival: constant }, requests: 1 }\nvariants: [ { name: v } ]\n";
+        let experiment = Experiment::parse(yaml, Path::new("t.yaml")).unwrap();
+        let run = experiment.resolve(DEFAULT_SCENARIO, "v", false).unwrap();
+        let mut world = World::new(&run, 1).unwrap();
+        let step = |world: &mut World| {
+            let (at, event) = world.events.pop()?;
+            world.now = at;
+            world.handle(event);
+            Some(())
+        };
+        // Step: the request starts; its attempt travels (it arrives at 1 ms).
+        step(&mut world).unwrap();
+        let (call, _) = world.calls.iter().next().expect("the request's call");
+        // Step: its caller cancels it at once, and the cancel arrives first (as if the network
+        // had reordered them: a fixed delay cannot).
+        world.pending.insert((call, 0), Pending::Sent);
+        world.cancel_arrives(call, 0, None);
+        // Step: the attempt arrives and is dropped: no job, no work, no load, nothing pending.
+        while step(&mut world).is_some() {}
+        assert_eq!(world.jobs.values().count(), 0);
+        assert_eq!((world.loads[0][0], world.services[0].replicas[0].held), (0, 0));
+        assert!(world.pending.is_empty());
+        let result = world.metrics.finish("s", "v", Duration::from_secs(1), 0);
+        assert_eq!(result.work[0].busy_s, 0.0);
     }
 }

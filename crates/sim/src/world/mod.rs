@@ -24,7 +24,7 @@ use crate::slab::{Key, Slab};
 use crate::trace::Tracer;
 use crate::SimError;
 use calls::{CallState, Owner};
-use cancel::Visit;
+use cancel::Pending;
 use rand::SeedableRng;
 use rand_pcg::Pcg64Mcg;
 use std::collections::HashMap;
@@ -61,7 +61,7 @@ pub(super) enum Event {
     WorkDone { job: Key },
     /// The cancel of an attempt its caller abandoned reaches the attempt's replica, one network
     /// delay after the caller cancelled (only for `cancellable` services).
-    CancelArrives { call: Key, attempt: u32 },
+    CancelArrives { call: Key, attempt: u32, job: Option<Key> },
     /// An attempt's answer reaches its caller.
     AttemptEnds(AttemptEnd),
     /// A call asked to be woken.
@@ -90,8 +90,8 @@ pub(crate) struct World {
     policies: Vec<EdgePolicy>,
     calls: Slab<CallState>,
     jobs: Slab<Job>,
-    /// Every attempt to a cancellable service, from its sending to its job's end (cancel.rs).
-    visits: HashMap<(Key, u32), Visit>,
+    /// Cancels sent while their attempt was still travelling (cancel.rs).
+    pending: HashMap<(Key, u32), Pending>,
     actions: Vec<Action>,
     /// Open-loop arrivals (`None` in a closed loop).
     arrivals: Option<ArrivalSchedule>,
@@ -153,7 +153,7 @@ impl World {
             policies,
             calls: Slab::new(),
             jobs: Slab::new(),
-            visits: HashMap::new(),
+            pending: HashMap::new(),
             actions: Vec::new(),
             arrivals: w.open.as_ref().map(|o| ArrivalSchedule::new(o.arrival, o.rate, seed)),
             policy_rng: Pcg64Mcg::seed_from_u64(seed.rotate_left(17) ^ 0xA5A5_A5A5),
@@ -231,7 +231,7 @@ impl World {
                 self.attempt_arrives(call, attempt, service, replica, (timeout, series, draws))
             }
             Event::WorkDone { job } => self.work_done(job),
-            Event::CancelArrives { call, attempt } => self.cancel_arrives(call, attempt),
+            Event::CancelArrives { call, attempt, job } => self.cancel_arrives(call, attempt, job),
             Event::AttemptEnds(end) => self.attempt_ends(end),
             Event::Wake { call } => self.step_call(call, |call, ctx| call.on_wake(ctx)),
         }

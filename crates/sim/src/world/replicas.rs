@@ -30,6 +30,7 @@ impl World {
                 t.visit(call, attempt, s, replica, Err(outcome), now);
             }
             world.loads[s][r] -= 1;
+            world.visit_started(call, attempt, s, None);
             let event = Event::AttemptEnds(AttemptEnd { call, attempt, sent, timeout, series, outcome, chip: false });
             world.events.push(now + world.delay, event);
         };
@@ -62,7 +63,7 @@ impl World {
             stage: Stage::Queued,
         };
         let key = self.jobs.insert(job);
-        self.visit_started(call, attempt, s, key);
+        self.visit_started(call, attempt, s, Some(key));
         if let Some(t) = &mut self.tracer {
             t.visit(call, attempt, s, replica, Ok(key), now);
         }
@@ -111,8 +112,7 @@ impl World {
                 if let Some(t) = &mut self.tracer {
                     t.visit_ended(key, None, self.now);
                 }
-                let job = self.jobs.remove(key).expect("a job finishing work exists");
-                self.visit_ended(job.reply, s);
+                self.jobs.delete(key);
                 self.release(s, r);
             }
             Fate::Error => self.respond(key, Outcome::Error),
@@ -165,7 +165,6 @@ impl World {
             t.visit_ended(key, Some(outcome), self.now);
         }
         let (s, r) = (job.service as usize, job.replica as usize);
-        self.visit_ended(job.reply, s);
         let held = self.release(s, r);
         let replica = &mut self.services[s].replicas[r];
         let chip = replica.admission.grant_chip(self.now, held, replica.model.rng());
