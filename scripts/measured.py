@@ -134,6 +134,31 @@ def speculative(results: dict) -> str:
     )
 
 
+def cancellation(results: dict) -> str:
+    """The store's busy time against the unhedged run's plus the work of the hedges that finished."""
+    runs = runs_of(results, "default")
+    work = {v: next(w for w in r["work"] if w["service"] == "store") for v, r in runs.items()}
+    base = work["unhedged"]["busy_s"]
+
+    def ratio(r: Run) -> str:
+        w = work[r["variant"]]
+        return f"{w['busy_s'] / (base + w['extra_s']):.3f}"
+
+    columns = [
+        latency("p99"),
+        EXTRA_LOAD,
+        ("store busy s", lambda r: f"{work[r['variant']]['busy_s']:.1f}"),
+        ("finished hedges s", lambda r: f"{work[r['variant']]['extra_s']:.1f}"),
+        ("busy / (unhedged + finished hedges)", ratio),
+    ]
+    on, off = work["hedged"]["busy_s"], work["hedged-no-cancel"]["busy_s"]
+    utilisation = base / (runs["unhedged"]["duration_s"] * 8)
+    return run_table(list(runs.values()), columns) + (
+        f"\n\nThe store's 8 workers are {100 * utilisation:.1f} % busy unhedged. Without cancellation the "
+        f"hedged store works {off - on:.1f} s ({100 * (off / on - 1):.1f} %) more than with it."
+    )
+
+
 @dataclass(frozen=True)
 class Block:
     """One generated table: the command that gives its numbers and how to lay them out."""
@@ -150,6 +175,7 @@ BLOCKS = [
     Block("bloc", ("sim", "examples/bloc.yaml"), bloc),
     Block("timeouts", ("sim", "examples/timeouts.yaml"), timeouts),
     Block("speculative", ("sim", "examples/speculative.yaml"), speculative, figure=(1, "speculative-tail.svg")),
+    Block("cancellation", ("sim", "bench/cancellation.yaml"), cancellation),
     Block("case-for-timeouts", ("sim", "examples/case-for-timeouts.yaml"), latency_table),
     Block("triangle", ("sim", "examples/triangle.yaml"), latency_table),
     Block("sim-app", ("sim", "examples/tune/sim-app.yaml"), p95_table),

@@ -46,5 +46,7 @@ pub use error::ModelError;
 pub use experiment::{Experiment, Run, DEFAULT_SCENARIO};
 pub use latency::LatencyCurve;
 pub use real::{Kind, Program};
-pub use results::{Latency, LatencyRecorder, ProcessMemory, ReplicaLoad, Results, RunResult, Series, TimeoutSeries};
+pub use results::{
+    Latency, LatencyRecorder, ProcessMemory, ReplicaLoad, Results, RunResult, Series, ServiceWork, TimeoutSeries,
+};
 pub use schema::*;

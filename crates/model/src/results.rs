@@ -72,6 +72,23 @@ pub struct RunResult {
     /// The lab only: resident memory of every service's processes over the run; empty elsewhere.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub memory: Vec<ProcessMemory>,
+    /// The simulator only: the worker time each service spent on measured requests; empty
+    /// elsewhere.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub work: Vec<ServiceWork>,
+}
+
+/// The worker time one service spent on the attempts sent to it after the warm-up, over their
+/// whole work (also when it ends after the measurement, while in-flight requests drain).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ServiceWork {
+    pub service: String,
+    /// Seconds its workers were busy: every finished piece of local work, and the part done of
+    /// work a cancel cut short.
+    pub busy_s: f64,
+    /// Seconds of finished local work for attempts after a call's first (hedges and retries):
+    /// what hedging and retrying cost the service when cancelled attempts stop.
+    pub extra_s: f64,
 }
 
 /// Resident memory of one lab process (a replica's `tailguard serve` or its sidecar), read from

@@ -69,6 +69,12 @@ pub struct Service {
     /// The real program's own parameters (docs/experiment-files.md lists them per kind).
     #[serde(default)]
     pub config: IndexMap<String, serde_yaml_ng::Value>,
+    /// Whether a replica stops working on a request its caller abandoned (a lost hedge, a
+    /// timed-out attempt, an ended request): the cancel reaches it one network delay later, as a
+    /// reset stream reaches a real server through its sidecar. `false` models a server that
+    /// notices nothing and finishes the work.
+    #[serde(default = "yes")]
+    pub cancellable: bool,
 }
 
 fn one() -> u32 {

@@ -166,6 +166,14 @@ impl Call {
         !self.finished && self.attempts.get(attempt as usize).is_some_and(|a| a.live)
     }
 
+    /// The caller gave the request up (its own caller cancelled it): every live attempt is
+    /// cancelled and the call finishes as `Cancelled`. Nothing happens if it already finished.
+    pub fn abandon(&mut self, ctx: &mut Ctx<'_>) {
+        if !self.finished {
+            self.finish(ctx, Outcome::Cancelled);
+        }
+    }
+
     /// The request's deadline, if any (for propagation to the next hop).
     pub fn deadline(&self) -> Option<Time> {
         self.deadline

@@ -45,6 +45,9 @@ struct App {
     workers: Option<Semaphore>,
     /// The run's clock starts when the server is bound.
     start: Instant,
+    /// Whether a request its client abandons stops (the file's `cancellable`); if not, its work
+    /// and calls run to the end on a task of their own.
+    cancellable: bool,
     served_by: HeaderValue,
 }
 
@@ -77,6 +80,7 @@ impl Server {
             calls: Calls::new(spec),
             workers: (workers > 0).then(|| Semaphore::new(workers as usize)),
             start: Instant::now(),
+            cancellable: spec.service.cancellable,
             served_by,
         };
         Ok(Server { listener, app: Arc::new(app) })
@@ -171,17 +175,29 @@ async fn handle(app: Arc<App>, request: Request<Incoming>) -> Result<Response<Fu
         response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
         return Ok(response);
     }
+    if app.cancellable {
+        // Dropped with this future when hyper sees the client go (a closed connection, a reset
+        // stream): the queue place, the worker and the calls go with it.
+        process(&app, &context).await
+    } else {
+        let run = tokio::spawn(async move { process(&app, &context).await });
+        run.await.unwrap_or_else(|_| Err(Lost))
+    }
+}
+
+/// A request's queue, work, fate and calls.
+async fn process(app: &App, context: &TraceContext) -> Result<Response<Full<Bytes>>, Lost> {
     let arrival = app.behaviour.arrive();
-    work(&app, arrival.ordinal).await;
+    work(app, arrival.ordinal).await;
     match arrival.fate {
         Fate::Lost => {
             tokio::time::sleep(LOST_HOLD).await;
             Err(Lost)
         }
-        Fate::Error => Ok(answer(&app, StatusCode::INTERNAL_SERVER_ERROR, "error: an `error` fault\n")),
-        Fate::Normal => match app.calls.make(&context).await {
-            Ok(()) => Ok(answer(&app, StatusCode::OK, "ok\n")),
-            Err(e) => Ok(answer(&app, StatusCode::INTERNAL_SERVER_ERROR, &format!("error: downstream {e}\n"))),
+        Fate::Error => Ok(answer(app, StatusCode::INTERNAL_SERVER_ERROR, "error: an `error` fault\n")),
+        Fate::Normal => match app.calls.make(context).await {
+            Ok(()) => Ok(answer(app, StatusCode::OK, "ok\n")),
+            Err(e) => Ok(answer(app, StatusCode::INTERNAL_SERVER_ERROR, &format!("error: downstream {e}\n"))),
         },
     }
 }

@@ -15,7 +15,7 @@ mod world;
 
 /// The results schema and its maths live in the model crate, shared with the lab and `tailguard load`.
 pub use tailguard_model::results::{
-    self, Latency, ProcessMemory, ReplicaLoad, Results, RunResult, Series, TimeoutSeries,
+    self, Latency, ProcessMemory, ReplicaLoad, Results, RunResult, Series, ServiceWork, TimeoutSeries,
 };
 pub use tailguard_trace::Trace;
 pub use trace::CLIENT as TRACE_CLIENT;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 use tailguard_model::results::{
-    imbalance, ratio, round, LatencyRecorder, ReplicaLoad, RunResult, Series, TimeoutSeries,
+    imbalance, ratio, round, LatencyRecorder, ReplicaLoad, RunResult, Series, ServiceWork, TimeoutSeries,
 };
 use tailguard_policy::Outcome;
 
@@ -24,8 +24,10 @@ pub(crate) struct Metrics {
     /// Attempts accepted per (1 s interval, replica) of each service.
     accepted: Vec<Vec<Vec<u32>>>,
     replicas: Vec<usize>,
-    /// Service names, for the replica-load series.
+    /// Service names, for the replica-load series and the work.
     names: Vec<String>,
+    /// Per service, (busy, extra) worker time on measured attempts, as in [`ServiceWork`].
+    work: Vec<(Duration, Duration)>,
     /// Per call edge with a timeout policy, in the order of the world's series indices.
     edges: Vec<EdgeSeries>,
     warmup: Duration,
@@ -63,6 +65,7 @@ impl Metrics {
             closeness_sum: 0.0,
             closeness_n: 0,
             accepted: vec![Vec::new(); replicas.len()],
+            work: vec![(Duration::ZERO, Duration::ZERO); replicas.len()],
             replicas,
             names,
             edges: edges.into_iter().map(|name| EdgeSeries { name, sent: Vec::new(), answered: Vec::new() }).collect(),
@@ -128,6 +131,18 @@ impl Metrics {
         add(&mut self.edges[edge as usize].answered, i, rtt);
     }
 
+    /// A worker of `service` spent `time` on an attempt (`measured`: sent after the warm-up);
+    /// `finished_extra` when the work finished and the attempt was not its call's first.
+    pub(crate) fn work(&mut self, service: usize, measured: bool, time: Duration, finished_extra: bool) {
+        if measured {
+            let work = &mut self.work[service];
+            work.0 += time;
+            if finished_extra {
+                work.1 += time;
+            }
+        }
+    }
+
     /// A replica of `service` accepted an attempt at `now`: it reached the replica and was not
     /// refused with 429 by its admission control.
     pub(crate) fn accepted(&mut self, service: usize, replica: usize, now: Duration) {
@@ -163,6 +178,16 @@ impl Metrics {
             cdf: self.latency.cdf(),
             series: self.series(measured, load),
             memory: Vec::new(),
+            work: self
+                .names
+                .iter()
+                .zip(&self.work)
+                .map(|(service, (busy, extra))| ServiceWork {
+                    service: service.clone(),
+                    busy_s: round(busy.as_secs_f64()),
+                    extra_s: round(extra.as_secs_f64()),
+                })
+                .collect(),
         }
     }
 

@@ -39,10 +39,24 @@ pub(crate) struct Job {
     pub(crate) next_call: u16,
     pub(crate) outstanding: u16,
     pub(crate) failed: bool,
+    pub(crate) stage: Stage,
+}
+
+/// Where a job is, for a cancel to know what to stop.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stage {
+    /// Waiting in its replica's queue for a worker.
+    Queued,
+    /// A worker is on its local work, since this time.
+    Working(Time),
+    /// Its local work is done: it waits for its downstream calls.
+    Calling,
 }
 
 pub(crate) struct ServiceModel {
     pub(crate) workers: u32,
+    /// Whether its replicas stop the requests their callers abandon (docs/experiment-files.md).
+    pub(crate) cancellable: bool,
     pub(crate) fanout: Fanout,
     /// Edge index per downstream call, `count` repeats expanded.
     pub(crate) plan: Vec<u16>,
@@ -103,6 +117,14 @@ impl ServiceModel {
                 })
             })
             .collect::<Result<_, SimError>>()?;
-        Ok(ServiceModel { workers: svc.workers, fanout: svc.fanout, plan, edge_policy_base, edge_callee, replicas })
+        Ok(ServiceModel {
+            workers: svc.workers,
+            cancellable: svc.cancellable,
+            fanout: svc.fanout,
+            plan,
+            edge_policy_base,
+            edge_callee,
+            replicas,
+        })
     }
 }

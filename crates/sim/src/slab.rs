@@ -50,6 +50,13 @@ impl<T> Slab<T> {
         self.entries.iter().filter_map(|(_, v)| v.as_ref())
     }
 
+    /// The live entries with their keys, in slot order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (Key, &T)> {
+        self.entries.iter().enumerate().filter_map(|(index, (generation, v))| {
+            v.as_ref().map(|v| (Key { index: index as u32, generation: *generation }, v))
+        })
+    }
+
     /// Drops the entry at `key` in its slot; whether there was one.
     pub(crate) fn delete(&mut self, key: Key) -> bool {
         match self.entries.get_mut(key.index as usize) {

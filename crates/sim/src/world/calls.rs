@@ -3,8 +3,10 @@
 //! answers coming back are fed to it; attempt timeouts, closeness and the timeout series are
 //! recorded as they happen.
 
+use super::cancel::Reached;
 use super::{AttemptEnd, Event, World};
 use crate::slab::Key;
+use smallvec::SmallVec;
 use std::time::Duration;
 use tailguard_model::replica::child_key;
 use tailguard_policy::call::{Action, Call, Ctx};
@@ -22,7 +24,7 @@ pub(super) enum Owner {
 /// A call in flight and what the world keeps about it.
 pub(super) struct CallState {
     call: Call,
-    owner: Owner,
+    pub(super) owner: Owner,
     policy: usize,
     callee: u16,
     measured: bool,
@@ -31,6 +33,8 @@ pub(super) struct CallState {
     /// The key its attempts' draws derive from: the user request's number, then the path of
     /// calls to it, so a request meets the same luck under every variant.
     draws: u64,
+    /// How far each of its attempts got, by attempt number, for its cancels to find their job.
+    pub(super) reached: SmallVec<[Reached; 2]>,
 }
 
 impl World {
@@ -54,7 +58,7 @@ impl World {
         // Built in its slot: a call is a few hundred bytes, not worth moving.
         let key = self.calls.insert_with(|| {
             let call = Call::start(&mut ctx, idempotent, None);
-            CallState { call, owner, policy, callee, measured, answer: None, draws }
+            CallState { call, owner, policy, callee, measured, answer: None, draws, reached: SmallVec::new() }
         });
         if let Some(t) = &mut self.tracer {
             let job = if let Owner::Job(job) = owner { Some(job) } else { None };
@@ -106,6 +110,7 @@ impl World {
                         series,
                         draws: child_key(state.draws, attempt.into()),
                     };
+                    state.reached.push(Reached::Travelling);
                     let hop = self.hop();
                     self.events.push(self.now + hop, event);
                 }
@@ -116,6 +121,8 @@ impl World {
                     if reason == Outcome::TimedOut && between_services && state.measured {
                         self.metrics.attempt_timed_out();
                     }
+                    let (callee, reached) = (state.callee, state.reached[attempt as usize]);
+                    self.cancel_sent(key, attempt, callee, reached);
                 }
                 Action::Overdue { attempt, .. } => {
                     if let Some(t) = &mut self.tracer {

@@ -13,6 +13,7 @@
 //! `--traces`, the [`Tracer`] (crate::trace).
 
 mod calls;
+mod cancel;
 mod replicas;
 mod workload;
 
@@ -23,8 +24,10 @@ use crate::slab::{Key, Slab};
 use crate::trace::Tracer;
 use crate::SimError;
 use calls::{CallState, Owner};
+use cancel::Pending;
 use rand::SeedableRng;
 use rand_pcg::Pcg64Mcg;
+use std::collections::HashMap;
 use std::time::Duration;
 use tailguard_model::replica::child_key;
 use tailguard_model::results::{load_service, RunResult};
@@ -61,6 +64,9 @@ pub(super) enum Event {
     },
     /// A replica finished the local work of a job.
     WorkDone { job: Key },
+    /// The cancel of an attempt its caller abandoned reaches the attempt's replica, one network
+    /// delay after the caller cancelled (only for `cancellable` services).
+    CancelArrives { call: Key, attempt: u32, job: Option<Key> },
     /// An attempt's answer reaches its caller.
     AttemptEnds(AttemptEnd),
     /// A call asked to be woken.
@@ -89,6 +95,8 @@ pub(crate) struct World {
     policies: Vec<EdgePolicy>,
     calls: Slab<CallState>,
     jobs: Slab<Job>,
+    /// Cancels sent while their attempt was still travelling (cancel.rs).
+    pending: HashMap<(Key, u32), Pending>,
     actions: Vec<Action>,
     /// Open-loop arrivals (`None` in a closed loop).
     arrivals: Option<ArrivalSchedule>,
@@ -154,6 +162,7 @@ impl World {
             policies,
             calls: Slab::new(),
             jobs: Slab::new(),
+            pending: HashMap::new(),
             actions: Vec::new(),
             arrivals: w.open.as_ref().map(|o| ArrivalSchedule::new(o.arrival, o.rate, seed)),
             policy_rng: Pcg64Mcg::seed_from_u64(seed.rotate_left(17) ^ 0xA5A5_A5A5),
@@ -237,6 +246,7 @@ impl World {
                 self.attempt_arrives(call, attempt, service, replica, (sent, timeout, series, draws))
             }
             Event::WorkDone { job } => self.work_done(job),
+            Event::CancelArrives { call, attempt, job } => self.cancel_arrives(call, attempt, job),
             Event::AttemptEnds(end) => self.attempt_ends(end),
             Event::Wake { call } => self.step_call(call, |call, ctx| call.on_wake(ctx)),
         }

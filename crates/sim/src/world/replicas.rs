@@ -3,7 +3,7 @@
 //! downstream calls (sequential or parallel) and answers, with a BLOC chip if admission grants one.
 
 use super::{AttemptEnd, Event, Owner, World};
-use crate::service::Job;
+use crate::service::{Job, Stage};
 use crate::slab::Key;
 use std::time::Duration;
 use tailguard_model::replica::{child_key, Fate};
@@ -20,12 +20,16 @@ impl World {
         (sent, timeout, series, draws): (Duration, Option<Duration>, Option<u16>, u64),
     ) {
         let (s, r) = (service as usize, replica as usize);
+        if !self.arrives_uncancelled(call, attempt, s, r) {
+            return;
+        }
         let now = self.now;
         let refuse = |world: &mut World, outcome| {
             if let Some(t) = &mut world.tracer {
                 t.visit(call, attempt, s, replica, Err(outcome), now);
             }
             world.loads[s][r] -= 1;
+            world.visit_started(call, attempt, s, None);
             let event = Event::AttemptEnds(AttemptEnd { call, attempt, sent, timeout, series, outcome, chip: false });
             let hop = world.hop();
             world.events.push(now + hop, event);
@@ -56,8 +60,10 @@ impl World {
             next_call: 0,
             outstanding: 0,
             failed: false,
+            stage: Stage::Queued,
         };
         let key = self.jobs.insert(job);
+        self.visit_started(call, attempt, s, Some(key));
         if let Some(t) = &mut self.tracer {
             t.visit(call, attempt, s, replica, Ok(key), now);
         }
@@ -75,6 +81,7 @@ impl World {
     pub(super) fn begin_work(&mut self, key: Key, s: usize, r: usize) {
         let job = self.jobs.get_mut(key).expect("a job starting work exists");
         let (nth, draws) = (job.nth, job.draws);
+        job.stage = Stage::Working(self.now);
         let svc = &mut self.services[s];
         svc.replicas[r].busy += 1;
         let time = svc.replicas[r].model.work_time_as(nth, self.now, draws);
@@ -87,6 +94,11 @@ impl World {
     pub(super) fn work_done(&mut self, key: Key) {
         let Some(job) = self.jobs.get_mut(key) else { return };
         let (s, r, fate) = (job.service as usize, job.replica as usize, job.fate);
+        if let Stage::Working(started) = job.stage {
+            let extra = job.reply.1 > 0;
+            self.metrics.work(s, job.sent >= self.warmup, self.now - started, extra);
+        }
+        job.stage = Stage::Calling;
         if let Some(t) = &mut self.tracer {
             t.work_done(key, self.now);
         }
