@@ -6,8 +6,8 @@
 //! A cancel carries its job's key when the attempt had reached its replica before the caller gave
 //! it up ([`Reached`], kept in the call's state); one sent while its attempt was still travelling
 //! is tracked until it arrives ([`Pending`]), so it finds the job the attempt became meanwhile.
-//! A cancel that overtook its attempt (impossible with one fixed network delay, as both travel in
-//! the same FIFO lane) still stops it on arrival, and a stopped job's late events find nothing
+//! A cancel travels one hop like any message; one that overtook its attempt (only a `jitter` can
+//! reorder them) still stops it on arrival, and a stopped job's late events find nothing
 //! (generation-checked keys).
 
 use super::{Event, Owner, World};
@@ -51,7 +51,8 @@ impl World {
                 None
             }
         };
-        self.events.push(self.now + self.delay, Event::CancelArrives { call, attempt, job });
+        let hop = self.hop();
+        self.events.push(self.now + hop, Event::CancelArrives { call, attempt, job });
     }
 
     /// Attempt `attempt` of `call` reached replica `r` of service `s`; false when its cancel came
