@@ -42,7 +42,6 @@ pub(crate) struct Job {
 }
 
 pub(crate) struct ServiceModel {
-    pub(crate) workers: u32,
     pub(crate) fanout: Fanout,
     /// Edge index per downstream call, `count` repeats expanded.
     pub(crate) plan: Vec<u16>,
@@ -53,7 +52,8 @@ pub(crate) struct ServiceModel {
 }
 
 pub(crate) struct Replica {
-    /// Faults, service times and this replica's own random stream, as `tailguard serve` has them.
+    /// Faults, service times, workers and this replica's own random stream, as `tailguard serve`
+    /// has them (its group's, if it is in one).
     pub(crate) model: ReplicaModel,
     pub(crate) queue: VecDeque<Key>,
     pub(crate) busy: u32,
@@ -99,10 +99,10 @@ impl ServiceModel {
                     queue: VecDeque::new(),
                     busy: 0,
                     held: 0,
-                    admission: build::admission(&svc.admission),
+                    admission: build::admission(&svc.for_replica(r).admission),
                 })
             })
             .collect::<Result<_, SimError>>()?;
-        Ok(ServiceModel { workers: svc.workers, fanout: svc.fanout, plan, edge_policy_base, edge_callee, replicas })
+        Ok(ServiceModel { fanout: svc.fanout, plan, edge_policy_base, edge_callee, replicas })
     }
 }

@@ -56,6 +56,11 @@ pub(super) enum Event {
     },
     /// A replica finished the local work of a job.
     WorkDone { job: Key },
+    /// A job answers now: an `error` fault's `after` has passed, or a `hang` that held its answer
+    /// has ended.
+    Answer { job: Key, outcome: Outcome },
+    /// A job makes its next calls now, a `hang` that held them having ended.
+    NextCalls { job: Key },
     /// An attempt's answer reaches its caller.
     AttemptEnds(AttemptEnd),
     /// A call asked to be woken.
@@ -222,6 +227,8 @@ impl World {
                 self.attempt_arrives(call, attempt, service, replica, (timeout, series, draws))
             }
             Event::WorkDone { job } => self.work_done(job),
+            Event::Answer { job, outcome } => self.respond(job, outcome),
+            Event::NextCalls { job } => self.make_calls(job),
             Event::AttemptEnds(end) => self.attempt_ends(end),
             Event::Wake { call } => self.step_call(call, |call, ctx| call.on_wake(ctx)),
         }
