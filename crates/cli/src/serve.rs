@@ -71,6 +71,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             args.file.display(),
             spec.seed
         );
+        // On stderr, one line per fault this replica realises (`backend replica 2: hang from 10s
+        // until 20s`); windows log again as they open and close.
+        for fault in server.faults() {
+            eprintln!("{} replica {}: {fault}", spec.name, spec.replica);
+        }
         server.run_until(shutdown_signal()).await?;
         anyhow::Ok(())
     })
