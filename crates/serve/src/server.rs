@@ -19,10 +19,10 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, Semaphore};
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 
 use crate::behaviour::{Behaviour, Fate};
 use crate::calls::{Calls, TraceContext};
+use crate::clock::Clock;
 use crate::error::ServeError;
 use crate::spec::Spec;
 
@@ -45,8 +45,8 @@ struct App {
     calls: Calls,
     /// The FIFO queue for a worker (tokio's semaphore is fair); `None` for unlimited workers.
     workers: Option<Semaphore>,
-    /// The run's clock starts when the server is bound.
-    start: Instant,
+    /// The run's clock: it starts when the server is bound, and again on [`Clock::restart`].
+    clock: Arc<Clock>,
     served_by: HeaderValue,
 }
 
@@ -78,7 +78,7 @@ impl Server {
             behaviour,
             calls: Calls::new(spec),
             workers: (workers > 0).then(|| Semaphore::new(workers as usize)),
-            start: Instant::now(),
+            clock: Arc::new(Clock::new()),
             served_by,
         };
         Ok(Server { listener, app: Arc::new(app) })
@@ -87,6 +87,11 @@ impl Server {
     /// The address it listens on.
     pub fn local_addr(&self) -> Result<SocketAddr, ServeError> {
         self.listener.local_addr().map_err(ServeError::Accept)
+    }
+
+    /// The run's clock, to restart it when the run starts (the lab's load).
+    pub fn clock(&self) -> Arc<Clock> {
+        self.app.clock.clone()
     }
 
     /// The faults this replica realises, one line each for the log (`hang from 10s until 20s`).
@@ -171,17 +176,20 @@ async fn log_windows(app: Arc<App>) {
     }
     moments.sort();
     for (at, line) in moments {
-        tokio::time::sleep_until(app.start + at).await;
+        // The clock may restart while this waits: wait again for the new moment.
+        while app.clock.elapsed() < at {
+            tokio::time::sleep_until(app.clock.instant(at)).await;
+        }
         eprintln!("{line}");
     }
 }
 
 /// Waits while a `hang` window holds the replica.
 async fn hold(app: &App) {
-    let now = app.start.elapsed();
+    let now = app.clock.elapsed();
     let resume = app.behaviour.resume_at(now);
     if resume > now {
-        tokio::time::sleep_until(app.start + resume).await;
+        tokio::time::sleep_until(app.clock.instant(resume)).await;
     }
 }
 
@@ -199,7 +207,7 @@ async fn serve_connection(app: Arc<App>, stream: tokio::net::TcpStream) {
 
 /// One request.
 async fn handle(app: Arc<App>, request: Request<Incoming>) -> Result<Response<Full<Bytes>>, Lost> {
-    let arrived = app.start.elapsed();
+    let arrived = app.clock.elapsed();
     let down = app.behaviour.is_down(arrived);
     if request.uri().path() == "/healthz" {
         return Ok(if down {
@@ -218,7 +226,7 @@ async fn handle(app: Arc<App>, request: Request<Incoming>) -> Result<Response<Fu
     let arrival = app.behaviour.arrive(arrived);
     if let Fate::ErrorAfter(after) = arrival.fate {
         // No worker, no work: the answer leaves `after` from the arrival.
-        crate::precise::sleep((arrived + after).saturating_sub(app.start.elapsed())).await;
+        crate::precise::sleep((arrived + after).saturating_sub(app.clock.elapsed())).await;
         hold(&app).await;
         return Ok(answer(&app, StatusCode::INTERNAL_SERVER_ERROR, "error: an `error` fault\n"));
     }
@@ -249,7 +257,7 @@ async fn work(app: &App, ordinal: u64) {
         None => None,
     };
     hold(app).await;
-    let time = app.behaviour.work_time(ordinal, app.start.elapsed());
+    let time = app.behaviour.work_time(ordinal, app.clock.elapsed());
     crate::precise::sleep(time).await;
     hold(app).await;
 }

@@ -155,6 +155,25 @@ async fn a_hung_replica_answers_only_when_the_window_ends() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn windows_count_from_the_clock_s_last_restart() {
+    let text = "  a:\n    service_time: { dist: constant, value: 1ms }\n    faults: [{ kind: hang, until: 300ms }]";
+    let spec = Spec::from_experiment(&experiment(text), &Options { service: "a".into(), ..Options::default() })
+        .expect("valid options");
+    let server = Server::bind(&spec, SocketAddr::from(([127, 0, 0, 1], 0))).await.expect("binds");
+    let clock = server.clock();
+    let server = server.spawn().expect("spawns");
+    let client = client();
+    // Step: past the window, answers are quick.
+    tokio::time::sleep(400 * MS).await;
+    let (_, took) = get(&client, server.addr(), "/").await;
+    assert!(took < 150 * MS, "took {took:?}");
+    // Step: the run starts again (the lab's SIGUSR1): the window is back, for 300 ms.
+    clock.restart();
+    let (_, took) = get(&client, server.addr(), "/").await;
+    assert!(took >= 290 * MS && took < 700 * MS, "took {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fast_error_answers_500_without_waiting_for_the_worker() {
     let t0 = Instant::now();
     let services = "  a:\n    workers: 1\n    service_time: { dist: constant, value: 600ms }\n    faults: [{ kind: error, after: 0s, from: 200ms }]";
