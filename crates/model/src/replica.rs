@@ -241,17 +241,14 @@ fn mix(mut z: u64) -> u64 {
 fn fate(faults: &[Fault], replica: u32, now: Duration, rng: &mut Pcg64Mcg) -> Fate {
     let mut fate = Fate::Normal;
     for f in faults {
+        // The draw comes first in each guard: it is made whatever the rest says.
         match &f.kind {
-            FaultKind::Error { rate, after } => {
-                if rng.gen::<f64>() < *rate && fate == Fate::Normal && f.active(replica, now) {
-                    fate = after.map_or(Fate::Error, |after| Fate::ErrorAfter(after.get()));
-                }
+            FaultKind::Error { rate, after }
+                if rng.gen::<f64>() < *rate && fate == Fate::Normal && f.active(replica, now) =>
+            {
+                fate = after.map_or(Fate::Error, |after| Fate::ErrorAfter(after.get()));
             }
-            FaultKind::Lost { fraction } => {
-                if rng.gen::<f64>() < *fraction && f.active(replica, now) {
-                    fate = Fate::Lost;
-                }
-            }
+            FaultKind::Lost { fraction } if rng.gen::<f64>() < *fraction && f.active(replica, now) => fate = Fate::Lost,
             _ => {}
         }
     }
