@@ -382,7 +382,20 @@ fn faults(faults: &[Fault], base_dir: &Path) -> Check {
     Ok(())
 }
 
+/// The latest a fault's window may open or close, and the longest an error's `after`: a year is
+/// past any run, and keeps the times the simulator and serve add to them far from overflowing.
+const MAX_FAULT_TIME: Duration = Duration::from_secs(365 * 24 * 3600);
+
 fn fault(f: &Fault, base_dir: &Path) -> Check {
+    let after = match &f.kind {
+        FaultKind::Error { after, .. } => *after,
+        _ => None,
+    };
+    for (field, time) in [("from", f.from), ("until", f.until), ("after", after)] {
+        if let Some(t) = time.filter(|t| t.get() > MAX_FAULT_TIME) {
+            return Err(ModelError::at(field, format!("expected a time of at most 8760h (a year), got {t}")));
+        }
+    }
     if let (Some(from), Some(until)) = (f.from, f.until) {
         if until <= from {
             return Err(ModelError::at("until", format!("expected a time after from ({from}), got {until}")));
@@ -528,6 +541,10 @@ mod tests {
             "services.a.faults.0.until: expected the time a hang ends (a replica that never answers is a `lost` fault)"
         );
         assert_eq!(slow("{kind: error, after: 0s, replica: 1, from: 1s, until: 2s}"), "ok");
+        assert_eq!(
+            slow("{kind: hang, until: 9000h}"),
+            "services.a.faults.0.until: expected a time of at most 8760h (a year), got 9000h"
+        );
         // Each kind refuses the fields of the others; the window's fields are every kind's.
         let parse = |f: &str| serde_yaml_ng::from_str::<Fault>(f).map(|_| ()).map_err(|e| e.to_string());
         assert_eq!(
