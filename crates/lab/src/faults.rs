@@ -1,9 +1,9 @@
 //! How the lab realises each replica's faults: every one by `tailguard serve` itself, from the
 //! very model the simulator runs (tailguard_model::replica), timed from the start of the load
 //! (the lab restarts each serve's clock with SIGUSR1 as the load begins). No fault needs the lab
-//! to stop or kill a process: a `hang` is serve holding work and answers while its sidecar keeps
-//! admitting, as the simulator has it, which SIGSTOP could not do (it would freeze the sidecar's
-//! view of the replica too, were they one process, and the answers in flight with it).
+//! to stop or kill a process: a `hang` is serve holding work and answers to the window's end on
+//! the run's clock while its sidecar keeps admitting, as the simulator has it; SIGSTOP would need
+//! the lab to time the signals and would silence serve's `/healthz` (docs/lab.md, Faults).
 
 use crate::plan::Plan;
 use tailguard_model::schema::{Fault, FaultKind};
