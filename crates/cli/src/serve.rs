@@ -61,6 +61,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     runtime.block_on(async {
+        // Installed before binding, so a SIGUSR1 never finds its default action (to terminate).
+        #[cfg(unix)]
+        let mut run_starts = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())
+            .context("cannot handle SIGUSR1")?;
         let server = Server::bind(&spec, args.listen).await?;
         let addr = server.local_addr()?;
         // On stdout, one line, so a launcher can read the address a port 0 got.
@@ -71,6 +75,22 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             args.file.display(),
             spec.seed
         );
+        // On stderr, one line per fault this replica realises (`backend replica 2: hang from 10s
+        // until 20s`); windows log again as they open and close.
+        for fault in server.faults() {
+            eprintln!("{} replica {}: {fault}", spec.name, spec.replica);
+        }
+        // SIGUSR1: the run starts now (the lab's load); fault windows and latency models count
+        // from here.
+        #[cfg(unix)]
+        {
+            let clock = server.clock();
+            tokio::spawn(async move {
+                while run_starts.recv().await.is_some() {
+                    clock.restart();
+                }
+            });
+        }
         server.run_until(shutdown_signal()).await?;
         anyhow::Ok(())
     })

@@ -13,9 +13,13 @@
 //! Services of `kind: nginx|redis|memcached` run Debian's real program instead of serve
 //! ([`real`]).
 //!
+//! Every fault is realised by serve itself, timed from the load's start ([`faults`] logs, per
+//! replica, each fault and how).
+//!
 //! Runs that need the simulator's oracle balancer are skipped (no real process sees every queue).
 
 mod error;
+pub mod faults;
 mod http;
 pub mod measure;
 pub mod memory;

@@ -176,7 +176,7 @@ pub struct ProxyFile(pub Config);
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 
 impl ProxyFile {
-    /// The sidecar of `replica`: its ingress admits for serve with the service's admission, its
+    /// The sidecar of `replica`: its ingress admits for serve with the replica's admission, its
     /// egress routes each called service's path prefix to that service's ingresses with the
     /// edge's policy. Its seed is derived from the run's `seed` and the replica's place in the
     /// plan ([`sidecar_seed`]).
@@ -194,7 +194,8 @@ impl ProxyFile {
             ingress: Some(Ingress {
                 listen: replica.ingress(),
                 app: replica.serve(),
-                admission: service.admission.clone(),
+                // The replica's own: its group's, if it is in one with an admission.
+                admission: service.for_replica(replica.index).admission,
                 protocol: Protocol::Http1,
                 // The callers are the lab's own sidecars and load generator.
                 trusted_peers: plan.isolation.peers(plan.slot),
@@ -272,6 +273,7 @@ pub fn needs_oracle(run: &Run) -> bool {
 mod tests {
     use super::*;
     use std::path::Path;
+    use tailguard_model::schema::AdmissionConfig;
     use tailguard_model::Experiment;
 
     const FILE: &str = "name: t\nservices:\n  front:\n    calls: [{service: back}]\n  back:\n    replicas: 2\n    workers: 1\n    admission: {kind: fixed, capacity: 3}\nworkload: {target: front, open: {rate: 10}, duration: 1s}\nvariants:\n  - name: v\n    edges:\n      front->back: {balancer: {kind: bloc, reset: 1s}, retry: {max_attempts: 4}}\n";
@@ -318,6 +320,20 @@ mod tests {
         assert_eq!((tracing.service_name.as_str(), tracing.sample), ("back", 0.5));
         let resource: Vec<(&str, &str)> = tracing.resource.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         assert_eq!(resource, [("scenario", "default"), ("variant", "v")]);
+    }
+
+    #[test]
+    fn a_group_s_admission_reaches_its_replicas_sidecars_only() {
+        let text = FILE.replace(
+            "    admission: {kind: fixed, capacity: 3}\n",
+            "    admission: {kind: fixed, capacity: 3}\n    groups: {small: {replicas: 1, admission: {kind: fixed, capacity: 1}}}\n",
+        );
+        let run = run(&text);
+        let plan = Plan::new(&run, Isolation::Loopback, 7);
+        let admission =
+            |i: usize| read_back(&ProxyFile::sidecar(&run, &plan, &plan.replicas[i], 1)).ingress.unwrap().admission;
+        assert_eq!(admission(1), AdmissionConfig::Fixed { capacity: 3 }, "back-0");
+        assert_eq!(admission(2), AdmissionConfig::Fixed { capacity: 1 }, "back-1, in the group");
     }
 
     #[test]

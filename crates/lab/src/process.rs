@@ -73,6 +73,13 @@ impl Processes {
         self.procs.iter().find(|p| p.name == name).map(|p| p.child.id())
     }
 
+    /// Sends `signal` to the process started as `name`; whether there was one to send it to.
+    pub fn signal(&self, name: &str, signal: libc::c_int) -> bool {
+        let Some(pid) = self.pid_of(name) else { return false };
+        // SAFETY: kill(2) with the PID of a child this value still owns (not yet reaped).
+        unsafe { libc::kill(pid as libc::pid_t, signal) == 0 }
+    }
+
     /// An error if any process has exited.
     pub fn check_alive(&mut self) -> Result<(), LabError> {
         for p in &mut self.procs {

@@ -2,6 +2,7 @@
 //! processes that is started, measured and stopped before the next.
 
 use crate::error::LabError;
+use crate::faults;
 use crate::measure;
 use crate::memory;
 use crate::netns::Network;
@@ -18,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tailguard_load::{LoadConfig, Shape, Stop, Target};
 use tailguard_model::schema::Arrival;
-use tailguard_model::{Experiment, Run};
+use tailguard_model::{Experiment, Kind, Run};
 use tailguard_sim::{Results, RunResult};
 use tailguard_trace::{jaeger, JaegerError, Trace};
 
@@ -212,11 +213,19 @@ fn run_one(
     let checks = start(run, &plan, options, endpoint.as_deref(), &dir, &mut processes, observer)?;
     processes.wait_ready(&checks, options.ready_timeout, &options.cancel)?;
     observer.ready(&plan);
+    for line in faults::realisations(run, &plan) {
+        observer.note(&line);
+    }
 
     observer.phase("measuring");
     let config = load_config(run, &plan, options.seed)?;
     let sidecars = measure::sidecars(&plan);
     let done = AtomicBool::new(false);
+    // Every serve's clock starts with the load, as the simulator's does: fault windows and
+    // latency models count from here, not from when each process happened to start.
+    for replica in plan.replicas.iter().filter(|r| run.services[&r.service].kind == Kind::Synthetic) {
+        processes.signal(&serve_name(replica), libc::SIGUSR1);
+    }
     let start = Instant::now();
     let warmup = run.workload.warmup.get();
     // The traces' clock: the sidecars stamp spans with the wall clock.
@@ -341,12 +350,7 @@ fn start(
     for r in &plan.replicas {
         match real::program(run, r, dir)? {
             Some(program) => spawn(program.name, program.command, Some(r), program.probe)?,
-            None => spawn(
-                format!("serve {}", r.name()),
-                serve_command(run, plan, r, options),
-                Some(r),
-                Probe::Http(r.serve()),
-            )?,
+            None => spawn(serve_name(r), serve_command(run, plan, r, options), Some(r), Probe::Http(r.serve()))?,
         }
         if !r.sidecar {
             continue;
@@ -360,6 +364,11 @@ fn start(
         spawn("proxy workload".to_string(), proxy_command(options, &path), None, Probe::Http(admin))?;
     }
     Ok(checks)
+}
+
+/// The name the lab gives replica `r`'s `tailguard serve` process.
+fn serve_name(r: &Replica) -> String {
+    format!("serve {}", r.name())
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> Result<PathBuf, LabError> {

@@ -167,7 +167,8 @@ impl Experiment {
         let ExperimentFile { mut services, network, mut workload, .. } = resolved;
         apply_variant(v, variant_index, &mut services, &mut workload).map_err(|e| e.in_file(origin).note(&note))?;
         let base_dir = self.base_dir();
-        validate::topology(&services, &workload, &base_dir).map_err(|e| e.in_file(origin).note(&note))?;
+        validate::topology(&services, &workload, &base_dir, validate::Stage::Resolved)
+            .map_err(|e| e.in_file(origin).note(&note))?;
         Ok(Run { scenario: scenario.to_string(), variant: variant.to_string(), services, network, workload, base_dir })
     }
 
@@ -247,7 +248,9 @@ fn apply_variant(
         let service = services.get_mut(name).ok_or_else(|| {
             ModelError::at(format!("variants.{index}.admission.{name}"), format!("no service named {name:?}"))
         })?;
+        // The whole service's: its groups' own admission too.
         service.admission = admission.clone();
+        service.groups.values_mut().for_each(|g| g.admission = None);
     }
     Ok(())
 }

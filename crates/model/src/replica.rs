@@ -8,10 +8,16 @@
 //! and service time at any replica, whatever the callers' policies did before it);
 //! `tailguard serve`, which cannot know the request, draws from one stream per replica in arrival
 //! order. Draws happen in a fixed order: one per `error` and `lost` fault on arrival; the service
-//! time, then one per `fraction` slow fault, when the work starts; chips (by the caller of
-//! [`ReplicaModel::rng`]) from the replica's stream when the answer leaves.
+//! time, then one per `fraction` slow fault (and one of its `service_time` if it picks the
+//! request), when the work starts; chips (by the caller of [`ReplicaModel::rng`]) from the
+//! replica's stream when the answer leaves. A fault draws whether or not it is active (its window,
+//! its replica), so windows change no other request's luck.
+//!
+//! Windows are checked against the arrival for `error`, `lost` and `down`, against the start of
+//! the work for `slow`; a `hang` holds whatever would start or end in it until it closes
+//! ([`ReplicaModel::resume_at`]).
 
-use crate::schema::{Fault, Service};
+use crate::schema::{Fault, FaultKind, Service};
 use crate::{LatencyCurve, ModelError, Sampler};
 use rand::{Rng as _, SeedableRng};
 use rand_pcg::Pcg64Mcg;
@@ -26,8 +32,11 @@ pub const MAX_WORK: Duration = Duration::from_secs(24 * 3600);
 pub enum Fate {
     /// It makes its calls and answers.
     Normal,
-    /// It answers 500 without making its calls (an `error` fault).
+    /// It answers 500 after its local work, without making its calls (an `error` fault).
     Error,
+    /// It answers 500 this long after it arrived, without waiting for a worker or doing any work
+    /// (an `error` fault with `after`).
+    ErrorAfter(Duration),
     /// It is never answered (a `lost` fault).
     Lost,
 }
@@ -45,6 +54,8 @@ pub struct Arrival {
 #[derive(Debug)]
 pub struct ReplicaModel {
     replica: u32,
+    /// Requests the replica works on at once (0: unlimited), from its group if it has one.
+    workers: u32,
     sampler: Sampler,
     curve: LatencyCurve,
     faults: Vec<Fault>,
@@ -61,9 +72,10 @@ const ARRIVE_SALT: u64 = 0x3C6E_F372_FE94_F82B;
 const WORK_SALT: u64 = 0xA54F_F53A_5F1D_36F1;
 
 impl ReplicaModel {
-    /// Replica `replica` of `service`, the `service_index`-th service of its file, in a run seeded
-    /// with `seed` whose measured part ends at `horizon` (for latency-model ramps); `base_dir`
-    /// resolves empirical distributions' files.
+    /// Replica `replica` of `service` (as [`Service::for_replica`] gives it: its group's fields and
+    /// faults), the `service_index`-th service of its file, in a run seeded with `seed` whose
+    /// measured part ends at `horizon` (for latency-model ramps); `base_dir` resolves empirical
+    /// distributions' files.
     pub fn new(
         service: &Service,
         service_index: usize,
@@ -72,21 +84,23 @@ impl ReplicaModel {
         horizon: Option<Duration>,
         base_dir: &Path,
     ) -> Result<ReplicaModel, ModelError> {
+        let service = service.for_replica(replica);
         let stream = seed ^ 0x9E37_79B9_7F4A_7C15u64.wrapping_mul(service_index as u64 + 1);
         let rng = Pcg64Mcg::seed_from_u64(stream ^ (u64::from(replica) + 1).wrapping_mul(0xD1B5_4A32_D192_ED03));
         let slow_samplers = service
             .faults
             .iter()
-            .map(|f| match f {
-                Fault::Slow { service_time: Some(d), .. } => d.sampler(base_dir).map(Some),
+            .map(|f| match &f.kind {
+                FaultKind::Slow { service_time: Some(d), .. } => d.sampler(base_dir).map(Some),
                 _ => Ok(None),
             })
             .collect::<Result<_, _>>()?;
         Ok(ReplicaModel {
             replica,
+            workers: service.workers,
             sampler: service.service_time.sampler(base_dir)?,
             curve: service.latency_model.curve(horizon, stream)?,
-            faults: service.faults.clone(),
+            faults: service.faults,
             slow_samplers,
             rng,
             keyed: stream,
@@ -94,41 +108,67 @@ impl ReplicaModel {
         })
     }
 
+    /// Requests the replica works on at once; 0 means unlimited.
+    pub fn workers(&self) -> u32 {
+        self.workers
+    }
+
+    /// The faults this replica meets at some time (the service's and its group's, less those
+    /// for another replica), in file order.
+    pub fn faults(&self) -> impl Iterator<Item = &Fault> {
+        self.faults.iter().filter(|f| f.applies_to(self.replica))
+    }
+
     /// Whether the replica is down at `now` (since the run started): a `down` fault for it, or for
     /// all replicas, covers `now`.
     pub fn is_down(&self, now: Duration) -> bool {
-        self.faults.iter().any(|f| match f {
-            Fault::Down { replica, from, to } => {
-                replica.is_none_or(|x| x == self.replica) && from.get() <= now && now < to.get()
-            }
-            _ => false,
-        })
+        self.faults.iter().any(|f| f.kind == FaultKind::Down {} && f.active(self.replica, now))
     }
 
-    /// Counts a request in and draws its fate: one draw per `error` and `lost` fault, in file
-    /// order; a lost request stays lost.
-    pub fn arrive(&mut self) -> Arrival {
-        let fate = fate(&self.faults, &mut self.rng);
+    /// The first time from `now` on when no `hang` window holds the replica: `now` itself unless
+    /// one covers it, else the end of the window (of the next one, if windows chain). Work does
+    /// not start, and answers do not leave, before it.
+    pub fn resume_at(&self, now: Duration) -> Duration {
+        let mut at = now;
+        loop {
+            let end = self
+                .faults
+                .iter()
+                .filter(|f| f.kind == FaultKind::Hang {} && f.active(self.replica, at))
+                .filter_map(|f| f.until.map(|u| u.get()))
+                .max();
+            match end {
+                Some(end) if end > at => at = end,
+                _ => return at,
+            }
+        }
+    }
+
+    /// Counts in a request arriving at `now` (since the run started) and draws its fate: one draw
+    /// per `error` and `lost` fault, in file order; a lost request stays lost, and the first
+    /// active `error` fault that picks it decides how it errs.
+    pub fn arrive(&mut self, now: Duration) -> Arrival {
+        let fate = fate(&self.faults, self.replica, now, &mut self.rng);
         self.received += 1;
         Arrival { ordinal: self.received, fate }
     }
 
     /// [`ReplicaModel::arrive`] with the draws keyed by `request` (any number that identifies the
     /// request and attempt in the run) instead of taken from the replica's stream.
-    pub fn arrive_as(&mut self, request: u64) -> Arrival {
+    pub fn arrive_as(&mut self, request: u64, now: Duration) -> Arrival {
         // Without faults there is nothing to draw, and no stream to seed.
         let fate = if self.faults.is_empty() {
             Fate::Normal
         } else {
-            fate(&self.faults, &mut self.keyed_rng(request ^ ARRIVE_SALT))
+            fate(&self.faults, self.replica, now, &mut self.keyed_rng(request ^ ARRIVE_SALT))
         };
         self.received += 1;
         Arrival { ordinal: self.received, fate }
     }
 
     /// The local work of the `ordinal`-th request, starting at `now` (since the run started): a
-    /// service-time draw × the latency factor at `now`, unless a slow fault picks the request
-    /// (`every: n` picks ordinals n, 2n, …; `fraction` draws), capped at [`MAX_WORK`].
+    /// service-time draw × the latency factor at `now`, unless a slow fault active at `now` picks
+    /// the request (`every: n` picks ordinals n, 2n, …; `fraction` draws), capped at [`MAX_WORK`].
     pub fn work_time(&mut self, ordinal: u64, now: Duration) -> Duration {
         // A copy advanced and put back: `work` borrows the rest of the model.
         let mut rng = self.rng.clone();
@@ -154,18 +194,22 @@ impl ReplicaModel {
     fn work(&mut self, ordinal: u64, now: Duration, rng: &mut Pcg64Mcg) -> Duration {
         let mut time = scale(self.sampler.sample(rng), self.curve.factor(now));
         for (f, slow) in self.faults.iter().zip(&self.slow_samplers) {
-            if let Fault::Slow { fraction, every, factor, .. } = f {
+            if let FaultKind::Slow { fraction, every, factor, .. } = &f.kind {
                 let hit = match (every, fraction) {
                     (Some(n), _) => *n > 0 && ordinal % u64::from(*n) == 0,
                     (None, Some(p)) => rng.gen::<f64>() < *p,
                     (None, None) => false,
                 };
                 if hit {
-                    time = match (slow, factor) {
+                    // Drawn even outside the window, so the draws after it stay in step.
+                    let slowed = match (slow, factor) {
                         (Some(sampler), _) => sampler.sample(rng),
                         (None, Some(k)) => scale(time, *k),
                         (None, None) => time,
                     };
+                    if f.active(self.replica, now) {
+                        time = slowed;
+                    }
                 }
             }
         }
@@ -191,14 +235,20 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// A request's fate: one draw per `error` and `lost` fault, in file order; a lost request stays
-/// lost.
-fn fate(faults: &[Fault], rng: &mut Pcg64Mcg) -> Fate {
+/// The fate of a request arriving at `replica` at `now`: one draw per `error` and `lost` fault, in
+/// file order, whether active or not; a lost request stays lost, and the first active `error`
+/// fault that picks it decides how it errs.
+fn fate(faults: &[Fault], replica: u32, now: Duration, rng: &mut Pcg64Mcg) -> Fate {
     let mut fate = Fate::Normal;
     for f in faults {
-        match f {
-            Fault::Error { rate } if rng.gen::<f64>() < *rate && fate != Fate::Lost => fate = Fate::Error,
-            Fault::Lost { fraction } if rng.gen::<f64>() < *fraction => fate = Fate::Lost,
+        // The draw comes first in each guard: it is made whatever the rest says.
+        match &f.kind {
+            FaultKind::Error { rate, after }
+                if rng.gen::<f64>() < *rate && fate == Fate::Normal && f.active(replica, now) =>
+            {
+                fate = after.map_or(Fate::Error, |after| Fate::ErrorAfter(after.get()));
+            }
+            FaultKind::Lost { fraction } if rng.gen::<f64>() < *fraction && f.active(replica, now) => fate = Fate::Lost,
             _ => {}
         }
     }
@@ -230,16 +280,74 @@ mod tests {
         let (mut a, mut b) = (replica(yaml, 0), replica(yaml, 1));
         // Replica 1 has seen other requests first; request 42 still meets the same luck there.
         for r in 0..5 {
-            b.arrive_as(r);
+            b.arrive_as(r, Duration::ZERO);
         }
-        let fates_a: Vec<Fate> = (40..60).map(|r| a.arrive_as(r).fate).collect();
-        let fates_b: Vec<Fate> = (40..60).map(|r| b.arrive_as(r).fate).collect();
+        let fates_a: Vec<Fate> = (40..60).map(|r| a.arrive_as(r, Duration::ZERO).fate).collect();
+        let fates_b: Vec<Fate> = (40..60).map(|r| b.arrive_as(r, Duration::ZERO).fate).collect();
         assert_eq!(fates_a, fates_b);
         assert!(fates_a.contains(&Fate::Lost) && fates_a.contains(&Fate::Normal));
         assert_eq!(a.work_time_as(1, Duration::ZERO, 42), b.work_time_as(9, Duration::ZERO, 42));
         assert_ne!(a.work_time_as(1, Duration::ZERO, 42), a.work_time_as(1, Duration::ZERO, 43));
         // The ordinal still counts the arrivals at this replica.
-        assert_eq!(b.arrive_as(42).ordinal, 26);
+        assert_eq!(b.arrive_as(42, Duration::ZERO).ordinal, 26);
+    }
+
+    fn secs(s: f64) -> Duration {
+        Duration::from_secs_f64(s)
+    }
+
+    #[test]
+    fn faults_act_in_their_window_on_their_replica_and_draw_outside_it() {
+        let yaml = "{service_time: {dist: exponential, mean: 10ms}, faults: [\
+            {kind: lost, fraction: 0.5, from: 1s, until: 2s}, {kind: error, after: 5ms, replica: 1}, \
+            {kind: slow, fraction: 0.5, factor: 10, from: 1s}]}";
+        let (mut zero, mut one) = (replica(yaml, 0), replica(yaml, 1));
+        let plain = "{service_time: {dist: exponential, mean: 10ms}}";
+        // Outside the lost window, replica 0 loses nothing; inside, about half.
+        assert!((0..50).all(|r| zero.arrive_as(r, secs(0.5)).fate == Fate::Normal));
+        let lost = (0..50).filter(|&r| zero.arrive_as(r, secs(1.5)).fate == Fate::Lost).count();
+        assert!((10..40).contains(&lost), "{lost}");
+        // Replica 1 errs at once, unless lost in the window (a lost request stays lost).
+        assert_eq!(one.arrive_as(7, secs(0.5)).fate, Fate::ErrorAfter(Duration::from_millis(5)));
+        assert!((0..50).all(|r| one.arrive_as(r, secs(1.5)).fate != Fate::Normal));
+        // Before the slow window the work is the plain service time, the same draw as a replica
+        // without faults makes (the slow fault's draw comes after it).
+        let mut clean = replica(plain, 0);
+        assert_eq!(zero.work_time_as(1, secs(0.5), 3), clean.work_time_as(1, secs(0.5), 3));
+        let slowed = (0..50).filter(|&r| zero.work_time_as(1, secs(1.5), r) > clean.work_time_as(1, secs(1.5), r));
+        assert!((10..40).contains(&slowed.count()));
+    }
+
+    #[test]
+    fn a_hang_holds_the_replica_until_its_windows_close() {
+        let yaml = "{faults: [{kind: hang, replica: 0, from: 1s, until: 2s}, {kind: hang, from: 2s, until: 2.5s}, \
+            {kind: down, replica: 1, from: 3s, to: 4s}]}";
+        let (zero, one) = (replica(yaml, 0), replica(yaml, 1));
+        assert_eq!(zero.resume_at(secs(0.5)), secs(0.5));
+        // Chained windows: the first ends where the second begins.
+        assert_eq!(zero.resume_at(secs(1.25)), secs(2.5));
+        assert_eq!(one.resume_at(secs(1.25)), secs(1.25));
+        assert_eq!(one.resume_at(secs(2.0)), secs(2.5));
+        assert_eq!(zero.resume_at(secs(2.5)), secs(2.5));
+        assert!(one.is_down(secs(3.0)) && !one.is_down(secs(4.0)) && !zero.is_down(secs(3.5)));
+        assert_eq!(zero.faults().count(), 2);
+        assert_eq!(zero.faults().next().unwrap().to_string(), "hang on replica 0 from 1s until 2s");
+    }
+
+    #[test]
+    fn a_group_gives_its_replicas_their_own_fields_and_faults() {
+        let yaml = "{replicas: 4, workers: 8, service_time: {dist: constant, value: 10ms}, faults: [{kind: lost, fraction: 0}], \
+            groups: {slow: {replicas: \"1-2\", workers: 2, service_time: {dist: constant, value: 20ms}, faults: [{kind: error}]}}}";
+        let (mut zero, mut two) = (replica(yaml, 0), replica(yaml, 2));
+        assert_eq!((zero.workers(), two.workers()), (8, 2));
+        assert_eq!(zero.work_time_as(1, Duration::ZERO, 1), Duration::from_millis(10));
+        assert_eq!(two.work_time_as(1, Duration::ZERO, 1), Duration::from_millis(20));
+        assert_eq!(zero.arrive_as(1, Duration::ZERO).fate, Fate::Normal);
+        assert_eq!(two.arrive_as(1, Duration::ZERO).fate, Fate::Error);
+        assert_eq!(
+            two.faults().map(|f| f.to_string()).collect::<Vec<_>>(),
+            ["lost (fraction 0) for the whole run", "error (rate 1, after the work) for the whole run"]
+        );
     }
 
     #[test]

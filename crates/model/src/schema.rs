@@ -57,6 +57,10 @@ pub struct Service {
     /// Faults injected at this service.
     #[serde(default)]
     pub faults: Vec<Fault>,
+    /// Replicas that differ from the rest, by group name (their own service time, workers,
+    /// latency model, admission, added faults).
+    #[serde(default)]
+    pub groups: IndexMap<String, Group>,
     /// Calls made to other services after the local work, for each request.
     #[serde(default)]
     pub calls: Vec<CallEdge>,
@@ -86,6 +90,26 @@ fn yes() -> bool {
 }
 
 impl Service {
+    /// The service as replica `replica` runs it: the fields of the group that holds it (if any)
+    /// in place of the service's, its faults after the service's, and no groups.
+    pub fn for_replica(&self, replica: u32) -> Service {
+        let mut service = Service { groups: IndexMap::new(), ..self.clone() };
+        for group in self.groups.values().filter(|g| g.replicas.contains(replica)) {
+            service.workers = group.workers.unwrap_or(service.workers);
+            if let Some(d) = &group.service_time {
+                service.service_time = d.clone();
+            }
+            if let Some(m) = &group.latency_model {
+                service.latency_model = m.clone();
+            }
+            if let Some(a) = &group.admission {
+                service.admission = a.clone();
+            }
+            service.faults.extend(group.faults.iter().cloned());
+        }
+        service
+    }
+
     /// The kind with its parameters (checked when the file was read, so this cannot fail then).
     pub fn program(&self) -> Result<crate::real::Program, crate::ModelError> {
         crate::real::Program::parse(self.kind, &self.config)
@@ -263,10 +287,36 @@ fn one_f() -> f64 {
     1.0
 }
 
-/// A fault injected at a service.
+/// A fault injected at a service: what it does ([`FaultKind`]), on which replica and when.
+///
+/// A fault is active for a request at replica `r` and time `t` (since the run started) when
+/// `replica` is absent or `r`, and `from ≤ t < until` (each bound optional). `t` is the request's
+/// arrival for `error`, `lost` and `down`, its work's start for `slow`; `hang` holds the replica
+/// for the whole window. A fault that is not active still makes its random draws, so a request
+/// meets the same luck whatever the windows.
+// No `deny_unknown_fields` here: serde refuses the flattened `kind` with it; each kind denies
+// the fields it does not know instead.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct Fault {
+    /// What the fault does.
+    #[serde(flatten)]
+    pub kind: FaultKind,
+    /// The one replica it applies to (index from 0); all of the service's (or group's) if absent.
+    #[serde(default)]
+    pub replica: Option<u32>,
+    /// When it starts (since the run started); the start of the run if absent.
+    #[serde(default)]
+    pub from: Option<Dur>,
+    /// When it ends (`to` is accepted too, as `down` faults have always written it); never if
+    /// absent.
+    #[serde(default, alias = "to")]
+    pub until: Option<Dur>,
+}
+
+/// What a fault does to the requests it meets.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
-pub enum Fault {
+pub enum FaultKind {
     /// Some requests take `service_time` (or `factor` × the usual) instead: a `fraction` of them
     /// at random, or every `every`-th request a replica receives.
     Slow {
@@ -279,17 +329,155 @@ pub enum Fault {
         #[serde(default)]
         factor: Option<f64>,
     },
-    /// A fraction of requests answer with an error (500).
-    Error { rate: f64 },
-    /// A fraction of requests are never answered.
-    Lost { fraction: f64 },
-    /// Replica `replica` (or all, if absent) is down from `from` to `to`: unreachable.
-    Down {
+    /// A fraction `rate` (default all) of requests answer with an error (500): after their local
+    /// work, or, with `after`, that long after they arrive without taking a worker (a "black
+    /// hole" that answers at once with `after: 0s`).
+    Error {
+        #[serde(default = "one_f")]
+        rate: f64,
         #[serde(default)]
-        replica: Option<u32>,
-        from: Dur,
-        to: Dur,
+        after: Option<Dur>,
     },
+    /// A `fraction` (default all) of requests are never answered.
+    Lost {
+        #[serde(default = "one_f")]
+        fraction: f64,
+    },
+    /// The replica neither starts nor finishes anything: requests that arrive are admitted and
+    /// wait for the window's end to start their work; work and answers due in the window happen
+    /// as it closes.
+    Hang {},
+    /// The replica is unreachable: every request is answered 503 at once.
+    Down {},
+}
+
+impl Fault {
+    /// Whether the fault applies to `replica` at `now` (since the run started).
+    pub fn active(&self, replica: u32, now: std::time::Duration) -> bool {
+        self.replica.is_none_or(|r| r == replica)
+            && self.from.is_none_or(|from| from.get() <= now)
+            && self.until.is_none_or(|until| now < until.get())
+    }
+
+    /// Whether the fault applies to `replica` at any time.
+    pub fn applies_to(&self, replica: u32) -> bool {
+        self.replica.is_none_or(|r| r == replica)
+    }
+}
+
+/// For logs: `hang from 10s until 20s`, `error (rate 0.5, after 0s)`, `slow (fraction 0.1,
+/// factor 3) on replica 2`.
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut params = Vec::new();
+        let name = match &self.kind {
+            FaultKind::Slow { fraction, every, service_time, factor } => {
+                params.extend(fraction.map(|x| format!("fraction {x}")));
+                params.extend(every.map(|n| format!("every {n}")));
+                params.extend(factor.map(|k| format!("factor {k}")));
+                params.extend(service_time.as_ref().map(|_| "own service_time".to_string()));
+                "slow"
+            }
+            FaultKind::Error { rate, after } => {
+                params.push(format!("rate {rate}"));
+                params.push(after.map_or("after the work".to_string(), |a| format!("after {a}")));
+                "error"
+            }
+            FaultKind::Lost { fraction } => {
+                params.push(format!("fraction {fraction}"));
+                "lost"
+            }
+            FaultKind::Hang {} => "hang",
+            FaultKind::Down {} => "down",
+        };
+        write!(f, "{name}")?;
+        if !params.is_empty() {
+            write!(f, " ({})", params.join(", "))?;
+        }
+        if let Some(r) = self.replica {
+            write!(f, " on replica {r}")?;
+        }
+        match (self.from, self.until) {
+            (None, None) => write!(f, " for the whole run"),
+            (Some(from), None) => write!(f, " from {from}"),
+            (None, Some(until)) => write!(f, " until {until}"),
+            (Some(from), Some(until)) => write!(f, " from {from} until {until}"),
+        }
+    }
+}
+
+/// Replicas of a service that differ from the rest: each field set here replaces the service's
+/// for these replicas, and `faults` are added to the service's.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Group {
+    /// The replicas: an index, a list of indices, or a range `"A-B"` (both ends included).
+    pub replicas: ReplicaSet,
+    /// Requests a replica of the group processes at once (0: unlimited).
+    #[serde(default)]
+    pub workers: Option<u32>,
+    /// Time a worker spends on one request.
+    #[serde(default)]
+    pub service_time: Option<Distribution>,
+    /// How the service time changes over the run.
+    #[serde(default)]
+    pub latency_model: Option<LatencyModel>,
+    /// Admission control at each replica of the group.
+    #[serde(default)]
+    pub admission: Option<AdmissionConfig>,
+    /// Faults of these replicas, after the service's own.
+    #[serde(default)]
+    pub faults: Vec<Fault>,
+}
+
+/// Replica indices, written as one index (`3`), a list (`[0, 4]`) or a range (`"0-2"`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaSet(pub Vec<u32>);
+
+impl ReplicaSet {
+    /// Whether `replica` is in the set.
+    pub fn contains(&self, replica: u32) -> bool {
+        self.0.contains(&replica)
+    }
+}
+
+impl<'de> Deserialize<'de> for ReplicaSet {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<ReplicaSet, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = ReplicaSet;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a replica index, a list of indices or a range \"A-B\"")
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<ReplicaSet, E> {
+                index(n).map(|n| ReplicaSet(vec![n]))
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<ReplicaSet, E> {
+                Err(E::custom(format!("expected a replica index (0 or more), got {n}")))
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<ReplicaSet, E> {
+                let bad = || E::custom(format!("expected a range such as \"0-2\", got {text:?}"));
+                let (low, high) = text.split_once('-').unwrap_or((text, text));
+                let low: u32 = low.trim().parse().map_err(|_| bad())?;
+                let high: u32 = high.trim().parse().map_err(|_| bad())?;
+                if high < low {
+                    return Err(E::custom(format!("expected a range from low to high, got {text:?}")));
+                }
+                Ok(ReplicaSet((low..=high).collect()))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<ReplicaSet, A::Error> {
+                let mut all = Vec::new();
+                while let Some(n) = seq.next_element::<u32>()? {
+                    all.push(n);
+                }
+                Ok(ReplicaSet(all))
+            }
+        }
+        fn index<E: serde::de::Error>(n: u64) -> Result<u32, E> {
+            u32::try_from(n).map_err(|_| E::custom(format!("expected a replica index, got {n}")))
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 /// The network between services. The proxy's file embeds it too (a sidecar's

@@ -23,12 +23,20 @@ pub const WORKLOAD_CALLER: &str = "workload";
 
 type Check = Result<(), ModelError>;
 
+/// Whether the services checked are the file as written or a resolved run: replica indices (of
+/// groups and faults) are checked in a resolved run only, as overrides may change `replicas`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stage {
+    Written,
+    Resolved,
+}
+
 /// The whole file as written: topology, workload, variants and scenarios.
 pub(crate) fn experiment(file: &ExperimentFile, base_dir: &Path) -> Check {
     if file.name.trim().is_empty() {
         return Err(ModelError::at("name", "expected a non-empty name"));
     }
-    topology(&file.services, &file.workload, base_dir)?;
+    topology(&file.services, &file.workload, base_dir, Stage::Written)?;
     if file.variants.is_empty() {
         return Err(ModelError::at("variants", "expected at least one variant"));
     }
@@ -41,7 +49,12 @@ pub(crate) fn experiment(file: &ExperimentFile, base_dir: &Path) -> Check {
 }
 
 /// The services and the workload (a resolved run, or the file as written).
-pub(crate) fn topology(services: &IndexMap<String, Service>, workload: &Workload, base_dir: &Path) -> Check {
+pub(crate) fn topology(
+    services: &IndexMap<String, Service>,
+    workload: &Workload,
+    base_dir: &Path,
+    stage: Stage,
+) -> Check {
     if services.is_empty() {
         return Err(ModelError::at("services", "expected at least one service"));
     }
@@ -50,6 +63,9 @@ pub(crate) fn topology(services: &IndexMap<String, Service>, workload: &Workload
         let at = format!("services.{name}");
         service_name(name).map_err(|m| ModelError::at(&at, m))?;
         self::service(service, services, base_dir, horizon).map_err(|e| e.under(&at))?;
+        if stage == Stage::Resolved {
+            replica_indices(service).map_err(|e| e.under(&at))?;
+        }
     }
     no_cycles(services)?;
     self::workload(workload, services).map_err(|e| e.under("workload"))
@@ -77,8 +93,9 @@ fn service(s: &Service, services: &IndexMap<String, Service>, base_dir: &Path, h
     s.service_time.sampler(base_dir).map_err(|e| e.under("service_time"))?;
     s.latency_model.curve(horizon, 0).map_err(|e| e.under("latency_model"))?;
     admission(&s.admission).map_err(|e| e.under("admission"))?;
-    for (i, f) in s.faults.iter().enumerate() {
-        fault(f, s.replicas, base_dir).map_err(|e| e.under(&format!("faults.{i}")))?;
+    faults(&s.faults, base_dir)?;
+    for (name, g) in &s.groups {
+        group(g, base_dir, horizon).map_err(|e| e.under(&format!("groups.{name}")))?;
     }
     for (i, call) in s.calls.iter().enumerate() {
         let at = format!("calls.{i}");
@@ -101,6 +118,9 @@ fn real(s: &Service, services: &IndexMap<String, Service>) -> Check {
     let not = |at: &str, what: &str| Err(ModelError::at(at, format!("a {} service {what}", kind.name())));
     if !s.faults.is_empty() {
         return not("faults", "runs the real program; expected no injected faults");
+    }
+    if !s.groups.is_empty() {
+        return not("groups", "runs the real program; expected no replica groups");
     }
     if kind == Kind::Nginx {
         if s.calls.len() > 1 || s.calls.iter().any(|c| c.count != 1) {
@@ -292,9 +312,97 @@ pub fn admission(a: &AdmissionConfig) -> Check {
     Ok(a.validate()?)
 }
 
-fn fault(f: &Fault, replicas: u32, base_dir: &Path) -> Check {
-    match f {
-        Fault::Slow { fraction, every, service_time, factor } => {
+/// A group's own fields, checked as the service's are.
+fn group(g: &Group, base_dir: &Path, horizon: Option<Duration>) -> Check {
+    if g.replicas.0.is_empty() {
+        return Err(ModelError::at("replicas", "expected at least one replica index"));
+    }
+    if let Some(d) = &g.service_time {
+        d.sampler(base_dir).map_err(|e| e.under("service_time"))?;
+    }
+    if let Some(m) = &g.latency_model {
+        m.curve(horizon, 0).map_err(|e| e.under("latency_model"))?;
+    }
+    if let Some(a) = &g.admission {
+        admission(a).map_err(|e| e.under("admission"))?;
+    }
+    faults(&g.faults, base_dir)
+}
+
+/// The replica indices of a resolved service: every group's and fault's replicas exist, no
+/// replica is in two groups, and a group's fault names one of the group's replicas.
+fn replica_indices(s: &Service) -> Check {
+    let exists = |at: &str, r: u32| {
+        if r < s.replicas {
+            return Ok(());
+        }
+        Err(ModelError::at(
+            at,
+            format!(
+                "expected a replica index from 0 to {} (the service has {} replicas), got {r}",
+                s.replicas - 1,
+                s.replicas
+            ),
+        ))
+    };
+    for (i, f) in s.faults.iter().enumerate() {
+        f.replica.map_or(Ok(()), |r| exists(&format!("faults.{i}.replica"), r))?;
+    }
+    let mut owner: IndexMap<u32, &str> = IndexMap::new();
+    for (name, g) in &s.groups {
+        let at = format!("groups.{name}.replicas");
+        for &r in &g.replicas.0 {
+            exists(&at, r)?;
+            if let Some(other) = owner.insert(r, name) {
+                if other != name {
+                    return Err(ModelError::at(
+                        &at,
+                        format!("replica {r} is also in group {other:?}; expected each replica in at most one group"),
+                    ));
+                }
+            }
+        }
+        for (i, f) in g.faults.iter().enumerate() {
+            if let Some(r) = f.replica.filter(|r| !g.replicas.contains(*r)) {
+                let list: Vec<String> = g.replicas.0.iter().map(u32::to_string).collect();
+                return Err(ModelError::at(
+                    format!("groups.{name}.faults.{i}.replica"),
+                    format!("expected one of the group's replicas ({}), got {r}", list.join(", ")),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn faults(faults: &[Fault], base_dir: &Path) -> Check {
+    for (i, f) in faults.iter().enumerate() {
+        fault(f, base_dir).map_err(|e| e.under(&format!("faults.{i}")))?;
+    }
+    Ok(())
+}
+
+/// The latest a fault's window may open or close, and the longest an error's `after`: a year is
+/// past any run, and keeps the times the simulator and serve add to them far from overflowing.
+const MAX_FAULT_TIME: Duration = Duration::from_secs(365 * 24 * 3600);
+
+fn fault(f: &Fault, base_dir: &Path) -> Check {
+    let after = match &f.kind {
+        FaultKind::Error { after, .. } => *after,
+        _ => None,
+    };
+    for (field, time) in [("from", f.from), ("until", f.until), ("after", after)] {
+        if let Some(t) = time.filter(|t| t.get() > MAX_FAULT_TIME) {
+            return Err(ModelError::at(field, format!("expected a time of at most 8760h (a year), got {t}")));
+        }
+    }
+    if let (Some(from), Some(until)) = (f.from, f.until) {
+        if until <= from {
+            return Err(ModelError::at("until", format!("expected a time after from ({from}), got {until}")));
+        }
+    }
+    match &f.kind {
+        FaultKind::Slow { fraction, every, service_time, factor } => {
             match (fraction, every) {
                 (Some(x), None) => self::fraction("fraction", *x)?,
                 (None, Some(0)) => return Err(ModelError::at("every", "expected a positive integer, got 0")),
@@ -307,22 +415,13 @@ fn fault(f: &Fault, replicas: u32, base_dir: &Path) -> Check {
                 _ => Err(ModelError::at("", "expected exactly one of `service_time` and `factor`")),
             }
         }
-        Fault::Error { rate } => fraction("rate", *rate),
-        Fault::Lost { fraction } => self::fraction("fraction", *fraction),
-        Fault::Down { replica, from, to } => {
-            if let Some(r) = replica {
-                if *r >= replicas {
-                    return Err(ModelError::at(
-                        "replica",
-                        format!("expected a replica index from 0 to {}, got {r}", replicas - 1),
-                    ));
-                }
-            }
-            if to <= from {
-                return Err(ModelError::at("to", format!("expected a time after from ({from}), got {to}")));
-            }
-            Ok(())
-        }
+        FaultKind::Error { rate, .. } => fraction("rate", *rate),
+        FaultKind::Lost { fraction } => self::fraction("fraction", *fraction),
+        FaultKind::Hang {} if f.until.is_none() => Err(ModelError::at(
+            "until",
+            "expected the time a hang ends (a replica that never answers is a `lost` fault)",
+        )),
+        FaultKind::Hang {} | FaultKind::Down {} => Ok(()),
     }
 }
 
@@ -362,7 +461,7 @@ mod tests {
     }
 
     fn check(text: &str) -> String {
-        topology(&services(text), &workload("a"), Path::new("."))
+        topology(&services(text), &workload("a"), Path::new("."), Stage::Resolved)
             .map(|_| "ok".to_string())
             .unwrap_or_else(|e| e.to_string())
     }
@@ -431,12 +530,29 @@ mod tests {
         );
         assert_eq!(
             slow("{kind: down, replica: 2, from: 1s, to: 2s}"),
-            "services.a.faults.0.replica: expected a replica index from 0 to 1, got 2"
+            "services.a.faults.0.replica: expected a replica index from 0 to 1 (the service has 2 replicas), got 2"
         );
         assert_eq!(
             slow("{kind: down, from: 2s, to: 1s}"),
-            "services.a.faults.0.to: expected a time after from (2s), got 1s"
+            "services.a.faults.0.until: expected a time after from (2s), got 1s"
         );
+        assert_eq!(
+            slow("{kind: hang, from: 2s}"),
+            "services.a.faults.0.until: expected the time a hang ends (a replica that never answers is a `lost` fault)"
+        );
+        assert_eq!(slow("{kind: error, after: 0s, replica: 1, from: 1s, until: 2s}"), "ok");
+        assert_eq!(
+            slow("{kind: hang, until: 9000h}"),
+            "services.a.faults.0.until: expected a time of at most 8760h (a year), got 9000h"
+        );
+        // Each kind refuses the fields of the others; the window's fields are every kind's.
+        let parse = |f: &str| serde_yaml_ng::from_str::<Fault>(f).map(|_| ()).map_err(|e| e.to_string());
+        assert_eq!(
+            parse("{kind: hang, until: 2s, every: 3}"),
+            Err("unknown field `every`, there are no fields".into())
+        );
+        assert!(parse("{kind: error, fraction: 0.5}").unwrap_err().starts_with("unknown field `fraction`, expected"));
+        assert_eq!(parse("{kind: down, replica: 1, from: 1s, to: 2s}"), Ok(()));
         assert_eq!(
             slow("{kind: lost, fraction: -0.1}"),
             "services.a.faults.0.fraction: expected a fraction between 0 and 1, got -0.1"
@@ -444,13 +560,43 @@ mod tests {
     }
 
     #[test]
+    fn groups_are_checked_and_named_in_errors() {
+        let group = |g: &str| check(&format!("{{a: {{replicas: 4, groups: {g}}}}}"));
+        assert_eq!(group("{slow: {replicas: \"0-1\", workers: 2}, odd: {replicas: [3]}}"), "ok");
+        assert_eq!(
+            group("{slow: {replicas: \"2-4\"}}"),
+            "services.a.groups.slow.replicas: expected a replica index from 0 to 3 (the service has 4 replicas), got 4"
+        );
+        assert_eq!(
+            group("{slow: {replicas: \"0-2\"}, odd: {replicas: [1, 3]}}"),
+            "services.a.groups.odd.replicas: replica 1 is also in group \"slow\"; expected each replica in at most one group"
+        );
+        assert_eq!(
+            group("{slow: {replicas: 1, faults: [{kind: down, replica: 2}]}}"),
+            "services.a.groups.slow.faults.0.replica: expected one of the group's replicas (1), got 2"
+        );
+        assert_eq!(
+            group("{slow: {replicas: 1, service_time: {dist: exponential, mean: 0s}}}"),
+            "services.a.groups.slow.service_time.mean: expected a positive duration, got 0s"
+        );
+        assert_eq!(
+            group("{slow: {replicas: 0, faults: [{kind: lost, fraction: 2}]}}"),
+            "services.a.groups.slow.faults.0.fraction: expected a fraction between 0 and 1, got 2"
+        );
+        assert_eq!(
+            group("{slow: {replicas: []}}"),
+            "services.a.groups.slow.replicas: expected at least one replica index"
+        );
+    }
+
+    #[test]
     fn latency_models_without_a_horizon_need_their_times() {
         let s = services("{a: {latency_model: {kind: slow-increase, from: 1, to: 2}}}");
         let mut w = workload("a");
-        assert!(topology(&s, &w, Path::new(".")).is_ok());
+        assert!(topology(&s, &w, Path::new("."), Stage::Resolved).is_ok());
         w.duration = None;
         w.requests = Some(100);
-        let e = topology(&s, &w, Path::new(".")).unwrap_err().to_string();
+        let e = topology(&s, &w, Path::new("."), Stage::Resolved).unwrap_err().to_string();
         assert!(e.starts_with("services.a.latency_model.end: expected a duration"), "{e}");
     }
 

@@ -7,6 +7,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 use tailguard_model::replica::ReplicaModel;
 pub use tailguard_model::replica::{Arrival, Fate, MAX_WORK};
+use tailguard_model::schema::Fault;
 
 use crate::error::ServeError;
 use crate::spec::Spec;
@@ -28,9 +29,19 @@ impl Behaviour {
         self.lock().is_down(now)
     }
 
-    /// Counts a request in and draws its fate.
-    pub fn arrive(&self) -> Arrival {
-        self.lock().arrive()
+    /// Counts in a request arriving at `now` (since the server started) and draws its fate.
+    pub fn arrive(&self, now: Duration) -> Arrival {
+        self.lock().arrive(now)
+    }
+
+    /// The first time from `now` on when no `hang` window holds this replica.
+    pub fn resume_at(&self, now: Duration) -> Duration {
+        self.lock().resume_at(now)
+    }
+
+    /// The faults this replica realises, for the log: `hang from 10s until 20s`.
+    pub fn faults(&self) -> Vec<Fault> {
+        self.lock().faults().cloned().collect()
     }
 
     /// The local work of the `ordinal`-th request, starting at `now` (since the server started).

@@ -11,10 +11,14 @@
 //! - [`Spec::from_experiment`]`(experiment, options)` picks the service and checks the options;
 //! - [`Server::bind`]`(spec, addr)` builds it and binds; [`Server::run_until`] serves until a
 //!   future completes, [`Server::spawn`] serves on a task (tests);
-//! - [`shutdown_signal`] completes on Ctrl-C or SIGTERM.
+//! - [`shutdown_signal`] completes on Ctrl-C or SIGTERM;
+//! - [`clock::Clock`]: the run's clock fault windows and latency models are timed against
+//!   ([`Server::clock`]; `tailguard serve` restarts it on SIGUSR1, which the lab sends as its load
+//!   starts).
 
 mod behaviour;
 mod calls;
+pub mod clock;
 mod error;
 pub mod precise;
 mod server;

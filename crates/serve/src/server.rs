@@ -1,6 +1,8 @@
 //! The HTTP server: accepts connections (HTTP/1.1 and h2c), answers `GET /healthz`, and serves
 //! every other request as the service would (crates/sim/src/world/replicas.rs): a FIFO queue for a
-//! worker, the local work (a sleep), the fate's fault, the downstream calls, the answer.
+//! worker, the local work (a sleep), the fate's fault, the downstream calls, the answer. An `error`
+//! fault with `after` answers without a worker; a `hang` window holds the start and end of the
+//! work and the answer until it closes (a sleep to its end, as the simulator defers them).
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -17,10 +19,10 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, Semaphore};
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 
 use crate::behaviour::{Behaviour, Fate};
 use crate::calls::{Calls, TraceContext};
+use crate::clock::Clock;
 use crate::error::ServeError;
 use crate::spec::Spec;
 
@@ -43,11 +45,11 @@ struct App {
     calls: Calls,
     /// The FIFO queue for a worker (tokio's semaphore is fair); `None` for unlimited workers.
     workers: Option<Semaphore>,
-    /// The run's clock starts when the server is bound.
-    start: Instant,
     /// Whether a request its client abandons stops (the file's `cancellable`); if not, its work
     /// and calls run to the end on a task of their own.
     cancellable: bool,
+    /// The run's clock: it starts when the server is bound, and again on [`Clock::restart`].
+    clock: Arc<Clock>,
     served_by: HeaderValue,
 }
 
@@ -79,8 +81,8 @@ impl Server {
             behaviour,
             calls: Calls::new(spec),
             workers: (workers > 0).then(|| Semaphore::new(workers as usize)),
-            start: Instant::now(),
             cancellable: spec.service.cancellable,
+            clock: Arc::new(Clock::new()),
             served_by,
         };
         Ok(Server { listener, app: Arc::new(app) })
@@ -91,10 +93,22 @@ impl Server {
         self.listener.local_addr().map_err(ServeError::Accept)
     }
 
+    /// The run's clock, to restart it when the run starts (the lab's load).
+    pub fn clock(&self) -> Arc<Clock> {
+        self.app.clock.clone()
+    }
+
+    /// The faults this replica realises, one line each for the log (`hang from 10s until 20s`).
+    pub fn faults(&self) -> Vec<String> {
+        self.app.behaviour.faults().iter().map(ToString::to_string).collect()
+    }
+
     /// Serves until `shutdown` completes, then stops accepting (connections already open finish
-    /// on their own tasks).
+    /// on their own tasks). Each fault window's opening and closing is logged on stderr.
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> Result<(), ServeError> {
         tokio::pin!(shutdown);
+        let windows = tokio::spawn(log_windows(self.app.clone()));
+        let _stop_logging = AbortOnDrop(windows);
         loop {
             tokio::select! {
                 () = &mut shutdown => return Ok(()),
@@ -146,6 +160,43 @@ impl Drop for Running {
     }
 }
 
+/// Aborts a task when dropped.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Logs on stderr, as it happens, each window of this replica's faults opening and closing:
+/// `backend/2: hang from 10s until 20s: opens`.
+async fn log_windows(app: Arc<App>) {
+    let mut moments: Vec<(Duration, String)> = Vec::new();
+    for fault in app.behaviour.faults() {
+        let name = app.served_by.to_str().unwrap_or("tailguard-serve");
+        moments.extend(fault.from.map(|at| (at.get(), format!("{name}: {fault}: opens"))));
+        moments.extend(fault.until.map(|at| (at.get(), format!("{name}: {fault}: closes"))));
+    }
+    moments.sort();
+    for (at, line) in moments {
+        // The clock may restart while this waits: wait again for the new moment.
+        while app.clock.elapsed() < at {
+            tokio::time::sleep_until(app.clock.instant(at)).await;
+        }
+        eprintln!("{line}");
+    }
+}
+
+/// Waits while a `hang` window holds the replica.
+async fn hold(app: &App) {
+    let now = app.clock.elapsed();
+    let resume = app.behaviour.resume_at(now);
+    if resume > now {
+        tokio::time::sleep_until(app.clock.instant(resume)).await;
+    }
+}
+
 /// Accept errors that concern one connection or a passing shortage, not the listener.
 fn is_transient(e: &std::io::Error) -> bool {
     use std::io::ErrorKind::*;
@@ -160,7 +211,8 @@ async fn serve_connection(app: Arc<App>, stream: tokio::net::TcpStream) {
 
 /// One request.
 async fn handle(app: Arc<App>, request: Request<Incoming>) -> Result<Response<Full<Bytes>>, Lost> {
-    let down = app.behaviour.is_down(app.start.elapsed());
+    let arrived = app.clock.elapsed();
+    let down = app.behaviour.is_down(arrived);
     if request.uri().path() == "/healthz" {
         return Ok(if down {
             answer(&app, StatusCode::SERVICE_UNAVAILABLE, "down\n")
@@ -178,40 +230,52 @@ async fn handle(app: Arc<App>, request: Request<Incoming>) -> Result<Response<Fu
     if app.cancellable {
         // Dropped with this future when hyper sees the client go (a closed connection, a reset
         // stream): the queue place, the worker and the calls go with it.
-        process(&app, &context).await
+        process(&app, &context, arrived).await
     } else {
-        let run = tokio::spawn(async move { process(&app, &context).await });
+        let run = tokio::spawn(async move { process(&app, &context, arrived).await });
         run.await.unwrap_or_else(|_| Err(Lost))
     }
 }
 
-/// A request's queue, work, fate and calls.
-async fn process(app: &App, context: &TraceContext) -> Result<Response<Full<Bytes>>, Lost> {
-    let arrival = app.behaviour.arrive();
+/// A request's fate, queue, work, calls and answer (which a `hang` may hold).
+async fn process(app: &App, context: &TraceContext, arrived: Duration) -> Result<Response<Full<Bytes>>, Lost> {
+    let arrival = app.behaviour.arrive(arrived);
+    if let Fate::ErrorAfter(after) = arrival.fate {
+        // No worker, no work: the answer leaves `after` from the arrival.
+        crate::precise::sleep((arrived + after).saturating_sub(app.clock.elapsed())).await;
+        hold(app).await;
+        return Ok(answer(app, StatusCode::INTERNAL_SERVER_ERROR, "error: an `error` fault\n"));
+    }
     work(app, arrival.ordinal).await;
-    match arrival.fate {
+    let response = match arrival.fate {
         Fate::Lost => {
             tokio::time::sleep(LOST_HOLD).await;
-            Err(Lost)
+            return Err(Lost);
         }
-        Fate::Error => Ok(answer(app, StatusCode::INTERNAL_SERVER_ERROR, "error: an `error` fault\n")),
+        Fate::Error | Fate::ErrorAfter(_) => {
+            answer(&app, StatusCode::INTERNAL_SERVER_ERROR, "error: an `error` fault\n")
+        }
         Fate::Normal => match app.calls.make(context).await {
-            Ok(()) => Ok(answer(app, StatusCode::OK, "ok\n")),
-            Err(e) => Ok(answer(app, StatusCode::INTERNAL_SERVER_ERROR, &format!("error: downstream {e}\n"))),
+            Ok(()) => answer(app, StatusCode::OK, "ok\n"),
+            Err(e) => answer(app, StatusCode::INTERNAL_SERVER_ERROR, &format!("error: downstream {e}\n")),
         },
-    }
+    };
+    hold(&app).await;
+    Ok(response)
 }
 
-/// The local work: wait for a worker (FIFO), sleep the work time drawn as the work starts,
-/// release the worker.
+/// The local work: wait for a worker (FIFO) and for any `hang` to end, sleep the work time drawn
+/// as the work starts, wait for any `hang` that began meanwhile, release the worker.
 async fn work(app: &App, ordinal: u64) {
     let _permit = match &app.workers {
         // The semaphore is never closed, so acquiring only fails if that changes; then no wait.
         Some(workers) => workers.acquire().await.ok(),
         None => None,
     };
-    let time = app.behaviour.work_time(ordinal, app.start.elapsed());
+    hold(app).await;
+    let time = app.behaviour.work_time(ordinal, app.clock.elapsed());
     crate::precise::sleep(time).await;
+    hold(app).await;
 }
 
 /// A small text answer naming who served it.

@@ -45,7 +45,8 @@ pub struct Spec {
     pub index: usize,
     /// This replica's index.
     pub replica: u32,
-    /// The service as resolved for the scenario × variant.
+    /// The service as resolved for the scenario × variant, as this replica runs it (its group's
+    /// fields and faults: [`Service::for_replica`]).
     pub service: Service,
     /// The directory empirical data files are read from.
     pub base_dir: PathBuf,
@@ -85,19 +86,19 @@ impl Spec {
                 names.join(", ")
             )));
         };
-        let service = run.services[index].clone();
+        let service = &run.services[index];
         if options.replica >= service.replicas {
             return Err(ServeError::Options(format!(
                 "{origin}: service \"{}\" has {} replica(s), so --replica must be below {}, got {}",
                 options.service, service.replicas, service.replicas, options.replica
             )));
         }
-        let downstream = downstream_urls(&options.service, &service, &run.services, &options.downstream)?;
+        let downstream = downstream_urls(&options.service, service, &run.services, &options.downstream)?;
         Ok(Spec {
             name: options.service.clone(),
             index,
             replica: options.replica,
-            service,
+            service: service.for_replica(options.replica),
             base_dir: run.base_dir.clone(),
             horizon: run.horizon(),
             seed: options.seed.or(experiment.seed()).unwrap_or(DEFAULT_SEED),

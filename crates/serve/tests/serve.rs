@@ -133,6 +133,67 @@ async fn down_replica_answers_503() {
     assert_eq!(get(&client, server.addr(), "/healthz").await.0, StatusCode::SERVICE_UNAVAILABLE);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_replica_answers_only_when_the_window_ends() {
+    let t0 = Instant::now();
+    let services = "  a:\n    service_time: { dist: constant, value: 20ms }\n    faults: [{ kind: hang, from: 200ms, until: 700ms }]";
+    let server = start(services, "a", &[]).await;
+    let client = client();
+    // Step: before the window, the usual 20 ms.
+    let (status, took) = get(&client, server.addr(), "/").await;
+    assert!(status == StatusCode::OK && took < 150 * MS, "{status} in {took:?}");
+    // Step: sent at 300 ms, in the window: held until 700 ms (the server's clock started after
+    // t0, so its 700 ms is at least 700 ms from t0), then 20 ms of work.
+    tokio::time::sleep_until(t0 + 300 * MS).await;
+    let (status, _) = get(&client, server.addr(), "/").await;
+    let answered = t0.elapsed();
+    assert_eq!(status, StatusCode::OK);
+    assert!(answered >= 720 * MS && answered < 1100 * MS, "answered {answered:?} from t0");
+    // Step: after the window, the usual 20 ms again.
+    let (_, took) = get(&client, server.addr(), "/").await;
+    assert!(took < 150 * MS, "took {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn windows_count_from_the_clock_s_last_restart() {
+    let text = "  a:\n    service_time: { dist: constant, value: 1ms }\n    faults: [{ kind: hang, until: 300ms }]";
+    let spec = Spec::from_experiment(&experiment(text), &Options { service: "a".into(), ..Options::default() })
+        .expect("valid options");
+    let server = Server::bind(&spec, SocketAddr::from(([127, 0, 0, 1], 0))).await.expect("binds");
+    let clock = server.clock();
+    let server = server.spawn().expect("spawns");
+    let client = client();
+    // Step: past the window, answers are quick.
+    tokio::time::sleep(400 * MS).await;
+    let (_, took) = get(&client, server.addr(), "/").await;
+    assert!(took < 150 * MS, "took {took:?}");
+    // Step: the run starts again (the lab's SIGUSR1): the window is back, for 300 ms.
+    clock.restart();
+    let (_, took) = get(&client, server.addr(), "/").await;
+    assert!(took >= 290 * MS && took < 700 * MS, "took {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fast_error_answers_500_without_waiting_for_the_worker() {
+    let t0 = Instant::now();
+    let services = "  a:\n    workers: 1\n    service_time: { dist: constant, value: 600ms }\n    faults: [{ kind: error, after: 0s, from: 200ms }]";
+    let server = start(services, "a", &[]).await;
+    let client = client();
+    let addr = server.addr();
+    // Step: the first request takes the only worker for 600 ms; from 200 ms on, requests fail at
+    // once, without queueing behind it.
+    let busy = get(&client, addr, "/");
+    let fast = async {
+        tokio::time::sleep_until(t0 + 300 * MS).await;
+        get(&client, addr, "/").await
+    };
+    let (busy, fast) = tokio::join!(busy, fast);
+    assert_eq!(busy.0, StatusCode::OK);
+    assert!(busy.1 >= 600 * MS, "{busy:?}");
+    assert_eq!(fast.0, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(fast.1 < 200 * MS, "the fast error took {:?}", fast.1);
+}
+
 const CHAIN: &str =
     "  a: { calls: [{ service: b, count: 2 }] }\n  b: { service_time: { dist: constant, value: 30ms } }";
 

@@ -49,12 +49,12 @@ pub(crate) enum Stage {
     Queued,
     /// A worker is on its local work, since this time.
     Working(Time),
-    /// Its local work is done: it waits for its downstream calls.
+    /// It holds no worker and no queue place: its local work is done (or skipped, by an `error`
+    /// fault's `after`) and it waits for its downstream calls or its answer.
     Calling,
 }
 
 pub(crate) struct ServiceModel {
-    pub(crate) workers: u32,
     /// Whether its replicas stop the requests their callers abandon (docs/experiment-files.md).
     pub(crate) cancellable: bool,
     pub(crate) fanout: Fanout,
@@ -67,7 +67,8 @@ pub(crate) struct ServiceModel {
 }
 
 pub(crate) struct Replica {
-    /// Faults, service times and this replica's own random stream, as `tailguard serve` has them.
+    /// Faults, service times, workers and this replica's own random stream, as `tailguard serve`
+    /// has them (its group's, if it is in one).
     pub(crate) model: ReplicaModel,
     pub(crate) queue: VecDeque<Key>,
     pub(crate) busy: u32,
@@ -113,18 +114,10 @@ impl ServiceModel {
                     queue: VecDeque::new(),
                     busy: 0,
                     held: 0,
-                    admission: build::admission(&svc.admission),
+                    admission: build::admission(&svc.for_replica(r).admission),
                 })
             })
             .collect::<Result<_, SimError>>()?;
-        Ok(ServiceModel {
-            workers: svc.workers,
-            cancellable: svc.cancellable,
-            fanout: svc.fanout,
-            plan,
-            edge_policy_base,
-            edge_callee,
-            replicas,
-        })
+        Ok(ServiceModel { cancellable: svc.cancellable, fanout: svc.fanout, plan, edge_policy_base, edge_callee, replicas })
     }
 }

@@ -354,4 +354,30 @@ fn a_scenario_that_leaves_both_loops_or_neither_is_refused_naming_it() {
         err.to_string().contains("workload: expected exactly one of `open` (a rate) and `closed` (clients)"),
         "{err}"
     );
+fn groups_are_overridden_by_path_and_checked_against_the_resolved_replica_count() {
+    // The group names replicas 3-5, which exist only in the `big` scenario (6 replicas).
+    let text = DEMO.replace(
+        "    service_time: {dist: exponential, mean: 5ms}\nworkload:",
+        "    service_time: {dist: exponential, mean: 5ms}\n    groups:\n      slow: {replicas: \"3-5\", workers: 1}\nworkload:",
+    );
+    let text = text.replace("      services.backend.workers: 2", "      services.backend.groups.slow.workers: 3");
+    let e = Experiment::parse(&text, Path::new("examples/demo.yaml")).unwrap();
+    let big = e.resolve("big", "edge", false).unwrap();
+    let backend = &big.services["backend"];
+    assert_eq!(backend.groups["slow"].workers, Some(3), "the variant's set reaches into the group");
+    assert_eq!((backend.for_replica(2).workers, backend.for_replica(3).workers), (0, 3));
+    let err = e.resolve("normal", "edge", false).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "examples/demo.yaml: services.backend.groups.slow.replicas: expected a replica index from 0 to 2 (the service has 3 replicas), got 3 (with scenario \"normal\" and variant \"edge\" applied)"
+    );
+    // A variant's admission is the whole service's, its groups' included.
+    let text = text
+        .replace("slow: {replicas: \"3-5\", workers: 1}", "slow: {replicas: 0, admission: {kind: fixed, capacity: 2}}");
+    let e = Experiment::parse(&text, Path::new("examples/demo.yaml")).unwrap();
+    let bloc = e.resolve("normal", "bloc", false).unwrap();
+    assert_eq!(bloc.services["backend"].for_replica(0).admission, AdmissionConfig::Fixed { capacity: 10 });
+    let baseline = e.resolve("normal", "baseline", false).unwrap();
+    assert_eq!(baseline.services["backend"].for_replica(0).admission, AdmissionConfig::Fixed { capacity: 2 });
+    assert_eq!(baseline.services["backend"].for_replica(1).admission, AdmissionConfig::None);
 }

@@ -28,11 +28,11 @@ fn every_nth_slow_fault_picks_ordinals_n_2n() {
 #[test]
 fn error_rate_one_errors_every_request_and_lost_wins() {
     let behaviour = Behaviour::new(&spec("    faults: [{ kind: error, rate: 1.0 }]", 1)).expect("builds");
-    assert!((0..10).all(|_| behaviour.arrive().fate == Fate::Error));
+    assert!((0..10).all(|_| behaviour.arrive(Duration::ZERO).fate == Fate::Error));
     let both = Behaviour::new(&spec("    faults: [{ kind: lost, fraction: 1.0 }, { kind: error, rate: 1.0 }]", 1))
         .expect("builds");
-    assert_eq!(both.arrive(), Arrival { ordinal: 1, fate: Fate::Lost });
-    assert_eq!(both.arrive().ordinal, 2);
+    assert_eq!(both.arrive(Duration::ZERO), Arrival { ordinal: 1, fate: Fate::Lost });
+    assert_eq!(both.arrive(Duration::ZERO).ordinal, 2);
 }
 
 #[test]
@@ -65,4 +65,23 @@ fn latency_factor_scales_the_service_time() {
     let behaviour = Behaviour::new(&spec(yaml, 1)).expect("builds");
     assert_eq!(behaviour.work_time(1, Duration::ZERO), Duration::from_millis(10));
     assert_eq!(behaviour.work_time(2, Duration::from_secs(2)), Duration::from_millis(40));
+}
+
+#[test]
+fn a_replica_in_a_group_runs_the_group_s_fields_and_faults() {
+    let yaml = "    replicas: 3\n    workers: 8\n    groups:\n      slow: { replicas: \"1-2\", workers: 2, faults: [{ kind: hang, from: 1s, until: 2s }] }";
+    let mut s = spec(yaml, 1);
+    assert_eq!((s.service.workers, Behaviour::new(&s).expect("builds").faults().len()), (8, 0));
+    s = {
+        let text = format!(
+            "name: t\nservices:\n  svc:\n{yaml}\nworkload: {{ target: svc, open: {{ rate: 1 }}, duration: 10s }}\nvariants: [{{ name: v }}]\n"
+        );
+        let experiment = Experiment::parse(&text, Path::new("test.yaml")).expect("valid experiment");
+        let options = Options { service: "svc".into(), replica: 2, ..Options::default() };
+        Spec::from_experiment(&experiment, &options).expect("valid options")
+    };
+    let behaviour = Behaviour::new(&s).expect("builds");
+    assert_eq!(s.service.workers, 2);
+    assert_eq!(behaviour.faults().iter().map(ToString::to_string).collect::<Vec<_>>(), ["hang from 1s until 2s"]);
+    assert_eq!(behaviour.resume_at(Duration::from_millis(1500)), Duration::from_secs(2));
 }

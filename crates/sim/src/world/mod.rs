@@ -67,6 +67,11 @@ pub(super) enum Event {
     /// The cancel of an attempt its caller abandoned reaches the attempt's replica, one network
     /// delay after the caller cancelled (only for `cancellable` services).
     CancelArrives { call: Key, attempt: u32, job: Option<Key> },
+    /// A job answers now: an `error` fault's `after` has passed, or a `hang` that held its answer
+    /// has ended.
+    Answer { job: Key, outcome: Outcome },
+    /// A job makes its next calls now, a `hang` that held them having ended.
+    NextCalls { job: Key },
     /// An attempt's answer reaches its caller.
     AttemptEnds(AttemptEnd),
     /// A call asked to be woken.
@@ -247,6 +252,8 @@ impl World {
             }
             Event::WorkDone { job } => self.work_done(job),
             Event::CancelArrives { call, attempt, job } => self.cancel_arrives(call, attempt, job),
+            Event::Answer { job, outcome } => self.respond(job, outcome),
+            Event::NextCalls { job } => self.make_calls(job),
             Event::AttemptEnds(end) => self.attempt_ends(end),
             Event::Wake { call } => self.step_call(call, |call, ctx| call.on_wake(ctx)),
         }

@@ -1,6 +1,8 @@
 //! The replicas: an attempt arriving at a replica is admitted or refused, waits in its FIFO queue
 //! for a worker, does its local work (fate and work time from the replica's model), makes its
 //! downstream calls (sequential or parallel) and answers, with a BLOC chip if admission grants one.
+//! An `error` fault with `after` answers without a worker; a `hang` window holds the start and end
+//! of work, the next calls and the answers until it closes.
 
 use super::{AttemptEnd, Event, Owner, World};
 use crate::service::{Job, Stage};
@@ -46,7 +48,7 @@ impl World {
         }
         self.metrics.accepted(s, r, now);
         rep.held += 1;
-        let arrival = rep.model.arrive_as(draws);
+        let arrival = rep.model.arrive_as(draws, now);
         let job = Job {
             service,
             replica,
@@ -67,9 +69,13 @@ impl World {
         if let Some(t) = &mut self.tracer {
             t.visit(call, attempt, s, replica, Ok(key), now);
         }
-        let svc = &mut self.services[s];
-        let rep = &mut svc.replicas[r];
-        if svc.workers == 0 || rep.busy < svc.workers {
+        let rep = &mut self.services[s].replicas[r];
+        let workers = rep.model.workers();
+        if let Fate::ErrorAfter(after) = arrival.fate {
+            // Neither queued nor working: a cancel before the answer only drops it.
+            self.jobs.get_mut(key).expect("inserted above").stage = Stage::Calling;
+            self.events.push(now + after, Event::Answer { job: key, outcome: Outcome::Error });
+        } else if workers == 0 || rep.busy < workers {
             self.begin_work(key, s, r);
         } else {
             rep.queue.push_back(key);
@@ -78,17 +84,21 @@ impl World {
         rep.admission.observe(now, rep.held);
     }
 
+    /// Gives a job a worker: its work starts now, or when a `hang` holding the replica ends, and
+    /// ends after its work time, or when a `hang` covering that moment ends.
     pub(super) fn begin_work(&mut self, key: Key, s: usize, r: usize) {
         let job = self.jobs.get_mut(key).expect("a job starting work exists");
         let (nth, draws) = (job.nth, job.draws);
         job.stage = Stage::Working(self.now);
-        let svc = &mut self.services[s];
-        svc.replicas[r].busy += 1;
-        let time = svc.replicas[r].model.work_time_as(nth, self.now, draws);
+        let rep = &mut self.services[s].replicas[r];
+        rep.busy += 1;
+        let start = rep.model.resume_at(self.now);
+        let time = rep.model.work_time_as(nth, start, draws);
+        let end = rep.model.resume_at(start + time);
         if let Some(t) = &mut self.tracer {
-            t.work_started(key, self.now);
+            t.work_started(key, start);
         }
-        self.events.push(self.now + time, Event::WorkDone { job: key });
+        self.events.push(end, Event::WorkDone { job: key });
     }
 
     pub(super) fn work_done(&mut self, key: Key) {
@@ -115,16 +125,21 @@ impl World {
                 self.jobs.delete(key);
                 self.release(s, r);
             }
-            Fate::Error => self.respond(key, Outcome::Error),
+            Fate::Error | Fate::ErrorAfter(_) => self.respond(key, Outcome::Error),
             Fate::Normal if self.services[s].plan.is_empty() => self.respond(key, Outcome::Success),
             Fate::Normal => self.make_calls(key),
         }
     }
 
-    /// Starts a job's downstream calls: the next one (sequential) or all (parallel).
+    /// Starts a job's downstream calls: the next one (sequential) or all (parallel); when a `hang`
+    /// holds the replica, once it ends.
     pub(super) fn make_calls(&mut self, key: Key) {
-        let job = self.jobs.get_mut(key).expect("caller checked");
+        let Some(job) = self.jobs.get_mut(key) else { return };
         let s = job.service as usize;
+        let resume = self.services[s].replicas[job.replica as usize].model.resume_at(self.now);
+        if resume > self.now {
+            return self.events.push(resume, Event::NextCalls { job: key });
+        }
         let svc = &self.services[s];
         let count = match svc.fanout {
             Fanout::Sequential => 1,
@@ -159,7 +174,14 @@ impl World {
         }
     }
 
+    /// A job answers: now, or when a `hang` holding the replica ends.
     pub(super) fn respond(&mut self, key: Key, outcome: Outcome) {
+        // A deferred answer's job may have gone since (its attempt abandoned).
+        let Some(job) = self.jobs.get_mut(key) else { return };
+        let resume = self.services[job.service as usize].replicas[job.replica as usize].model.resume_at(self.now);
+        if resume > self.now {
+            return self.events.push(resume, Event::Answer { job: key, outcome });
+        }
         let job = self.jobs.remove(key).expect("responding job exists");
         if let Some(t) = &mut self.tracer {
             t.visit_ended(key, Some(outcome), self.now);
