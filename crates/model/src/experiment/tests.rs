@@ -354,6 +354,9 @@ fn a_scenario_that_leaves_both_loops_or_neither_is_refused_naming_it() {
         err.to_string().contains("workload: expected exactly one of `open` (a rate) and `closed` (clients)"),
         "{err}"
     );
+}
+
+#[test]
 fn groups_are_overridden_by_path_and_checked_against_the_resolved_replica_count() {
     // The group names replicas 3-5, which exist only in the `big` scenario (6 replicas).
     let text = DEMO.replace(
