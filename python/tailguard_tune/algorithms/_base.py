@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import abc
 import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import optuna
@@ -21,14 +22,24 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ..space import Space
 
+ConstraintsFunc = Callable[[FrozenTrial], Sequence[float]]
+"""Optuna's `constraints_func`: a finished trial's constraint values, feasible when all are ≤ 0."""
+
 
 class AskTellSampler(optuna.samplers.BaseSampler):
     """Adapts an ask/tell optimizer over `space` to Optuna's sampler interface (an `abc.ABC`: a
-    subclass implements `ask` and `tell`)."""
+    subclass implements `ask` and `tell`). These optimizers take no constraints: an infeasible
+    trial reaches them through its penalised value (study.py, `_score`).
+
+    `finished` counts the tuned trials of the study that had finished when the last configuration
+    was asked (the defaults' trial and interrupted ones aside): an algorithm whose schedule depends
+    on its progress reads it, so a resumed or shared study continues where the study is rather than
+    where this process started."""
 
     def __init__(self, space: Space, *, seed: int | None) -> None:
         self.space = space
         self.seed = seed
+        self.finished = 0
         self._told: set[int] = set()
         self._fallback = optuna.samplers.RandomSampler(seed=seed)
 
@@ -64,6 +75,12 @@ class AskTellSampler(optuna.samplers.BaseSampler):
 
     def _catch_up(self, study: optuna.Study) -> None:
         names = set(self.space.names())
+        finished = (TrialState.COMPLETE, TrialState.FAIL)
+        self.finished = sum(
+            1
+            for t in study.get_trials(deepcopy=False, states=finished)
+            if not (t.user_attrs.get("baseline") or t.user_attrs.get("interrupted") or t.user_attrs.get("stale"))
+        )
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             if t.number in self._told:
                 continue
