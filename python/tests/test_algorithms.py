@@ -21,7 +21,8 @@ class FakeRunner(Runner):
     """Stands in for `tailguard sim`: a p95 that falls with the db's workers and replicas and is
     lowest for a hedge at the 70th percentile; the cache does not matter. The seed adds nothing
     unless `noise` is set (then ±noise ms, by the seed's parity); `fail_when_workers` makes the
-    simulator refuse a configuration, `lossy_when_workers` lose 2 % of its requests."""
+    simulator refuse a configuration; one whose db workers satisfy `lossy_when_workers` loses 2 %
+    of its requests."""
 
     def __init__(self, fail_when_workers=None, lossy_when_workers=None, noise=0.0):
         super().__init__(tailguard="no binary: run is replaced")
@@ -44,7 +45,8 @@ class FakeRunner(Runner):
         if db["workers"] == self.fail_when_workers:
             raise EvaluationError("tailguard sim failed (exit 1): simulated failure")
         value = self.p95(doc, seed)
-        succeeded = 9800 if db["workers"] == self.lossy_when_workers else 10000
+        lossy = self.lossy_when_workers is not None and self.lossy_when_workers(db["workers"])
+        succeeded = 9800 if lossy else 10000
         return {
             "runs": [
                 {
