@@ -129,7 +129,9 @@ def test_the_best_is_chosen_on_fresh_seeds_with_a_confidence_interval(tmp_path):
     assert len(c.candidates) == 3 and c.best is not None and outcome.best is not None
     means = {n: sum(r["values"]) / 5 for n, r in c.candidates.items()}
     assert outcome.best.number == c.best == min(means, key=lambda n: (means[n], n))
-    mean, low, high = c.improvement_ci()
+    ci = c.improvement_ci()
+    assert ci is not None
+    mean, low, high = ci
     assert low < mean < high and outcome.improvement == mean
     gains = c.improvements()
     assert mean == pytest.approx(sum(gains) / 5) and all(0 < g < 1 for g in gains)

@@ -79,7 +79,7 @@ def test_a_trial_left_running_by_a_dead_process_is_failed_and_not_charged(tmp_pa
     peer = study.ask()  # another host's: it may still finish
     peer.set_user_attr("host", "elsewhere")
     peer.set_user_attr("pid", 1)
-    said = []
+    said: list[str] = []
     s = settings(tmp_path, "tpe", budget=5, storage=storage)
     outcome = run(s, say=said.append)
     states = {t.number: (t.state.name, t.user_attrs.get("stale")) for t in outcome.study.get_trials()}
