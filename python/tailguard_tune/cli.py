@@ -59,6 +59,20 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--study-name", help="the study's name in the storage (default: EXPERIMENT-ALGO-REDUCE-seedS)")
     p.add_argument("--reduce", default="none", choices=METHODS, help="dimensionality reduction from traces")
     p.add_argument("--reduce-top", type=int, default=5, help="services critical-path+variability keeps (default 5)")
+    p.add_argument(
+        "--reduce-coverage",
+        type=float,
+        default=95.0,
+        metavar="PCT",
+        help="tail keeps services until they cover PCT %% of the slow requests' excess critical time (default 95)",
+    )
+    p.add_argument(
+        "--trace-sample",
+        type=int,
+        default=2000,
+        metavar="N",
+        help="requests traced by the defaults' run for --reduce (default 2000: 200 above the p90)",
+    )
     p.add_argument("--traces", help="Jaeger JSON traces to reduce with (default: run the defaults once with --traces)")
     p.add_argument("--out", help="output directory (default: tune-out/STUDY)")
     p.add_argument("--tailguard", help="the tailguard binary (default: on PATH, else target/release/tailguard)")
@@ -101,7 +115,13 @@ def main(argv: list[str] | None = None) -> int:
         doc = experiment.load(args.file)
         sp = space.load(args.space, doc)
         objective = Objective(args.objective, tuple(args.run), args.min_success / 100.0)
-        runner = Runner(find_tailguard(args.tailguard), args.backend, args.sim_seed, args.quick, args.timeout)
+        if not 0 < args.reduce_coverage <= 100:
+            raise ValueError(f"--reduce-coverage {args.reduce_coverage:g}: expected a percentage above 0, at most 100")
+        if args.trace_sample < 1:
+            raise ValueError(f"--trace-sample {args.trace_sample}: expected at least 1")
+        runner = Runner(
+            find_tailguard(args.tailguard), args.backend, args.sim_seed, args.quick, args.timeout, args.trace_sample
+        )
         settings = Settings(
             file=args.file,
             space=sp,
@@ -115,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             reduce=args.reduce,
             traces=args.traces,
             reduce_top=args.reduce_top,
+            reduce_coverage=args.reduce_coverage / 100.0,
             repeats=args.repeats,
             vary_seeds=not args.same_seed,
             remeasure=args.remeasure,

@@ -259,6 +259,7 @@ class Runner:
     seed: int | None = None
     quick: bool = False
     timeout_s: float = 600.0
+    trace_sample: int | None = None  # traces kept by a run with --traces (None: the backend's default, 200)
 
     def command(
         self, file: str, workdir: str, traces: str | None = None, seed: int | None = None
@@ -281,6 +282,8 @@ class Runner:
             cmd.append("--quick")
         if traces:
             cmd += ["--traces", traces]
+            if self.trace_sample is not None:
+                cmd += ["--trace-sample", str(self.trace_sample)]
         return cmd, out
 
     def run(

@@ -212,6 +212,7 @@ def summary(outcome: Outcome, settings: Settings) -> dict[str, Any]:
         "parameters_tuned": len(outcome.space),
         "parameters_in_space": len(settings.space),
         "services_kept": outcome.selection.services if outcome.selection else None,
+        "reduction": outcome.selection.report() if outcome.selection else None,
         "defaults": _finite(outcome.baseline),
         "defaults_success": outcome.defaults["success"],
         "defaults_goodput": outcome.defaults["goodput"],

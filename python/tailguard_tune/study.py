@@ -15,6 +15,7 @@ with a sampler seeded for the trials already done, so it does not propose them a
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import socket
@@ -51,6 +52,7 @@ class Settings:
     reduce: str = "none"
     traces: str | None = None  # traces to reduce with; None: run the defaults once with --traces
     reduce_top: int = 5  # critical-path+variability keeps at most this many services
+    reduce_coverage: float = 0.95  # tail keeps services until they cover this share of the slow requests' excess
     out: str = "tune-out"
     repeats: int = 1  # runs per trial, each with its own seed; the objective is their mean
     vary_seeds: bool = True  # False: every trial runs with the same seeds (--same-seed)
@@ -134,6 +136,7 @@ def reduced_space(
     """The space after `settings.reduce`, from the given traces or from one run of the defaults."""
     if settings.reduce == "none":
         return settings.space, None
+    os.makedirs(settings.out, exist_ok=True)
     if settings.traces:
         traces = reduce.load_traces(settings.traces, settings.objective.runs)
     else:
@@ -149,12 +152,23 @@ def reduced_space(
         if not os.path.exists(path):
             raise EvaluationError(f"{settings.runner.backend} wrote no traces to {path}; pass --traces FILE")
         traces = reduce.load_traces(path, settings.objective.runs)
-    selection = reduce.select_services(settings.reduce, traces, top=settings.reduce_top)
-    space = reduce.reduce_space(settings.space, doc, selection.services)
-    say(
-        f"reduce {settings.reduce}: {len(traces)} traces; services kept: {', '.join(selection.services) or 'none'}; "
-        f"{len(space)} of {len(settings.space)} parameters"
+    selection = reduce.select_services(
+        settings.reduce, traces, top=settings.reduce_top, coverage=settings.reduce_coverage
     )
+    space = reduce.reduce_space(settings.space, doc, selection.services)
+    scores = selection.scores()
+    kept = ", ".join(
+        f"{s} {scores.get(s, 0.0):.3f}" for s in sorted(selection.services, key=lambda s: -scores.get(s, 0.0))
+    )
+    dropped = [(s, v) for s, v in scores.items() if s not in selection.services][:5]
+    slow = f", {selection.tail.slow} slow (from {selection.tail.threshold_ms:.2f} ms)" if selection.tail else ""
+    say(
+        f"reduce {settings.reduce}: {len(traces)} traces{slow}; kept: {kept or 'none'}; next: "
+        + (", ".join(f"{s} {v:.3f}" for s, v in dropped) or "none")
+        + f"; {len(space)} of {len(settings.space)} parameters"
+    )
+    with open(os.path.join(settings.out, "reduction.json"), "w", encoding="utf-8") as f:
+        json.dump(selection.report(), f, indent=2)
     if not len(space):
         raise ValueError(f"--reduce {settings.reduce}: no parameter of the space belongs to the services kept")
     return space, selection
