@@ -8,6 +8,7 @@ the tuner scores it), against what each study reported.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 from collections import defaultdict
@@ -27,7 +28,7 @@ def measure(runner: Runner, doc: dict, source: str) -> Measurement:
 
 
 def main(out: str, source: str, floor_file: str) -> None:
-    runner = Runner(find_tailguard())
+    runner = Runner(find_tailguard(os.environ.get("TAILGUARD")))
     doc = experiment.load(source)
     defaults = measure(runner, doc, source)
     floor = measure(

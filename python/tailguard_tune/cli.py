@@ -189,9 +189,15 @@ def report(outcome: Outcome, settings: Settings) -> None:
             f"improvement: {output.improvement_text(outcome)}; "
             f"tuning {len(outcome.space)} of {len(settings.space)} parameters"
         )
+    imp = output.importance_doc(outcome)
     top = list(outcome.importance.items())[:5]
-    if top:
-        print("most important (fANOVA): " + ", ".join(f"{k} {v:.2f}" for k, v in top))
+    if top and imp["trusted"]:
+        print(f"most important (fANOVA on ranks, {imp['trials']} trials): " + ", ".join(f"{k} {v:.2f}" for k, v in top))
+    elif top:
+        print(
+            f"importance not shown: {imp['trials']} trials are too few to trust fANOVA over {len(outcome.space)} "
+            f"parameters ({imp['note']}; importance.json has it, marked untrusted)"
+        )
     written = "best.yaml, " if outcome.best is not None else ""
     print(f"wrote {settings.out}/{written}history.csv, convergence.png, importance.json, summary.json")
 

@@ -4,7 +4,7 @@
 - `history.csv`: every trial (number, state, objective, seconds, parameters);
 - `convergence.png`: each trial's objective and the best so far, against the defaults';
 - `importance.json`: each parameter's importance by fANOVA (Hutter et al. 2014, as Optuna
-  implements it) over the study's completed trials;
+  implements it) over the ranks of the study's completed trials, and whether they are enough;
 - `summary.json`: the numbers above in one document.
 """
 
@@ -34,18 +34,46 @@ if TYPE_CHECKING:
     from .study import Outcome, Settings
 
 
+def trusted_trials(parameters: int) -> int:
+    """Completed trials before the importance is printed: two per parameter, and at least 30.
+    Below that, fANOVA's forest attributes the variance of a handful of points to whichever
+    parameters happen to separate them (an irrelevant parameter reached 0.27 over 15 trials)."""
+    return max(30, 2 * parameters)
+
+
 def importance(study: optuna.Study, *, seed: int | None) -> dict[str, float]:
-    """fANOVA importance of each parameter (empty when the study has too few distinct trials)."""
-    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    """fANOVA importance of each parameter, computed on the **rank** of each trial's score rather
+    than the score itself, so that one catastrophic trial (a penalised infeasible one, a p95 of
+    seconds) does not decide the ranking (empty when the study has too few distinct trials)."""
+    complete = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value is not None]
     if len(complete) < 3:
         return {}
+    from scipy.stats import rankdata
+
+    ranks = dict(zip((t.number for t in complete), rankdata([t.value for t in complete]), strict=True))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             evaluator = optuna.importance.FanovaImportanceEvaluator(seed=seed)
-            return {k: float(v) for k, v in optuna.importance.get_param_importances(study, evaluator=evaluator).items()}
+            found = optuna.importance.get_param_importances(
+                study, evaluator=evaluator, target=lambda t: float(ranks.get(t.number, 0.0))
+            )
+            return {k: float(v) for k, v in found.items()}
     except (RuntimeError, ValueError):
         return {}
+
+
+def importance_doc(outcome: Outcome) -> dict[str, Any]:
+    """importance.json: the importances and whether there were enough trials to trust them."""
+    trials = sum(1 for t in outcome.trials if t.state == TrialState.COMPLETE)
+    needed = trusted_trials(len(outcome.space))
+    return {
+        "method": "fANOVA (Optuna's FanovaImportanceEvaluator) on the rank of each completed trial's score",
+        "trials": trials,
+        "trusted": trials >= needed,
+        "note": f"trusted from {needed} completed trials (2 per parameter, at least 30)",
+        "importance": outcome.importance,
+    }
 
 
 def best_file(outcome: Outcome, settings: Settings, doc: dict[str, Any], path: str) -> None:
@@ -222,7 +250,7 @@ def summary(outcome: Outcome, settings: Settings) -> dict[str, Any]:
         "best_goodput": best.user_attrs.get("goodput") if best else None,
         "improvement_pct": round(100 * outcome.improvement, 2) if outcome.improvement is not None else None,
         "best_params": outcome.space.to_yaml(outcome.best_params) if best else None,
-        "importance": outcome.importance,
+        "importance": importance_doc(outcome),
     }
     c = outcome.confirmation
     if c is not None:
@@ -256,6 +284,6 @@ def write_all(outcome: Outcome, settings: Settings, doc: dict[str, Any]) -> None
     info = convergence_info(outcome.trials, outcome.baseline, settings.objective.stat, title)
     plot_convergence(info, os.path.join(out, "convergence.png"))
     with open(os.path.join(out, "importance.json"), "w", encoding="utf-8") as f:
-        json.dump(outcome.importance, f, indent=2)
+        json.dump(importance_doc(outcome), f, indent=2)
     with open(os.path.join(out, "summary.json"), "w", encoding="utf-8") as f:
         json.dump(summary(outcome, settings), f, indent=2)

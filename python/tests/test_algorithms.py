@@ -101,7 +101,8 @@ def test_outputs_and_resuming_a_finished_study(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["best"] == outcome.best_value and summary["parameters_tuned"] == 6
     assert (out / "convergence.png").stat().st_size > 1000
-    assert set(json.loads((out / "importance.json").read_text())) == set(outcome.space.names())
+    imp = json.loads((out / "importance.json").read_text())
+    assert set(imp["importance"]) == set(outcome.space.names()) and imp["trials"] == 7 and not imp["trusted"]
     # The same command again finds the study full: no new evaluation.
     again = settings(tmp_path, "dds", budget=6)
     run(again, say=lambda _: None)
