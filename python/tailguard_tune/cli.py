@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--timeout {args.timeout}: expected a number of seconds above 0")
         doc = experiment.load(args.file)
         sp = space.load(args.space, doc)
-        objective = Objective(args.objective, tuple(args.run), args.min_success / 100.0)
+        objective = Objective(args.objective, tuple(args.run), round(args.min_success / 100.0, 9))
         if not 0 < args.reduce_coverage <= 100:
             raise ValueError(f"--reduce-coverage {args.reduce_coverage:g}: expected a percentage above 0, at most 100")
         if args.trace_sample < 1:
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             reduce=args.reduce,
             traces=args.traces,
             reduce_top=args.reduce_top,
-            reduce_coverage=args.reduce_coverage / 100.0,
+            reduce_coverage=round(args.reduce_coverage / 100.0, 9),
             repeats=args.repeats,
             vary_seeds=not args.same_seed,
             remeasure=args.remeasure,
