@@ -346,7 +346,7 @@ def _confirm(
     feasible = [n for n, r in results.items() if ok(r)]
     best = min(feasible, key=lambda n: (statistics.fmean(results[n]["values"]), n)) if feasible else None
     for n, r in results.items():
-        mean = statistics.fmean(r["values"]) if ok(r) else math.inf
+        mean = statistics.fmean(r["values"])  # infinite if any seed's is
         say(
             f"re-measured trial {n} on {len(seeds)} fresh seeds: "
             + describe(

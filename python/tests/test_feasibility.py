@@ -139,3 +139,32 @@ def test_the_best_is_chosen_on_fresh_seeds_with_a_confidence_interval(tmp_path):
     calls = runner.calls
     again = run(s, say=lambda _: None)
     assert runner.calls == calls and again.confirmation == c
+
+
+def test_an_ask_tell_optimizer_is_told_an_infeasible_trial_as_the_worst_feasible_value(tmp_path, monkeypatch):
+    from tailguard_tune import algorithms
+    from tailguard_tune.algorithms import PSOSampler
+
+    told = []
+
+    class Recorder(PSOSampler):  # any ask/tell optimizer: record what it is told
+        def tell(self, number, params, value):
+            told.append((number, value))
+            super().tell(number, params, value)
+
+    monkeypatch.setitem(algorithms.SAMPLERS, "recorder", Recorder)
+    runner = FakeRunner(lossy_when_workers=lambda w: w >= 3)
+    s = settings(tmp_path, "recorder", budget=12, runner=runner, storage=optuna.storages.InMemoryStorage())
+    outcome = run(s, say=lambda _: None)
+    trials = {t.number: t for t in outcome.study.get_trials()}
+    worst = None
+    infeasible = 0
+    for number, value in told:
+        t = trials[number]
+        if t.user_attrs["feasible"]:
+            assert value == t.value
+            worst = max(value, worst or value)
+        else:
+            infeasible += 1
+            assert value == (worst if worst is not None else t.value) < t.value
+    assert infeasible >= 2
