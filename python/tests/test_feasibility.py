@@ -145,7 +145,7 @@ def test_an_ask_tell_optimizer_is_told_an_infeasible_trial_as_the_worst_feasible
     from tailguard_tune import algorithms
     from tailguard_tune.algorithms import PSOSampler
 
-    told = []
+    told: list[tuple[int, float]] = []
 
     class Recorder(PSOSampler):  # any ask/tell optimizer: record what it is told
         def tell(self, number, params, value):
@@ -157,7 +157,7 @@ def test_an_ask_tell_optimizer_is_told_an_infeasible_trial_as_the_worst_feasible
     s = settings(tmp_path, "recorder", budget=12, runner=runner, storage=optuna.storages.InMemoryStorage())
     outcome = run(s, say=lambda _: None)
     trials = {t.number: t for t in outcome.study.get_trials()}
-    worst = None
+    worst: float | None = None  # the defaults' trial, feasible, is told first
     infeasible = 0
     for number, value in told:
         t = trials[number]
@@ -166,5 +166,6 @@ def test_an_ask_tell_optimizer_is_told_an_infeasible_trial_as_the_worst_feasible
             worst = max(value, worst or value)
         else:
             infeasible += 1
-            assert value == (worst if worst is not None else t.value) < t.value
+            assert worst is not None and t.value is not None
+            assert value == worst < t.value
     assert infeasible >= 2
