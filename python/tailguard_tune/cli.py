@@ -196,7 +196,8 @@ def report(outcome: Outcome, settings: Settings) -> None:
     elif top:
         print(
             f"importance not shown: {imp['trials']} trials are too few to trust fANOVA over {len(outcome.space)} "
-            f"parameters ({imp['note']}; importance.json has it, marked untrusted)"
+            f"parameters (it needs {imp['trusted_from']}: 2 per parameter, at least 30); "
+            "importance.json has it, marked untrusted"
         )
     written = "best.yaml, " if outcome.best is not None else ""
     print(f"wrote {settings.out}/{written}history.csv, convergence.png, importance.json, summary.json")

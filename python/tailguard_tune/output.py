@@ -71,7 +71,7 @@ def importance_doc(outcome: Outcome) -> dict[str, Any]:
         "method": "fANOVA (Optuna's FanovaImportanceEvaluator) on the rank of each completed trial's score",
         "trials": trials,
         "trusted": trials >= needed,
-        "note": f"trusted from {needed} completed trials (2 per parameter, at least 30)",
+        "trusted_from": needed,  # completed trials: 2 per parameter, at least 30
         "importance": outcome.importance,
     }
 
