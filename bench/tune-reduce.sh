@@ -4,10 +4,16 @@
 # traces the defaults (2000 requests, as `tailguard-tune --reduce` does) and each method keeps its
 # services; the table says which of the three parameters each method keeps (docs/tune.md, "Measured").
 #
-#   bench/tune-reduce.sh [SEEDS]        # default: 1 2 ... 10
+#   bench/tune-reduce.sh [SEEDS] [TUNE_SEEDS]   # default: 1 2 ... 10, and no tuning
+#
+# With TUNE_SEEDS, it then tunes few-app.yaml with tpe at budget 15 for each of those seeds (as both
+# the algorithm's and the simulator's seed, so each reduction works on another trace seed) with
+# no reduction, the paper's critical-path+variability and tail, and prints the re-measured
+# improvements.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seeds=${1:-$(seq -s ' ' 1 10)}
+tune_seeds=${2:-}
 work=$(mktemp -d /tmp/tune-reduce.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 for seed in $seeds; do
@@ -40,3 +46,22 @@ for seed in seeds:
     print(f"{seed:>4}  " + "  ".join(f"{c:>27}" for c in cells) + f"   tail scores: {scores}")
 print("all 3 kept, seeds: " + ", ".join(f"{m} {kept_all[m]}/{len(seeds)}" for m in methods))
 PY
+
+[ -z "$tune_seeds" ] && exit 0
+tg=$PWD/target/release/tailguard
+printf '%-26s %4s %7s %12s\n' reduce seed params improvement
+for reduce in none critical-path+variability tail; do
+  for seed in $tune_seeds; do
+    dir="$work/tune-$reduce-$seed"
+    .venv/bin/tailguard-tune examples/tune/few-app.yaml --space examples/tune/few-space.yaml --algo tpe --budget 15 \
+      --seed "$seed" --sim-seed "$seed" --reduce "$reduce" --tailguard "$tg" --out "$dir" >"$dir.log" 2>&1 \
+      || { echo "tuning failed: $(tail -1 "$dir.log")" >&2; exit 1; }
+    .venv/bin/python - "$dir/summary.json" <<'PY'
+import json
+import sys
+
+s = json.load(open(sys.argv[1]))
+print(f"{s['reduce']:<26} {s['seed']:>4} {s['parameters_tuned']:>3}/30 {s['improvement_pct']:>11.1f} %")
+PY
+  done
+done

@@ -13,6 +13,7 @@ import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import yaml
 from tailguard_tune import experiment
@@ -43,7 +44,7 @@ def main(out: str, source: str, floor_file: str) -> None:
     print(
         "algo    seed  reported  remeasured-CI      unseen   best-p95  vs-floor  success(trial/unseen)  infeasible-trials"
     )
-    by_algo: dict[str, list[dict[str, float]]] = defaultdict(list)
+    by_algo: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for summary_path in sorted(
         Path(out).glob("*/summary.json"),
         key=lambda p: (
@@ -68,9 +69,9 @@ def main(out: str, source: str, floor_file: str) -> None:
             "reported": reported,
             "unseen": unseen,
             "gap": best.value / floor.value - 1,
-            "change": abs(unseen - reported) / reported
-            if reported > 0
-            else float("inf"),
+            # The share of the reported improvement that did not carry over (none when it was 0: the
+            # defaults were the best feasible configuration found).
+            "change": abs(unseen - reported) / reported if reported > 0 else None,
             "success_trial": s["best_success"],
             "success_unseen": min(sc.success for sc in best.scores),
             "infeasible": s["trials_infeasible"],
@@ -97,7 +98,7 @@ def main(out: str, source: str, floor_file: str) -> None:
             f"{100 * statistics.fmean(r['unseen'] for r in ok):9.1f} %  "
             f"{100 * statistics.fmean(r['gap'] for r in ok):+11.1f} %  "
             f"{100 * max(r['gap'] for r in ok):+12.1f} %  "
-            f"{100 * max(r['change'] for r in ok):10.1f} %  "
+            f"{100 * max(r['change'] for r in ok if r['change'] is not None):10.1f} %  "
             f"{100 * min(min(r['success_trial'], r['success_unseen']) for r in ok):8.3f} %"
         )
 

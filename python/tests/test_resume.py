@@ -41,7 +41,7 @@ def tuned(outcome):
 def test_an_interrupted_study_writes_its_outputs_and_resumes_without_replaying(tmp_path, algo):
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     # The defaults and one trial, then Ctrl-C during the second.
-    first = run(settings(tmp_path, algo, budget=10, runner=InterruptedRunner(3), storage=storage), say=lambda _: None)
+    first = run(settings(tmp_path, algo, budget=7, runner=InterruptedRunner(3), storage=storage), say=lambda _: None)
     assert first.interrupted and first.best is not None
     out = tmp_path / algo
     with open(out / "history.csv", newline="") as f:
@@ -51,19 +51,19 @@ def test_an_interrupted_study_writes_its_outputs_and_resumes_without_replaying(t
     assert summary["interrupted"] and summary["trials_complete"] == 1 and (out / "best.yaml").exists()
 
     runner = FakeRunner()
-    second = run(settings(tmp_path, algo, budget=10, runner=runner, storage=storage), say=lambda _: None)
+    second = run(settings(tmp_path, algo, budget=7, runner=runner, storage=storage), say=lambda _: None)
     trials = tuned(second)
     complete = [t for t in trials if t.state.name == "COMPLETE"]
-    # The interrupted trial is not charged: 10 complete trials, 9 of them run now.
-    assert len(complete) == 10 and runner.calls == 9 and not second.interrupted
+    # The interrupted trial is not charged: 7 complete trials, 6 of them run now.
+    assert len(complete) == 7 and runner.calls == 6 and not second.interrupted
     configurations = [tuple(sorted(t.params.items())) for t in complete]
     assert configurations[1] != configurations[0], "the resumed sampler replayed its first trial"
     if algo != "dds":  # DDS's small steps revisit points of this small discrete space even uninterrupted
-        assert len(set(configurations)) == 10, "a resumed sampler proposed a configuration again"
+        assert len(set(configurations)) == 7, "a resumed sampler proposed a configuration again"
     if algo == "hybrid":
-        # Budget 10 over 6 parameters: 3 DDS trials, one before the interruption, two after; then the GP.
-        assert isinstance(second.study.sampler, HybridSampler)
-        assert second.study.sampler.bo is not None and second.study.sampler.finished == 9
+        # Budget 7 over 6 parameters: 3 DDS trials, one before the interruption, two after; then the GP.
+        assert isinstance(second.study.sampler, HybridSampler) and second.study.sampler.dds_trials == 3
+        assert second.study.sampler.bo is not None and second.study.sampler.finished == 6
 
 
 def test_a_trial_left_running_by_a_dead_process_is_failed_and_not_charged(tmp_path):
