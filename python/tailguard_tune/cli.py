@@ -200,7 +200,7 @@ def report(outcome: Outcome, settings: Settings) -> None:
             "importance.json has it, marked untrusted"
         )
     written = "best.yaml, " if outcome.best is not None else ""
-    print(f"wrote {settings.out}/{written}history.csv, convergence.png, importance.json, summary.json")
+    print(f"wrote {settings.out}/{written}history.csv, convergence.png, importance.json, summary.json, report.html")
 
 
 if __name__ == "__main__":

@@ -121,6 +121,7 @@ class Objective:
             success=min(success_rate(r) for r in chosen),
             goodput=sum(goodput(r) for r in chosen) / len(chosen),
             slowest_ms=slowest,
+            cdf=tuple((float(x), float(f)) for x, f in chosen[0].get("cdf") or ()),
         )
 
     def value(self, results: dict[str, Any]) -> float:
@@ -164,6 +165,7 @@ class RunScore:
     success: float  # the success rate, 0 to 1 (the lowest over the selected runs)
     goodput: float  # successful requests per second (the mean over the selected runs)
     slowest_ms: float = 0.0  # the slowest successful request
+    cdf: tuple[tuple[float, float], ...] = ()  # the first selected run's `cdf` of successes, for the report
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,17 @@
 - `convergence.png`: each trial's objective and the best so far, against the defaults';
 - `importance.json`: each parameter's importance by fANOVA (Hutter et al. 2014, as Optuna
   implements it) over the ranks of the study's completed trials, and whether they are enough;
-- `summary.json`: the numbers above in one document.
+- `summary.json`: the numbers above in one document;
+- `report.html`: one page with the result, the convergence plot, the importance and the latency
+  distributions of the best and the defaults.
 """
 
 from __future__ import annotations
 
+import base64
 import csv
+import html
+import io
 import itertools
 import json
 import math
@@ -215,6 +220,91 @@ def _plot_convergence(info: ConvergenceInfo, path: str) -> None:
     plt.close(fig)
 
 
+def _png(fig: Any) -> str:
+    """A figure as a base64 PNG, for the self-contained report."""
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _importance_png(importance: dict[str, float]) -> str:
+    top = list(importance.items())[:10][::-1]
+    fig, ax = plt.subplots(figsize=(7, 0.35 * len(top) + 1), dpi=100)
+    ax.barh([k for k, _ in top], [v for _, v in top], color="tab:blue")
+    ax.set_xlabel("fANOVA importance (on ranks)")
+    ax.tick_params(axis="y", labelsize=7)
+    return _png(fig)
+
+
+def _distributions_png(curves: list[tuple[str, list[list[float]]]]) -> str:
+    """Each curve's share of successful requests slower than x (both axes logarithmic: the tail is what differs)."""
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    for label, cdf in curves:
+        xs = [p[0] for p in cdf if p[1] < 1.0]
+        ys = [1.0 - p[1] for p in cdf if p[1] < 1.0]
+        ax.step(xs, ys, where="post", label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.xaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+    ax.xaxis.set_minor_formatter(ticker.FormatStrFormatter("%g"))
+    ax.set_xlabel("latency (ms), log scale")
+    ax.set_ylabel("share of successful requests slower")
+    ax.legend()
+    return _png(fig)
+
+
+def report_html(outcome: Outcome, settings: Settings, convergence_png: str, path: str) -> None:
+    """report.html: one self-contained page (images embedded) with the result, the convergence
+    plot, the importance (with its caveat) and the latency distributions of the best and the
+    defaults on the first fresh seed of the re-measurement."""
+    stat = settings.objective.stat
+    esc = html.escape
+    d, best = outcome.defaults, outcome.best
+    rows = [("defaults", d["objective_ms"], d["success"], d["goodput"])]
+    if best is not None:
+        a = best.user_attrs
+        rows.append((f"best (trial {best.number})", _finite(outcome.best_value), a.get("success"), a.get("goodput")))
+    table = "".join(
+        f"<tr><td>{esc(name)}</td><td>{'infinite' if v is None else f'{v:.3f} ms'}</td>"
+        f"<td>{100 * (s or 0):.2f} %</td><td>{(g or 0):.1f}/s</td></tr>"
+        for name, v, s, g in rows
+    )
+    parts = [
+        f"<h1>{esc(settings.file)}: {esc(settings.algo)}, budget {settings.budget}, seed {settings.seed}</h1>",
+        f"<p>{stat} of all requests (failures counted slower than any success); feasible from "
+        f"{100 * settings.objective.min_success:g} % success. "
+        + (f"Improvement: {esc(improvement_text(outcome))}." if best is not None else "No configuration was feasible.")
+        + "</p>",
+        f"<table><tr><th></th><th>{stat}</th><th>success</th><th>goodput</th></tr>{table}</table>",
+        "<h2>Convergence</h2>",
+        f'<img alt="convergence" src="data:image/png;base64,{convergence_png}">',
+    ]
+    imp = importance_doc(outcome)
+    if outcome.importance:
+        caveat = (
+            ""
+            if imp["trusted"]
+            else f"<p><b>Not to be trusted:</b> {imp['trials']} completed trials for {len(outcome.space)} parameters "
+            f"(it needs {imp['trusted_from']}: 2 per parameter, at least 30).</p>"
+        )
+        parts += ["<h2>Parameter importance</h2>", caveat]
+        parts.append(f'<img alt="importance" src="data:image/png;base64,{_importance_png(outcome.importance)}">')
+    c = outcome.confirmation
+    if c is not None and best is not None and "defaults" in c.cdf and str(best.number) in c.cdf:
+        curves = [("defaults", c.cdf["defaults"]), (f"best (trial {best.number})", c.cdf[str(best.number)])]
+        parts += [
+            "<h2>Latency distributions: best and defaults</h2>",
+            f"<p>Successful requests on seed {c.seeds[0]} (the first fresh seed of the re-measurement).</p>",
+            f'<img alt="distributions" src="data:image/png;base64,{_distributions_png(curves)}">',
+        ]
+    style = "body{font-family:sans-serif;max-width:60em;margin:1em auto}td,th{padding:0 1em;text-align:right}"
+    page = f"<!doctype html><meta charset=utf-8><title>tailguard-tune</title><style>{style}</style>{''.join(parts)}"
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(page)
+
+
 def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
@@ -283,6 +373,10 @@ def write_all(outcome: Outcome, settings: Settings, doc: dict[str, Any]) -> None
     title = f"{doc.get('name', '')}: {settings.algo}, reduce {settings.reduce}"
     info = convergence_info(outcome.trials, outcome.baseline, settings.objective.stat, title)
     plot_convergence(info, os.path.join(out, "convergence.png"))
+    with open(os.path.join(out, "convergence.png"), "rb") as f:
+        convergence = base64.b64encode(f.read()).decode("ascii")
+    with _PLOTTING:
+        report_html(outcome, settings, convergence, os.path.join(out, "report.html"))
     with open(os.path.join(out, "importance.json"), "w", encoding="utf-8") as f:
         json.dump(importance_doc(outcome), f, indent=2)
     with open(os.path.join(out, "summary.json"), "w", encoding="utf-8") as f:

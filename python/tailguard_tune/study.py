@@ -68,6 +68,7 @@ class Confirmation:
     defaults: list[float]  # the defaults' objective on each seed
     candidates: dict[int, dict[str, list[float]]]  # trial number -> {"values", "successes", "goodputs"}
     best: int | None  # the trial with the lowest mean objective among those feasible on every seed
+    cdf: dict[str, list[list[float]]] = field(default_factory=dict)  # "defaults" or trial number: first seed's cdf
 
     def improvements(self) -> list[float]:
         """1 − best/defaults on each seed (paired), where both are finite."""
@@ -326,16 +327,17 @@ def _confirm(
             "goodputs": [s.goodput for s in m.scores],
         }
 
+    cdf = stored.setdefault("cdf", {})
     if "defaults" not in stored:
-        stored["defaults"] = measured(settings.runner.measure(doc, settings.file, objective, seeds))["values"]
+        m = settings.runner.measure(doc, settings.file, objective, seeds)
+        stored["defaults"], cdf["defaults"] = measured(m)["values"], [list(p) for p in m.scores[0].cdf]
         study.set_user_attr("confirmation", _json_safe(stored))
     for t in candidates:
         if str(t.number) in stored["candidates"]:
             continue
         candidate = experiment.with_values(doc, space.to_yaml(t.params))
-        stored["candidates"][str(t.number)] = measured(
-            settings.runner.measure(candidate, settings.file, objective, seeds)
-        )
+        m = settings.runner.measure(candidate, settings.file, objective, seeds)
+        stored["candidates"][str(t.number)], cdf[str(t.number)] = measured(m), [list(p) for p in m.scores[0].cdf]
         study.set_user_attr("confirmation", _json_safe(stored))
     results = {t.number: _from_json(stored["candidates"][str(t.number)]) for t in candidates}
     defaults = [_inf(v) for v in stored["defaults"]]
@@ -358,7 +360,7 @@ def _confirm(
             )
             + (" <- best" if n == best else "")
         )
-    return Confirmation(seeds, defaults, results, best)
+    return Confirmation(seeds, defaults, results, best, dict(cdf))
 
 
 def _json_safe(stored: dict[str, Any]) -> dict[str, Any]:

@@ -135,6 +135,12 @@ def test_the_best_is_chosen_on_fresh_seeds_with_a_confidence_interval(tmp_path):
     assert low < mean < high and outcome.improvement == mean
     gains = c.improvements()
     assert mean == pytest.approx(sum(gains) / 5) and all(0 < g < 1 for g in gains)
+    # report.html: the result, the convergence plot, the importance (not trusted from 9 trials) and
+    # both distributions on the first fresh seed.
+    page = (tmp_path / "random" / "report.html").read_text()
+    assert page.count('src="data:image/png;base64,') == 3 and "Not to be trusted" in page
+    assert f"best (trial {c.best})" in page and f"seed {c.seeds[0]}" in page
+    assert c.cdf["defaults"] and c.cdf[str(c.best)]
     # The re-measurement is kept in the study: writing the outputs again measures nothing.
     calls = runner.calls
     again = run(s, say=lambda _: None)
