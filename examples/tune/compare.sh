@@ -23,7 +23,11 @@ for algo in $algos; do
     rm -rf "$dir"
     start=$(date +%s)
     "$tune" examples/tune/sim-app.yaml --space examples/tune/sim-space.yaml --algo "$algo" --budget "$budget" \
-      --seed "$seed" --reduce "$reduce" --out "$dir" $extra >"$dir.log" 2>&1 || { echo "$algo seed $seed failed: see $dir.log"; continue; }
+      --seed "$seed" --reduce "$reduce" --out "$dir" $extra >"$dir.log" 2>&1 || {
+      # Exit 3: no configuration reached --min-success (the study ran; it has no best to show).
+      if [ $? = 3 ]; then echo "$algo seed $seed: no feasible configuration"; else echo "$algo seed $seed failed: see $dir.log"; fi
+      continue
+    }
     secs=$(( $(date +%s) - start ))
     python3 - "$dir/summary.json" "$secs" <<'PY'
 import json, sys

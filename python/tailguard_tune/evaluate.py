@@ -5,11 +5,13 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,14 +45,22 @@ def find_tailguard(explicit: str | None = None) -> str:
 
 @dataclass(frozen=True)
 class Objective:
-    """Which runs of the results and which statistic of their latency the tuner minimises.
+    """Which runs of the results and which statistic of their latency the tuner minimises, and the
+    success rate a configuration must reach to count.
 
-    `stat` is one of STATS or `pNN` / `pNN.N` (read from the run's `cdf`); `runs` selects
-    `scenario/variant` pairs (either side may be `*`); the objective is the mean over the selected
-    runs (by default the first run)."""
+    `stat` is one of STATS or `pNN` / `pNN.N`; `runs` selects `scenario/variant` pairs (either side
+    may be `*`); the objective is the mean over the selected runs (by default the first run).
+
+    A percentile is taken over **all** requests, failures counted as slower than any success: with
+    a success rate s, the p95 of all requests is the successes' percentile 95 / s (read from the
+    run's `cdf`, interpolated linearly between its points), and infinite when s < 0.95. `mean` and
+    `max` are the successes' (the results hold no latency for a failure). A configuration is
+    **feasible** when its success rate (the lowest over the selected runs) is at least
+    `min_success` and its statistic is finite."""
 
     stat: str = "p95"
     runs: tuple[str, ...] = ()
+    min_success: float = 0.999
 
     def __post_init__(self) -> None:
         if self.stat not in STATS and not re.fullmatch(r"p\d{1,2}(\.\d+)?", self.stat):
@@ -58,6 +68,8 @@ class Objective:
         for sel in self.runs:
             if sel.count("/") != 1:
                 raise ValueError(f"--run {sel!r}: expected SCENARIO/VARIANT (either may be *)")
+        if not 0.0 <= self.min_success <= 1.0:
+            raise ValueError(f"--min-success {100 * self.min_success:g}: expected a percentage from 0 to 100")
 
     def select(self, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not runs:
@@ -75,16 +87,111 @@ class Objective:
         return chosen
 
     def of_run(self, run: dict[str, Any]) -> float:
+        """The statistic of one run, over all its requests (see the class doc)."""
         lat = run.get("latency_ms") or {}
-        if self.stat in lat:
-            return float(lat[self.stat])
-        if not self.stat.startswith("p"):
-            raise EvaluationError(f"the results' latency_ms has no {self.stat!r}")
-        return percentile_from_cdf(run, float(self.stat[1:]))
+        success = success_rate(run)
+        if self.stat in ("mean", "max"):
+            if self.stat not in lat:
+                raise EvaluationError(f"the results' latency_ms has no {self.stat!r}")
+            return float(lat[self.stat]) if success > 0 else math.inf
+        pct = 99.9 if self.stat == "p999" else float(self.stat[1:])
+        if success >= 1.0:
+            return float(lat[self.stat]) if self.stat in lat else percentile_from_cdf(run, pct)
+        shifted = pct / 100.0 / success if success > 0 else math.inf
+        if shifted > 1.0:
+            return math.inf
+        if run.get("cdf"):
+            return interpolate_cdf(run["cdf"], shifted)
+        # No cdf: the lowest reported percentile at or above the shifted one (never optimistic).
+        levels = [(0.1, "p10"), (0.5, "p50"), (0.9, "p90"), (0.95, "p95"), (0.99, "p99"), (0.999, "p999")]
+        for level, key in levels:
+            if level >= shifted and key in lat:
+                return float(lat[key])
+        if "max" in lat:
+            return float(lat["max"])
+        raise EvaluationError(f"the objective {self.stat} with failures needs the run's `cdf` or `latency_ms`")
+
+    def measure(self, results: dict[str, Any]) -> RunScore:
+        """The objective, success rate and goodput of one results document (its selected runs)."""
+        chosen = self.select(results.get("runs") or [])
+        values = [self.of_run(r) for r in chosen]
+        slowest = max((float((r.get("latency_ms") or {}).get("max") or 0.0) for r in chosen), default=0.0)
+        return RunScore(
+            value=sum(values) / len(values),
+            success=min(success_rate(r) for r in chosen),
+            goodput=sum(goodput(r) for r in chosen) / len(chosen),
+            slowest_ms=slowest,
+            cdf=tuple((float(x), float(f)) for x, f in chosen[0].get("cdf") or ()),
+        )
 
     def value(self, results: dict[str, Any]) -> float:
-        chosen = self.select(results.get("runs") or [])
-        return sum(self.of_run(r) for r in chosen) / len(chosen)
+        return self.measure(results).value
+
+    def feasible(self, value: float, success: float) -> bool:
+        return math.isfinite(value) and success >= self.min_success - 1e-12
+
+    def constraint(self, value: float, success: float) -> float:
+        """Optuna's constraint value, at most 0 when feasible: how far the success rate falls short."""
+        shortfall = self.min_success - success
+        return shortfall if self.feasible(value, success) else max(shortfall, 1e-3)
+
+
+def success_rate(run: dict[str, Any]) -> float:
+    """succeeded / requests (exact), else the rounded `success_rate`; a run without requests has none."""
+    requests, succeeded = run.get("requests"), run.get("succeeded")
+    if isinstance(requests, int) and isinstance(succeeded, int):
+        return succeeded / requests if requests > 0 else 0.0
+    if "success_rate" in run:
+        return float(run["success_rate"])
+    return 1.0  # results without counts (hand-made ones): nothing says a request failed
+
+
+def goodput(run: dict[str, Any]) -> float:
+    """Successful requests per second: the run's `goodput` when the results have it, else
+    succeeded / duration_s, else `throughput_rps` (the same quantity in the simulator and the lab)."""
+    if "goodput" in run:
+        return float(run["goodput"])
+    succeeded, duration = run.get("succeeded"), run.get("duration_s")
+    if isinstance(succeeded, int) and isinstance(duration, (int, float)) and duration > 0:
+        return succeeded / float(duration)
+    return float(run.get("throughput_rps") or 0.0)
+
+
+@dataclass(frozen=True)
+class RunScore:
+    """What one results document says about a configuration."""
+
+    value: float  # the objective, ms; infinite when too few requests succeeded for the percentile
+    success: float  # the success rate, 0 to 1 (the lowest over the selected runs)
+    goodput: float  # successful requests per second (the mean over the selected runs)
+    slowest_ms: float = 0.0  # the slowest successful request
+    cdf: tuple[tuple[float, float], ...] = ()  # the first selected run's `cdf` of successes, for the report
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One configuration measured on one or more seeds: each seed's score, and their summary (the
+    mean objective, infinite if any seed's is; the mean success rate and goodput)."""
+
+    seeds: tuple[int | None, ...]
+    scores: tuple[RunScore, ...]
+
+    @property
+    def value(self) -> float:
+        values = [s.value for s in self.scores]
+        return sum(values) / len(values) if all(math.isfinite(v) for v in values) else math.inf
+
+    @property
+    def success(self) -> float:
+        return sum(s.success for s in self.scores) / len(self.scores)
+
+    @property
+    def goodput(self) -> float:
+        return sum(s.goodput for s in self.scores) / len(self.scores)
+
+    @property
+    def slowest_ms(self) -> float:
+        return max(s.slowest_ms for s in self.scores)
 
 
 def percentile_from_cdf(run: dict[str, Any], pct: float) -> float:
@@ -98,6 +205,42 @@ def percentile_from_cdf(run: dict[str, Any], pct: float) -> float:
         if fraction >= target - 1e-12:
             return float(latency)
     return float(cdf[-1][0])
+
+
+def interpolate_cdf(cdf: list[list[float]], fraction: float) -> float:
+    """The latency at `fraction` (0 to 1) of a `cdf`, linear between the two points around it."""
+    prev_latency, prev_fraction = float(cdf[0][0]), 0.0
+    for latency, f in cdf:
+        if f >= fraction - 1e-12:
+            if f <= prev_fraction:
+                return float(latency)
+            share = (fraction - prev_fraction) / (f - prev_fraction)
+            return prev_latency + max(0.0, min(1.0, share)) * (float(latency) - prev_latency)
+        prev_latency, prev_fraction = float(latency), float(f)
+    return float(cdf[-1][0])
+
+
+FRESH_SEEDS = 1_000_000  # fresh seeds start this far from the base: no trial ever used them
+
+
+@dataclass(frozen=True)
+class Seeds:
+    """The simulator seeds of each measurement. Trial n runs with seeds base + n·repeats + i
+    (i < repeats), so no two trials share one (`vary`); with `vary` off every trial uses the same
+    `repeats` seeds from `base` (common random numbers: trials differ only by their configuration,
+    but the search can overfit that one draw of randomness). Re-measurements use `fresh` seeds, the
+    same ones for every candidate and the defaults, so their comparison is paired."""
+
+    base: int
+    repeats: int = 1
+    vary: bool = True
+
+    def trial(self, number: int) -> list[int]:
+        first = self.base + (number * self.repeats if self.vary else 0)
+        return [first + i for i in range(self.repeats)]
+
+    def fresh(self, count: int) -> list[int]:
+        return [self.base + FRESH_SEEDS + i for i in range(count)]
 
 
 def _gist(output: str) -> str:
@@ -118,7 +261,7 @@ class Runner:
     seed: int | None = None
     quick: bool = False
     timeout_s: float = 600.0
-    repeats: int = 1  # runs per evaluation, seeds S, S+1, ...; the objective is their mean
+    trace_sample: int | None = None  # traces kept by a run with --traces (None: the backend's default, 200)
 
     def command(
         self, file: str, workdir: str, traces: str | None = None, seed: int | None = None
@@ -141,6 +284,8 @@ class Runner:
             cmd.append("--quick")
         if traces:
             cmd += ["--traces", traces]
+            if self.trace_sample is not None:
+                cmd += ["--trace-sample", str(self.trace_sample)]
         return cmd, out
 
     def run(
@@ -167,17 +312,13 @@ class Runner:
             raise EvaluationError(f"{out}: expected a JSON object of results, got {type(results).__name__}")
         return results
 
-    def evaluate(self, doc: dict[str, Any], source: str, objective: Objective) -> tuple[float, dict[str, Any]]:
-        """The objective's value for `doc` (the mean over `repeats` runs with consecutive seeds,
-        from --sim-seed or the file's), and the results of the last run."""
-        if self.repeats <= 1:
-            seeds: list[int | None] = [None]
-        else:
-            first = self.seed if self.seed is not None else int(doc.get("seed") or 1)
-            seeds = [first + i for i in range(self.repeats)]
-        values = []
+    def measure(
+        self, doc: dict[str, Any], source: str, objective: Objective, seeds: Sequence[int | None]
+    ) -> Measurement:
+        """`doc` run once per seed (None: --sim-seed or the file's), scored by `objective`."""
+        scores = []
         for seed in seeds:
             with tempfile.TemporaryDirectory(prefix="tailguard-tune-") as tmp:
                 results = self.run(doc, source, tmp, seed=seed)
-            values.append(objective.value(results))
-        return sum(values) / len(values), results
+            scores.append(objective.measure(results))
+        return Measurement(tuple(seeds), tuple(scores))

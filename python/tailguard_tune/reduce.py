@@ -6,7 +6,15 @@ parameters of the services that matter.
 - **variability**: the services whose service time (span duration) has a coefficient of variation
   above 0.5;
 - **critical-path+variability**: of the critical-path services, the `top` (5) with the highest
-  coefficient of variation.
+  coefficient of variation;
+- **tail** (ours, the default for `--reduce` in docs/tune.md's advice): the services that make the
+  slow requests slow. Each service scores its share of the slow requests' *excess* critical time:
+  in each request above the p90, its own time on the critical path beyond its median over all
+  requests (a service every request waits on equally does not make the tail), each slow request
+  counting once whatever its latency (`tail_scores`). Services are kept,
+  highest score first, until the kept ones cover `coverage` (95 %) of that excess: the threshold
+  adapts to how concentrated the tail's causes are, rather than a fixed share of all traces (which
+  misses a service that is on the critical path of exactly the slow 4 %).
 
 Traces are Jaeger's JSON (`{"data": [{"traceID", "spans": [...], "processes": {...}}]}`), as the
 lab's collector and `tailguard sim --traces` write them. A parameter belongs to a service by its
@@ -20,13 +28,14 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
 from .space import Space
 
-METHODS = ("none", "critical-path", "variability", "critical-path+variability")
+METHODS = ("none", "critical-path", "variability", "critical-path+variability", "tail")
 
 
 class TraceError(ValueError):
@@ -165,23 +174,85 @@ def entry_spans(trace: list[Span]) -> set[str]:
     return {s.span_id for s in trace if s.parent_id not in service or service[s.parent_id] != s.service}
 
 
+def own_times(trace: list[Span]) -> dict[str, int]:
+    """Each service's own time on the trace's critical path (µs): that of its entry spans not
+    covered by their children. What its call and attempt spans add beyond the callee's span (the
+    network, the sidecars) belongs to no service."""
+    entries = entry_spans(trace)
+    own: dict[str, int] = defaultdict(int)
+    for span, t in critical_path(trace):
+        if span.span_id in entries:
+            own[span.service] += t
+    return own
+
+
+def latency(trace: list[Span]) -> int:
+    """The request's latency (µs): from its first root span's start to its last root span's end."""
+    ids = {s.span_id for s in trace}
+    roots = [s for s in trace if s.parent_id is None or s.parent_id not in ids] or trace
+    return max(s.end for s in roots) - min(s.start for s in roots) if roots else 0
+
+
 def critical_services(traces: list[list[Span]], threshold_ms: float = 1.0) -> dict[str, float]:
     """For each service, the share of traces in which its own time on the critical path is at least
-    `threshold_ms` (Algorithm 1's "non-negligible latency"). A service's own time is that of its
-    entry spans not covered by their children; what its call and attempt spans add beyond the
-    callee's span (the network, the sidecars) belongs to no service."""
+    `threshold_ms` (Algorithm 1's "non-negligible latency")."""
     counts: dict[str, int] = defaultdict(int)
     for trace in traces:
-        entries = entry_spans(trace)
-        own: dict[str, int] = defaultdict(int)
-        for span, t in critical_path(trace):
-            if span.span_id in entries:
-                own[span.service] += t
-        for service, t in own.items():
+        for service, t in own_times(trace).items():
             if t >= threshold_ms * 1000:
                 counts[service] += 1
     n = max(len(traces), 1)
     return {s: c / n for s, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))}
+
+
+@dataclass(frozen=True)
+class TailScores:
+    """What `tail_scores` found: each service's share of the slow requests' excess critical time
+    (summing to 1 over the services with an excess), and the slow requests it was computed on."""
+
+    scores: dict[str, float]
+    slow: int  # traces above the quantile
+    threshold_ms: float  # their latency from this up
+
+
+def tail_scores(traces: list[list[Span]], slow_quantile: float = 0.9) -> TailScores:
+    """Each service's share of the excess critical time of the requests slower than the
+    `slow_quantile` of the traced latencies. A service's excess in a request is its own time on
+    the critical path beyond its median over all requests; each slow request splits one unit among
+    the services by their excess, so a few extreme requests (a Pareto service's outliers) weigh no
+    more than any other slow request, and the scores are the mean over the slow requests."""
+    own = [own_times(t) for t in traces]
+    latencies = [latency(t) for t in traces]
+    ordered = sorted(latencies)
+    cut = ordered[min(int(slow_quantile * len(ordered)), len(ordered) - 1)] if ordered else 0
+    services = sorted({s for o in own for s in o})
+    typical = {s: statistics.median(o.get(s, 0) for o in own) for s in services}
+    shares: dict[str, float] = dict.fromkeys(services, 0.0)
+    slow = 0
+    for o, lat in zip(own, latencies, strict=True):
+        if lat < cut:
+            continue
+        slow += 1
+        excess = {s: max(o.get(s, 0) - typical[s], 0) for s in services}
+        total = sum(excess.values())
+        for s, e in excess.items():
+            if total > 0:
+                shares[s] += e / total
+    total = sum(shares.values())
+    scores = {s: v / total if total > 0 else 0.0 for s, v in shares.items()}
+    return TailScores(dict(sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))), slow, cut / 1000)
+
+
+def covering(scores: dict[str, float], coverage: float) -> list[str]:
+    """The highest-scoring services until their scores sum to `coverage` (scores sum to 1)."""
+    kept: list[str] = []
+    total = 0.0
+    for service, score in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0])):
+        if total >= coverage - 1e-12 or score <= 0:
+            break
+        kept.append(service)
+        total += score
+    return kept
 
 
 def service_cv(traces: list[list[Span]]) -> dict[str, float]:
@@ -207,8 +278,29 @@ class Selection:
 
     method: str
     services: list[str]
-    critical: dict[str, float]
-    cv: dict[str, float]
+    critical: dict[str, float]  # share of traces with ≥ 1 ms of own critical time
+    cv: dict[str, float]  # coefficient of variation of the service time
+    tail: TailScores | None = None  # the `tail` method's scores
+
+    def report(self) -> dict[str, object]:
+        """The evidence as reduction.json and summary.json hold it."""
+        doc: dict[str, object] = {
+            "method": self.method,
+            "kept": self.services,
+            "critical_path_share": {k: round(v, 4) for k, v in self.critical.items()},
+            "cv": {k: round(v, 4) for k, v in self.cv.items()},
+        }
+        if self.tail is not None:
+            doc["tail_score"] = {k: round(v, 4) for k, v in self.tail.scores.items()}
+            doc["slow_traces"] = self.tail.slow
+            doc["slow_from_ms"] = self.tail.threshold_ms
+        return doc
+
+    def scores(self) -> dict[str, float]:
+        """The score that decided, by service: the tail score, the critical-path share, or the CV."""
+        if self.tail is not None:
+            return self.tail.scores
+        return self.cv if self.method == "variability" else self.critical
 
 
 def select_services(
@@ -219,6 +311,8 @@ def select_services(
     min_share: float = 0.1,
     cv_threshold: float = 0.5,
     top: int = 5,
+    coverage: float = 0.95,
+    slow_quantile: float = 0.9,
 ) -> Selection:
     if method not in METHODS or method == "none":
         raise ValueError(f"--reduce {method!r}: expected one of {', '.join(METHODS)}")
@@ -227,6 +321,9 @@ def select_services(
     critical = critical_services(traces, threshold_ms)
     cv = service_cv(traces)
     on_path = [s for s, share in critical.items() if share >= min_share]
+    if method == "tail":
+        tail = tail_scores(traces, slow_quantile)
+        return Selection(method, sorted(covering(tail.scores, coverage)), critical, cv, tail)
     if method == "critical-path":
         chosen = on_path
     elif method == "variability":

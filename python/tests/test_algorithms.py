@@ -19,26 +19,51 @@ TINY = os.path.join(FIXTURES, "tiny.yaml")
 
 class FakeRunner(Runner):
     """Stands in for `tailguard sim`: a p95 that falls with the db's workers and replicas and is
-    lowest for a hedge at the 70th percentile; the cache does not matter."""
+    lowest for a hedge at the 70th percentile; the cache does not matter. The seed adds nothing
+    unless `noise` is set (then ±noise ms, by the seed's parity); `fail_when_workers` makes the
+    simulator refuse a configuration; one whose db workers satisfy `lossy_when_workers` loses 2 %
+    of its requests."""
 
-    def __init__(self, fail_when_workers=None):
-        super().__init__(tailguard="no binary: evaluate is replaced")
+    def __init__(self, fail_when_workers=None, lossy_when_workers=None, noise=0.0):
+        super().__init__(tailguard="no binary: run is replaced")
         self.calls = 0
+        self.seeds = []
         self.fail_when_workers = fail_when_workers
+        self.lossy_when_workers = lossy_when_workers
+        self.noise = noise
 
-    def evaluate(self, doc, source, objective):
+    def p95(self, doc, seed):
+        db = doc["services"]["db"]
+        pct = doc["services"]["frontend"]["calls"][1]["policy"]["hedge"]["percentile"]
+        jitter = self.noise * (1 if (seed or 0) % 2 else -1)
+        return 2.0 + 16.0 / (db["workers"] * db["replicas"]) + abs(pct - 70.0) / 10.0 + jitter
+
+    def run(self, doc, source, workdir, traces=None, seed=None):
         self.calls += 1
+        self.seeds.append(seed)
         db = doc["services"]["db"]
         if db["workers"] == self.fail_when_workers:
             raise EvaluationError("tailguard sim failed (exit 1): simulated failure")
-        pct = doc["services"]["frontend"]["calls"][1]["policy"]["hedge"]["percentile"]
-        value = 2.0 + 16.0 / (db["workers"] * db["replicas"]) + abs(pct - 70.0) / 10.0
-        return value, {"runs": [{"latency_ms": {"p95": value}}]}
+        value = self.p95(doc, seed)
+        lossy = self.lossy_when_workers is not None and self.lossy_when_workers(db["workers"])
+        succeeded = 9800 if lossy else 10000
+        return {
+            "runs": [
+                {
+                    "requests": 10000,
+                    "succeeded": succeeded,
+                    "duration_s": 10.0,
+                    "latency_ms": {"p95": value, "max": 2 * value},
+                    "cdf": [[value / 2, 0.5], [value, 0.95], [2 * value, 1.0]],
+                }
+            ]
+        }
 
 
 def settings(tmp_path, algo, budget=8, seed=1, runner=None, **kw):
     doc = experiment.load(TINY)
     sp = space.load(os.path.join(FIXTURES, "tiny-space.yaml"), doc)
+    kw.setdefault("remeasure", 0)
     return Settings(TINY, sp, algo, budget, runner or FakeRunner(), seed=seed, out=str(tmp_path / algo), **kw)
 
 
@@ -76,7 +101,8 @@ def test_outputs_and_resuming_a_finished_study(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["best"] == outcome.best_value and summary["parameters_tuned"] == 6
     assert (out / "convergence.png").stat().st_size > 1000
-    assert set(json.loads((out / "importance.json").read_text())) == set(outcome.space.names())
+    imp = json.loads((out / "importance.json").read_text())
+    assert set(imp["importance"]) == set(outcome.space.names()) and imp["trials"] == 7 and not imp["trusted"]
     # The same command again finds the study full: no new evaluation.
     again = settings(tmp_path, "dds", budget=6)
     run(again, say=lambda _: None)
@@ -210,8 +236,9 @@ def test_without_a_trace_file_the_defaults_run_once_with_traces(tmp_path):
 
     class TracingRunner(FakeRunner):
         def run(self, doc, source, workdir, traces=None, seed=None):
+            if traces is None:  # the trials
+                return super().run(doc, source, workdir, seed=seed)
             self.traced_doc = doc
-            assert traces is not None
             shutil.copy(os.path.join(FIXTURES, "traces.json"), traces)
             return {"runs": []}
 
@@ -243,5 +270,5 @@ def test_the_hybrids_gp_asks_by_its_lower_confidence_bound(tmp_path):
     hybrid = result.study.sampler
     assert isinstance(hybrid, HybridSampler)
     # Budget 8 over 6 parameters: 3 DDS trials, then the GP's 5.
-    assert hybrid.dds_trials == 3 and hybrid.asked == 8
+    assert hybrid.dds_trials == 3 and hybrid.finished == 7  # the 8th trial was asked after 7 had finished
     assert hybrid.bo is not None and hybrid.bo.optimizer.acq_func == "LCB"

@@ -28,14 +28,27 @@ def test_a_budget_4_study_with_the_simulator_is_reproducible_and_its_best_file_r
     second = tune(tmp_path, "b")
     a = yaml.safe_load((first / "summary.json").read_text())
     b = yaml.safe_load((second / "summary.json").read_text())
-    assert a["defaults"] == b["defaults"] and a["best"] == b["best"] and a["best_params"] == b["best_params"]
-    assert a["best"] <= a["defaults"]
-    assert "% lower, tuning 6 of 6 parameters" in capsys.readouterr().out
+    assert (a["defaults"], a["best"], a["best_params"], a["remeasured"]) == (
+        b["defaults"],
+        b["best"],
+        b["best_params"],
+        b["remeasured"],
+    )
+    assert a["best_success"] == 1.0 and a["defaults_success"] == 1.0 and a["best_goodput"] > 250
+    printed = capsys.readouterr().out
+    assert "re-measured on 5 fresh seeds" in printed and "tuning 6 of 6 parameters" in printed
 
-    # The best file is a valid experiment that reproduces the best objective.
+    # The trials ran with seeds 3 (the file's, for the defaults), 4, 5, ...; the re-measurement
+    # with fresh ones, the same for the defaults and each candidate.
+    history = (first / "history.csv").read_text()
+    assert ",3," in history and ",4," in history
+    fresh = a["remeasured"]["seeds"]
+    assert fresh == [3 + 1_000_000 + i for i in range(5)]
+
+    # The best file is a valid experiment that reproduces its re-measurement.
     runner = Runner(find_tailguard())
-    value, _ = runner.evaluate(experiment.load(first / "best.yaml"), str(first / "best.yaml"), Objective("p95"))
-    assert value == a["best"]
+    measured = runner.measure(experiment.load(first / "best.yaml"), str(first / "best.yaml"), Objective("p95"), fresh)
+    assert [s.value for s in measured.scores] == a["remeasured"]["candidates"][str(a["best_trial"])]["values"]
 
 
 def test_the_cli_reports_bad_input_by_name(tmp_path, capsys):
@@ -75,7 +88,7 @@ def test_a_run_the_simulator_refuses_is_a_failed_trial_with_its_message(tmp_path
     sp = space.parse("parameters: [{path: services.db.replicas, type: discrete, range: [0, 1]}]", doc)
     runner = Runner(find_tailguard())
     try:
-        runner.evaluate(experiment.with_values(doc, sp.to_yaml({"services.db.replicas": 0})), TINY, Objective())
+        runner.measure(experiment.with_values(doc, sp.to_yaml({"services.db.replicas": 0})), TINY, Objective(), [None])
     except Exception as e:  # the message is what is checked
         assert "services.db.replicas" in str(e) and "failed (exit" in str(e)
     else:
@@ -88,9 +101,10 @@ def test_the_console_script_is_installed():
     assert done.returncode == 0 and "--reduce" in done.stdout
 
 
-def test_repeats_average_runs_with_consecutive_seeds(tmp_path):
+def test_a_measurement_on_several_seeds_averages_them(tmp_path):
     doc = experiment.load(TINY)
     tg = find_tailguard()
-    single = [Runner(tg, seed=s).evaluate(doc, TINY, Objective("p95"))[0] for s in (3, 4)]
-    mean, _ = Runner(tg, repeats=2).evaluate(doc, TINY, Objective("p95"))  # the file's seed is 3
-    assert single[0] != single[1] and mean == sum(single) / 2
+    single = [Runner(tg, seed=s).measure(doc, TINY, Objective("p95"), [None]).value for s in (3, 4)]
+    both = Runner(tg).measure(doc, TINY, Objective("p95"), [3, 4])
+    assert single[0] != single[1] and both.value == sum(single) / 2
+    assert both.success == 1.0 and 250 < both.goodput < 350  # the file's 300 requests/s

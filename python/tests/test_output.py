@@ -58,3 +58,25 @@ def test_the_convergence_plot_shows_the_completed_tuned_trials_and_the_best_so_f
     )
     output.plot_convergence(info, str(tmp_path / "c.png"))
     assert (tmp_path / "c.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_importance_ranks_the_trials_so_one_catastrophe_does_not_decide_it():
+    import optuna
+    from optuna.distributions import BaseDistribution, FloatDistribution
+
+    # x decides the objective smoothly; y does not, except that the one trial at the top of y's
+    # range was a catastrophe (an infeasible trial's penalty).
+    study = optuna.create_study()
+    dists: dict[str, BaseDistribution] = {"x": FloatDistribution(0, 1), "y": FloatDistribution(0, 1)}
+    for i in range(40):
+        x, y = (i * 7 % 40) / 40, (i * 13 % 40) / 40
+        value = 10 + 5 * x + (1000 if y == max((j * 13 % 40) / 40 for j in range(40)) else 0)
+        study.add_trial(optuna.trial.create_trial(params={"x": x, "y": y}, distributions=dists, value=value))
+    raw = optuna.importance.get_param_importances(study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0))
+    assert raw["y"] > raw["x"]  # fANOVA on the raw values: the catastrophe makes y look important
+    ranked = output.importance(study, seed=0)
+    assert ranked["x"] > 0.8 > 0.2 > ranked["y"]
+
+
+def test_importance_is_trusted_from_two_trials_per_parameter_and_at_least_30():
+    assert [output.trusted_trials(p) for p in (3, 15, 16, 36)] == [30, 30, 32, 72]

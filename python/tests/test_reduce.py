@@ -164,3 +164,51 @@ def test_the_simulators_traces_of_the_example_point_at_the_post_store():
     sp = space.load(os.path.join(examples, "sim-space.yaml"), doc)
     kept = reduce.reduce_space(sp, doc, selection.services)
     assert kept.names() == sp.names()[:6] and 5 * len(kept) <= len(sp)
+
+
+def fanout_traces(n=100):
+    """n requests to a frontend that asks `steady` (2 ms, always) and `rare` in parallel; `rare`
+    takes 20 ms in 4 of every 100 requests (the p95's cause), 1 ms otherwise; `jitter` runs after
+    both and takes 0.5 to 1.5 ms."""
+    traces = []
+    for i in range(n):
+        rare = 20.0 if i % 25 == 0 else 1.0
+        jitter = 0.5 + (i % 11) / 10
+        end = 1 + max(2.0, rare)
+        doc = trace(
+            ("a", None, "frontend", 0, end + jitter + 0.2),
+            ("b", "a", "steady", 1, 3),
+            ("c", "a", "rare", 1, 1 + rare),
+            ("d", "a", "jitter", end, end + jitter),
+        )
+        traces += reduce.parse_traces(doc)
+    return traces
+
+
+def test_the_tail_method_keeps_the_service_that_makes_the_slow_requests_slow():
+    traces = fanout_traces()
+    tail = reduce.tail_scores(traces)
+    # The slow requests, from the p90 (4.7 ms, ties included): 13 of 100, the 4 with rare's 20 ms
+    # and 9 with the most jitter. In each of the 4, rare's own time beyond its median (1 ms, off the
+    # path) is 19 ms against jitter's 0.4 at most: each counts about 1 for rare; the 9 count for jitter.
+    assert tail.slow == 13 and tail.threshold_ms == 4.7
+    assert tail.scores["rare"] == pytest.approx(4 / 13, abs=0.01)
+    assert tail.scores["jitter"] == pytest.approx(9 / 13, abs=0.01)
+    assert tail.scores["steady"] == tail.scores["frontend"] == 0.0  # every request waits on them alike
+    assert sum(tail.scores.values()) == pytest.approx(1.0)
+    chosen = reduce.select_services("tail", traces)
+    assert "rare" in chosen.services and "steady" not in chosen.services
+    # Algorithm 1 with its fixed 10 % of the traces never sees rare (on the path of 4 %).
+    assert "rare" not in reduce.select_services("critical-path", traces).services
+    report = chosen.report()
+    assert report["kept"] == chosen.services and report["slow_traces"] == 13
+    assert report["tail_score"] == {k: round(v, 4) for k, v in tail.scores.items()}
+
+
+def test_coverage_keeps_services_until_their_scores_add_up():
+    scores = {"a": 0.6, "b": 0.25, "c": 0.1, "d": 0.05}
+    assert reduce.covering(scores, 0.8) == ["a", "b"]
+    assert reduce.covering(scores, 0.85) == ["a", "b"]
+    assert reduce.covering(scores, 0.9) == ["a", "b", "c"]
+    assert reduce.covering(scores, 1.0) == ["a", "b", "c", "d"]
+    assert reduce.covering({"a": 0.0}, 0.95) == []

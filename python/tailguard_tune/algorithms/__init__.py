@@ -11,7 +11,7 @@ from typing import Protocol
 import optuna
 
 from ..space import Space
-from ._base import AskTellSampler, initial_random, tpe_startup
+from ._base import AskTellSampler, ConstraintsFunc, initial_random, tpe_startup
 from ._dds import DDS, DDSSampler
 from ._hybrid import HybridSampler
 from ._optuna import GASampler, RandomSampler, TPESampler
@@ -21,9 +21,12 @@ from ._skopt import GBRTSampler, GPSampler, RFSampler, SkoptSampler
 
 
 class SamplerClass(Protocol):
-    """How the tuner builds a sampler: for a study of `budget` trials over `space`, seeded."""
+    """How the tuner builds a sampler: for a study of `budget` trials over `space`, seeded, with
+    Optuna's `constraints_func` (which a sampler without constrained sampling ignores)."""
 
-    def __call__(self, space: Space, *, seed: int | None, budget: int) -> optuna.samplers.BaseSampler: ...
+    def __call__(
+        self, space: Space, *, seed: int | None, budget: int, constraints_func: ConstraintsFunc | None = None
+    ) -> optuna.samplers.BaseSampler: ...
 
 
 SAMPLERS: dict[str, SamplerClass] = {
@@ -40,19 +43,22 @@ SAMPLERS: dict[str, SamplerClass] = {
 }
 
 
-def make_sampler(name: str, space: Space, *, seed: int | None, budget: int) -> optuna.samplers.BaseSampler:
+def make_sampler(
+    name: str, space: Space, *, seed: int | None, budget: int, constraints_func: ConstraintsFunc | None = None
+) -> optuna.samplers.BaseSampler:
     """The sampler of algorithm `name` for a study of `budget` trials over `space`."""
     try:
         cls = SAMPLERS[name]
     except KeyError:
         raise ValueError(f"--algo {name!r}: expected one of {', '.join(SAMPLERS)}") from None
-    return cls(space, seed=seed, budget=budget)
+    return cls(space, seed=seed, budget=budget, constraints_func=constraints_func)
 
 
 __all__ = [
     "DDS",
     "SAMPLERS",
     "AskTellSampler",
+    "ConstraintsFunc",
     "DDSSampler",
     "GASampler",
     "GBRTSampler",

@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..space import Space
-from ._base import AskTellSampler
+from ._base import AskTellSampler, ConstraintsFunc
 
 Point = npt.NDArray[np.float64]  # a point of the unit cube
 
@@ -51,11 +51,13 @@ class DDS:
         self.best_value = math.inf
         self.iteration = 0  # perturbations asked so far
 
-    def ask(self) -> Point:
+    def ask(self, iteration: int | None = None) -> Point:
+        """The next point; `iteration` (1, 2, ...) sets the schedule's position, for a search that
+        resumes (by default, the one after the last asked)."""
         if self.best is None:
             # No point evaluated yet (no defaults given): start from a uniform random one.
             return self.rng.random(self.dim)
-        self.iteration += 1
+        self.iteration = iteration if iteration is not None else self.iteration + 1
         p = perturb_probability(self.iteration, self.budget)
         chosen = self.rng.random(self.dim) < p
         if not chosen.any():
@@ -73,14 +75,24 @@ class DDS:
 
 class DDSSampler(AskTellSampler):
     """DDS as an Optuna sampler. It starts from the first point told (the experiment file's
-    defaults, which the tuner evaluates first), as DDS starts from the user's initial solution."""
+    defaults, which the tuner evaluates first), as DDS starts from the user's initial solution.
+    Its iteration is the study's count of finished trials plus one, so a resumed study goes on
+    with the schedule where it stopped."""
 
-    def __init__(self, space: Space, *, seed: int | None, budget: int, r: float = 0.2) -> None:
+    def __init__(
+        self,
+        space: Space,
+        *,
+        seed: int | None,
+        budget: int,
+        constraints_func: ConstraintsFunc | None = None,
+        r: float = 0.2,
+    ) -> None:
         super().__init__(space, seed=seed)
         self.dds = DDS(len(space), budget, np.random.default_rng(seed), r)
 
     def ask(self, number: int) -> dict[str, Any]:
-        return self.space.from_unit(self.dds.ask())
+        return self.space.from_unit(self.dds.ask(self.finished + 1))
 
     def tell(self, number: int, params: dict[str, Any], value: float) -> None:
         self.dds.tell(np.array(self.space.to_unit(params)), value)

@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from ..space import Space
-from ._base import AskTellSampler
+from ._base import AskTellSampler, ConstraintsFunc
 from ._dds import DDSSampler
 from ._skopt import GPSampler
 
@@ -27,7 +27,14 @@ class HybridSampler(AskTellSampler):
     56.7 %), all 32 parameters from 56.8 to 57.05 %."""
 
     def __init__(
-        self, space: Space, *, seed: int | None, budget: int, dds_trials: int | None = None, seeds: int = 5
+        self,
+        space: Space,
+        *,
+        seed: int | None,
+        budget: int,
+        dds_trials: int | None = None,
+        seeds: int = 5,
+        constraints_func: ConstraintsFunc | None = None,
     ) -> None:
         super().__init__(space, seed=seed)
         default = max(2, min(budget // 2, math.ceil(len(space) / 2)))
@@ -37,16 +44,21 @@ class HybridSampler(AskTellSampler):
         self.seeds = seeds
         self.bo: GPSampler | None = None
         self.history: list[tuple[float, int, dict[str, Any]]] = []
-        self.asked = 0
 
     def ask(self, number: int) -> dict[str, Any]:
-        self.asked += 1
-        if self.asked <= self.dds_trials:
+        # The phase follows the study's finished trials, not this process's asks: a resumed study
+        # whose DDS phase is over goes on with the GP.
+        if self.finished < self.dds_trials:
+            self.dds.finished = self.finished
             return self.dds.ask(number)
         if self.bo is None:
             bo_budget = self.budget - self.dds_trials
             self.bo = GPSampler(self.space, seed=self.seed, budget=bo_budget, n_initial=1, acq_func="LCB")
-            for value, n, params in sorted(self.history, key=lambda h: (h[0], h[1]))[: self.seeds]:
+            # The DDS phase is the defaults and the first `dds_trials` trials; a resumed study may
+            # already hold GP trials after them, which the GP is told as well.
+            by_number = sorted(self.history, key=lambda h: h[1])
+            dds_phase, later = by_number[: self.dds_trials + 1], by_number[self.dds_trials + 1 :]
+            for value, n, params in sorted(dds_phase, key=lambda h: (h[0], h[1]))[: self.seeds] + later:
                 self.bo.tell(n, params, value)
         return self.bo.ask(number)
 

@@ -10,13 +10,15 @@ import nevergrad as ng
 import numpy as np
 
 from ..space import Space
-from ._base import AskTellSampler
+from ._base import AskTellSampler, ConstraintsFunc
 
 
 class PSOSampler(AskTellSampler):
     """nevergrad's PSO, its particles in the unit cube of the space."""
 
-    def __init__(self, space: Space, *, seed: int | None, budget: int) -> None:
+    def __init__(
+        self, space: Space, *, seed: int | None, budget: int, constraints_func: ConstraintsFunc | None = None
+    ) -> None:
         super().__init__(space, seed=seed)
         param = ng.p.Array(shape=(len(space),), lower=0.0, upper=1.0)
         param.random_state = np.random.RandomState(seed)

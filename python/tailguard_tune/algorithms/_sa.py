@@ -15,14 +15,23 @@ from typing import Any
 import numpy as np
 
 from ..space import Space
-from ._base import AskTellSampler
+from ._base import AskTellSampler, ConstraintsFunc
 from ._dds import Point, reflect
 
 
 class SASampler(AskTellSampler):
     """Simulated annealing from T0 = `t0` down to `t_end` over `budget` steps."""
 
-    def __init__(self, space: Space, *, seed: int | None, budget: int, t0: float = 0.2, t_end: float = 0.001) -> None:
+    def __init__(
+        self,
+        space: Space,
+        *,
+        seed: int | None,
+        budget: int,
+        constraints_func: ConstraintsFunc | None = None,
+        t0: float = 0.2,
+        t_end: float = 0.001,
+    ) -> None:
         super().__init__(space, seed=seed)
         self.rng = np.random.default_rng(seed)
         self.budget = max(budget, 2)

@@ -12,7 +12,7 @@ from skopt import Optimizer
 from skopt.space import Categorical, Integer, Real
 
 from ..space import Param, Space
-from ._base import AskTellSampler, initial_random
+from ._base import AskTellSampler, ConstraintsFunc, initial_random
 
 
 def _dimension(p: Param) -> Any:  # a skopt.space.Dimension
@@ -55,6 +55,7 @@ class SkoptSampler(AskTellSampler):
         budget: int,
         n_initial: int | None = None,
         acq_func: str = "gp_hedge",
+        constraints_func: ConstraintsFunc | None = None,
     ) -> None:
         super().__init__(space, seed=seed)
         if n_initial is None:
