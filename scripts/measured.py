@@ -176,6 +176,7 @@ BLOCKS = [
     Block("timeouts", ("sim", "examples/timeouts.yaml"), timeouts),
     Block("speculative", ("sim", "examples/speculative.yaml"), speculative, figure=(1, "speculative-tail.svg")),
     Block("cancellation", ("sim", "bench/cancellation.yaml"), cancellation),
+    Block("failures", ("sim", "examples/failures.yaml"), latency_table),
     Block("case-for-timeouts", ("sim", "examples/case-for-timeouts.yaml"), latency_table),
     Block("triangle", ("sim", "examples/triangle.yaml"), latency_table),
     Block("sim-app", ("sim", "examples/tune/sim-app.yaml"), p95_table),

@@ -141,3 +141,44 @@ variants: [ { name: v } ]
     let all = requests(&yaml);
     assert!(all.iter().enumerate().all(|(k, &(_, d))| d == if k % 2 == 0 { 12_000 } else { 32_000 }), "{all:?}");
 }
+
+/// examples/failures.yaml (quick): the 500 ms timeout and one retry bound what the 3 s hang costs
+/// a request, and the black hole's fast errors are retried: round-robin, which sends every tenth
+/// attempt to each, loses almost nothing and waits at most about one timeout more than the work.
+#[test]
+fn the_failures_example_bounds_the_hang_by_the_timeout() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/failures.yaml");
+    let experiment = Experiment::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let options = Options { quick: true, ..Options::default() };
+    let results = simulate(&experiment, options, |_| {}).unwrap_or_else(|e| panic!("{e}"));
+    let rr = results.runs.iter().find(|r| r.variant == "round-robin").expect("a round-robin run");
+    // A request that met the hang timed out once (500 ms) and was answered by another replica.
+    assert!(rr.latency_ms.max > 500.0 && rr.latency_ms.max < 1000.0, "max {} ms", rr.latency_ms.max);
+    assert!(rr.latency_ms.p999 > 500.0, "the hang shows in the tail: p99.9 {} ms", rr.latency_ms.p999);
+    assert!(rr.success_rate > 0.995, "success {}", rr.success_rate);
+}
+
+/// An error fault's `after` holds no worker and no queue place, so the cancel of an attempt
+/// abandoned before its error answers only drops it (it once looked for it in the queue).
+#[test]
+fn a_cancel_before_a_delayed_error_answers_drops_it() {
+    let yaml = r#"
+name: t
+services:
+  back:
+    workers: 1
+    service_time: { dist: constant, value: 10ms }
+    faults: [ { kind: error, after: 50ms, from: 0s, until: 1s } ]
+network: { delay: 1ms }
+workload:
+  target: back
+  open: { rate: 4, arrival: constant }
+  duration: 2s
+  client: { timeout: { kind: fixed, value: 20ms } }
+variants: [ { name: v } ]
+"#;
+    let run = run(yaml);
+    // Sent at 0, 0.25, 0.5, 0.75 s: timed out at 20 ms; then 1, 1.25, 1.5, 1.75 s: 12 ms each.
+    assert_eq!((run.requests, run.succeeded), (8, 4));
+    assert_eq!(run.latency_ms.max, 12.0);
+}
