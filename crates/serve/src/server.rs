@@ -253,14 +253,14 @@ async fn process(app: &App, context: &TraceContext, arrived: Duration) -> Result
             return Err(Lost);
         }
         Fate::Error | Fate::ErrorAfter(_) => {
-            answer(&app, StatusCode::INTERNAL_SERVER_ERROR, "error: an `error` fault\n")
+            answer(app, StatusCode::INTERNAL_SERVER_ERROR, "error: an `error` fault\n")
         }
         Fate::Normal => match app.calls.make(context).await {
             Ok(()) => answer(app, StatusCode::OK, "ok\n"),
             Err(e) => answer(app, StatusCode::INTERNAL_SERVER_ERROR, &format!("error: downstream {e}\n")),
         },
     };
-    hold(&app).await;
+    hold(app).await;
     Ok(response)
 }
 
