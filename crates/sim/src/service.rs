@@ -118,6 +118,13 @@ impl ServiceModel {
                 })
             })
             .collect::<Result<_, SimError>>()?;
-        Ok(ServiceModel { cancellable: svc.cancellable, fanout: svc.fanout, plan, edge_policy_base, edge_callee, replicas })
+        Ok(ServiceModel {
+            cancellable: svc.cancellable,
+            fanout: svc.fanout,
+            plan,
+            edge_policy_base,
+            edge_callee,
+            replicas,
+        })
     }
 }
