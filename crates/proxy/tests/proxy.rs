@@ -364,12 +364,13 @@ async fn a_hedge_rescues_a_slow_backends_request() {
     // Every request won by `fast` after a first try to `slow` was won by its hedge.
     let won = sample(&metrics, "tailguard_egress_hedges_won_total{upstream=\"svc\"}");
     assert!(hedges >= 1.0 && won == hedges, "{metrics}");
+    assert_eq!(sample(&metrics, "tailguard_egress_budget_exhausted{upstream=\"svc\"}"), 0.0, "{metrics}");
     assert!(slow.hits() >= 1 && fast.hits() >= 4);
     proxy.shutdown().await;
 }
 
 #[tokio::test]
-async fn hedges_stop_when_the_budget_retries_share_is_spent() {
+async fn hedges_stop_once_the_budget_shared_with_retries_is_spent() {
     // `budget: 0` leaves only the floor of 10 a second over the 10 s window: 100 retries or
     // hedges. 120 requests at once, each slower than the hedge's patience: exactly 100 hedge.
     let slow = Backend::start("slow", Mode::Ok(Duration::from_millis(300))).await;
@@ -387,6 +388,11 @@ async fn hedges_stop_when_the_budget_retries_share_is_spent() {
     let metrics = admin_metrics(&proxy).await;
     assert_eq!(sample(&metrics, "tailguard_egress_hedges_total{upstream=\"svc\"}"), 100.0, "{metrics}");
     assert_eq!(slow.hits(), 220);
+    // The gate reads closed from the next request on.
+    let (status, _, _) = get(&client, proxy.egress.unwrap(), "svc", &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    let metrics = admin_metrics(&proxy).await;
+    assert_eq!(sample(&metrics, "tailguard_egress_budget_exhausted{upstream=\"svc\"}"), 1.0, "{metrics}");
     proxy.shutdown().await;
 }
 

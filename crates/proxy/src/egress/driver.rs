@@ -122,7 +122,11 @@ impl<'a> Driver<'a> {
     /// latency (from its first policy step to its last).
     pub(super) async fn run(mut self, deadline: Option<Time>) -> (Response<Body>, Option<Duration>, Duration) {
         let replayable = self.replayable;
-        let mut call = self.step(|ctx| Call::start(ctx, replayable, deadline));
+        let (mut call, allows) = self.step(|ctx| {
+            let call = Call::start(ctx, replayable, deadline);
+            (call, ctx.policy.retry.budget_allows(ctx.now))
+        });
+        self.upstream.metrics.budget_exhausted.set(i64::from(!allows));
         let started = self.now;
         loop {
             if let Some(finish) = self.apply(&call) {
