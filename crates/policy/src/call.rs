@@ -262,14 +262,17 @@ impl Call {
             self.hedge_at = None;
             let hedge = ctx.policy.hedge.as_mut().expect("hedge_at is set only with a hedge policy");
             let n = self.hedges + 1;
-            if hedge.try_send(now, n) {
+            // The budget is asked first so that a hedge it refuses costs the hedge policy nothing.
+            if ctx.policy.retry.budget_allows(now) && hedge.try_send(now, n) {
+                ctx.policy.retry.charge_hedge(now);
                 self.hedges = n;
                 self.send(ctx, self.retries);
                 let hedge = ctx.policy.hedge.as_mut().expect("checked above");
                 self.hedge_at = hedge.delay(now, n + 1).map(|d| self.start.saturating_add(d).max(now));
             }
-            // A refused hedge ends hedging for this request: asking again at once would be refused
-            // again, and a virtual-time driver would spin on the same instant.
+            // A refused hedge (by the hedge policy or by the budget retries and hedges share) ends
+            // hedging for this request: asking again at once would be refused again, and a
+            // virtual-time driver would spin on the same instant.
         }
         if self.idle() {
             self.finish(ctx, self.last_failure);

@@ -280,6 +280,51 @@ fn an_empty_retry_budget_stops_retries() {
     assert_eq!(out, vec![expire(0, 0), finish(Outcome::TimedOut, 1)]);
 }
 
+#[test]
+fn a_hedge_spends_the_budget_a_retry_then_lacks() {
+    // Each request earns one retry-or-hedge (ratio 1, no floor); retries and hedges share it.
+    let mut d = Driver::new(3, Box::new(Fixed::new(ms(100)))).retries(3, Backoff::none());
+    d.policy.retry.budget = Some(RetryBudget::new(Duration::from_secs(10), 0, 1.0));
+    d.policy.hedge = Some(Box::new(Speculative::new(2, ms(30))));
+    let (mut call, _) = d.start(true);
+    // t=30: the hedge takes the one allowance.
+    assert_eq!(d.at(ms(30)).wake(&mut call), vec![send(1, 1, Some(ms(100))), Action::WakeAt(ms(100))]);
+    // t=100, t=130: both attempts time out, and neither may be retried: the budget is spent.
+    assert_eq!(d.at(ms(100)).wake(&mut call), vec![expire(0, 0), Action::WakeAt(ms(130))]);
+    assert_eq!(d.at(ms(130)).wake(&mut call), vec![expire(1, 1), finish(Outcome::TimedOut, 2)]);
+}
+
+#[test]
+fn once_the_shared_budget_is_spent_neither_retries_nor_hedges_go_out() {
+    // A budget of exactly two (a floor of 2 a second over a 1 s window, nothing per request).
+    let mut d = Driver::new(3, Box::new(NoTimeout)).retries(3, Backoff::none());
+    d.policy.retry.budget = Some(RetryBudget::new(Duration::from_secs(1), 2, 0.0));
+    d.policy.hedge = Some(Box::new(Speculative::new(2, ms(30))));
+    let (mut first, _) = d.start(true);
+    let (mut second, _) = d.at(ms(1)).start(true);
+    let (mut third, _) = d.at(ms(2)).start(true);
+    // Allowance 1: the first request's hedge.
+    assert_eq!(d.at(ms(30)).wake(&mut first), vec![send(1, 1, None)]);
+    // Allowance 2: the second request's attempt fails and is retried.
+    let out = d.at(ms(31)).end(&mut second, 0, Feedback::new(Outcome::Error, ms(30)));
+    assert_eq!(out, vec![send(1, 2, None)]);
+    // The third's hedge finds the budget spent, and so does its retry: the request fails.
+    assert_eq!(d.at(ms(32)).wake(&mut third), vec![]);
+    let out = d.at(ms(33)).end(&mut third, 0, Feedback::new(Outcome::Error, ms(31)));
+    assert_eq!(out, vec![finish(Outcome::Error, 1)]);
+}
+
+#[test]
+fn without_a_budget_hedges_are_limited_by_their_policy_alone() {
+    let mut d = Driver::new(4, Box::new(NoTimeout));
+    d.policy.retry.budget = None;
+    d.policy.hedge = Some(Box::new(Speculative::new(4, ms(30))));
+    let (mut call, _) = d.start(true);
+    assert_eq!(d.at(ms(30)).wake(&mut call), vec![send(1, 1, None), Action::WakeAt(ms(60))]);
+    assert_eq!(d.at(ms(60)).wake(&mut call), vec![send(2, 2, None), Action::WakeAt(ms(90))]);
+    assert_eq!(d.at(ms(90)).wake(&mut call), vec![send(3, 3, None)]);
+}
+
 /// speculative-task.txt's Monix test, "succeed even if the first attempt fails":
 /// `speculatively(attempts = 3, patience = 30 ms, timeout = 300 ms)` with attempt 0 failing after
 /// 1 ms, attempt 1 succeeding after 1 ms and attempt 2 (never started) taking 100 ms. The result is

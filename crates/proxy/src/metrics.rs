@@ -100,6 +100,11 @@ pub struct Metrics {
     pub retries: Family<UpstreamLabels, Counter>,
     /// Hedged (speculative) attempts sent, per upstream.
     pub hedges: Family<UpstreamLabels, Counter>,
+    /// Hedged attempts whose success answered the request, per upstream.
+    pub hedges_won: Family<UpstreamLabels, Counter>,
+    /// 1 when the budget retries and hedges share allowed neither at the latest request's start,
+    /// else 0 (always 0 with `budget: unlimited`), per upstream.
+    pub budget_exhausted: Family<UpstreamLabels, Gauge>,
     /// The timeout policy's latest value in seconds, per upstream (0 when untimed).
     pub timeout_seconds: Family<UpstreamLabels, Gauge<f64, AtomicU64>>,
     /// Σ latency of the requests answered with success, timed-out attempts and waits included,
@@ -141,6 +146,8 @@ impl Metrics {
             failed: Family::default(),
             retries: Family::default(),
             hedges: Family::default(),
+            hedges_won: Family::default(),
+            budget_exhausted: Family::default(),
             timeout_seconds: Family::default(),
             answered_seconds: Family::default(),
             answer_seconds: Family::default(),
@@ -161,6 +168,16 @@ impl Metrics {
         registry.register("egress_failed", "Requests that ended without a successful answer", m.failed.clone());
         registry.register("egress_retries", "Retries sent", m.retries.clone());
         registry.register("egress_hedges", "Hedged attempts sent", m.hedges.clone());
+        registry.register(
+            "egress_hedges_won",
+            "Hedged attempts whose success answered the request",
+            m.hedges_won.clone(),
+        );
+        registry.register(
+            "egress_budget_exhausted",
+            "1 when the retry and hedge budget allowed neither at the latest request's start",
+            m.budget_exhausted.clone(),
+        );
         registry.register("egress_timeout_seconds", "Latest attempt timeout of the policy", m.timeout_seconds.clone());
         registry.register(
             "egress_answered_seconds",
@@ -206,6 +223,8 @@ impl Metrics {
             request_latency: self.request_latency.get_or_create(&labels).clone(),
             retries: self.retries.get_or_create(&labels).clone(),
             hedges: self.hedges.get_or_create(&labels).clone(),
+            hedges_won: self.hedges_won.get_or_create(&labels).clone(),
+            budget_exhausted: self.budget_exhausted.get_or_create(&labels).clone(),
             timeout_seconds: self.timeout_seconds.get_or_create(&labels).clone(),
             answered_seconds: self.answered_seconds.get_or_create(&labels).clone(),
             answer_seconds: self.answer_seconds.get_or_create(&labels).clone(),
@@ -249,6 +268,10 @@ pub struct UpstreamMetrics {
     pub retries: Counter,
     /// See [`Metrics::hedges`].
     pub hedges: Counter,
+    /// See [`Metrics::hedges_won`].
+    pub hedges_won: Counter,
+    /// See [`Metrics::budget_exhausted`].
+    pub budget_exhausted: Gauge,
     /// See [`Metrics::timeout_seconds`].
     pub timeout_seconds: Gauge<f64, AtomicU64>,
     /// See [`Metrics::answered_seconds`].

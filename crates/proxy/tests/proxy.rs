@@ -360,8 +360,39 @@ async fn a_hedge_rescues_a_slow_backends_request() {
         assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
     }
     let metrics = admin_metrics(&proxy).await;
-    assert!(sample(&metrics, "tailguard_egress_hedges_total{upstream=\"svc\"}") >= 1.0, "{metrics}");
+    let hedges = sample(&metrics, "tailguard_egress_hedges_total{upstream=\"svc\"}");
+    // Every request won by `fast` after a first try to `slow` was won by its hedge.
+    let won = sample(&metrics, "tailguard_egress_hedges_won_total{upstream=\"svc\"}");
+    assert!(hedges >= 1.0 && won == hedges, "{metrics}");
+    assert_eq!(sample(&metrics, "tailguard_egress_budget_exhausted{upstream=\"svc\"}"), 0.0, "{metrics}");
     assert!(slow.hits() >= 1 && fast.hits() >= 4);
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn hedges_stop_once_the_budget_shared_with_retries_is_spent() {
+    // `budget: 0` leaves only the floor of 10 a second over the 10 s window: 100 retries or
+    // hedges. 120 requests at once, each slower than the hedge's patience: exactly 100 hedge.
+    let slow = Backend::start("slow", Mode::Ok(Duration::from_millis(300))).await;
+    let policy = "{hedge: {kind: speculative, attempts: 2, patience: 50ms}, retry: {budget: 0}}";
+    let proxy = egress(&[&slow], policy).await;
+    let client = client();
+    let mut requests = JoinSet::new();
+    for _ in 0..120 {
+        let (client, addr) = (client.clone(), proxy.egress.unwrap());
+        requests.spawn(async move { get(&client, addr, "svc", &[]).await.0 });
+    }
+    while let Some(status) = requests.join_next().await {
+        assert_eq!(status.unwrap(), StatusCode::OK);
+    }
+    let metrics = admin_metrics(&proxy).await;
+    assert_eq!(sample(&metrics, "tailguard_egress_hedges_total{upstream=\"svc\"}"), 100.0, "{metrics}");
+    assert_eq!(slow.hits(), 220);
+    // The gate reads closed from the next request on.
+    let (status, _, _) = get(&client, proxy.egress.unwrap(), "svc", &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    let metrics = admin_metrics(&proxy).await;
+    assert_eq!(sample(&metrics, "tailguard_egress_budget_exhausted{upstream=\"svc\"}"), 1.0, "{metrics}");
     proxy.shutdown().await;
 }
 

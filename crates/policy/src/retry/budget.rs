@@ -54,13 +54,18 @@ impl RetryBudget {
 
     /// Whether a retry may be made now; if so, it is charged to the budget.
     pub fn withdraw(&mut self, now: Time) -> bool {
-        self.advance(now);
-        if self.balance() < self.withdraw {
+        if !self.allows(now) {
             return false;
         }
         let slot = self.slot();
         self.slots[slot] = self.slots[slot].saturating_sub(self.withdraw);
         true
+    }
+
+    /// Whether a retry may be made now, without charging it.
+    pub fn allows(&mut self, now: Time) -> bool {
+        self.advance(now);
+        self.balance() >= self.withdraw
     }
 
     /// The retries the budget allows now, were no further request made.

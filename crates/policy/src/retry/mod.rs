@@ -133,7 +133,7 @@ pub struct RetryPolicy {
     pub max_attempts: u32,
     /// The wait before each retry of an error or timeout.
     pub backoff: Backoff,
-    /// Limits retries to a fraction of requests; `None` means unlimited.
+    /// Limits retries and hedges together to a fraction of requests; `None` means unlimited.
     pub budget: Option<RetryBudget>,
     /// Whether requests that are not idempotent may be retried after being processed.
     pub retry_non_idempotent: bool,
@@ -160,6 +160,20 @@ impl RetryPolicy {
     pub fn on_request(&mut self, now: Time) {
         if let Some(budget) = &mut self.budget {
             budget.deposit(now);
+        }
+    }
+
+    /// Whether the budget allows one more retry or hedge now (always, without a budget); nothing
+    /// is charged.
+    pub fn budget_allows(&mut self, now: Time) -> bool {
+        self.budget.as_mut().is_none_or(|budget| budget.allows(now))
+    }
+
+    /// Charges a hedge to the budget, which retries and hedges share (gRPC's retry throttling and
+    /// Finagle's `RetryBudget` count both): once it is spent, neither goes out.
+    pub fn charge_hedge(&mut self, now: Time) {
+        if let Some(budget) = &mut self.budget {
+            budget.withdraw(now);
         }
     }
 

@@ -67,6 +67,8 @@ pub(super) struct Driver<'a> {
     pub(super) now: Time,
     pub(super) wakes: BTreeSet<Time>,
     pub(super) attempts: Vec<Attempt>,
+    /// The attempts sent as hedges (for `hedges_won`).
+    pub(super) hedged: Vec<u32>,
     /// Sends the call asked for that the driver could not carry out (a streamed body, spent).
     pub(super) unsendable: Vec<u32>,
     /// The answer that won, and its attempt's latency.
@@ -94,6 +96,7 @@ impl<'a> Driver<'a> {
             now: Time::ZERO,
             wakes: BTreeSet::new(),
             attempts: Vec::new(),
+            hedged: Vec::new(),
             unsendable: Vec::new(),
             winner: None,
             last_error: None,
@@ -119,7 +122,11 @@ impl<'a> Driver<'a> {
     /// latency (from its first policy step to its last).
     pub(super) async fn run(mut self, deadline: Option<Time>) -> (Response<Body>, Option<Duration>, Duration) {
         let replayable = self.replayable;
-        let mut call = self.step(|ctx| Call::start(ctx, replayable, deadline));
+        let (mut call, allows) = self.step(|ctx| {
+            let call = Call::start(ctx, replayable, deadline);
+            (call, ctx.policy.retry.budget_allows(ctx.now))
+        });
+        self.upstream.metrics.budget_exhausted.set(i64::from(!allows));
         let started = self.now;
         loop {
             if let Some(finish) = self.apply(&call) {
@@ -224,6 +231,7 @@ impl<'a> Driver<'a> {
                 let feedback = Feedback::new(outcome(response.status()), rtt).with_chip(chip);
                 match feedback.outcome {
                     Outcome::Success => {
+                        self.count_win(end.attempt);
                         self.winner = Some((response, rtt));
                         // An answer past its timeout (hedge on timeout) counted as a timeout.
                         if let Some(t) = end.policy_timeout.filter(|t| rtt <= *t) {

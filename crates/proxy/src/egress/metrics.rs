@@ -23,7 +23,7 @@ pub(super) fn request_done(m: &UpstreamMetrics, latency: Duration, answer: Optio
 }
 
 impl Driver<'_> {
-    pub(super) fn count_send(&self, attempt: u32, endpoint: EndpointId, policy_timeout: Option<Duration>) {
+    pub(super) fn count_send(&mut self, attempt: u32, endpoint: EndpointId, policy_timeout: Option<Duration>) {
         let m = &self.upstream.metrics;
         if attempt > 0 {
             // Another attempt still in flight means this one is speculative.
@@ -31,10 +31,18 @@ impl Driver<'_> {
                 m.retries.inc();
             } else {
                 m.hedges.inc();
+                self.hedged.push(attempt);
             }
         }
         m.timeout_seconds.set(policy_timeout.map_or(0.0, seconds));
         self.metrics_endpoint(endpoint, |m| m.attempts.inc());
+    }
+
+    /// Attempt number `attempt` answered the request with success.
+    pub(super) fn count_win(&self, attempt: u32) {
+        if self.hedged.contains(&attempt) {
+            self.upstream.metrics.hedges_won.inc();
+        }
     }
 
     pub(super) fn metrics_endpoint<R>(&self, endpoint: EndpointId, f: impl FnOnce(&EndpointMetrics) -> R) {
