@@ -104,8 +104,10 @@ mod tests {
         assert_eq!(first("{kind: adaptive, initial: 20ms, k: 3}", 0), Some(ms(20)));
         assert_eq!(first("{kind: adaptive, initial: 20ms}", 1), Some(ms(80)), "retries escalate ×4");
         assert_eq!(first("{kind: adaptive, initial: 20ms, escalation: 2}", 1), Some(ms(40)));
-        // The Optimizer's first request is an untimed sample; with sampling off it uses `initial`.
-        assert_eq!(first("{kind: optimizer, initial: 20ms}", 0), None);
+        // The Optimizer's first request is a probe with ten times the timeout (`sample_factor`);
+        // with sampling off it uses `initial`.
+        assert_eq!(first("{kind: optimizer, initial: 20ms}", 0), Some(ms(200)));
+        assert_eq!(first("{kind: optimizer, initial: 20ms, sample_factor: 3}", 0), Some(ms(60)));
         assert_eq!(first("{kind: optimizer, initial: 20ms, sample_every: 0}", 0), Some(ms(20)));
     }
 

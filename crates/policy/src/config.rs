@@ -165,6 +165,7 @@ mod tests {
         assert_eq!(invalid("{kind: controller, gain: 2}"), "gain: expected a fraction between 0 and 1, got 2");
         assert_eq!(invalid("{kind: adaptive, min: 2s, max: 1s}"), "max: expected at least min (2s), got 1s");
         assert_eq!(invalid("{kind: optimizer, window: 0}"), "window: expected a positive integer, got 0");
+        assert_eq!(invalid("{kind: optimizer, sample_factor: 1}"), "sample_factor: expected a number >= 2, got 1");
         let e = serde_yaml_ng::from_str::<TimeoutConfig>("{kind: adaptive, intial: 20ms}").unwrap_err().to_string();
         assert!(e.contains("unknown field `intial`, expected one of `initial`, `level_window`"), "{e}");
         let e = serde_yaml_ng::from_str::<TimeoutConfig>("{kind: adaptive, hedge_on_timeout: true}").unwrap_err();

@@ -132,8 +132,8 @@ pub enum AttemptResult {
 /// Sets the timeout of each attempt and learns from the results.
 pub trait TimeoutPolicy: Send {
     /// The timeout for attempt number `attempt` (0 = first try) of a request starting at `now`;
-    /// `None` means wait without a timeout (still bounded by the request's deadline), which the
-    /// Optimizer uses to sample the true latency distribution.
+    /// `None` means wait without a timeout (still bounded by the request's deadline); only `none`
+    /// gives it (the Optimizer's probes get a long timeout instead, issue #18).
     fn timeout(&mut self, now: Time, attempt: u32, rng: Rng<'_>) -> Option<Duration>;
 
     /// The result of attempt number `attempt`, which was sent with `timeout`. An attempt kept

@@ -5,13 +5,21 @@
 //!
 //! **Sampling.** Latencies observed under a timeout are censored (the slow ones are never seen), so
 //! a quantile of them drifts down towards zero (§3.6). Every `sample_every`-th request's first
-//! attempt is therefore sent without a timeout (the first request is one) and its latency kept in
-//! a window of the last `window` such samples; a probe that hits the request's deadline is kept
-//! at the deadline, a lower bound of its latency. `call` clamps a missing timeout by the request's
-//! deadline and reports that value, so a probe is recognised as a first attempt whose reported
-//! timeout is absent or larger than any timeout handed to a timed first attempt since the previous
-//! recomputation; a probe whose deadline is below those is indistinguishable from, and behaves
-//! exactly like, a timed attempt, and is not kept.
+//! attempt (the first request is one) is therefore a *probe*: the paper sends it with no timeout at
+//! all; we give it a generous one, `sample_factor` (10) times the largest timeout in use (the
+//! sequence's last, or any handed to a first attempt in the last two recomputations), because a
+//! probe that is lost would otherwise wait out the request's whole deadline, or forever without one
+//! (issue #18: on a 2 ms service losing 1 %, four clients completed a twelfth of exp-backoff's
+//! requests). The probe's latency is kept in a window of the last `window` probes. A probe that
+//! times out is kept at its timeout, a lower bound of its latency: for every candidate below it the
+//! model is unchanged (the probe outlives the candidate either way), and only the timeout itself is
+//! priced optimistically; if the optimum rises to it, the next probes get `sample_factor` times
+//! more, so a latency that jumps past the bound is still followed, by factors of `sample_factor`.
+//! A probe that timed out but kept running (`hedge_on_timeout`) and answers late adds nothing more.
+//! `call` clamps a timeout by the request's deadline and reports that value, so a probe is
+//! recognised as a first attempt whose reported timeout is larger than any timeout handed to a
+//! timed first attempt since the previous recomputation; a probe whose deadline is below those is
+//! indistinguishable from, and behaves exactly like, a timed attempt, and is not kept.
 //!
 //! **The model.** With the empirical distribution of the samples, for a timeout `t`:
 //! `S(t) = P(X > t)`, `M(t) = ∫₀ᵗ x f(x) dx` (the mean of the samples ≤ t times their fraction),
@@ -56,9 +64,13 @@ use std::time::Duration;
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct OptimizerConfig {
-    /// Every this many requests, the first attempt goes without a timeout (5); 0 never samples.
+    /// Every this many requests, the first attempt is a probe with a long timeout (5); 0 never
+    /// samples.
     pub sample_every: u32,
-    /// Untimed samples kept (200).
+    /// A probe's timeout is this many times the largest timeout in use (10; fewer than 2 count as
+    /// 2). The paper sends probes with none.
+    pub sample_factor: u32,
+    /// Probe latencies kept (200).
     pub window: usize,
     /// Requests between recomputations of the sequence (20; 0 counts as 1).
     pub recompute_every: u32,
@@ -81,6 +93,7 @@ impl OptimizerConfig {
     pub fn paper(initial: Duration) -> Self {
         OptimizerConfig {
             sample_every: 5,
+            sample_factor: 10,
             window: 200,
             recompute_every: 20,
             cost_per_second: 0.4,
@@ -91,10 +104,11 @@ impl OptimizerConfig {
         }
     }
 
-    /// Checks the parameters; the error names the field. (`sample_every: 0` never sends an
-    /// untimed sample, which the Optimizer allows.)
+    /// Checks the parameters; the error names the field. (`sample_every: 0` never sends a probe,
+    /// which the Optimizer allows.)
     pub fn validate(&self) -> Check {
         config::positive("initial", self.initial)?;
+        config::at_least("sample_factor", f64::from(self.sample_factor), 2.0)?;
         config::at_least_one("window", self.window as u64)?;
         config::at_least_one("recompute_every", self.recompute_every)?;
         config::non_negative("cost_per_second", self.cost_per_second)?;
@@ -126,6 +140,7 @@ impl Optimizer {
         config.recompute_every = config.recompute_every.max(1);
         config.sequence_len = config.sequence_len.max(1);
         config.grid = config.grid.max(2);
+        config.sample_factor = config.sample_factor.max(2);
         if config.cost_per_second.is_nan() {
             config.cost_per_second = 0.0;
         }
@@ -143,7 +158,7 @@ impl Optimizer {
         &self.sequence
     }
 
-    /// The untimed samples held.
+    /// The probe latencies held.
     pub fn samples(&self) -> usize {
         self.samples.len()
     }
@@ -153,8 +168,20 @@ impl Optimizer {
         self.sequence[(attempt as usize).min(last)]
     }
 
+    /// The largest timeout handed to a timed first attempt since, and before, the last recompute.
+    fn largest_handed(&self) -> Duration {
+        self.handed[0].max(self.handed[1])
+    }
+
+    /// A probe's timeout: `sample_factor` times the largest timeout in use, so it exceeds every
+    /// timed first attempt's of this and the previous recomputation.
+    fn probe_timeout(&self) -> Duration {
+        let largest = self.get(u32::MAX).max(self.largest_handed());
+        largest.checked_mul(self.config.sample_factor).unwrap_or(Duration::MAX)
+    }
+
     fn is_probe(&self, attempt: u32, timeout: Option<Duration>) -> bool {
-        attempt == 0 && timeout.is_none_or(|t| t > self.handed[0].max(self.handed[1]))
+        attempt == 0 && timeout.is_some_and(|t| t > self.largest_handed())
     }
 
     fn recompute(&mut self) {
@@ -180,7 +207,7 @@ impl TimeoutPolicy for Optimizer {
         }
         let sample_every = u64::from(self.config.sample_every);
         if sample_every > 0 && n % sample_every == 0 {
-            return None;
+            return Some(self.probe_timeout());
         }
         let t = self.get(0);
         self.handed[0] = self.handed[0].max(t);
@@ -188,9 +215,13 @@ impl TimeoutPolicy for Optimizer {
     }
 
     fn on_result(&mut self, _now: Time, attempt: u32, timeout: Option<Duration>, result: AttemptResult) {
-        if self.is_probe(attempt, timeout) {
-            let (AttemptResult::Answered(x) | AttemptResult::TimedOut(x)) = result;
-            self.samples.push(nanos(x));
+        if !self.is_probe(attempt, timeout) {
+            return;
+        }
+        match result {
+            // A late answer of a probe already kept at its timeout.
+            AttemptResult::Answered(x) if timeout.is_some_and(|t| x > t) => {}
+            AttemptResult::Answered(x) | AttemptResult::TimedOut(x) => self.samples.push(nanos(x)),
         }
     }
 
@@ -308,12 +339,12 @@ mod tests {
     }
 
     #[test]
-    fn every_nth_first_attempt_is_an_untimed_probe() {
+    fn every_nth_first_attempt_is_a_probe_with_ten_times_the_timeout() {
         let mut rng = Pcg64Mcg::new(5);
         let mut p = Optimizer::new(OptimizerConfig { sample_every: 3, ..config() });
         let got: Vec<_> = (0..7).map(|_| p.timeout(Time::ZERO, 0, &mut rng)).collect();
-        let some = Some(ms(50));
-        assert_eq!(got, vec![None, some, some, None, some, some, None]);
+        let (probe, some) = (Some(ms(500)), Some(ms(50)));
+        assert_eq!(got, vec![probe, some, some, probe, some, some, probe]);
         assert_eq!(p.timeout(Time::ZERO, 1, &mut rng), some);
     }
 
@@ -322,16 +353,57 @@ mod tests {
         let mut rng = Pcg64Mcg::new(5);
         let mut p = Optimizer::new(config());
         // Request 0 is a probe; request 1 is timed at 50 ms; request 2 a probe again.
-        assert_eq!(request(&mut p, &mut rng, ms(10)), None);
+        assert_eq!(request(&mut p, &mut rng, ms(10)), Some(ms(500)));
         assert_eq!(request(&mut p, &mut rng, ms(10)), Some(ms(50)));
         assert_eq!(p.samples(), 1);
-        // A probe clamped by a 2 s deadline reports Some(2 s): still recognised as a probe.
-        assert_eq!(p.timeout(Time::ZERO, 0, &mut rng), None);
-        p.on_result(Time::ZERO, 0, Some(ms(2000)), AttemptResult::Answered(ms(30)));
+        // A probe clamped by a 200 ms deadline reports 200 ms: still recognised as a probe.
+        assert_eq!(p.timeout(Time::ZERO, 0, &mut rng), Some(ms(500)));
+        p.on_result(Time::ZERO, 0, Some(ms(200)), AttemptResult::Answered(ms(30)));
         assert_eq!(p.samples(), 2);
-        // A retry is never a probe.
-        p.on_result(Time::ZERO, 1, None, AttemptResult::Answered(ms(30)));
+        // A retry is never a probe; nor is a first attempt clamped to the timed attempts' 50 ms.
+        p.on_result(Time::ZERO, 1, Some(ms(500)), AttemptResult::Answered(ms(30)));
+        p.on_result(Time::ZERO, 0, Some(ms(50)), AttemptResult::Answered(ms(30)));
         assert_eq!(p.samples(), 2);
+    }
+
+    #[test]
+    fn a_timed_out_probe_is_kept_at_its_timeout_once() {
+        let mut rng = Pcg64Mcg::new(5);
+        let mut p = Optimizer::new(config());
+        assert_eq!(p.timeout(Time::ZERO, 0, &mut rng), Some(ms(500)));
+        p.on_result(Time::ZERO, 0, Some(ms(500)), AttemptResult::TimedOut(ms(500)));
+        // Kept running beside its retry (hedge_on_timeout), its late answer adds nothing.
+        p.on_result(Time::ZERO, 0, Some(ms(500)), AttemptResult::Answered(ms(700)));
+        assert_eq!(p.samples(), 1);
+    }
+
+    #[test]
+    fn probes_outlast_the_previous_sequence_and_rise_past_a_jump() {
+        let mut rng = Pcg64Mcg::new(5);
+        let mut p = Optimizer::new(config());
+        for _ in 0..8 {
+            request(&mut p, &mut rng, ms(10));
+        }
+        // Request 8 recomputes the sequence to 10 ms, but 50 ms went to request 7's first attempt,
+        // whose answer might still come: probe 8 gets 10 × 50 ms, above it.
+        assert_eq!(request(&mut p, &mut rng, ms(10)), Some(ms(500)));
+        assert_eq!(p.sequence(), &[ms(10); 3]);
+        assert_eq!(request(&mut p, &mut rng, ms(10)), Some(ms(10)));
+        // The latency jumps to 1 s. Probes time out at 500 ms (50 ms is still in use), then at
+        // 100 ms (10 × 10 ms); once the samples at 100 ms outweigh those at 10 ms the sequence
+        // rises to 100 ms and the probes, now at 1 s, see the latency again.
+        let mut probes = Vec::new();
+        for i in 0..200 {
+            let t = p.timeout(Time::ZERO, 0, &mut rng).unwrap();
+            let result = if t < ms(1000) { AttemptResult::TimedOut(t) } else { AttemptResult::Answered(ms(1000)) };
+            p.on_result(Time::ZERO, 0, Some(t), result);
+            if i % 2 == 0 {
+                probes.push(t.as_millis());
+            }
+        }
+        probes.dedup();
+        assert_eq!(probes[..3], [500, 100, 1000]);
+        assert_eq!(p.sequence(), &[ms(100); 3]);
     }
 
     #[test]
@@ -408,6 +480,7 @@ mod tests {
         let mut rng = Pcg64Mcg::new(5);
         let config = OptimizerConfig {
             sample_every: 0,
+            sample_factor: 0,
             window: 0,
             recompute_every: 0,
             cost_per_second: f64::NAN,
