@@ -3,7 +3,8 @@
 //!
 //! [`Call`] is sans-IO: the driver (the proxy, or the simulator) calls [`Call::start`],
 //! [`Call::on_attempt_end`] and [`Call::on_wake`], and carries out the [`Action`]s they push:
-//! send an attempt, stop waiting for one, wake the call at a time, or finish the request.
+//! send an attempt, stop waiting for one, wake the call at a time, report an ejection, or finish
+//! the request.
 //! Attempt timeouts are tracked here, so the driver needs one timer per call, not per attempt.
 
 use crate::balance::{Balancer, Ejection, Outlier, Pick};
