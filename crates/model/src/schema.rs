@@ -174,6 +174,9 @@ pub struct ClientPolicy {
     /// Endpoint choice.
     #[serde(default)]
     pub balancer: BalancerConfig,
+    /// Outlier ejection of endpoints that keep failing, for any balancer (off when left out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outlier: Option<OutlierConfig>,
     /// Per-attempt timeouts.
     #[serde(default)]
     pub timeout: TimeoutConfig,
@@ -192,7 +195,7 @@ pub struct ClientPolicy {
 // schema's users: each is its policy's schema (deserialisation, defaults and `validate()`), in
 // crates/policy.
 pub use tailguard_policy::admission::AdmissionConfig;
-pub use tailguard_policy::balance::BalancerConfig;
+pub use tailguard_policy::balance::{BalancerConfig, OutlierConfig};
 pub use tailguard_policy::hedge::HedgeConfig;
 pub use tailguard_policy::retry::RetryConfig;
 pub use tailguard_policy::timeout::TimeoutConfig;

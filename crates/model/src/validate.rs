@@ -429,6 +429,9 @@ fn fault(f: &Fault, base_dir: &Path) -> Check {
 /// checks its own, crates/policy).
 pub fn client_policy(p: &ClientPolicy) -> Check {
     p.balancer.validate().map_err(|e| ModelError::from(e).under("balancer"))?;
+    if let Some(outlier) = &p.outlier {
+        outlier.validate().map_err(|e| ModelError::from(e).under("outlier"))?;
+    }
     p.timeout.validate().map_err(|e| ModelError::from(e).under("timeout"))?;
     p.hedge.validate().map_err(|e| ModelError::from(e).under("hedge"))?;
     p.retry.validate().map_err(|e| ModelError::from(e).under("retry"))?;

@@ -3,10 +3,11 @@
 //!
 //! [`Call`] is sans-IO: the driver (the proxy, or the simulator) calls [`Call::start`],
 //! [`Call::on_attempt_end`] and [`Call::on_wake`], and carries out the [`Action`]s they push:
-//! send an attempt, stop waiting for one, wake the call at a time, or finish the request.
+//! send an attempt, stop waiting for one, wake the call at a time, report an ejection, or finish
+//! the request.
 //! Attempt timeouts are tracked here, so the driver needs one timer per call, not per attempt.
 
-use crate::balance::{Balancer, Pick};
+use crate::balance::{Balancer, Ejection, Outlier, Pick};
 use crate::hedge::HedgePolicy;
 use crate::retry::RetryPolicy;
 use crate::timeout::{AttemptResult, TimeoutPolicy};
@@ -18,6 +19,8 @@ use std::time::Duration;
 pub struct ClientPolicy {
     /// Chooses the endpoint of each attempt.
     pub balancer: Box<dyn Balancer>,
+    /// Leaves endpoints that keep failing out of the balancer's choice, if set.
+    pub outlier: Option<Outlier>,
     /// Sets each attempt's timeout.
     pub timeout: Box<dyn TimeoutPolicy>,
     /// Sends speculative attempts, if any.
@@ -41,6 +44,8 @@ pub enum Action {
     /// The timeout of attempt number `attempt` fired, but the call keeps waiting for it while a
     /// retry goes out ([`RetryPolicy::hedge_on_timeout`]): count it as a timeout, keep the exchange.
     Overdue { attempt: u32, endpoint: EndpointId },
+    /// An endpoint was ejected by the outlier detector (for the driver's logs and metrics).
+    Eject(Ejection),
     /// Call [`Call::on_wake`] at this time, unless the call has finished. Later wakes supersede
     /// earlier ones only in being later: a wake that finds nothing due is harmless.
     WakeAt(Time),
@@ -189,7 +194,7 @@ impl Call {
         }
         a.live = false;
         let (endpoint, index, timeout, overdue) = (a.endpoint, a.index, a.timeout, a.overdue);
-        ctx.policy.balancer.on_feedback(endpoint, now, &feedback);
+        feed_back(ctx, endpoint, &feedback);
         if matches!(feedback.outcome, Outcome::Success | Outcome::Error) {
             ctx.policy.timeout.on_result(now, index, timeout, AttemptResult::Answered(feedback.rtt));
         }
@@ -241,8 +246,7 @@ impl Call {
             } else {
                 self.attempts[i].live = false;
                 ctx.out.push(Action::Cancel { attempt: i as u32, endpoint, reason: Outcome::TimedOut });
-                let feedback = Feedback::new(Outcome::TimedOut, timeout);
-                ctx.policy.balancer.on_feedback(endpoint, now, &feedback);
+                feed_back(ctx, endpoint, &Feedback::new(Outcome::TimedOut, timeout));
             }
             ctx.policy.timeout.on_result(now, index, Some(timeout), AttemptResult::TimedOut(timeout));
             self.on_failure(ctx, Outcome::TimedOut);
@@ -323,7 +327,11 @@ impl Call {
     fn send(&mut self, ctx: &mut Ctx<'_>, index: u32) -> bool {
         let now = ctx.now;
         let policy = &mut *ctx.policy;
-        let mut pick = Pick { now, rng: &mut *ctx.rng, exclude: &self.tried, true_loads: ctx.true_loads };
+        let exclude = match &mut policy.outlier {
+            Some(outlier) => outlier.exclude(now, &self.tried),
+            None => &self.tried,
+        };
+        let mut pick = Pick { now, rng: &mut *ctx.rng, exclude, true_loads: ctx.true_loads };
         let Some(endpoint) = policy.balancer.pick(&mut pick) else { return false };
         let own = policy.timeout.timeout(now, index, &mut *ctx.rng);
         let remaining = self.deadline.map(|d| d.saturating_sub(now));
@@ -368,6 +376,16 @@ impl Call {
                 self.armed = Some(t);
                 ctx.out.push(Action::WakeAt(t));
             }
+        }
+    }
+}
+
+/// Tells the balancer, and the outlier detector if any, how an attempt to `endpoint` ended.
+fn feed_back(ctx: &mut Ctx<'_>, endpoint: EndpointId, feedback: &Feedback) {
+    ctx.policy.balancer.on_feedback(endpoint, ctx.now, feedback);
+    if let Some(outlier) = &mut ctx.policy.outlier {
+        if let Some(ejection) = outlier.on_outcome(endpoint, ctx.now, feedback.outcome) {
+            ctx.out.push(Action::Eject(ejection));
         }
     }
 }

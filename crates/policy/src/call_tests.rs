@@ -45,7 +45,14 @@ impl Driver {
     fn new(endpoints: usize, timeout: Box<dyn TimeoutPolicy>) -> Self {
         let feedback = Arc::new(Mutex::new(Vec::new()));
         let balancer = Box::new(Recording { inner: RoundRobin::new(endpoints), log: feedback.clone() });
-        let policy = ClientPolicy { balancer, timeout, hedge: None, retry: RetryPolicy::default(), deadline: None };
+        let policy = ClientPolicy {
+            balancer,
+            outlier: None,
+            timeout,
+            hedge: None,
+            retry: RetryPolicy::default(),
+            deadline: None,
+        };
         Driver { policy, rng: Pcg64Mcg::new(0xca11), now: Time::ZERO, feedback }
     }
 
@@ -123,6 +130,63 @@ fn a_success_finishes_the_request() {
     assert_eq!(d.feedback(), vec![(0, Outcome::Success)]);
     // t=100: the wake asked for finds nothing to do.
     assert_eq!(d.at(ms(100)).wake(&mut call), vec![]);
+}
+
+#[test]
+fn an_endpoint_answering_errors_is_picked_three_times_then_not_until_its_ejection_ends() {
+    use crate::balance::OutlierConfig;
+    let mut d = Driver::new(3, Box::new(NoTimeout));
+    let config =
+        OutlierConfig { consecutive_failures: 3, base_ejection: ms(1000), max_ejection: ms(5000), max_ejected: 0.5 };
+    d.policy.outlier = Some(config.build(3));
+    // One request every 10 ms; endpoint 1 answers each with an error at once, the others succeed.
+    // Returns the endpoints picked and the ejections announced.
+    let run = |d: &mut Driver, from: u64, to: u64| {
+        let (mut picks, mut ejections) = (Vec::new(), Vec::new());
+        for t in (from..to).step_by(10) {
+            let (mut call, out) = d.at(ms(t)).start(true);
+            let Action::Send { endpoint, .. } = out[0] else { panic!("{out:?}") };
+            picks.push(endpoint);
+            let outcome = if endpoint == 1 { Outcome::Error } else { Outcome::Success };
+            let out = d.end(&mut call, 0, Feedback::new(outcome, Duration::ZERO));
+            ejections.extend(out.iter().filter_map(|a| if let Action::Eject(e) = a { Some(*e) } else { None }));
+        }
+        (picks, ejections)
+    };
+    let (picks, ejections) = run(&mut d, 0, 1000);
+    // Round robin picks 1 at 10, 40 and 70 ms; the third error ejects it until 1070 ms.
+    assert_eq!(picks.iter().filter(|&&e| e == 1).count(), 3);
+    assert_eq!(&picks[..9], [0, 1, 2, 0, 1, 2, 0, 1, 2]);
+    assert!(picks[9..].iter().all(|&e| e != 1), "{picks:?}");
+    assert_eq!(ejections, [Ejection { endpoint: 1, duration: ms(1000), nth: 1 }]);
+    // At 1070 ms it is back on probation: its next error ejects it again at once, for 2 s.
+    let (picks, ejections) = run(&mut d, 1000, 1070);
+    assert!(picks.iter().all(|&e| e != 1));
+    assert!(ejections.is_empty());
+    let (picks, ejections) = run(&mut d, 1070, 3000);
+    let first = picks.iter().position(|&e| e == 1).expect("picked again");
+    assert_eq!(picks.iter().filter(|&&e| e == 1).count(), 1, "{picks:?}");
+    let at = 1070 + 10 * first as u64;
+    assert!(at < 1100, "picked at {at} ms");
+    assert_eq!(ejections, [Ejection { endpoint: 1, duration: ms(2000), nth: 2 }]);
+}
+
+#[test]
+fn a_retry_avoids_an_ejected_endpoint_even_if_it_must_go_where_it_went_before() {
+    use crate::balance::OutlierConfig;
+    let mut d = Driver::new(2, Box::new(NoTimeout)).retries(2, Backoff::none());
+    let config = OutlierConfig { consecutive_failures: 1, max_ejected: 0.5, ..OutlierConfig::default() };
+    d.policy.outlier = Some(config.build(2));
+    // Endpoint 0 fails (ejected); the retry goes to 1, which fails too (the share is full).
+    let (mut call, _) = d.start(true);
+    let out = d.end(&mut call, 0, Feedback::new(Outcome::Error, Duration::ZERO));
+    let ejection = Ejection { endpoint: 0, duration: ms(30_000), nth: 1 };
+    assert_eq!(out, vec![Action::Eject(ejection), send(1, 1, None)]);
+    assert_eq!(d.end(&mut call, 1, Feedback::new(Outcome::Error, Duration::ZERO)), vec![finish(Outcome::Error, 2)]);
+    // The next request's retry has tried every endpoint left: it goes to 1 again, not to 0.
+    let (mut call, out) = d.start(true);
+    assert_eq!(out, vec![send(0, 1, None)]);
+    assert_eq!(d.end(&mut call, 0, Feedback::new(Outcome::Error, Duration::ZERO)), vec![send(1, 1, None)]);
 }
 
 #[test]
@@ -465,15 +529,20 @@ fn the_same_seed_gives_the_same_actions() {
 /// cancels every attempt it sent, and never asks for a wake in the past.
 #[test]
 fn random_scripts_keep_the_call_invariants() {
-    use crate::balance::LeastRequest;
+    use crate::balance::{LeastRequest, OutlierConfig};
     use crate::timeout::ExpBackoff;
     use rand::{Rng as _, SeedableRng};
     let outcomes = [Outcome::Success, Outcome::Error, Outcome::Rejected, Outcome::Unavailable];
     let mut script = Pcg64Mcg::seed_from_u64(7);
-    let (mut multi_attempt_cases, mut timed_out_cases, mut overdue_cases) = (0, 0, 0);
+    let (mut multi_attempt_cases, mut timed_out_cases, mut overdue_cases, mut ejections) = (0, 0, 0, 0);
+    // Every other case ejects an endpoint at its first failure, for 20 to 40 ms.
+    let outlier =
+        OutlierConfig { consecutive_failures: 1, base_ejection: ms(20), max_ejection: ms(40), max_ejected: 0.5 };
     for case in 0..2_000u64 {
+        let endpoints = script.gen_range(1..4);
         let mut policy = ClientPolicy {
-            balancer: Box::new(LeastRequest::new(script.gen_range(1..4))),
+            balancer: Box::new(LeastRequest::new(endpoints)),
+            outlier: (case % 2 == 0).then(|| outlier.build(endpoints)),
             timeout: Box::new(ExpBackoff::new(ms(script.gen_range(1..50)), 2.0, 3)),
             hedge: script.gen_bool(0.5).then(|| Box::new(Speculative::new(3, ms(20))) as Box<dyn HedgePolicy>),
             retry: RetryPolicy {
@@ -509,6 +578,10 @@ fn random_scripts_keep_the_call_invariants() {
                     Action::Cancel { attempt, reason, .. } => {
                         closed.push(attempt);
                         timed_out_cases += usize::from(reason == Outcome::TimedOut);
+                    }
+                    Action::Eject(e) => {
+                        assert!(e.endpoint < endpoints && case % 2 == 0, "case {case}: {e:?}");
+                        ejections += 1;
                     }
                     Action::Overdue { attempt, .. } => {
                         assert!(call.is_waiting_for(attempt), "case {case}: an overdue attempt stays live");
@@ -564,5 +637,5 @@ fn random_scripts_keep_the_call_invariants() {
     }
     // The scripts reach the interesting paths: retries, hedges, timeouts and overdue attempts.
     assert!(multi_attempt_cases > 500 && timed_out_cases > 500, "{multi_attempt_cases} {timed_out_cases}");
-    assert!(overdue_cases > 100, "{overdue_cases}");
+    assert!(overdue_cases > 100 && ejections > 500, "{overdue_cases} {ejections}");
 }

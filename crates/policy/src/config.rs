@@ -106,7 +106,7 @@ pub fn ordered(min_field: &str, min: Duration, max_field: &str, max: Duration) -
 #[cfg(test)]
 mod tests {
     use crate::admission::AdmissionConfig;
-    use crate::balance::BalancerConfig;
+    use crate::balance::{BalancerConfig, OutlierConfig};
     use crate::hedge::HedgeConfig;
     use crate::retry::RetryConfig;
     use crate::timeout::{AdaptiveConfig, ControllerConfig, OptimizerConfig, TimeoutConfig, DEFAULT_INITIAL};
@@ -140,6 +140,17 @@ mod tests {
         round_trips(yaml::<HedgeConfig>("{kind: speculative, attempts: 2, patience: 1ms}"), HedgeConfig::validate);
         round_trips(yaml::<AdmissionConfig>("{kind: dynamic}"), AdmissionConfig::validate);
         round_trips(RetryConfig::default(), RetryConfig::validate);
+        round_trips(yaml::<OutlierConfig>("{}"), OutlierConfig::validate);
+        let outlier = yaml::<OutlierConfig>("{consecutive_failures: 3, base_ejection: 5s, max_ejected: 0.2}");
+        assert_eq!(
+            outlier,
+            OutlierConfig {
+                consecutive_failures: 3,
+                base_ejection: Duration::from_secs(5),
+                max_ejected: 0.2,
+                ..OutlierConfig::default()
+            }
+        );
         round_trips(yaml::<RetryConfig>("{max_attempts: 3, backoff: 10ms, budget: 0.2}"), RetryConfig::validate);
     }
 

@@ -105,6 +105,10 @@ pub struct Metrics {
     /// 1 when the budget retries and hedges share allowed neither at the latest request's start,
     /// else 0 (always 0 with `budget: unlimited`), per upstream.
     pub budget_exhausted: Family<UpstreamLabels, Gauge>,
+    /// Endpoints ejected by outlier detection, per upstream.
+    pub ejections: Family<UpstreamLabels, Counter>,
+    /// Endpoints out by outlier detection at the latest request's start, per upstream.
+    pub ejected: Family<UpstreamLabels, Gauge>,
     /// The timeout policy's latest value in seconds, per upstream (0 when untimed).
     pub timeout_seconds: Family<UpstreamLabels, Gauge<f64, AtomicU64>>,
     /// Σ latency of the requests answered with success, timed-out attempts and waits included,
@@ -148,6 +152,8 @@ impl Metrics {
             hedges: Family::default(),
             hedges_won: Family::default(),
             budget_exhausted: Family::default(),
+            ejections: Family::default(),
+            ejected: Family::default(),
             timeout_seconds: Family::default(),
             answered_seconds: Family::default(),
             answer_seconds: Family::default(),
@@ -178,6 +184,8 @@ impl Metrics {
             "1 when the retry and hedge budget allowed neither at the latest request's start",
             m.budget_exhausted.clone(),
         );
+        registry.register("egress_ejections", "Endpoints ejected by outlier detection", m.ejections.clone());
+        registry.register("egress_ejected", "Endpoints ejected at the latest request's start", m.ejected.clone());
         registry.register("egress_timeout_seconds", "Latest attempt timeout of the policy", m.timeout_seconds.clone());
         registry.register(
             "egress_answered_seconds",
@@ -225,6 +233,8 @@ impl Metrics {
             hedges: self.hedges.get_or_create(&labels).clone(),
             hedges_won: self.hedges_won.get_or_create(&labels).clone(),
             budget_exhausted: self.budget_exhausted.get_or_create(&labels).clone(),
+            ejections: self.ejections.get_or_create(&labels).clone(),
+            ejected: self.ejected.get_or_create(&labels).clone(),
             timeout_seconds: self.timeout_seconds.get_or_create(&labels).clone(),
             answered_seconds: self.answered_seconds.get_or_create(&labels).clone(),
             answer_seconds: self.answer_seconds.get_or_create(&labels).clone(),
@@ -272,6 +282,10 @@ pub struct UpstreamMetrics {
     pub hedges_won: Counter,
     /// See [`Metrics::budget_exhausted`].
     pub budget_exhausted: Gauge,
+    /// See [`Metrics::ejections`].
+    pub ejections: Counter,
+    /// See [`Metrics::ejected`].
+    pub ejected: Gauge,
     /// See [`Metrics::timeout_seconds`].
     pub timeout_seconds: Gauge<f64, AtomicU64>,
     /// See [`Metrics::answered_seconds`].

@@ -488,6 +488,31 @@ async fn the_ingress_refuses_above_capacity_with_429() {
 }
 
 #[tokio::test]
+async fn a_backend_answering_500_is_ejected_after_three_errors() {
+    let broken = Backend::start("broken", Mode::Status(500)).await;
+    let (a, b) =
+        (Backend::start("a", Mode::Ok(Duration::ZERO)).await, Backend::start("b", Mode::Ok(Duration::ZERO)).await);
+    let policy =
+        "{balancer: {kind: round-robin}, outlier: {consecutive_failures: 3, base_ejection: 60s, max_ejected: 0.34}}";
+    let proxy = egress(&[&broken, &a, &b], policy).await;
+    let client = client();
+    let metrics = admin_metrics(&proxy).await;
+    assert_eq!(sample(&metrics, "tailguard_egress_ejections_total{upstream=\"svc\"}"), 0.0, "{metrics}");
+    let mut statuses = Vec::new();
+    for _ in 0..30 {
+        statuses.push(get(&client, proxy.egress.unwrap(), "svc", &[]).await.0.as_u16());
+    }
+    // Round robin sends requests 1, 4 and 7 to the broken backend, then never again.
+    assert_eq!(broken.hits(), 3);
+    assert_eq!(statuses.iter().filter(|&&s| s == 500).count(), 3, "{statuses:?}");
+    assert_eq!(a.hits() + b.hits(), 27);
+    let metrics = admin_metrics(&proxy).await;
+    assert_eq!(sample(&metrics, "tailguard_egress_ejections_total{upstream=\"svc\"}"), 1.0, "{metrics}");
+    assert_eq!(sample(&metrics, "tailguard_egress_ejected{upstream=\"svc\"}"), 1.0, "{metrics}");
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
 async fn responses_are_counted_by_status_class_and_failed_requests_per_upstream() {
     let ok = Backend::start("ok", Mode::Ok(Duration::ZERO)).await;
     let missing = Backend::start("missing", Mode::Status(404)).await;

@@ -158,6 +158,36 @@ fn the_failures_example_bounds_the_hang_by_the_timeout() {
     assert!(rr.success_rate > 0.995, "success {}", rr.success_rate);
 }
 
+/// examples/failures.yaml (quick): with outlier ejection at its defaults the black hole is out
+/// after five errors in a row. Round-robin and least-request then lose nothing; BLOC does as well
+/// as with the black hole taken out of the file (its remaining losses are its own drops at
+/// capacity 4), where without ejection the black hole looks idle and costs it 5 % more.
+#[test]
+fn the_failures_example_with_ejection_loses_nothing_to_the_black_hole() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/failures.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let success = |text: &str| {
+        let experiment = Experiment::parse(text, &path).unwrap_or_else(|e| panic!("{e}"));
+        let options = Options { quick: true, ..Options::default() };
+        let results = simulate(&experiment, options, |_| {}).unwrap_or_else(|e| panic!("{e}"));
+        move |name: &str| results.runs.iter().find(|r| r.variant == name).expect("the variant ran").success_rate
+    };
+    let with_black_hole = success(&text);
+    let without = text.replace("replicas: 10", "replicas: 9");
+    let without: String = without.lines().filter(|l| !l.contains("black-hole:")).map(|l| format!("{l}\n")).collect();
+    let without_black_hole = success(&without);
+    for balancer in ["round-robin", "least-request"] {
+        let ejecting = with_black_hole(&format!("{balancer}-eject"));
+        assert_eq!(ejecting, 1.0, "{balancer}");
+        assert!(with_black_hole(balancer) < 1.0, "{balancer}: the black hole costs something without ejection");
+    }
+    let (bloc, ejecting, alone) = (with_black_hole("bloc"), with_black_hole("bloc-eject"), without_black_hole("bloc"));
+    assert!(
+        ejecting >= alone && bloc < alone - 0.05,
+        "bloc {bloc}, ejecting {ejecting}, without the black hole {alone}"
+    );
+}
+
 /// An error fault's `after` holds no worker and no queue place, so the cancel of an attempt
 /// abandoned before its error answers only drops it (it once looked for it in the queue).
 #[test]

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 use tailguard_policy::call::{Action, Call, Ctx, Finish};
+use tailguard_policy::duration::Dur;
 use tailguard_policy::{EndpointId, Feedback, Outcome, Time};
 
 /// The outcome of an answered attempt: 429 is a refusal, 5xx an error, anything else an answer.
@@ -122,11 +123,13 @@ impl<'a> Driver<'a> {
     /// latency (from its first policy step to its last).
     pub(super) async fn run(mut self, deadline: Option<Time>) -> (Response<Body>, Option<Duration>, Duration) {
         let replayable = self.replayable;
-        let (mut call, allows) = self.step(|ctx| {
+        let (mut call, allows, ejected) = self.step(|ctx| {
+            let ejected = ctx.policy.outlier.as_mut().map_or(0, |o| o.ejected_count(ctx.now));
             let call = Call::start(ctx, replayable, deadline);
-            (call, ctx.policy.retry.budget_allows(ctx.now))
+            (call, ctx.policy.retry.budget_allows(ctx.now), ejected)
         });
         self.upstream.metrics.budget_exhausted.set(i64::from(!allows));
+        self.upstream.metrics.ejected.set(ejected as i64);
         let started = self.now;
         loop {
             if let Some(finish) = self.apply(&call) {
@@ -198,6 +201,16 @@ impl<'a> Driver<'a> {
                         trace.on_overdue(attempt);
                     }
                     self.metrics_endpoint(endpoint, |m| m.timeouts.inc());
+                }
+                Action::Eject(ejection) => {
+                    self.upstream.metrics.ejections.inc();
+                    let addr = self.upstream.config.endpoints[ejection.endpoint];
+                    eprintln!(
+                        "tailguard proxy: upstream {}: ejected {addr} for {} (ejection {} in a row)",
+                        self.upstream.name,
+                        Dur(ejection.duration),
+                        ejection.nth
+                    );
                 }
                 Action::WakeAt(t) => {
                     self.wakes.insert(t);

@@ -132,6 +132,8 @@ impl World {
                         self.metrics.attempt_timed_out();
                     }
                 }
+                // Ejections change the policy's later picks; the simulator reports no log of them.
+                Action::Eject(_) => {}
                 Action::WakeAt(at) => self.events.push(at, Event::Wake { call: key }),
                 Action::Finish(finish) => {
                     let (owner, measured, answer) = (state.owner, state.measured, state.answer);

@@ -1,0 +1,297 @@
+//! Outlier ejection: an endpoint that fails several attempts in a row is left out of every
+//! balancer's choice for a while, for a longer while each time it does it again.
+//!
+//! Envoy's consecutive-5xx outlier detection, with Linkerd's failure accrual for the way back in:
+//! - **Failures** are attempts that ended in [`Outcome::Error`] (a 5xx answer),
+//!   [`Outcome::Unavailable`] (the endpoint could not be reached) or [`Outcome::TimedOut`] (Envoy
+//!   counts a local timeout as a 504). A success or a 429 ([`Outcome::Rejected`]: the endpoint is
+//!   alive and shedding load, which BLOC and the retry budget handle) ends a run of failures;
+//!   cancellations (another attempt won) say nothing about the endpoint and are ignored.
+//! - After `consecutive_failures` failures in a row the endpoint is **ejected** for `base_ejection`
+//!   × the number of times it has been ejected since it last answered well, at most
+//!   `max_ejection` (Envoy's `base_ejection_time` × ejections, capped by `max_ejection_time`).
+//! - At most `max_ejected` of the endpoints are ejected at once, rounded down but at least one
+//!   (Envoy's `max_ejection_percent`, which always lets one host go); an endpoint that reaches the
+//!   threshold while the share is full is ejected at its next failure after room is made.
+//! - When its interval is over the endpoint is back in, **on probation**: the first attempt that
+//!   ends decides. A failure ejects it again at once, for the next longer interval; a success ends
+//!   probation and resets its interval to `base_ejection` (Linkerd's probe after a back-off).
+//!
+//! [`Call`](crate::call::Call) applies it to every balancer alike: an ejected endpoint is treated as
+//! one the request has already tried, which every balancer avoids while it has another choice.
+
+use crate::config::{self, Check};
+use crate::duration::text;
+use crate::{EndpointId, Outcome, Time};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// Settings of [`Outlier`] (`outlier:` in a caller's policy); a file may leave out any of them.
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OutlierConfig {
+    /// Failures in a row that eject an endpoint (default 5, Envoy's `consecutive_5xx`).
+    pub consecutive_failures: u32,
+    /// The first ejection's length; the n-th in a row lasts n times as long (default 30 s).
+    #[serde(with = "text")]
+    pub base_ejection: Duration,
+    /// The longest an ejection lasts (default 300 s, Envoy's `max_ejection_time`).
+    #[serde(with = "text")]
+    pub max_ejection: Duration,
+    /// The largest share of endpoints ejected at once; one endpoint may always be (default 0.1).
+    pub max_ejected: f64,
+}
+
+impl Default for OutlierConfig {
+    fn default() -> Self {
+        OutlierConfig {
+            consecutive_failures: 5,
+            base_ejection: Duration::from_secs(30),
+            max_ejection: Duration::from_secs(300),
+            max_ejected: 0.1,
+        }
+    }
+}
+
+impl OutlierConfig {
+    /// Checks the parameters; the error names the field.
+    pub fn validate(&self) -> Check {
+        config::at_least_one("consecutive_failures", self.consecutive_failures)?;
+        config::positive("base_ejection", self.base_ejection)?;
+        config::ordered("base_ejection", self.base_ejection, "max_ejection", self.max_ejection)?;
+        config::fraction("max_ejected", self.max_ejected)
+    }
+
+    /// The detector for endpoints `0..endpoints`.
+    pub fn build(&self, endpoints: usize) -> Outlier {
+        Outlier::new(endpoints, *self)
+    }
+}
+
+/// An endpoint was ejected (what the proxy logs and counts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ejection {
+    /// The endpoint left out.
+    pub endpoint: EndpointId,
+    /// For how long.
+    pub duration: Duration,
+    /// How many times in a row it has been ejected, this one included.
+    pub nth: u32,
+}
+
+/// What the detector knows of one endpoint.
+#[derive(Clone, Copy, Debug, Default)]
+struct Endpoint {
+    /// Failures since its last good answer (or its reinstatement).
+    failures: u32,
+    /// Ejections since it last answered well; the next one lasts `base_ejection` × (this + 1).
+    ejections: u32,
+    /// Until when it is ejected, while it is.
+    ejected_until: Option<Time>,
+    /// Back from an ejection and not yet answered well: its next failure ejects it again.
+    probation: bool,
+}
+
+/// Consecutive-failure outlier detection over one caller's endpoints ([module docs](self)).
+#[derive(Clone, Debug)]
+pub struct Outlier {
+    config: OutlierConfig,
+    endpoints: Vec<Endpoint>,
+    /// Endpoints with `ejected_until` set (some may be due back: see [`Outlier::reinstate`]).
+    ejected: usize,
+    /// The most endpoints ejected at once.
+    cap: usize,
+    /// Reused room for [`Outlier::exclude`]'s answer, so a pick does not allocate.
+    scratch: Vec<EndpointId>,
+}
+
+impl Outlier {
+    /// A detector over endpoints `0..endpoints`, none of them ejected.
+    pub fn new(endpoints: usize, config: OutlierConfig) -> Self {
+        let cap = ((endpoints as f64 * config.max_ejected).floor() as usize).max(1);
+        Outlier { config, endpoints: vec![Endpoint::default(); endpoints], ejected: 0, cap, scratch: Vec::new() }
+    }
+
+    /// Puts back the endpoints whose ejection is over at `now`.
+    fn reinstate(&mut self, now: Time) {
+        if self.ejected == 0 {
+            return;
+        }
+        for e in &mut self.endpoints {
+            if e.ejected_until.is_some_and(|t| t <= now) {
+                e.ejected_until = None;
+                e.probation = true;
+                e.failures = 0;
+                self.ejected -= 1;
+            }
+        }
+    }
+
+    /// The endpoints a pick at `now` should avoid: the ejected ones, and those the request
+    /// already `tried` unless no other endpoint is left (a retry goes to an endpoint it tried
+    /// rather than to an ejected one). Just `tried` while nothing is ejected.
+    pub fn exclude<'a>(&'a mut self, now: Time, tried: &'a [EndpointId]) -> &'a [EndpointId] {
+        self.reinstate(now);
+        if self.ejected == 0 {
+            return tried;
+        }
+        let ejected = |(i, e): (usize, &Endpoint)| e.ejected_until.is_some().then_some(i);
+        self.scratch.clear();
+        self.scratch.extend(self.endpoints.iter().enumerate().filter_map(ejected));
+        let scratch = &self.scratch;
+        if (0..self.endpoints.len()).any(|i| !scratch.contains(&i) && !tried.contains(&i)) {
+            self.scratch.extend_from_slice(tried);
+        }
+        &self.scratch
+    }
+
+    /// How many endpoints are ejected at `now`.
+    pub fn ejected_count(&mut self, now: Time) -> usize {
+        self.reinstate(now);
+        self.ejected
+    }
+
+    /// An attempt to `endpoint` ended with `outcome` at `now`; the ejection it caused, if any.
+    pub fn on_outcome(&mut self, endpoint: EndpointId, now: Time, outcome: Outcome) -> Option<Ejection> {
+        self.reinstate(now);
+        let e = self.endpoints.get_mut(endpoint)?;
+        match outcome {
+            Outcome::Success | Outcome::Rejected => {
+                e.failures = 0;
+                if e.probation {
+                    e.probation = false;
+                    e.ejections = 0;
+                }
+                None
+            }
+            Outcome::Error | Outcome::Unavailable | Outcome::TimedOut => {
+                if e.ejected_until.is_some() {
+                    // An attempt sent before the ejection: it is out already.
+                    return None;
+                }
+                e.failures = e.failures.saturating_add(1);
+                let due = e.probation || e.failures >= self.config.consecutive_failures;
+                if !due || self.ejected >= self.cap {
+                    return None;
+                }
+                e.ejections = e.ejections.saturating_add(1);
+                let duration = self.config.base_ejection.saturating_mul(e.ejections).min(self.config.max_ejection);
+                e.ejected_until = Some(now.saturating_add(duration));
+                e.failures = 0;
+                e.probation = false;
+                self.ejected += 1;
+                Some(Ejection { endpoint, duration, nth: e.ejections })
+            }
+            Outcome::Cancelled => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: fn(u64) -> Duration = Duration::from_secs;
+
+    fn config(consecutive_failures: u32, max_ejected: f64) -> OutlierConfig {
+        OutlierConfig { consecutive_failures, base_ejection: S(10), max_ejection: S(25), max_ejected }
+    }
+
+    fn ejected(o: &mut Outlier, now: Time) -> Vec<EndpointId> {
+        o.exclude(now, &[]).to_vec()
+    }
+
+    #[test]
+    fn the_nth_failure_in_a_row_ejects_for_base_ejection() {
+        let mut o = Outlier::new(4, config(3, 0.5));
+        assert_eq!(o.on_outcome(1, S(0), Outcome::Error), None);
+        assert_eq!(o.on_outcome(1, S(0), Outcome::TimedOut), None);
+        // A success ends the run: three more are needed.
+        assert_eq!(o.on_outcome(1, S(0), Outcome::Success), None);
+        assert_eq!(o.on_outcome(1, S(1), Outcome::Unavailable), None);
+        assert_eq!(o.on_outcome(1, S(1), Outcome::Cancelled), None, "ignored");
+        assert_eq!(o.on_outcome(1, S(1), Outcome::Error), None);
+        assert_eq!(o.on_outcome(1, S(2), Outcome::Error), Some(Ejection { endpoint: 1, duration: S(10), nth: 1 }));
+        assert_eq!(ejected(&mut o, S(2)), [1]);
+        assert_eq!(ejected(&mut o, S(12) - Duration::from_nanos(1)), [1]);
+        assert_eq!(ejected(&mut o, S(12)), [] as [EndpointId; 0]);
+        // A 429 ends a run too.
+        o.on_outcome(2, S(12), Outcome::Error);
+        o.on_outcome(2, S(12), Outcome::Error);
+        o.on_outcome(2, S(12), Outcome::Rejected);
+        assert_eq!(o.on_outcome(2, S(12), Outcome::Error), None);
+    }
+
+    #[test]
+    fn a_failed_probe_ejects_again_for_longer_up_to_the_cap_and_a_success_resets() {
+        let mut o = Outlier::new(2, config(2, 0.5));
+        let fail = |o: &mut Outlier, t: u64| o.on_outcome(0, S(t), Outcome::Error).map(|e| (e.duration, e.nth));
+        assert_eq!(fail(&mut o, 0), None);
+        assert_eq!(fail(&mut o, 0), Some((S(10), 1)));
+        // Failures of attempts sent before the ejection change nothing.
+        assert_eq!(fail(&mut o, 5), None);
+        // Back at 10 s on probation: one failure is enough, for twice as long, then capped at 25 s.
+        assert_eq!(fail(&mut o, 10), Some((S(20), 2)));
+        assert_eq!(ejected(&mut o, S(29)), [0]);
+        assert_eq!(fail(&mut o, 30), Some((S(25), 3)));
+        assert_eq!(fail(&mut o, 55), Some((S(25), 4)));
+        // A success on probation ends it and starts the intervals over.
+        assert_eq!(o.on_outcome(0, S(80), Outcome::Success), None);
+        assert_eq!(fail(&mut o, 81), None);
+        assert_eq!(fail(&mut o, 81), Some((S(10), 1)));
+    }
+
+    #[test]
+    fn at_most_max_ejected_of_the_endpoints_are_out_at_once_but_one_always_may_be() {
+        // A quarter of 8 endpoints: 2.
+        let mut o = Outlier::new(8, config(1, 0.25));
+        assert!(o.on_outcome(0, S(0), Outcome::Error).is_some());
+        assert!(o.on_outcome(1, S(0), Outcome::Error).is_some());
+        assert_eq!(o.on_outcome(2, S(1), Outcome::Error), None, "the share is full");
+        assert_eq!(o.ejected_count(S(1)), 2);
+        // 0 and 1 are back at 10 s; 2 reached the threshold before, so its next failure ejects it.
+        assert_eq!(o.on_outcome(2, S(10), Outcome::Error).map(|e| e.endpoint), Some(2));
+        assert_eq!(ejected(&mut o, S(10)), [2]);
+        // 10 % of 3 endpoints rounds down to none, but one may always go.
+        let mut o = Outlier::new(3, config(1, 0.1));
+        assert!(o.on_outcome(0, S(0), Outcome::Error).is_some());
+        assert_eq!(o.on_outcome(1, S(0), Outcome::Error), None);
+    }
+
+    #[test]
+    fn a_pick_avoids_ejected_endpoints_before_tried_ones() {
+        let mut o = Outlier::new(4, config(1, 0.5));
+        assert_eq!(o.exclude(S(0), &[3]), [3], "nothing ejected: the tried ones");
+        o.on_outcome(2, S(0), Outcome::Error);
+        assert_eq!(o.exclude(S(0), &[3]), [2, 3]);
+        // Every endpoint left was tried: only the ejected one is avoided.
+        assert_eq!(o.exclude(S(0), &[0, 1, 3]), [2]);
+        assert_eq!(o.exclude(S(10), &[3]), [3], "back in");
+    }
+
+    #[test]
+    fn an_unknown_endpoint_is_ignored() {
+        let mut o = Outlier::new(1, config(1, 0.1));
+        assert_eq!(o.on_outcome(5, S(0), Outcome::Error), None);
+        assert_eq!(o.ejected_count(S(0)), 0);
+    }
+
+    #[test]
+    fn validate_names_the_field() {
+        let bad = |c: OutlierConfig| c.validate().unwrap_err().to_string();
+        assert_eq!(OutlierConfig::default().validate(), Ok(()));
+        let c = OutlierConfig::default();
+        assert_eq!(
+            bad(OutlierConfig { consecutive_failures: 0, ..c }),
+            "consecutive_failures: expected a positive integer, got 0"
+        );
+        assert_eq!(
+            bad(OutlierConfig { max_ejection: S(1), ..c }),
+            "max_ejection: expected at least base_ejection (30s), got 1s"
+        );
+        assert_eq!(
+            bad(OutlierConfig { max_ejected: 1.5, ..c }),
+            "max_ejected: expected a fraction between 0 and 1, got 1.5"
+        );
+    }
+}
