@@ -4,18 +4,16 @@
 //! at once and answer after about one work time, not after the rest of the first one's too.
 //! Also the cancel travelling down: an abandoned request drops its own downstream call.
 
+mod common;
+
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
+use common::{client, get, start};
+use http_body_util::Empty;
 use hyper::StatusCode;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::TokioExecutor;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::Duration;
-use tailguard_model::Experiment;
-use tailguard_serve::{Options, Running, Server, Spec};
 use tokio::io::AsyncWriteExt;
-use tokio::time::Instant;
 
 const MS: Duration = Duration::from_millis(1);
 /// The work time of the services below.
@@ -25,40 +23,6 @@ const WORK: Duration = Duration::from_secs(1);
 const ONE_WORK_AT_MOST: Duration = Duration::from_millis(1600);
 
 const ONE_WORKER: &str = "  a: { workers: 1, service_time: { dist: constant, value: 1s } }";
-
-/// Serves `service` of `services` on a free port, with the downstream URLs given.
-async fn start(services: &str, service: &str, downstream: &[(&str, String)]) -> Running {
-    let text = format!(
-        "name: t\nseed: 5\nservices:\n{services}\nworkload: {{ target: a, open: {{ rate: 1 }}, duration: 10s }}\nvariants: [{{ name: v }}]\n"
-    );
-    let experiment = Experiment::parse(&text, Path::new("test.yaml")).expect("a valid experiment");
-    let options = Options {
-        service: service.into(),
-        downstream: downstream.iter().map(|(n, u)| (n.to_string(), u.clone())).collect(),
-        ..Options::default()
-    };
-    let spec = Spec::from_experiment(&experiment, &options).expect("valid options");
-    let server = Server::bind(&spec, SocketAddr::from(([127, 0, 0, 1], 0))).await.expect("binds");
-    server.spawn().expect("spawns")
-}
-
-fn client(h2: bool) -> Client<HttpConnector, Empty<Bytes>> {
-    Client::builder(TokioExecutor::new()).http2_only(h2).build_http()
-}
-
-/// GETs `/` from `addr`, returning the status and how long the answer took.
-async fn get(client: &Client<HttpConnector, Empty<Bytes>>, addr: SocketAddr) -> (StatusCode, Duration) {
-    let started = Instant::now();
-    let uri = format!("http://{addr}/").parse().expect("a URI");
-    let fetch = async {
-        let response = client.get(uri).await.expect("an answer");
-        let status = response.status();
-        response.into_body().collect().await.expect("a body");
-        status
-    };
-    let status = tokio::time::timeout(Duration::from_secs(5), fetch).await.expect("an answer within 5 s");
-    (status, started.elapsed())
-}
 
 /// Sends a GET for `/` on a connection of its own and closes it after `after`, unanswered.
 async fn abandon_http1(addr: SocketAddr, after: Duration) {
@@ -85,7 +49,7 @@ async fn closing_an_http1_connection_frees_the_worker() {
     // Step: the first request takes the worker; its client hangs up after 100 ms.
     abandon_http1(server.addr(), 100 * MS).await;
     // Step: the next request gets the worker at once: one work time.
-    let (status, took) = get(&client(false), server.addr()).await;
+    let (status, took) = get(&client(false), server.addr(), "/").await;
     assert_eq!(status, StatusCode::OK);
     assert!(took >= WORK && took < ONE_WORK_AT_MOST, "took {took:?}");
 }
@@ -98,7 +62,7 @@ async fn resetting_an_http2_stream_frees_the_worker() {
     // connection that stays open.
     abandon(&client, server.addr(), 100 * MS).await;
     // Step: the next request, on the same connection, gets the worker at once.
-    let (status, took) = get(&client, server.addr()).await;
+    let (status, took) = get(&client, server.addr(), "/").await;
     assert_eq!(status, StatusCode::OK);
     assert!(took >= WORK && took < ONE_WORK_AT_MOST, "took {took:?}");
 }
@@ -117,7 +81,7 @@ async fn an_abandoned_request_drops_its_downstream_call() {
     // Step: a request to a, whose call holds b's worker, is abandoned after 100 ms.
     abandon_http1(a.addr(), 100 * MS).await;
     // Step: b's worker is free at once for a request straight to b.
-    let (status, took) = get(&client(false), b.addr()).await;
+    let (status, took) = get(&client(false), b.addr(), "/").await;
     assert_eq!(status, StatusCode::OK);
     assert!(took >= WORK && took < ONE_WORK_AT_MOST, "took {took:?}");
 }
@@ -129,7 +93,7 @@ async fn a_service_that_is_not_cancellable_works_on() {
     // Step: the first request takes the worker; its client hangs up after 100 ms.
     abandon_http1(server.addr(), 100 * MS).await;
     // Step: the worker finishes the abandoned request's second first: the next waits for it.
-    let (status, took) = get(&client(false), server.addr()).await;
+    let (status, took) = get(&client(false), server.addr(), "/").await;
     assert_eq!(status, StatusCode::OK);
     assert!(took >= 2 * WORK - 150 * MS, "took {took:?}");
 }

@@ -1,63 +1,21 @@
 //! `tailguard serve` over real sockets on 127.0.0.1, port 0: service times, the worker queue,
 //! faults, downstream calls and option errors. Bounds are generous: the machine may be noisy.
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
+mod common;
+
+use common::{client, experiment, get, start};
 use hyper::StatusCode;
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::TokioExecutor;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::Duration;
-use tailguard_model::Experiment;
-use tailguard_serve::{Options, Running, ServeError, Server, Spec, SERVED_BY};
+use tailguard_serve::{Options, ServeError, Server, Spec, SERVED_BY};
 use tokio::time::Instant;
-
-/// An experiment whose `services:` block is `services` (indented by 2) and whose workload enters
-/// its first service.
-fn experiment(services: &str) -> Experiment {
-    let text = format!(
-        "name: t\nseed: 5\nservices:\n{services}\nworkload: {{ target: a, open: {{ rate: 1 }}, duration: 10s }}\nvariants: [{{ name: v }}]\n"
-    );
-    Experiment::parse(&text, Path::new("test.yaml")).expect("a valid experiment")
-}
-
-/// Serves `service` of `services` on a free port, with the downstream URLs given.
-async fn start(services: &str, service: &str, downstream: &[(&str, String)]) -> Running {
-    let options = Options {
-        service: service.into(),
-        downstream: downstream.iter().map(|(n, u)| (n.to_string(), u.clone())).collect(),
-        ..Options::default()
-    };
-    let spec = Spec::from_experiment(&experiment(services), &options).expect("valid options");
-    let server = Server::bind(&spec, SocketAddr::from(([127, 0, 0, 1], 0))).await.expect("binds");
-    server.spawn().expect("spawns")
-}
-
-fn client() -> Client<HttpConnector, Empty<Bytes>> {
-    Client::builder(TokioExecutor::new()).build_http()
-}
-
-/// GETs `path`, returning the status and how long the answer took.
-async fn get(client: &Client<HttpConnector, Empty<Bytes>>, addr: SocketAddr, path: &str) -> (StatusCode, Duration) {
-    let started = Instant::now();
-    let uri = format!("http://{addr}{path}").parse().expect("a URI");
-    let fetch = async {
-        let response = client.get(uri).await.expect("an answer");
-        let status = response.status();
-        response.into_body().collect().await.expect("a body");
-        status
-    };
-    let status = tokio::time::timeout(Duration::from_secs(5), fetch).await.expect("an answer within 5 s");
-    (status, started.elapsed())
-}
 
 const MS: Duration = Duration::from_millis(1);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn constant_service_time_is_observed() {
     let server = start("  a: { service_time: { dist: constant, value: 50ms } }", "a", &[]).await;
-    let client = client();
+    let client = client(false);
     for _ in 0..3 {
         let (status, took) = get(&client, server.addr(), "/").await;
         // Step: each request sleeps its 50 ms, and not much more.
@@ -69,7 +27,7 @@ async fn constant_service_time_is_observed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_worker_serialises_concurrent_requests() {
     let server = start("  a: { workers: 1, service_time: { dist: constant, value: 100ms } }", "a", &[]).await;
-    let client = client();
+    let client = client(false);
     let addr = server.addr();
     // Step: three requests at once; one worker takes them one after another.
     let (one, two, three) = tokio::join!(get(&client, addr, "/"), get(&client, addr, "/"), get(&client, addr, "/"));
@@ -83,7 +41,7 @@ async fn one_worker_serialises_concurrent_requests() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unlimited_workers_do_not_queue() {
     let server = start("  a: { service_time: { dist: constant, value: 100ms } }", "a", &[]).await;
-    let client = client();
+    let client = client(false);
     let addr = server.addr();
     let (one, two, three) = tokio::join!(get(&client, addr, "/"), get(&client, addr, "/"), get(&client, addr, "/"));
     assert!([one.1, two.1, three.1].iter().all(|t| *t < 280 * MS), "{one:?} {two:?} {three:?}");
@@ -92,7 +50,7 @@ async fn unlimited_workers_do_not_queue() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn error_fault_rate_one_answers_500() {
     let server = start("  a: { faults: [{ kind: error, rate: 1.0 }] }", "a", &[]).await;
-    let client = client();
+    let client = client(false);
     for _ in 0..10 {
         assert_eq!(get(&client, server.addr(), "/").await.0, StatusCode::INTERNAL_SERVER_ERROR);
     }
@@ -104,7 +62,7 @@ async fn error_fault_rate_one_answers_500() {
 async fn every_third_request_is_slow() {
     let services = "  a:\n    service_time: { dist: constant, value: 1ms }\n    faults: [{ kind: slow, every: 3, service_time: { dist: constant, value: 200ms } }]";
     let server = start(services, "a", &[]).await;
-    let client = client();
+    let client = client(false);
     for n in 1..=6 {
         let (status, took) = get(&client, server.addr(), "/").await;
         assert_eq!(status, StatusCode::OK);
@@ -120,7 +78,7 @@ async fn every_third_request_is_slow() {
 async fn lost_requests_are_never_answered() {
     let server = start("  a: { faults: [{ kind: lost, fraction: 1.0 }] }", "a", &[]).await;
     let uri = format!("http://{}/", server.addr()).parse().expect("a URI");
-    let answer = tokio::time::timeout(300 * MS, client().get(uri)).await;
+    let answer = tokio::time::timeout(300 * MS, client(false).get(uri)).await;
     assert!(answer.is_err(), "a lost request was answered");
 }
 
@@ -128,7 +86,7 @@ async fn lost_requests_are_never_answered() {
 async fn down_replica_answers_503() {
     let services = "  a: { replicas: 2, faults: [{ kind: down, replica: 0, from: 0s, to: 1h }] }";
     let server = start(services, "a", &[]).await;
-    let client = client();
+    let client = client(false);
     assert_eq!(get(&client, server.addr(), "/").await.0, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(get(&client, server.addr(), "/healthz").await.0, StatusCode::SERVICE_UNAVAILABLE);
 }
@@ -138,7 +96,7 @@ async fn a_hung_replica_answers_only_when_the_window_ends() {
     let t0 = Instant::now();
     let services = "  a:\n    service_time: { dist: constant, value: 20ms }\n    faults: [{ kind: hang, from: 200ms, until: 700ms }]";
     let server = start(services, "a", &[]).await;
-    let client = client();
+    let client = client(false);
     // Step: before the window, the usual 20 ms.
     let (status, took) = get(&client, server.addr(), "/").await;
     assert!(status == StatusCode::OK && took < 150 * MS, "{status} in {took:?}");
@@ -162,7 +120,7 @@ async fn windows_count_from_the_clock_s_last_restart() {
     let server = Server::bind(&spec, SocketAddr::from(([127, 0, 0, 1], 0))).await.expect("binds");
     let clock = server.clock();
     let server = server.spawn().expect("spawns");
-    let client = client();
+    let client = client(false);
     // Step: past the window, answers are quick.
     tokio::time::sleep(400 * MS).await;
     let (_, took) = get(&client, server.addr(), "/").await;
@@ -178,7 +136,7 @@ async fn a_fast_error_answers_500_without_waiting_for_the_worker() {
     let t0 = Instant::now();
     let services = "  a:\n    workers: 1\n    service_time: { dist: constant, value: 600ms }\n    faults: [{ kind: error, after: 0s, from: 200ms }]";
     let server = start(services, "a", &[]).await;
-    let client = client();
+    let client = client(false);
     let addr = server.addr();
     // Step: the first request takes the only worker for 600 ms; from 200 ms on, requests fail at
     // once, without queueing behind it.
@@ -201,7 +159,7 @@ const CHAIN: &str =
 async fn a_calls_b_through_its_url() {
     let b = start(CHAIN, "b", &[]).await;
     let a = start(CHAIN, "a", &[("b", format!("http://{}/", b.addr()))]).await;
-    let client = client();
+    let client = client(false);
     let uri = format!("http://{}/", a.addr()).parse().expect("a URI");
     let response = client.get(uri).await.expect("an answer");
     assert_eq!(response.status(), StatusCode::OK);
@@ -217,7 +175,7 @@ async fn parallel_fanout_calls_at_once() {
     let services = "  a: { fanout: parallel, calls: [{ service: b, count: 3 }] }\n  b: { service_time: { dist: constant, value: 100ms } }";
     let b = start(services, "b", &[]).await;
     let a = start(services, "a", &[("b", format!("http://{}/", b.addr()))]).await;
-    let (status, took) = get(&client(), a.addr(), "/").await;
+    let (status, took) = get(&client(false), a.addr(), "/").await;
     assert_eq!(status, StatusCode::OK);
     assert!(took >= 100 * MS && took < 280 * MS, "took {took:?}");
 }
@@ -227,7 +185,7 @@ async fn a_dead_downstream_gives_500() {
     // Step: a port that was free a moment ago and has no listener now.
     let dead = std::net::TcpListener::bind("127.0.0.1:0").expect("binds").local_addr().expect("an address");
     let a = start(CHAIN, "a", &[("b", format!("http://{dead}/"))]).await;
-    assert_eq!(get(&client(), a.addr(), "/").await.0, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(get(&client(false), a.addr(), "/").await.0, StatusCode::INTERNAL_SERVER_ERROR);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -235,7 +193,7 @@ async fn an_erroring_downstream_gives_500() {
     let services = "  a: { calls: [{ service: b }] }\n  b: { faults: [{ kind: error, rate: 1.0 }] }";
     let b = start(services, "b", &[]).await;
     let a = start(services, "a", &[("b", format!("http://{}/", b.addr()))]).await;
-    assert_eq!(get(&client(), a.addr(), "/").await.0, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(get(&client(false), a.addr(), "/").await.0, StatusCode::INTERNAL_SERVER_ERROR);
 }
 
 fn options_error(service: &str, replica: u32, downstream: &[(&str, &str)]) -> String {
