@@ -22,6 +22,7 @@ mod pool;
 mod reload;
 mod server;
 mod trace;
+mod trim;
 mod wire;
 
 pub use config::Config;
@@ -113,6 +114,7 @@ impl Proxy {
             let watch = reload::Watch { path, current: config, egress: reloadable, source };
             servers.spawn(watch.run(reload::POLL, stopped.clone()));
         }
+        servers.spawn(trim::run(stopped.clone()));
         proxy.servers = servers;
         Ok(proxy)
     }

