@@ -105,12 +105,14 @@ pub struct AdaptiveHedge {
     fresh: usize,
     /// The base (unloaded) median latency in nanoseconds, and when it was last updated.
     base: Option<(f64, Time)>,
+    /// Whether the gate is open.
+    open: bool,
 }
 
 impl AdaptiveHedge {
     /// Adaptive hedging that has seen nothing yet (so it does not hedge).
     pub fn new(config: AdaptiveHedgeConfig) -> Self {
-        AdaptiveHedge { latencies: Window::new(config.window), fresh: 0, base: None, config }
+        AdaptiveHedge { latencies: Window::new(config.window), fresh: 0, base: None, open: false, config }
     }
 
     /// The live percentile, once enough latencies are in: the hedge goes out once the request has
@@ -128,10 +130,18 @@ impl AdaptiveHedge {
         Some(self.latencies.median()? / base)
     }
 
-    /// Whether the load gate lets hedges out: the recent median is within `max_inflation` of the
-    /// base latency. Closed until enough latencies are in.
+    /// Whether the load gate lets hedges out. Closed until enough latencies are in; it closes when
+    /// the recent median exceeds `max_inflation` × the base latency, and opens again once the
+    /// median is back within half that margin (hysteresis: a queue that only briefly drains
+    /// does not let a burst of hedges refill it).
     pub fn gate_open(&self) -> bool {
-        self.inflation().is_some_and(|x| x <= self.config.max_inflation)
+        self.open
+    }
+
+    fn update_gate(&mut self) {
+        let Some(x) = self.inflation() else { return };
+        let reopen = 1.0 + (self.config.max_inflation - 1.0) / 2.0;
+        self.open = if self.open { x <= self.config.max_inflation } else { x <= reopen };
     }
 
     /// Moves the base towards the current median: down at once, up by `elapsed / base_memory` of
@@ -178,6 +188,7 @@ impl HedgePolicy for AdaptiveHedge {
             self.fresh = 0;
             self.update_base(now);
         }
+        self.update_gate();
     }
 
     fn gate(&self) -> Option<bool> {
@@ -254,6 +265,9 @@ mod tests {
         assert_eq!(h.delay(at(0), 1), None);
         assert!(!h.try_send(at(0), 1));
         assert_eq!(h.gate(), Some(false));
+        // Back to 12 ms: within the bound, but not within half its margin (1.125): still closed.
+        feed(&mut h, at(0), [12; 10]);
+        assert!(!h.gate_open());
         // The queue drains: back to 10 ms, the gate opens again.
         feed(&mut h, at(0), [10; 10]);
         assert!(h.gate_open());
@@ -280,11 +294,11 @@ mod tests {
 
     #[test]
     fn hedged_requests_count_as_tail_samples() {
-        // 95 requests of 10 ms and 5 hedged ones that ended 40 ms after their start: the 95th
-        // percentile stays 10 ms, so the hedged share stays 5 %.
+        // 96 requests of 10 ms and 4 hedged ones that ended 40 ms after their start: the 96th
+        // percentile stays 10 ms, so the hedged share stays 4 %.
         let mut h = AdaptiveHedge::new(AdaptiveHedgeConfig { window: 100, min_samples: 100, ..Default::default() });
-        feed(&mut h, at(0), [10; 95]);
-        (0..5).for_each(|_| h.on_finish(at(0), RequestEnd { outcome: Outcome::Success, elapsed: ms(40), hedges: 1 }));
+        feed(&mut h, at(0), [10; 96]);
+        (0..4).for_each(|_| h.on_finish(at(0), RequestEnd { outcome: Outcome::Success, elapsed: ms(40), hedges: 1 }));
         assert_eq!(h.patience(), Some(ms(10)));
         assert_eq!(h.delay(at(0), 1), Some(ms(10) + PAST));
     }
