@@ -366,7 +366,7 @@ impl Call {
         }
         self.finished = true;
         if self.hedging {
-            let end = RequestEnd { outcome, elapsed: now.saturating_sub(self.start), hedges: self.hedges };
+            let end = RequestEnd { outcome, elapsed: now.saturating_sub(self.start) };
             ctx.policy.hedge.as_mut().expect("hedging implies a hedge policy").on_finish(now, end);
         }
         let attempts = self.attempts.len() as u32;

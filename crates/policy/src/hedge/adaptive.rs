@@ -17,8 +17,8 @@
 //!   law, the caller's in-flight count over the learnt no-queueing concurrency `rate ×
 //!   base latency` is the same ratio). While the recent median is within `max_inflation` (1.25)
 //!   of the base, the typical request does not wait for a worker and a hedge finds one free; past
-//!   it, hedging stops until the queue drains. Hedges that add load raise the median themselves,
-//!   so the gate also stops a hedge storm from feeding itself.
+//!   it, hedging stops until the queue drains, and opens again only within half the margin
+//!   (1.125), so a queue that drains for a moment does not let a burst of hedges refill it.
 //! - **How much** (gRFC A6 retry throttling, Finagle's `RetryBudget`): no budget of its own. The
 //!   edge's shared retry budget ([`crate::retry::RetryPolicy::budget_allows`], checked by the
 //!   [`Call`](crate::call::Call)) caps retries and hedges together; the gate keeps hedges off
@@ -209,7 +209,7 @@ mod tests {
     }
 
     fn success(elapsed: Duration) -> RequestEnd {
-        RequestEnd { outcome: Outcome::Success, elapsed, hedges: 0 }
+        RequestEnd { outcome: Outcome::Success, elapsed }
     }
 
     /// A small policy: window 10, base updated every 5 requests.
@@ -242,7 +242,7 @@ mod tests {
     fn failures_and_attempt_latencies_teach_nothing() {
         let mut h = small();
         (0..20).for_each(|_| h.on_latency(at(0), ms(1)));
-        (0..20).for_each(|_| h.on_finish(at(0), RequestEnd { outcome: Outcome::Error, elapsed: ms(1), hedges: 1 }));
+        (0..20).for_each(|_| h.on_finish(at(0), RequestEnd { outcome: Outcome::Error, elapsed: ms(1) }));
         assert_eq!(h.patience(), None);
         assert_eq!(h.gate(), Some(false));
     }
@@ -298,7 +298,7 @@ mod tests {
         // percentile stays 10 ms, so the hedged share stays 4 %.
         let mut h = AdaptiveHedge::new(AdaptiveHedgeConfig { window: 100, min_samples: 100, ..Default::default() });
         feed(&mut h, at(0), [10; 96]);
-        (0..4).for_each(|_| h.on_finish(at(0), RequestEnd { outcome: Outcome::Success, elapsed: ms(40), hedges: 1 }));
+        (0..4).for_each(|_| h.on_finish(at(0), RequestEnd { outcome: Outcome::Success, elapsed: ms(40) }));
         assert_eq!(h.patience(), Some(ms(10)));
         assert_eq!(h.delay(at(0), 1), Some(ms(10) + PAST));
     }

@@ -42,7 +42,7 @@ pub enum HedgeConfig {
     },
     /// A hedge after the live `percentile` of latency, at most `max_extra` extra load.
     Percentile(PercentileHedgeConfig),
-    /// A hedge after the live 95th percentile while the upstream shows no queueing.
+    /// A hedge after the live 96th percentile while the upstream shows no queueing.
     Adaptive(AdaptiveHedgeConfig),
 }
 
@@ -114,6 +114,4 @@ pub struct RequestEnd {
     pub outcome: Outcome,
     /// From the request's start to its end.
     pub elapsed: Duration,
-    /// Hedges it sent.
-    pub hedges: u32,
 }
