@@ -142,6 +142,16 @@ mod tests {
         p.on_request(Duration::ZERO);
         let median = p.delay(Duration::ZERO, 1).unwrap();
         assert!(median >= ms(10) && median <= ms(11), "the 50th percentile of 1..=20 ms: {median:?}");
+        // A speculative budget refuses hedges until requests have paid for one.
+        let mut budgeted = hedge("{kind: speculative, attempts: 2, patience: 30ms, budget: 0.5}").unwrap();
+        budgeted.on_request(Duration::ZERO);
+        assert!(!budgeted.try_send(ms(30), 1));
+        budgeted.on_request(Duration::ZERO);
+        assert!(budgeted.try_send(ms(30), 1));
+        // Adaptive hedging needs no parameter, and its gate is shut until it has learnt.
+        let adaptive = hedge("{kind: adaptive}").unwrap();
+        assert_eq!(adaptive.gate(), Some(false));
+        assert_eq!(hedge("{kind: percentile}").unwrap().gate(), None);
     }
 
     fn retry(config: &schema::RetryConfig) -> tailguard_policy::retry::RetryPolicy {

@@ -643,6 +643,14 @@ mod tests {
             "hedge.percentile: expected a percentile between 0 and 100, got 100"
         );
         assert_eq!(
+            policy("{hedge: {kind: adaptive, max_inflation: 0.9}}"),
+            "hedge.max_inflation: expected a number >= 1, got 0.9"
+        );
+        assert_eq!(
+            policy("{hedge: {kind: speculative, attempts: 2, patience: 1ms, budget: 2}}"),
+            "hedge.budget: expected a fraction between 0 and 1, got 2"
+        );
+        assert_eq!(
             policy("{retry: {backoff: 10ms, max_backoff: 1ms}}"),
             "retry.max_backoff: expected at least backoff (10ms), got 1ms"
         );

@@ -8,7 +8,7 @@
 //! Attempt timeouts are tracked here, so the driver needs one timer per call, not per attempt.
 
 use crate::balance::{Balancer, Ejection, Outlier, Pick};
-use crate::hedge::HedgePolicy;
+use crate::hedge::{HedgePolicy, RequestEnd};
 use crate::retry::RetryPolicy;
 use crate::timeout::{AttemptResult, TimeoutPolicy};
 use crate::{EndpointId, Feedback, Outcome, Rng, Time};
@@ -97,6 +97,9 @@ pub struct Call {
     retry_at: Option<Time>,
     hedges: u32,
     hedge_at: Option<Time>,
+    /// Whether the hedge policy heard of this request ([`HedgePolicy::on_request`]), so it hears
+    /// of its end too.
+    hedging: bool,
     /// The earliest wake requested from the driver and not yet delivered.
     armed: Option<Time>,
     last_failure: Outcome,
@@ -137,6 +140,7 @@ impl Call {
             retry_at: None,
             hedges: 0,
             hedge_at: None,
+            hedging: false,
             armed: None,
             last_failure: Outcome::Rejected,
             finished: false,
@@ -149,6 +153,7 @@ impl Call {
         if call.may_hedge(ctx.policy) {
             let hedge = ctx.policy.hedge.as_mut().expect("may_hedge checked it");
             hedge.on_request(now);
+            call.hedging = true;
             call.hedge_at = hedge.delay(now, 1).map(|d| now.saturating_add(d));
         }
         call.arm(ctx);
@@ -360,6 +365,10 @@ impl Call {
             }
         }
         self.finished = true;
+        if self.hedging {
+            let end = RequestEnd { outcome, elapsed: now.saturating_sub(self.start) };
+            ctx.policy.hedge.as_mut().expect("hedging implies a hedge policy").on_finish(now, end);
+        }
         let attempts = self.attempts.len() as u32;
         ctx.out.push(Action::Finish(Finish { outcome, attempts }));
     }

@@ -290,7 +290,7 @@ fn an_error_is_retried_after_the_backoff_only_when_idempotent() {
 #[test]
 fn a_hedge_after_patience_wins_and_the_first_attempt_is_cancelled() {
     let mut d = Driver::new(3, Box::new(NoTimeout));
-    d.policy.hedge = Some(Box::new(Speculative::new(2, ms(30))));
+    d.policy.hedge = Some(Box::new(Speculative::new(2, ms(30), None)));
     // t=0: attempt 0 to endpoint 0; wake at 30 ms for the hedge.
     let (mut call, out) = d.start(true);
     assert_eq!(out, vec![send(0, 0, None), Action::WakeAt(ms(30))]);
@@ -349,7 +349,7 @@ fn a_hedge_spends_the_budget_a_retry_then_lacks() {
     // Each request earns one retry-or-hedge (ratio 1, no floor); retries and hedges share it.
     let mut d = Driver::new(3, Box::new(Fixed::new(ms(100)))).retries(3, Backoff::none());
     d.policy.retry.budget = Some(RetryBudget::new(Duration::from_secs(10), 0, 1.0));
-    d.policy.hedge = Some(Box::new(Speculative::new(2, ms(30))));
+    d.policy.hedge = Some(Box::new(Speculative::new(2, ms(30), None)));
     let (mut call, _) = d.start(true);
     // t=30: the hedge takes the one allowance.
     assert_eq!(d.at(ms(30)).wake(&mut call), vec![send(1, 1, Some(ms(100))), Action::WakeAt(ms(100))]);
@@ -363,7 +363,7 @@ fn once_the_shared_budget_is_spent_neither_retries_nor_hedges_go_out() {
     // A budget of exactly two (a floor of 2 a second over a 1 s window, nothing per request).
     let mut d = Driver::new(3, Box::new(NoTimeout)).retries(3, Backoff::none());
     d.policy.retry.budget = Some(RetryBudget::new(Duration::from_secs(1), 2, 0.0));
-    d.policy.hedge = Some(Box::new(Speculative::new(2, ms(30))));
+    d.policy.hedge = Some(Box::new(Speculative::new(2, ms(30), None)));
     let (mut first, _) = d.start(true);
     let (mut second, _) = d.at(ms(1)).start(true);
     let (mut third, _) = d.at(ms(2)).start(true);
@@ -382,7 +382,7 @@ fn once_the_shared_budget_is_spent_neither_retries_nor_hedges_go_out() {
 fn without_a_budget_hedges_are_limited_by_their_policy_alone() {
     let mut d = Driver::new(4, Box::new(NoTimeout));
     d.policy.retry.budget = None;
-    d.policy.hedge = Some(Box::new(Speculative::new(4, ms(30))));
+    d.policy.hedge = Some(Box::new(Speculative::new(4, ms(30), None)));
     let (mut call, _) = d.start(true);
     assert_eq!(d.at(ms(30)).wake(&mut call), vec![send(1, 1, None), Action::WakeAt(ms(60))]);
     assert_eq!(d.at(ms(60)).wake(&mut call), vec![send(2, 2, None), Action::WakeAt(ms(90))]);
@@ -396,7 +396,7 @@ fn without_a_budget_hedges_are_limited_by_their_policy_alone() {
 #[test]
 fn monix_succeed_even_if_the_first_attempt_fails() {
     let mut d = Driver::new(3, Box::new(NoTimeout));
-    d.policy.hedge = Some(Box::new(Speculative::new(3, ms(30))));
+    d.policy.hedge = Some(Box::new(Speculative::new(3, ms(30), None)));
     d.policy.deadline = Some(ms(300));
     let mut sent = Vec::new();
     let mut record = |out: &[Action]| {
@@ -428,7 +428,7 @@ fn monix_succeed_even_if_the_first_attempt_fails() {
 #[test]
 fn every_speculative_attempt_failing_fails_the_request() {
     let mut d = Driver::new(3, Box::new(NoTimeout));
-    d.policy.hedge = Some(Box::new(Speculative::new(2, ms(30))));
+    d.policy.hedge = Some(Box::new(Speculative::new(2, ms(30), None)));
     let (mut call, _) = d.start(true);
     assert_eq!(d.at(ms(1)).end(&mut call, 0, Feedback::new(Outcome::Error, ms(1))), vec![]);
     assert_eq!(d.at(ms(30)).wake(&mut call), vec![send(1, 1, None)]);
@@ -497,7 +497,7 @@ fn the_percentile_hedge_spends_its_budget_on_late_attempts_only() {
 fn huge_durations_saturate_instead_of_overflowing() {
     let mut d = Driver::new(2, Box::new(Fixed::new(Duration::MAX)));
     d.policy.deadline = Some(Duration::MAX);
-    d.policy.hedge = Some(Box::new(Speculative::new(2, Duration::MAX)));
+    d.policy.hedge = Some(Box::new(Speculative::new(2, Duration::MAX, None)));
     let (mut call, out) = d.at(ms(1)).start(true);
     assert_eq!(
         out,
@@ -544,7 +544,7 @@ fn random_scripts_keep_the_call_invariants() {
             balancer: Box::new(LeastRequest::new(endpoints)),
             outlier: (case % 2 == 0).then(|| outlier.build(endpoints)),
             timeout: Box::new(ExpBackoff::new(ms(script.gen_range(1..50)), 2.0, 3)),
-            hedge: script.gen_bool(0.5).then(|| Box::new(Speculative::new(3, ms(20))) as Box<dyn HedgePolicy>),
+            hedge: script.gen_bool(0.5).then(|| Box::new(Speculative::new(3, ms(20), None)) as Box<dyn HedgePolicy>),
             retry: RetryPolicy {
                 max_attempts: script.gen_range(1..5),
                 backoff: Backoff::exponential(ms(5), ms(40)),

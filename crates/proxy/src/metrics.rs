@@ -105,6 +105,10 @@ pub struct Metrics {
     /// 1 when the budget retries and hedges share allowed neither at the latest request's start,
     /// else 0 (always 0 with `budget: unlimited`), per upstream.
     pub budget_exhausted: Family<UpstreamLabels, Gauge>,
+    /// 1 when the hedge policy let hedges out at the latest request's start: an adaptive hedge's
+    /// load gate open, or any other hedge policy (they have no gate); 0 when the gate was closed
+    /// or the upstream does not hedge; per upstream.
+    pub hedge_gate: Family<UpstreamLabels, Gauge>,
     /// Endpoints ejected by outlier detection, per upstream.
     pub ejections: Family<UpstreamLabels, Counter>,
     /// Endpoints out by outlier detection at the latest request's start, per upstream.
@@ -152,6 +156,7 @@ impl Metrics {
             hedges: Family::default(),
             hedges_won: Family::default(),
             budget_exhausted: Family::default(),
+            hedge_gate: Family::default(),
             ejections: Family::default(),
             ejected: Family::default(),
             timeout_seconds: Family::default(),
@@ -183,6 +188,11 @@ impl Metrics {
             "egress_budget_exhausted",
             "1 when the retry and hedge budget allowed neither at the latest request's start",
             m.budget_exhausted.clone(),
+        );
+        registry.register(
+            "egress_hedge_gate",
+            "1 when the hedge policy's load gate let hedges out at the latest request's start",
+            m.hedge_gate.clone(),
         );
         registry.register("egress_ejections", "Endpoints ejected by outlier detection", m.ejections.clone());
         registry.register("egress_ejected", "Endpoints ejected at the latest request's start", m.ejected.clone());
@@ -233,6 +243,7 @@ impl Metrics {
             hedges: self.hedges.get_or_create(&labels).clone(),
             hedges_won: self.hedges_won.get_or_create(&labels).clone(),
             budget_exhausted: self.budget_exhausted.get_or_create(&labels).clone(),
+            hedge_gate: self.hedge_gate.get_or_create(&labels).clone(),
             ejections: self.ejections.get_or_create(&labels).clone(),
             ejected: self.ejected.get_or_create(&labels).clone(),
             timeout_seconds: self.timeout_seconds.get_or_create(&labels).clone(),
@@ -282,6 +293,8 @@ pub struct UpstreamMetrics {
     pub hedges_won: Counter,
     /// See [`Metrics::budget_exhausted`].
     pub budget_exhausted: Gauge,
+    /// See [`Metrics::hedge_gate`].
+    pub hedge_gate: Gauge,
     /// See [`Metrics::ejections`].
     pub ejections: Counter,
     /// See [`Metrics::ejected`].

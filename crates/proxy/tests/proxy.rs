@@ -370,6 +370,31 @@ async fn a_hedge_rescues_a_slow_backends_request() {
 }
 
 #[tokio::test]
+async fn the_adaptive_hedge_gate_opens_once_it_has_learnt_the_latency() {
+    let backend = Backend::start("ok", Mode::Ok(Duration::from_millis(5))).await;
+    let proxy = egress(&[&backend], "{hedge: {kind: adaptive, min_samples: 5, window: 5}}").await;
+    let client = client();
+    let gate = "tailguard_egress_hedge_gate{upstream=\"svc\"}";
+    // The first request starts before any latency is known: the gate is closed.
+    let (status, _, _) = get(&client, proxy.egress.unwrap(), "svc", &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(sample(&admin_metrics(&proxy).await, gate), 0.0);
+    // Five answers give the base latency; the next request finds the gate open.
+    for _ in 0..5 {
+        let (status, _, _) = get(&client, proxy.egress.unwrap(), "svc", &[]).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    assert_eq!(sample(&admin_metrics(&proxy).await, gate), 1.0);
+    proxy.shutdown().await;
+    // An upstream that does not hedge reads 0.
+    let proxy = egress(&[&backend], "{}").await;
+    let (status, _, _) = get(&client, proxy.egress.unwrap(), "svc", &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(sample(&admin_metrics(&proxy).await, gate), 0.0);
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
 async fn hedges_stop_once_the_budget_shared_with_retries_is_spent() {
     // `budget: 0` leaves only the floor of 10 a second over the 10 s window: 100 retries or
     // hedges. 120 requests at once, each slower than the hedge's patience: exactly 100 hedge.

@@ -1,15 +1,19 @@
 //! Hedging: when to send a speculative extra attempt while earlier ones are still pending.
 //! The first success wins; the [`call`](crate::call) machine cancels the others.
 
+mod adaptive;
+mod bucket;
 mod percentile;
 mod speculative;
 
+pub use adaptive::{AdaptiveHedge, AdaptiveHedgeConfig};
+pub use bucket::{HedgeBucket, BUCKET_CAP};
 pub use percentile::{PercentileHedge, PercentileHedgeConfig, PAST};
 pub use speculative::Speculative;
 
 use crate::config::{self, Check};
 use crate::duration::text;
-use crate::Time;
+use crate::{Outcome, Time};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -31,9 +35,15 @@ pub enum HedgeConfig {
         /// deadline ([`HedgeConfig::deadline`]).
         #[serde(default, with = "text::option", skip_serializing_if = "Option::is_none")]
         timeout: Option<Duration>,
+        /// Hedges allowed per request on average, its own limit beside the shared retry budget
+        /// (a [`HedgeBucket`]); none by default: the shared budget alone.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        budget: Option<f64>,
     },
     /// A hedge after the live `percentile` of latency, at most `max_extra` extra load.
     Percentile(PercentileHedgeConfig),
+    /// A hedge after the live 96th percentile while the upstream shows no queueing.
+    Adaptive(AdaptiveHedgeConfig),
 }
 
 impl HedgeConfig {
@@ -41,11 +51,13 @@ impl HedgeConfig {
     pub fn validate(&self) -> Check {
         match self {
             HedgeConfig::None => Ok(()),
-            HedgeConfig::Speculative { attempts, timeout, .. } => {
+            HedgeConfig::Speculative { attempts, timeout, budget, .. } => {
                 config::at_least_one("attempts", *attempts)?;
-                config::positive_or_none("timeout", *timeout)
+                config::positive_or_none("timeout", *timeout)?;
+                budget.map_or(Ok(()), |x| config::fraction("budget", x))
             }
             HedgeConfig::Percentile(c) => c.validate(),
+            HedgeConfig::Adaptive(c) => c.validate(),
         }
     }
 
@@ -53,10 +65,11 @@ impl HedgeConfig {
     pub fn build(&self) -> Option<Box<dyn HedgePolicy>> {
         match self {
             HedgeConfig::None => None,
-            HedgeConfig::Speculative { attempts, patience, .. } => {
-                Some(Box::new(Speculative::new(*attempts, *patience)))
+            HedgeConfig::Speculative { attempts, patience, budget, .. } => {
+                Some(Box::new(Speculative::new(*attempts, *patience, budget.map(HedgeBucket::new))))
             }
             HedgeConfig::Percentile(c) => Some(Box::new(PercentileHedge::new(c.clone()))),
+            HedgeConfig::Adaptive(c) => Some(Box::new(AdaptiveHedge::new(c.clone()))),
         }
     }
 
@@ -84,4 +97,21 @@ pub trait HedgePolicy: Send {
 
     /// A successful answer's latency, measured from its own attempt's start.
     fn on_latency(&mut self, now: Time, latency: Duration);
+
+    /// The request ended (only requests that were given to [`HedgePolicy::on_request`]).
+    fn on_finish(&mut self, _now: Time, _end: RequestEnd) {}
+
+    /// Whether the policy's load gate lets hedges out now; `None` for a policy without one.
+    fn gate(&self) -> Option<bool> {
+        None
+    }
+}
+
+/// How a request ended, for [`HedgePolicy::on_finish`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestEnd {
+    /// `Success`, or the failure that ended it.
+    pub outcome: Outcome,
+    /// From the request's start to its end.
+    pub elapsed: Duration,
 }

@@ -5,10 +5,9 @@
 //!
 //! What it decides: hedge k goes out just after `k·p` (one nanosecond, [`PAST`]) after the request
 //! started, where `p` is the `percentile` of the last `window` successful latencies (at least
-//! `min_delay`), for k ≤ `max_hedges`; and whether a due hedge may really go. Each request
-//! deposits `max_extra` tokens into a bucket holding at most [`BUCKET_CAP`] tokens, and a hedge
-//! takes one, so hedges stay below `max_extra` per request over time while a burst of slow
-//! requests can still be hedged.
+//! `min_delay`), for k ≤ `max_hedges`; and whether a due hedge may really go: a [`HedgeBucket`]
+//! holds hedges below `max_extra` per request over time while a burst of slow requests can still
+//! be hedged.
 //! Until `min_samples` latencies are in it does not hedge: a percentile of nothing would hedge
 //! everything at once.
 //!
@@ -19,7 +18,7 @@
 //! requests that were on time and the slow ones find it empty (issue #15: p99.9 201 ms in the
 //! simulator, 23 ms in the lab, whose real latencies never repeat to the nanosecond).
 
-use super::HedgePolicy;
+use super::{HedgeBucket, HedgePolicy};
 use crate::config::{self, Check, ConfigError};
 use crate::duration::text;
 use crate::stats::{from_nanos, nanos, Window};
@@ -27,15 +26,9 @@ use crate::Time;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-/// The most tokens the bucket holds, in hedges.
-pub const BUCKET_CAP: u64 = 10;
-
 /// How far past `k·p` hedge k goes out: the smallest step of [`Time`], so that an attempt
 /// answering at exactly the percentile is on time.
 pub const PAST: Duration = Duration::from_nanos(1);
-
-/// Tokens are kept in millionths so deposits like 0.05 add up exactly.
-const UNIT: u64 = 1_000_000;
 
 /// Percentile hedging's parameters; [`PercentileHedgeConfig::default`] gives the values in
 /// brackets. A file may leave out any of them.
@@ -88,27 +81,19 @@ impl Default for PercentileHedgeConfig {
 pub struct PercentileHedge {
     config: PercentileHedgeConfig,
     latencies: Window,
-    /// Tokens in millionths.
-    tokens: u64,
-    deposit: u64,
+    bucket: HedgeBucket,
 }
 
 impl PercentileHedge {
-    /// Percentile hedging with an empty bucket and no latencies yet. `max_extra` is clamped to
-    /// `[0, BUCKET_CAP]` (NaN counts as 0: never hedge).
+    /// Percentile hedging with an empty bucket and no latencies yet ([`HedgeBucket::new`] says
+    /// how `max_extra` is clamped).
     pub fn new(config: PercentileHedgeConfig) -> Self {
-        let extra = if config.max_extra.is_nan() { 0.0 } else { config.max_extra.clamp(0.0, BUCKET_CAP as f64) };
-        PercentileHedge {
-            latencies: Window::new(config.window),
-            tokens: 0,
-            deposit: (extra * UNIT as f64).round() as u64,
-            config,
-        }
+        PercentileHedge { latencies: Window::new(config.window), bucket: HedgeBucket::new(config.max_extra), config }
     }
 
     /// The tokens in the bucket, in hedges.
     pub fn tokens(&self) -> f64 {
-        self.tokens as f64 / UNIT as f64
+        self.bucket.tokens()
     }
 
     /// The current percentile (at least `min_delay`), once enough latencies are in: hedge k goes
@@ -124,7 +109,7 @@ impl PercentileHedge {
 
 impl HedgePolicy for PercentileHedge {
     fn on_request(&mut self, _now: Time) {
-        self.tokens = (self.tokens + self.deposit).min(BUCKET_CAP * UNIT);
+        self.bucket.deposit();
     }
 
     fn delay(&mut self, _now: Time, hedge: u32) -> Option<Duration> {
@@ -135,9 +120,7 @@ impl HedgePolicy for PercentileHedge {
     }
 
     fn try_send(&mut self, _now: Time, _hedge: u32) -> bool {
-        let Some(left) = self.tokens.checked_sub(UNIT) else { return false };
-        self.tokens = left;
-        true
+        self.bucket.withdraw()
     }
 
     fn on_latency(&mut self, _now: Time, latency: Duration) {

@@ -123,12 +123,14 @@ impl<'a> Driver<'a> {
     /// latency (from its first policy step to its last).
     pub(super) async fn run(mut self, deadline: Option<Time>) -> (Response<Body>, Option<Duration>, Duration) {
         let replayable = self.replayable;
-        let (mut call, allows, ejected) = self.step(|ctx| {
+        let (mut call, allows, ejected, gate) = self.step(|ctx| {
             let ejected = ctx.policy.outlier.as_mut().map_or(0, |o| o.ejected_count(ctx.now));
+            let gate = ctx.policy.hedge.as_ref().is_some_and(|h| h.gate().unwrap_or(true));
             let call = Call::start(ctx, replayable, deadline);
-            (call, ctx.policy.retry.budget_allows(ctx.now), ejected)
+            (call, ctx.policy.retry.budget_allows(ctx.now), ejected, gate)
         });
         self.upstream.metrics.budget_exhausted.set(i64::from(!allows));
+        self.upstream.metrics.hedge_gate.set(i64::from(gate));
         self.upstream.metrics.ejected.set(ejected as i64);
         let started = self.now;
         loop {
