@@ -10,6 +10,7 @@ mod least_request;
 mod oracle;
 mod outlier;
 mod peak_ewma;
+mod prequal;
 mod random;
 mod round_robin;
 
@@ -18,6 +19,7 @@ pub use least_request::LeastRequest;
 pub use oracle::Oracle;
 pub use outlier::{Ejection, Outlier, OutlierConfig};
 pub use peak_ewma::{PeakEwma, PeakEwmaConfig};
+pub use prequal::{ProbeReply, ProbeResponder, Prequal, PrequalConfig};
 pub use random::RandomBalancer;
 pub use round_robin::RoundRobin;
 
@@ -41,6 +43,8 @@ pub enum BalancerConfig {
     PeakEwma(PeakEwmaConfig),
     /// BLOC confidence chips (bloc-load-balancing.txt §IV).
     Bloc(BlocConfig),
+    /// Prequal: probes for requests in flight and latency, hot-cold lexicographic choice (NSDI 2024).
+    Prequal(PrequalConfig),
     /// Join-shortest-queue on true queue lengths (simulator only).
     Oracle,
 }
@@ -51,6 +55,7 @@ impl BalancerConfig {
         match self {
             BalancerConfig::PeakEwma(c) => c.validate(),
             BalancerConfig::Bloc(c) => c.validate(),
+            BalancerConfig::Prequal(c) => c.validate(),
             _ => Ok(()),
         }
     }
@@ -63,6 +68,7 @@ impl BalancerConfig {
             BalancerConfig::LeastRequest => Box::new(LeastRequest::new(endpoints)),
             BalancerConfig::PeakEwma(c) => Box::new(PeakEwma::new(endpoints, *c)),
             BalancerConfig::Bloc(c) => Box::new(Bloc::new(endpoints, *c)),
+            BalancerConfig::Prequal(c) => Box::new(Prequal::new(endpoints, *c)),
             BalancerConfig::Oracle => Box::new(Oracle::new(endpoints)),
         }
     }
@@ -90,6 +96,15 @@ pub trait Balancer: Send {
 
     /// An attempt sent to `endpoint` ended (any outcome, including timeouts and cancellations).
     fn on_feedback(&mut self, endpoint: EndpointId, now: Time, feedback: &Feedback);
+
+    /// An endpoint the last pick wants probed ([`Prequal`]); the driver takes them until `None`,
+    /// sends each probe asynchronously and hands the reply to [`Balancer::on_probe`].
+    fn take_probe(&mut self) -> Option<EndpointId> {
+        None
+    }
+
+    /// A probe of `endpoint` was answered with `reply`.
+    fn on_probe(&mut self, _endpoint: EndpointId, _now: Time, _reply: ProbeReply) {}
 }
 
 /// The in-flight request count of each endpoint, kept by the balancers that need it.
