@@ -7,13 +7,15 @@
 //! - [`calls`]: the calls between services, driven by the policy core's [`Call`] machine, whose
 //!   actions become events;
 //! - [`replicas`]: the replicas, with workers and FIFO queues, admission, work and downstream
-//!   calls.
+//!   calls;
+//! - [`probes`]: Prequal's probes, answered by the replicas with their load.
 //!
 //! Measurements are recorded where they happen, into [`Metrics`] (crate::metrics) and, with
 //! `--traces`, the [`Tracer`] (crate::trace).
 
 mod calls;
 mod cancel;
+mod probes;
 mod replicas;
 mod workload;
 
@@ -33,6 +35,7 @@ use tailguard_model::replica::child_key;
 use tailguard_model::results::{load_service, RunResult};
 use tailguard_model::schema::Network;
 use tailguard_model::{build, ArrivalSchedule, Run};
+use tailguard_policy::balance::ProbeReply;
 use tailguard_policy::call::Action;
 use tailguard_policy::{Outcome, Time};
 use tailguard_trace::Trace;
@@ -76,6 +79,10 @@ pub(super) enum Event {
     AttemptEnds(AttemptEnd),
     /// A call asked to be woken.
     Wake { call: Key },
+    /// A Prequal probe sent by policy `policy` reaches a replica, one network hop after it left.
+    ProbeArrives { policy: u32, service: u16, replica: u32 },
+    /// A probe's reply reaches its caller's policy.
+    ProbeAnswered { policy: u32, endpoint: u32, reply: ProbeReply },
 }
 
 /// An attempt's answer reaching its caller (`timeout` is the one its policy set, for closeness).
@@ -256,6 +263,8 @@ impl World {
             Event::NextCalls { job } => self.make_calls(job),
             Event::AttemptEnds(end) => self.attempt_ends(end),
             Event::Wake { call } => self.step_call(call, |call, ctx| call.on_wake(ctx)),
+            Event::ProbeArrives { policy, service, replica } => self.probe_arrives(policy, service, replica),
+            Event::ProbeAnswered { policy, endpoint, reply } => self.probe_answered(policy, endpoint, reply),
         }
     }
 }

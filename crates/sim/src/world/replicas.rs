@@ -54,6 +54,7 @@ impl World {
             replica,
             reply: (call, attempt),
             sent,
+            arrived: now,
             timeout,
             series,
             fate: arrival.fate,
@@ -189,6 +190,7 @@ impl World {
         let (s, r) = (job.service as usize, job.replica as usize);
         let held = self.release(s, r);
         let replica = &mut self.services[s].replicas[r];
+        replica.probes.on_answer(self.now - job.arrived);
         let chip = replica.admission.grant_chip(self.now, held, replica.model.rng());
         let (call, attempt) = job.reply;
         let (sent, timeout, series) = (job.sent, job.timeout, job.series);
