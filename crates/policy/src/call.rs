@@ -115,7 +115,7 @@ pub struct Ctx<'a> {
     /// The random source.
     pub rng: Rng<'a>,
     /// True queue lengths per endpoint (simulator only, for the oracle balancer).
-    pub true_loads: Option<&'a [u32]>,
+    pub true_loads: Option<&'a crate::balance::LoadIndex>,
     /// Where the call pushes its actions.
     pub out: &'a mut Vec<Action>,
 }

@@ -82,7 +82,8 @@ fn run_script(s: &Subject, seed: u64) -> Vec<Option<EndpointId>> {
         let now = Duration::from_millis(step * 7);
         let exclude: Vec<EndpointId> = (0..N).filter(|_| rng.gen_bool(0.3)).collect();
         let loads: Vec<u32> = (0..N).map(|_| rng.gen_range(0..10)).collect();
-        let true_loads = rng.gen_bool(0.5).then_some(&loads[..]);
+        let index = rng.gen_bool(0.5).then(|| LoadIndex::from_loads(&loads));
+        let true_loads = index.as_ref();
         let chosen = b.pick(&mut Pick { now, rng: &mut rng, exclude: &exclude, true_loads });
         picks.push(chosen);
         // Probes asked for are answered at once, with random loads.

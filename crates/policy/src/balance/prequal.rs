@@ -225,7 +225,7 @@ impl Balancer for Prequal {
             Some(index) => Some(self.use_probe(index)),
             None => {
                 let candidates = self.eligible.among(pick.exclude);
-                (!candidates.is_empty()).then(|| candidates[pick.rng.gen_range(0..candidates.len())])
+                (!candidates.is_empty()).then(|| candidates.get(pick.rng.gen_range(0..candidates.len())))
             }
         };
         self.draw_probes(&mut *pick.rng);

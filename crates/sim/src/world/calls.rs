@@ -95,7 +95,7 @@ impl World {
                     if let Some(t) = &mut self.tracer {
                         t.attempt_sent(key, attempt, endpoint, policy_timeout, self.now);
                     }
-                    self.loads[state.callee as usize][endpoint] += 1;
+                    self.loads[state.callee as usize].inc(endpoint);
                     let series = self.policies[state.policy].series;
                     if let (Some(edge), Some(timeout)) = (series, policy_timeout) {
                         self.metrics.timeout_set(edge, self.now, timeout);

@@ -35,7 +35,7 @@ use tailguard_model::replica::child_key;
 use tailguard_model::results::{load_service, RunResult};
 use tailguard_model::schema::Network;
 use tailguard_model::{build, ArrivalSchedule, Run};
-use tailguard_policy::balance::ProbeReply;
+use tailguard_policy::balance::{LoadIndex, ProbeReply};
 use tailguard_policy::call::Action;
 use tailguard_policy::{Outcome, Time};
 use tailguard_trace::Trace;
@@ -103,7 +103,7 @@ pub(crate) struct World {
     services: Vec<ServiceModel>,
     /// Requests sent to each replica of each service and not yet answered (or refused): what a
     /// central dispatcher would count, handed to the oracle.
-    loads: Vec<Vec<u32>>,
+    loads: Vec<LoadIndex>,
     policies: Vec<EdgePolicy>,
     calls: Slab<CallState>,
     jobs: Slab<Job>,
@@ -153,7 +153,7 @@ impl World {
         let user_policy = policies.len();
         let endpoints = services[target as usize].replicas.len();
         policies.push(EdgePolicy { policy: build::client_policy(&w.client, endpoints), timed: false, series: None });
-        let loads = services.iter().map(|s| vec![0; s.replicas.len()]).collect();
+        let loads = services.iter().map(|s| LoadIndex::new(s.replicas.len())).collect();
         let replicas = services.iter().map(|s| s.replicas.len()).collect();
         let mut timed_edges = Vec::new();
         for (s, svc) in services.iter().enumerate() {

@@ -30,7 +30,7 @@ impl World {
             if let Some(t) = &mut world.tracer {
                 t.visit(call, attempt, s, replica, Err(outcome), now);
             }
-            world.loads[s][r] -= 1;
+            world.loads[s].dec(r);
             world.visit_started(call, attempt, s, None);
             let event = Event::AttemptEnds(AttemptEnd { call, attempt, sent, timeout, series, outcome, chip: false });
             let hop = world.hop();
@@ -204,7 +204,7 @@ impl World {
         let rep = &mut self.services[s].replicas[r];
         rep.held -= 1;
         rep.admission.observe(self.now, rep.held);
-        self.loads[s][r] -= 1;
+        self.loads[s].dec(r);
         rep.held
     }
 }
