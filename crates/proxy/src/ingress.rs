@@ -171,7 +171,7 @@ impl Ingress {
         if let Some(span) = span {
             span.inject(request.headers_mut());
         }
-        let arrived = Instant::now();
+        let (arrived, rif) = (Instant::now(), held.rif);
         let answer = match deadline.map(Duration::from_millis) {
             Some(d) => tokio::time::timeout(d, self.call(request)).await.ok(),
             None => Some(self.call(request).await),
@@ -183,7 +183,7 @@ impl Ingress {
             (Some(Err(_)), Some(fault)) => return fault.response(),
             (Some(Err(_)), None) => http::text(StatusCode::BAD_GATEWAY, "tailguard: the application is unreachable"),
             (Some(Ok(r)), _) => {
-                self.lock().probes.on_answer(arrived.elapsed());
+                self.lock().probes.on_answer(rif, arrived.elapsed());
                 r
             }
         };
@@ -210,10 +210,11 @@ impl Ingress {
         if !admission.admit(now, *in_flight) {
             return None;
         }
+        let rif = *in_flight;
         *in_flight += 1;
         admission.observe(now, *in_flight);
         self.metrics.ingress_in_flight.set(i64::from(state.in_flight));
-        Some(Held { ingress: self })
+        Some(Held { ingress: self, rif })
     }
 
     /// Whether the response leaving now carries a chip.
@@ -258,6 +259,8 @@ impl Ingress {
 /// A request the application holds; dropping it (answered or abandoned) releases it.
 struct Held<'a> {
     ingress: &'a Ingress,
+    /// The requests the application held when this one arrived.
+    rif: u32,
 }
 
 impl Drop for Held<'_> {

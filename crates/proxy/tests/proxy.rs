@@ -1177,11 +1177,15 @@ async fn the_ingress_answers_probes_itself_and_prequal_learns_the_slow_replica_f
     // A probe is answered by the ingress, 204 with its load, and never reaches the application.
     let (status, headers, _) = get(&client(), slow_side.ingress.unwrap(), "app", &[("x-tailguard-probe", "1")]).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
-    assert_eq!((&headers["x-tailguard-probe-in-flight"], &headers["x-tailguard-probe-latency-us"]), (&"0".parse().unwrap(), &"0".parse().unwrap()));
+    assert_eq!(
+        (&headers["x-tailguard-probe-in-flight"], &headers["x-tailguard-probe-latency-us"]),
+        (&"0".parse().unwrap(), &"0".parse().unwrap())
+    );
     assert_eq!(slow.hits(), 0);
     // Through an egress balancing with Prequal over both sidecars: once the slow replica has
     // answered once, its probes report ~150 ms and the fast one (~0 ms) wins every pick.
-    let as_backend = |addr| Backend { addr, hits: Arc::default(), accepted: Arc::default(), task: tokio::spawn(async {}) };
+    let as_backend =
+        |addr| Backend { addr, hits: Arc::default(), accepted: Arc::default(), task: tokio::spawn(async {}) };
     let (a, b) = (as_backend(slow_side.ingress.unwrap()), as_backend(fast_side.ingress.unwrap()));
     let proxy = egress(&[&a, &b], "{balancer: {kind: prequal}}").await;
     for _ in 0..20 {

@@ -29,8 +29,10 @@ pub(crate) struct Job {
     pub(crate) replica: u32,
     pub(crate) reply: (Key, u32),
     pub(crate) sent: Time,
-    /// When it reached the replica (for the latency the replica reports to probes).
+    /// When it reached the replica, and the requests the replica held then (for the latency it
+    /// reports to probes).
     pub(crate) arrived: Time,
+    pub(crate) rif: u32,
     pub(crate) timeout: Option<Duration>,
     /// The timeout series of the edge the request came over, if any.
     pub(crate) series: Option<u16>,

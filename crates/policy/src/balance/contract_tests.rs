@@ -89,7 +89,8 @@ fn run_script(s: &Subject, seed: u64) -> Vec<Option<EndpointId>> {
         // Probes asked for are answered at once, with random loads.
         while let Some(e) = b.take_probe() {
             assert!(e < N, "{}: probed {e} of {N}", s.name);
-            let reply = ProbeReply { in_flight: rng.gen_range(0..10), latency: Duration::from_millis(rng.gen_range(1..50)) };
+            let reply =
+                ProbeReply { in_flight: rng.gen_range(0..10), latency: Duration::from_millis(rng.gen_range(1..50)) };
             b.on_probe(e, now, reply);
         }
         if let Some(e) = chosen {

@@ -26,12 +26,7 @@ pub struct LoadIndex {
 impl LoadIndex {
     /// Endpoints `0..n`, none loaded.
     pub fn new(n: usize) -> Self {
-        LoadIndex {
-            load: vec![0; n],
-            order: (0..n).collect(),
-            position: (0..n).collect(),
-            start: vec![0, n],
-        }
+        LoadIndex { load: vec![0; n], order: (0..n).collect(), position: (0..n).collect(), start: vec![0, n] }
     }
 
     /// Endpoints with the given loads.

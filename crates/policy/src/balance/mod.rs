@@ -22,13 +22,13 @@ pub use loads::LoadIndex;
 pub use oracle::Oracle;
 pub use outlier::{Ejection, Outlier, OutlierConfig};
 pub use peak_ewma::{PeakEwma, PeakEwmaConfig};
-pub use prequal::{ProbeReply, ProbeResponder, Prequal, PrequalConfig};
+pub use prequal::{Prequal, PrequalConfig, ProbeReply, ProbeResponder};
 pub use random::RandomBalancer;
 pub use round_robin::RoundRobin;
 
 use crate::config::Check;
-use ranked::{sorted_exclusions, Skipping};
 use crate::{EndpointId, Feedback, Rng, Time};
+use ranked::{sorted_exclusions, Skipping};
 use serde::{Deserialize, Serialize};
 
 /// A balancer and its parameters, as experiment and proxy files write it (`kind:`,

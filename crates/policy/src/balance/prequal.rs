@@ -28,9 +28,9 @@
 //!   while the probes they send return.
 //! - The paper derives the reuse budget from the probe rate, the pool's turnover and `hot_quantile`
 //!   and periodically removes the worst probe; we use a fixed budget and the age limit.
-//! - The paper's replicas estimate latency per RIF (recent latencies of requests that ran at a
-//!   similar RIF); our [`ProbeResponder`] reports an exponentially weighted moving average of its
-//!   recent latencies (arrival to answer), the same in the simulator and the proxy.
+//! - The paper's replicas report the median latency of recent requests that arrived at the current
+//!   RIF; our [`ProbeResponder`] keeps a moving average per RIF instead of a median (the same code
+//!   in the simulator and the proxy).
 //! - A refusal (429) or an unreachable replica drops that replica's reply from the pool.
 
 use super::{Balancer, Eligible, Pick};
@@ -93,32 +93,52 @@ pub struct ProbeReply {
     pub latency: Duration,
 }
 
-/// The replica's side of Prequal: it keeps a latency estimate from its own answers and answers
-/// probes with it (the simulator's replica model and the proxy's ingress sidecar).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+/// The replica's side of Prequal: it learns its latency at each RIF from its own answers and
+/// answers probes with the estimate for its current RIF (the simulator's replica model and the
+/// proxy's ingress sidecar).
+///
+/// As in the paper, latency is conditioned on the RIF a request found on arrival: one moving average
+/// (weight [`ProbeResponder::WEIGHT`]) per RIF up to [`ProbeResponder::RIFS`] − 1, the last one
+/// shared by every higher RIF. A RIF not seen yet borrows the nearest RIF seen below it, else above
+/// it; a replica that has answered nothing reports 0 (an unused replica is the one to try).
+#[derive(Clone, Debug, PartialEq)]
 pub struct ProbeResponder {
-    /// The moving average of latency, in seconds (`None` before the first answer).
-    average: Option<f64>,
+    /// Per RIF on arrival, the moving average of latency in seconds (`None`: no answer yet).
+    by_rif: [Option<f64>; ProbeResponder::RIFS],
+}
+
+impl Default for ProbeResponder {
+    fn default() -> Self {
+        ProbeResponder { by_rif: [None; ProbeResponder::RIFS] }
+    }
 }
 
 impl ProbeResponder {
-    /// The weight of each new latency in the average (1/16: roughly the last 16 answers).
-    pub const WEIGHT: f64 = 1.0 / 16.0;
+    /// The weight of each new latency in its RIF's average (1/4: recent answers count).
+    pub const WEIGHT: f64 = 0.25;
+    /// RIFs told apart (0 to 62, and 63 or more).
+    pub const RIFS: usize = 64;
 
-    /// A request answered `latency` after it arrived.
-    pub fn on_answer(&mut self, latency: Duration) {
+    fn bucket(rif: u32) -> usize {
+        (rif as usize).min(Self::RIFS - 1)
+    }
+
+    /// A request that found `rif` requests on arrival was answered `latency` after it arrived.
+    pub fn on_answer(&mut self, rif: u32, latency: Duration) {
         let sample = latency.as_secs_f64();
-        self.average = Some(match self.average {
+        let slot = &mut self.by_rif[Self::bucket(rif)];
+        *slot = Some(match *slot {
             Some(avg) => avg + Self::WEIGHT * (sample - avg),
             None => sample,
         });
     }
 
-    /// The reply to a probe while the replica holds `in_flight` requests (latency zero before any
-    /// answer: an unused replica is the one to try).
+    /// The reply to a probe while the replica holds `in_flight` requests.
     pub fn reply(&self, in_flight: u32) -> ProbeReply {
-        let latency = self.average.map_or(Duration::ZERO, Duration::from_secs_f64);
-        ProbeReply { in_flight, latency }
+        let at = Self::bucket(in_flight);
+        let below = self.by_rif[..=at].iter().rev().find_map(|x| *x);
+        let estimate = below.or_else(|| self.by_rif[at..].iter().find_map(|x| *x));
+        ProbeReply { in_flight, latency: estimate.map_or(Duration::ZERO, Duration::from_secs_f64) }
     }
 }
 
@@ -260,7 +280,13 @@ impl Balancer for Prequal {
             self.pool.remove(0);
         }
         let uses_left = self.config.reuse_budget;
-        self.pool.push(Probe { endpoint, in_flight: reply.in_flight, latency: reply.latency, received: now, uses_left });
+        self.pool.push(Probe {
+            endpoint,
+            in_flight: reply.in_flight,
+            latency: reply.latency,
+            received: now,
+            uses_left,
+        });
     }
 }
 
@@ -271,6 +297,7 @@ mod tests {
     use rand_pcg::Pcg64Mcg;
 
     const MS: Duration = Duration::from_millis(1);
+    const SEC: Duration = Duration::from_secs(1);
 
     fn prequal(endpoints: usize, config: PrequalConfig) -> (Prequal, Pcg64Mcg) {
         (Prequal::new(endpoints, config), Pcg64Mcg::seed_from_u64(7))
@@ -436,13 +463,21 @@ mod tests {
     }
 
     #[test]
-    fn the_responder_reports_a_moving_average_of_latency() {
+    fn the_responder_reports_the_latency_learnt_at_the_current_rif() {
         let mut r = ProbeResponder::default();
         assert_eq!(r.reply(3), ProbeReply { in_flight: 3, latency: Duration::ZERO });
-        r.on_answer(100 * MS);
-        assert_eq!(r.reply(0).latency, 100 * MS);
-        // 100 + (260 - 100) / 16 = 110 ms.
-        r.on_answer(260 * MS);
-        assert_eq!(r.reply(1), ProbeReply { in_flight: 1, latency: 110 * MS });
+        // Requests that found 2 in flight took 300 ms, then 500 ms: 300 + (500 - 300) / 4 = 350.
+        r.on_answer(2, 300 * MS);
+        r.on_answer(2, 500 * MS);
+        assert_eq!(r.reply(2), ProbeReply { in_flight: 2, latency: 350 * MS });
+        // RIF 5 was never seen: the nearest below (2) answers; RIF 0 borrows from above.
+        assert_eq!(r.reply(5).latency, 350 * MS);
+        assert_eq!(r.reply(0).latency, 350 * MS);
+        r.on_answer(0, 100 * MS);
+        assert_eq!((r.reply(0).latency, r.reply(1).latency), (100 * MS, 100 * MS));
+        // RIFs of 63 and more share one average.
+        r.on_answer(900, 9 * SEC);
+        assert_eq!(r.reply(63).latency, 9 * SEC);
+        assert_eq!(r.reply(70).latency, 9 * SEC);
     }
 }

@@ -47,6 +47,7 @@ impl World {
             return refuse(self, Outcome::Rejected);
         }
         self.metrics.accepted(s, r, now);
+        let rif = rep.held;
         rep.held += 1;
         let arrival = rep.model.arrive_as(draws, now);
         let job = Job {
@@ -55,6 +56,7 @@ impl World {
             reply: (call, attempt),
             sent,
             arrived: now,
+            rif,
             timeout,
             series,
             fate: arrival.fate,
@@ -190,7 +192,7 @@ impl World {
         let (s, r) = (job.service as usize, job.replica as usize);
         let held = self.release(s, r);
         let replica = &mut self.services[s].replicas[r];
-        replica.probes.on_answer(self.now - job.arrived);
+        replica.probes.on_answer(job.rif, self.now - job.arrived);
         let chip = replica.admission.grant_chip(self.now, held, replica.model.rng());
         let (call, attempt) = job.reply;
         let (sent, timeout, series) = (job.sent, job.timeout, job.series);
