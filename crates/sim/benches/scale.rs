@@ -3,10 +3,10 @@
 //! the per-request speed of 50 (issue #19). Run with `bench/sim-throughput.sh` or
 //! `cargo bench -p tailguard-sim --bench scale`. `SCALE_RUNS` sets the samples per cell (default
 //! 5), `SCALE_REQUESTS` the requests per run (default 200,000), `SCALE_BALANCERS` a comma-separated
-//! subset of the balancers.
+//! subset of the balancers, `SCALE_LOAD` the backends' utilisation (default 0.7).
 //!
-//! The model: a gateway (one replica, unlimited workers) balances Poisson arrivals at 70 % of the
-//! backends' capacity over n backends of one worker each, exponential service of 10 ms; 200,000
+//! The model: a gateway (one replica, unlimited workers) balances Poisson arrivals at 70 % (`SCALE_LOAD`)
+//! of the backends' capacity over n backends of one worker each, exponential service of 10 ms; 200,000
 //! requests per run, no warm-up. Prints the median nanoseconds of wall time per simulated request.
 
 use std::path::Path;
@@ -16,10 +16,9 @@ use tailguard_model::Experiment;
 const BALANCERS: [&str; 7] = ["round-robin", "random", "least-request", "peak-ewma", "bloc", "prequal", "oracle"];
 const REPLICAS: [u32; 2] = [50, 10_000];
 const SERVICE_S: f64 = 0.010;
-const LOAD: f64 = 0.7;
 
-fn experiment(replicas: u32, requests: f64) -> Experiment {
-    let rate = LOAD * f64::from(replicas) / SERVICE_S;
+fn experiment(replicas: u32, requests: f64, load: f64) -> Experiment {
+    let rate = load * f64::from(replicas) / SERVICE_S;
     let duration = requests / rate;
     let variants: String = BALANCERS
         .iter()
@@ -49,8 +48,9 @@ fn main() {
     let env = |name: &str| std::env::var(name).ok();
     let runs: usize = env("SCALE_RUNS").and_then(|r| r.parse().ok()).unwrap_or(5);
     let requests: f64 = env("SCALE_REQUESTS").and_then(|r| r.parse().ok()).unwrap_or(200_000.0);
+    let load: f64 = env("SCALE_LOAD").and_then(|r| r.parse().ok()).unwrap_or(0.7);
     let only = env("SCALE_BALANCERS").unwrap_or_default();
-    let experiments: Vec<Experiment> = REPLICAS.iter().map(|&n| experiment(n, requests)).collect();
+    let experiments: Vec<Experiment> = REPLICAS.iter().map(|&n| experiment(n, requests, load)).collect();
     println!("ns of wall time per simulated request, median of {runs} runs of {requests} requests, one thread");
     println!("{:<14} {:>12} {:>12} {:>22}", "balancer", "50 replicas", "10,000", "speed at 10,000 / 50");
     for balancer in BALANCERS.into_iter().filter(|b| only.is_empty() || only.split(',').any(|o| o == *b)) {
