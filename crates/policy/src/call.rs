@@ -3,8 +3,8 @@
 //!
 //! [`Call`] is sans-IO: the driver (the proxy, or the simulator) calls [`Call::start`],
 //! [`Call::on_attempt_end`] and [`Call::on_wake`], and carries out the [`Action`]s they push:
-//! send an attempt, stop waiting for one, wake the call at a time, report an ejection, or finish
-//! the request.
+//! send an attempt, stop waiting for one, wake the call at a time, report an ejection, probe an
+//! endpoint, or finish the request.
 //! Attempt timeouts are tracked here, so the driver needs one timer per call, not per attempt.
 
 use crate::balance::{Balancer, Ejection, Outlier, Pick};
@@ -46,6 +46,9 @@ pub enum Action {
     Overdue { attempt: u32, endpoint: EndpointId },
     /// An endpoint was ejected by the outlier detector (for the driver's logs and metrics).
     Eject(Ejection),
+    /// Probe `endpoint` for its load, without waiting for it, and hand the reply to the balancer
+    /// ([`Balancer::on_probe`]); a probe that gets no reply is simply lost (Prequal).
+    Probe { endpoint: EndpointId },
     /// Call [`Call::on_wake`] at this time, unless the call has finished. Later wakes supersede
     /// earlier ones only in being later: a wake that finds nothing due is harmless.
     WakeAt(Time),
@@ -115,7 +118,7 @@ pub struct Ctx<'a> {
     /// The random source.
     pub rng: Rng<'a>,
     /// True queue lengths per endpoint (simulator only, for the oracle balancer).
-    pub true_loads: Option<&'a [u32]>,
+    pub true_loads: Option<&'a crate::balance::LoadIndex>,
     /// Where the call pushes its actions.
     pub out: &'a mut Vec<Action>,
 }
@@ -351,6 +354,9 @@ impl Call {
             self.tried.push(endpoint);
         }
         ctx.out.push(Action::Send { attempt, endpoint, timeout, policy_timeout: own });
+        while let Some(probe) = policy.balancer.take_probe() {
+            ctx.out.push(Action::Probe { endpoint: probe });
+        }
         true
     }
 

@@ -583,6 +583,7 @@ fn random_scripts_keep_the_call_invariants() {
                         assert!(e.endpoint < endpoints && case % 2 == 0, "case {case}: {e:?}");
                         ejections += 1;
                     }
+                    Action::Probe { endpoint } => assert!(endpoint < endpoints, "case {case}: probed {endpoint}"),
                     Action::Overdue { attempt, .. } => {
                         assert!(call.is_waiting_for(attempt), "case {case}: an overdue attempt stays live");
                         overdue_cases += 1;

@@ -128,7 +128,7 @@ mod tests {
 
     #[test]
     fn every_kind_with_every_field_left_out_is_valid_and_round_trips() {
-        for kind in ["random", "round-robin", "least-request", "peak-ewma", "bloc", "oracle"] {
+        for kind in ["random", "round-robin", "least-request", "peak-ewma", "bloc", "prequal", "oracle"] {
             round_trips(yaml::<BalancerConfig>(&format!("{{kind: {kind}}}")), BalancerConfig::validate);
         }
         for kind in ["controller", "optimizer", "adaptive"] {

@@ -12,6 +12,9 @@
 //! passed on so the application's own calls can propagate it; a deadline spent on arrival is
 //! answered 504 at once.
 //!
+//! A probe (`x-tailguard-probe`, [`crate::probe`]) from a trusted peer is answered by the ingress
+//! itself with its in-flight count and latency estimate (Prequal); from anyone else, with 403.
+//!
 //! With a `network_delay` ([`crate::wire`]) it holds each request before anything else, and each
 //! response after everything else, for one network hop.
 
@@ -34,6 +37,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tailguard_model::build;
 use tailguard_policy::admission::Admission;
+use tailguard_policy::balance::ProbeResponder;
 use tailguard_policy::Time;
 
 /// The random stream of the ingress's network-delay jitter: far from the egress's upstream streams
@@ -64,18 +68,25 @@ enum AppClient {
     H2c(Box<Client<HttpConnector, Body>>),
 }
 
-/// Admission state: the policy, the requests the application holds, the random source.
+/// Admission state: the policy, the requests the application holds, the random source, and
+/// the latency estimate probes are answered with.
 struct State {
     admission: Box<dyn Admission>,
     in_flight: u32,
     rng: Pcg64Mcg,
+    probes: ProbeResponder,
 }
 
 impl Ingress {
     /// The ingress of `config`; `epoch` is the proxy's time zero, `seed` its seed (the ingress
     /// draws from stream 0, its network delay's jitter from [`WIRE_STREAM`], [`crate::rng`]).
     pub fn new(config: &config::Ingress, epoch: Instant, metrics: Arc<Metrics>, seed: u64) -> Ingress {
-        let state = State { admission: build::admission(&config.admission), in_flight: 0, rng: crate::rng(seed, 0) };
+        let state = State {
+            admission: build::admission(&config.admission),
+            in_flight: 0,
+            rng: crate::rng(seed, 0),
+            probes: ProbeResponder::default(),
+        };
         Ingress {
             app: config.app,
             client: match config.protocol {
@@ -132,6 +143,13 @@ impl Ingress {
 
     /// Answers a request from a `trusted` caller or not.
     async fn serve(&self, req: Request<ClientBody>, trusted: bool, span: Option<&ServerSpan>) -> Response<Body> {
+        if crate::probe::is_probe(req.headers()) {
+            if !trusted {
+                return crate::probe::refused();
+            }
+            let state = self.lock();
+            return crate::probe::response(state.probes.reply(state.in_flight));
+        }
         self.metrics.ingress_requests.inc();
         // An untrusted caller's deadline is not believed, nor passed on.
         let deadline = match trusted.then(|| http::deadline_ms(req.headers())).transpose() {
@@ -153,6 +171,7 @@ impl Ingress {
         if let Some(span) = span {
             span.inject(request.headers_mut());
         }
+        let (arrived, rif) = (Instant::now(), held.rif);
         let answer = match deadline.map(Duration::from_millis) {
             Some(d) => tokio::time::timeout(d, self.call(request)).await.ok(),
             None => Some(self.call(request).await),
@@ -163,7 +182,10 @@ impl Ingress {
             // The client's body failed, not the application.
             (Some(Err(_)), Some(fault)) => return fault.response(),
             (Some(Err(_)), None) => http::text(StatusCode::BAD_GATEWAY, "tailguard: the application is unreachable"),
-            (Some(Ok(r)), _) => r,
+            (Some(Ok(r)), _) => {
+                self.lock().probes.on_answer(rif, arrived.elapsed());
+                r
+            }
         };
         http::strip_hop_by_hop(response.headers_mut());
         http::strip_internal(response.headers_mut(), &[]);
@@ -188,17 +210,18 @@ impl Ingress {
         if !admission.admit(now, *in_flight) {
             return None;
         }
+        let rif = *in_flight;
         *in_flight += 1;
         admission.observe(now, *in_flight);
         self.metrics.ingress_in_flight.set(i64::from(state.in_flight));
-        Some(Held { ingress: self })
+        Some(Held { ingress: self, rif })
     }
 
     /// Whether the response leaving now carries a chip.
     fn chip(&self) -> bool {
         let now = self.now();
         let mut state = self.lock();
-        let State { admission, rng, in_flight } = &mut *state;
+        let State { admission, rng, in_flight, .. } = &mut *state;
         admission.grant_chip(now, *in_flight, rng)
     }
 
@@ -236,6 +259,8 @@ impl Ingress {
 /// A request the application holds; dropping it (answered or abandoned) releases it.
 struct Held<'a> {
     ingress: &'a Ingress,
+    /// The requests the application held when this one arrived.
+    rif: u32,
 }
 
 impl Drop for Held<'_> {

@@ -6,7 +6,7 @@
 //! application, and the admin listener serves health, metrics and the configuration.
 //!
 //! Modules, one concept each: [`config`] (the file), `egress`, `ingress`, `admin`, [`metrics`],
-//! `http` (bodies and header helpers), `body` (a client's request body: read timeout, client faults), `pool` (kept-alive HTTP/1 connections per endpoint), `server` (HTTP/1.1 + h2c accept loops with limits and
+//! `http` (bodies and header helpers), `body` (a client's request body: read timeout, client faults), `pool` (kept-alive HTTP/1 connections per endpoint), `probe` (Prequal's probes on the wire), `server` (HTTP/1.1 + h2c accept loops with limits and
 //! graceful shutdown), `reload` (watching the file and swapping the egress's upstreams), `trace`
 //! (OTLP spans, when configured) and `wire` (the network delay the ingress adds where the kernel
 //! adds none).
@@ -19,6 +19,7 @@ mod http;
 mod ingress;
 pub mod metrics;
 mod pool;
+mod probe;
 mod reload;
 mod server;
 mod trace;

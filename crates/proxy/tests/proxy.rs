@@ -1184,3 +1184,55 @@ async fn a_network_delay_holds_each_request_and_each_response_for_one_hop_outsid
     assert_eq!(arrivals.lock().unwrap().len(), 1, "the abandoned request never reached the app");
     proxy.shutdown().await;
 }
+
+/// A sidecar ingress in front of `app` trusting `trusted` peers only.
+async fn sidecar_trusting(app: &Backend, trusted: &str) -> Proxy {
+    let text = format!(
+        "ingress: {{listen: 127.0.0.1:0, app: {}, trusted_peers: {trusted}}}\nadmin: {{listen: 127.0.0.1:0}}\n",
+        app.addr
+    );
+    Proxy::start(Config::parse(&text, Path::new("test.yaml")).unwrap()).await.unwrap()
+}
+
+#[tokio::test]
+async fn the_ingress_answers_probes_itself_and_prequal_learns_the_slow_replica_from_them() {
+    let slow = Backend::start("slow", Mode::Ok(Duration::from_millis(150))).await;
+    let fast = Backend::start("fast", Mode::Ok(Duration::ZERO)).await;
+    let (slow_side, fast_side) = (sidecar(&slow, "{kind: none}").await, sidecar(&fast, "{kind: none}").await);
+    // A probe is answered by the ingress, 204 with its load, and never reaches the application.
+    let (status, headers, _) = get(&client(), slow_side.ingress.unwrap(), "app", &[("x-tailguard-probe", "1")]).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert_eq!(
+        (&headers["x-tailguard-probe-in-flight"], &headers["x-tailguard-probe-latency-us"]),
+        (&"0".parse().unwrap(), &"0".parse().unwrap())
+    );
+    assert_eq!(slow.hits(), 0);
+    // Through an egress balancing with Prequal over both sidecars: once the slow replica has
+    // answered once, its probes report ~150 ms and the fast one (~0 ms) wins every pick.
+    let as_backend =
+        |addr| Backend { addr, hits: Arc::default(), accepted: Arc::default(), task: tokio::spawn(async {}) };
+    let (a, b) = (as_backend(slow_side.ingress.unwrap()), as_backend(fast_side.ingress.unwrap()));
+    let proxy = egress(&[&a, &b], "{balancer: {kind: prequal}}").await;
+    for _ in 0..20 {
+        let (status, _, _) = get(&client(), proxy.egress.unwrap(), "svc", &[]).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    assert_eq!(slow.hits() + fast.hits(), 20, "probes are not requests to the application");
+    assert!(slow.hits() <= 3, "the slow replica got {} of 20 requests", slow.hits());
+    let (_, headers, _) = get(&client(), slow_side.ingress.unwrap(), "app", &[("x-tailguard-probe", "1")]).await;
+    let latency_us: u64 = headers["x-tailguard-probe-latency-us"].to_str().unwrap().parse().unwrap();
+    assert!(latency_us >= 150_000, "the slow replica's estimate is {latency_us} µs");
+    proxy.shutdown().await;
+    slow_side.shutdown().await;
+    fast_side.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_probe_from_an_untrusted_peer_is_refused() {
+    let app = Backend::start("app", Mode::Ok(Duration::ZERO)).await;
+    let server = sidecar_trusting(&app, "[10.0.0.0/8]").await;
+    let (status, _, _) = get(&client(), server.ingress.unwrap(), "app", &[("x-tailguard-probe", "1")]).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_eq!(app.hits(), 0);
+    server.shutdown().await;
+}

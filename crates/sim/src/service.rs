@@ -8,6 +8,7 @@ use tailguard_model::replica::{Fate, ReplicaModel};
 use tailguard_model::schema::{Fanout, Service, TimeoutConfig};
 use tailguard_model::{build, Run};
 use tailguard_policy::admission::Admission;
+use tailguard_policy::balance::ProbeResponder;
 use tailguard_policy::call::ClientPolicy;
 use tailguard_policy::Time;
 
@@ -28,6 +29,10 @@ pub(crate) struct Job {
     pub(crate) replica: u32,
     pub(crate) reply: (Key, u32),
     pub(crate) sent: Time,
+    /// When it reached the replica, and the requests the replica held then (for the latency it
+    /// reports to probes).
+    pub(crate) arrived: Time,
+    pub(crate) rif: u32,
     pub(crate) timeout: Option<Duration>,
     /// The timeout series of the edge the request came over, if any.
     pub(crate) series: Option<u16>,
@@ -75,6 +80,8 @@ pub(crate) struct Replica {
     /// Requests admitted and not yet answered: queued, in service, or waiting for downstream calls.
     pub(crate) held: u32,
     pub(crate) admission: Box<dyn Admission>,
+    /// Its answers to Prequal's probes.
+    pub(crate) probes: ProbeResponder,
 }
 
 impl ServiceModel {
@@ -115,6 +122,7 @@ impl ServiceModel {
                     busy: 0,
                     held: 0,
                     admission: build::admission(&svc.for_replica(r).admission),
+                    probes: ProbeResponder::default(),
                 })
             })
             .collect::<Result<_, SimError>>()?;

@@ -32,12 +32,15 @@
 //!   is Active or may be probed, as the paper retries "on a different Active list server if
 //!   possible"; only then are the tried ones considered, in the same order (Active, then probes).
 
+use super::ranked::{sorted_exclusions, RankedSet};
 use super::{p2c, Balancer, InFlight, Pick};
 use crate::config::{self, Check};
 use crate::duration::text;
 use crate::{nanos, EndpointId, Feedback, Outcome, Rng, Time};
 use rand::Rng as _;
 use serde::{Deserialize, Serialize};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::time::Duration;
 
 /// Settings of [`Bloc`]; a file may leave out any of them.
@@ -89,14 +92,29 @@ impl Endpoint {
 }
 
 /// The BLOC balancer: confidence chips, Active/Inactive endpoints, back-off and probes.
+///
+/// The Active and the probe-ready endpoints are kept as [`RankedSet`]s, up to date as of the last
+/// pick (`as_of`), with a timer for each moment an endpoint's class changes by time alone (its
+/// back-off or probe timer running out). A pick then reads "the i-th Active endpoint the request
+/// has not tried" in O(k log n) for k tried endpoints, instead of sorting every endpoint into
+/// lists, and draws exactly as that sort would have.
 #[derive(Clone, Debug)]
 pub struct Bloc {
     config: BlocConfig,
     endpoints: Vec<Endpoint>,
     in_flight: InFlight,
-    /// Reused buffers of candidates, so a pick does not allocate: Active and probe-ready endpoints
-    /// the request has not tried, then the same two among those it has.
-    scratch: [Vec<EndpointId>; 4],
+    active: RankedSet,
+    /// Inactive endpoints whose probe timer has run out.
+    probe_ready: RankedSet,
+    /// When endpoints may change class with time alone (stale entries are harmless).
+    timers: BinaryHeap<Reverse<(Nanos, EndpointId)>>,
+    /// The time the two sets are up to date for.
+    as_of: Nanos,
+    /// Reused per pick: the tried endpoints, sorted, and those among the Active and the
+    /// probe-ready ones.
+    exclusions: Vec<EndpointId>,
+    tried_active: Vec<EndpointId>,
+    tried_probes: Vec<EndpointId>,
 }
 
 /// How a pick reached its endpoint.
@@ -115,56 +133,115 @@ impl Bloc {
             config,
             endpoints: vec![Endpoint::default(); endpoints],
             in_flight: InFlight::new(endpoints),
-            scratch: std::array::from_fn(|_| Vec::with_capacity(endpoints)),
+            active: RankedSet::new(endpoints, false),
+            probe_ready: RankedSet::new(endpoints, true),
+            timers: BinaryHeap::new(),
+            as_of: 0,
+            exclusions: Vec::new(),
+            tried_active: Vec::new(),
+            tried_probes: Vec::new(),
+        }
+    }
+
+    /// Puts `e` in the set its state gives it as of `as_of`.
+    fn classify(&mut self, e: EndpointId) {
+        let state = self.endpoints[e];
+        let active = state.is_active(self.as_of);
+        let probe = !active && state.probe_due(self.as_of);
+        if active {
+            self.active.insert(e);
+        } else {
+            self.active.remove(e);
+        }
+        if probe {
+            self.probe_ready.insert(e);
+        } else {
+            self.probe_ready.remove(e);
+        }
+    }
+
+    /// Changes `e`'s state, with timers for its new back-off and probe times.
+    fn update(&mut self, e: EndpointId, change: impl FnOnce(&mut Endpoint)) {
+        let before = self.endpoints[e];
+        change(&mut self.endpoints[e]);
+        let after = self.endpoints[e];
+        for (old, new) in [(before.backoff_until, after.backoff_until), (before.probe_at, after.probe_at)] {
+            if new != old && new > self.as_of {
+                self.timers.push(Reverse((new, e)));
+            }
+        }
+        self.classify(e);
+    }
+
+    /// Brings the sets up to `now`: the endpoints whose timers ran out change class. Time going
+    /// back (a proxy's requests read the clock before taking the policy's lock) rebuilds them.
+    fn advance(&mut self, now: Nanos) {
+        if now < self.as_of {
+            self.as_of = now;
+            for e in 0..self.endpoints.len() {
+                let Endpoint { backoff_until, probe_at, .. } = self.endpoints[e];
+                self.timers.extend([backoff_until, probe_at].into_iter().filter(|&t| t > now).map(|t| Reverse((t, e))));
+                self.classify(e);
+            }
+            return;
+        }
+        self.as_of = now;
+        while let Some(&Reverse((t, e))) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            self.classify(e);
         }
     }
 
     /// The choice, preferring endpoints not in `exclude`: an Active one by P2C least-request, else
-    /// a probe drawn uniformly; then the same among the excluded ones. One pass sorts the endpoints
-    /// into the four lists, and only the list chosen from draws randomness.
+    /// a probe drawn uniformly; then the same among the excluded ones. Each list is in id order,
+    /// and only the list chosen from draws randomness.
     fn choose(&mut self, now: Time, rng: Rng<'_>, exclude: &[EndpointId]) -> Option<Choice> {
-        let now = nanos(now);
-        self.scratch.iter_mut().for_each(Vec::clear);
-        for (e, state) in self.endpoints.iter().enumerate() {
-            let list = if state.is_active(now) {
-                0
-            } else if state.probe_due(now) {
-                1
-            } else {
-                continue;
-            };
-            let tried = usize::from(exclude.contains(&e));
-            self.scratch[2 * tried + list].push(e);
+        self.advance(nanos(now));
+        sorted_exclusions(exclude, self.endpoints.len(), &mut self.exclusions);
+        self.tried_active.clear();
+        self.tried_probes.clear();
+        for &e in &self.exclusions {
+            if self.active.contains(e) {
+                self.tried_active.push(e);
+            } else if self.probe_ready.contains(e) {
+                self.tried_probes.push(e);
+            }
         }
-        let [fresh_active, fresh_probes, tried_active, tried_probes] = &self.scratch;
+        let fresh_active = self.active.without(&self.tried_active);
+        let fresh_probes = self.probe_ready.without(&self.tried_probes);
+        let (tried_active, tried_probes) = (&self.tried_active, &self.tried_probes);
         let in_flight = &self.in_flight;
-        let least_loaded = |candidates: &[EndpointId], rng: Rng<'_>| {
-            p2c(candidates, rng, |e| f64::from(in_flight.get(e))).map(Choice::Chip)
+        let least_loaded = |len: usize, at: &dyn Fn(usize) -> EndpointId, rng: Rng<'_>| {
+            p2c(len, at, rng, |e| f64::from(in_flight.get(e))).map(Choice::Chip)
         };
-        least_loaded(fresh_active, &mut *rng)
-            .or_else(|| uniform(fresh_probes, &mut *rng).map(Choice::Probe))
-            .or_else(|| least_loaded(tried_active, &mut *rng))
-            .or_else(|| uniform(tried_probes, rng).map(Choice::Probe))
+        least_loaded(fresh_active.len(), &|i| fresh_active.get(i), &mut *rng)
+            .or_else(|| uniform(fresh_probes.len(), |i| fresh_probes.get(i), &mut *rng).map(Choice::Probe))
+            .or_else(|| least_loaded(tried_active.len(), &|i| tried_active[i], &mut *rng))
+            .or_else(|| uniform(tried_probes.len(), |i| tried_probes[i], rng).map(Choice::Probe))
     }
 
     /// Pays for a pick: a chip for an Active endpoint, a restarted probe timer for a probe.
     fn commit(&mut self, choice: Choice, now: Time) -> EndpointId {
         match choice {
             Choice::Chip(e) => {
-                self.endpoints[e].chips -= 1;
+                self.update(e, |state| state.chips -= 1);
                 e
             }
             Choice::Probe(e) => {
-                self.endpoints[e].probe_at = nanos(now.saturating_add(self.config.reset));
+                let probe_at = nanos(now.saturating_add(self.config.reset));
+                self.update(e, |state| state.probe_at = probe_at);
                 e
             }
         }
     }
 }
 
-/// One of `candidates`, uniformly at random.
-fn uniform(candidates: &[EndpointId], rng: Rng<'_>) -> Option<EndpointId> {
-    (!candidates.is_empty()).then(|| candidates[rng.gen_range(0..candidates.len())])
+/// One of a list of `len` read with `at`, uniformly at random.
+fn uniform(len: usize, at: impl Fn(usize) -> EndpointId, rng: Rng<'_>) -> Option<EndpointId> {
+    (len > 0).then(|| at(rng.gen_range(0..len)))
 }
 
 impl Balancer for Bloc {
@@ -179,12 +256,11 @@ impl Balancer for Bloc {
 
     fn on_feedback(&mut self, endpoint: EndpointId, now: Time, feedback: &Feedback) {
         self.in_flight.dec(endpoint);
-        let state = &mut self.endpoints[endpoint];
         if matches!(feedback.outcome, Outcome::Rejected | Outcome::Unavailable) {
             let until = nanos(now.saturating_add(self.config.reset));
-            *state = Endpoint { chips: 0, backoff_until: until, probe_at: until };
+            self.update(endpoint, |state| *state = Endpoint { chips: 0, backoff_until: until, probe_at: until });
         } else if feedback.chip {
-            state.chips = state.chips.saturating_add(1);
+            self.update(endpoint, |state| state.chips = state.chips.saturating_add(1));
         }
     }
 }
@@ -303,7 +379,7 @@ mod tests {
         let (mut b, mut rng) = bloc(2);
         // 0 holds three chips, 1 none and was probed at t = 1.5 s.
         grant(&mut b, 0, Time::ZERO, 3);
-        b.endpoints[1].probe_at = nanos(2500 * MS);
+        b.update(1, |state| state.probe_at = nanos(2500 * MS));
         // At t = 2 s, 0 answers 429: its chips are gone and its back-off and probe timer start.
         b.on_send(0, 2 * SEC);
         b.on_feedback(0, 2 * SEC, &Feedback::new(Outcome::Rejected, MS).with_chip(true));
@@ -355,9 +431,8 @@ mod tests {
         let again = pick_at(&mut b, &mut rng, Time::ZERO, &[0, 1, 2]).expect("0 and 1 hold chips");
         assert!(again < 2);
         // Tried 0 only, 1 spent, 2 probed: 0 is the only option left.
-        b.endpoints[1].chips = 0;
-        b.endpoints[1].probe_at = nanos(SEC);
-        b.endpoints[0].chips = 1;
+        b.update(1, |state| *state = Endpoint { chips: 0, probe_at: nanos(SEC), ..*state });
+        b.update(0, |state| state.chips = 1);
         assert_eq!(pick_at(&mut b, &mut rng, Time::ZERO, &[0]), Some(0));
     }
 

@@ -37,6 +37,12 @@ fn subjects() -> Vec<Subject> {
         },
         Subject { name: "oracle", make: |n| Box::new(Oracle::new(n)), always_picks: true, load_aware: true },
         Subject {
+            name: "prequal",
+            make: |n| Box::new(Prequal::new(n, PrequalConfig::default())),
+            always_picks: true,
+            load_aware: false,
+        },
+        Subject {
             name: "bloc",
             make: |n| Box::new(Bloc::new(n, BlocConfig::default())),
             always_picks: false,
@@ -76,9 +82,17 @@ fn run_script(s: &Subject, seed: u64) -> Vec<Option<EndpointId>> {
         let now = Duration::from_millis(step * 7);
         let exclude: Vec<EndpointId> = (0..N).filter(|_| rng.gen_bool(0.3)).collect();
         let loads: Vec<u32> = (0..N).map(|_| rng.gen_range(0..10)).collect();
-        let true_loads = rng.gen_bool(0.5).then_some(&loads[..]);
+        let index = rng.gen_bool(0.5).then(|| LoadIndex::from_loads(&loads));
+        let true_loads = index.as_ref();
         let chosen = b.pick(&mut Pick { now, rng: &mut rng, exclude: &exclude, true_loads });
         picks.push(chosen);
+        // Probes asked for are answered at once, with random loads.
+        while let Some(e) = b.take_probe() {
+            assert!(e < N, "{}: probed {e} of {N}", s.name);
+            let reply =
+                ProbeReply { in_flight: rng.gen_range(0..10), latency: Duration::from_millis(rng.gen_range(1..50)) };
+            b.on_probe(e, now, reply);
+        }
         if let Some(e) = chosen {
             assert!(e < N, "{}: picked {e} of {N}", s.name);
             b.on_send(e, now);

@@ -26,7 +26,8 @@ impl LeastRequest {
 impl Balancer for LeastRequest {
     fn pick(&mut self, pick: &mut Pick<'_>) -> Option<EndpointId> {
         let in_flight = &self.in_flight;
-        p2c(self.eligible.among(pick.exclude), &mut *pick.rng, |e| f64::from(in_flight.get(e)))
+        let candidates = self.eligible.among(pick.exclude);
+        p2c(candidates.len(), |i| candidates.get(i), &mut *pick.rng, |e| f64::from(in_flight.get(e)))
     }
 
     fn on_send(&mut self, endpoint: EndpointId, _now: Time) {
@@ -78,7 +79,7 @@ mod tests {
         let mut rng = Pcg64Mcg::seed_from_u64(5);
         let mut twin = Pcg64Mcg::seed_from_u64(5);
         for _ in 0..30 {
-            let expected = p2c(&[0, 1, 2], &mut twin, |e| [0.0, 5.0, 9.0][e]);
+            let expected = p2c(3, |i| i, &mut twin, |e| [0.0, 5.0, 9.0][e]);
             let got = pick_with(&mut b, &mut rng, &[]);
             assert_eq!(got, expected);
             assert_ne!(got, Some(2));

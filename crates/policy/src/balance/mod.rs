@@ -7,22 +7,28 @@ mod bloc;
 #[cfg(test)]
 mod contract_tests;
 mod least_request;
+mod loads;
 mod oracle;
 mod outlier;
 mod peak_ewma;
+mod prequal;
 mod random;
+mod ranked;
 mod round_robin;
 
 pub use bloc::{Bloc, BlocConfig};
 pub use least_request::LeastRequest;
+pub use loads::LoadIndex;
 pub use oracle::Oracle;
 pub use outlier::{Ejection, Outlier, OutlierConfig};
 pub use peak_ewma::{PeakEwma, PeakEwmaConfig};
+pub use prequal::{Prequal, PrequalConfig, ProbeReply, ProbeResponder};
 pub use random::RandomBalancer;
 pub use round_robin::RoundRobin;
 
 use crate::config::Check;
 use crate::{EndpointId, Feedback, Rng, Time};
+use ranked::{sorted_exclusions, Skipping};
 use serde::{Deserialize, Serialize};
 
 /// A balancer and its parameters, as experiment and proxy files write it (`kind:`,
@@ -41,6 +47,8 @@ pub enum BalancerConfig {
     PeakEwma(PeakEwmaConfig),
     /// BLOC confidence chips (bloc-load-balancing.txt §IV).
     Bloc(BlocConfig),
+    /// Prequal: probes for requests in flight and latency, hot-cold lexicographic choice (NSDI 2024).
+    Prequal(PrequalConfig),
     /// Join-shortest-queue on true queue lengths (simulator only).
     Oracle,
 }
@@ -51,6 +59,7 @@ impl BalancerConfig {
         match self {
             BalancerConfig::PeakEwma(c) => c.validate(),
             BalancerConfig::Bloc(c) => c.validate(),
+            BalancerConfig::Prequal(c) => c.validate(),
             _ => Ok(()),
         }
     }
@@ -63,6 +72,7 @@ impl BalancerConfig {
             BalancerConfig::LeastRequest => Box::new(LeastRequest::new(endpoints)),
             BalancerConfig::PeakEwma(c) => Box::new(PeakEwma::new(endpoints, *c)),
             BalancerConfig::Bloc(c) => Box::new(Bloc::new(endpoints, *c)),
+            BalancerConfig::Prequal(c) => Box::new(Prequal::new(endpoints, *c)),
             BalancerConfig::Oracle => Box::new(Oracle::new(endpoints)),
         }
     }
@@ -77,7 +87,7 @@ pub struct Pick<'a> {
     /// Endpoints this request already tried; avoid them when another is eligible.
     pub exclude: &'a [EndpointId],
     /// The true number of requests at each endpoint, known only to the simulator (for [`Oracle`]).
-    pub true_loads: Option<&'a [u32]>,
+    pub true_loads: Option<&'a LoadIndex>,
 }
 
 /// Chooses the endpoint for each attempt and learns from each attempt's outcome.
@@ -90,6 +100,15 @@ pub trait Balancer: Send {
 
     /// An attempt sent to `endpoint` ended (any outcome, including timeouts and cancellations).
     fn on_feedback(&mut self, endpoint: EndpointId, now: Time, feedback: &Feedback);
+
+    /// An endpoint the last pick wants probed ([`Prequal`]); the driver takes them until `None`,
+    /// sends each probe asynchronously and hands the reply to [`Balancer::on_probe`].
+    fn take_probe(&mut self) -> Option<EndpointId> {
+        None
+    }
+
+    /// A probe of `endpoint` was answered with `reply`.
+    fn on_probe(&mut self, _endpoint: EndpointId, _now: Time, _reply: ProbeReply) {}
 }
 
 /// The in-flight request count of each endpoint, kept by the balancers that need it.
@@ -111,61 +130,53 @@ impl InFlight {
     }
 }
 
-/// Power of two choices over `candidates`: two distinct candidates drawn at random, the one with
-/// the lower `cost` wins (ties go to the first drawn). Mitzenmacher's P2C, as Envoy and tower use it.
+/// Power of two choices over a candidate list of `len` read with `at`: two distinct candidates
+/// drawn at random, the one with the lower `cost` wins (ties go to the first drawn).
+/// Mitzenmacher's P2C, as Envoy and tower use it.
 pub(crate) fn p2c(
-    candidates: &[EndpointId],
+    len: usize,
+    at: impl Fn(usize) -> EndpointId,
     rng: Rng<'_>,
     mut cost: impl FnMut(EndpointId) -> f64,
 ) -> Option<EndpointId> {
     use rand::Rng as _;
-    match candidates.len() {
+    match len {
         0 => None,
-        1 => Some(candidates[0]),
+        1 => Some(at(0)),
         n => {
             let i = rng.gen_range(0..n);
             let mut j = rng.gen_range(0..n - 1);
             if j >= i {
                 j += 1;
             }
-            let (a, b) = (candidates[i], candidates[j]);
+            let (a, b) = (at(i), at(j));
             Some(if cost(b) < cost(a) { b } else { a })
         }
     }
 }
 
-/// The endpoints a pick may choose from, without allocating: those of `0..n` the request has not
-/// tried yet, or all of them once it has tried every one (a retry must go somewhere).
+/// The endpoints a pick may choose from, without building the list: those of `0..n` the request
+/// has not tried yet, or all of them once it has tried every one (a retry must go somewhere).
+/// Reading it costs O(k) for k tried endpoints, whatever n.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Eligible {
-    /// `0..n`: the answer for a first attempt, and for a request that tried everything.
-    all: Vec<EndpointId>,
-    /// The untried endpoints, rebuilt for each retry.
-    untried: Vec<EndpointId>,
+    n: usize,
+    /// The tried endpoints, sorted, rebuilt for each pick.
+    tried: Vec<EndpointId>,
 }
 
 impl Eligible {
     pub(crate) fn new(n: usize) -> Self {
-        Eligible { all: (0..n).collect(), untried: Vec::with_capacity(n) }
+        Eligible { n, tried: Vec::new() }
     }
 
     /// The endpoints not in `exclude`, in order, or all of them when every endpoint is excluded.
-    pub(crate) fn among(&mut self, exclude: &[EndpointId]) -> &[EndpointId] {
-        if exclude.is_empty() {
-            return &self.all;
+    pub(crate) fn among(&mut self, exclude: &[EndpointId]) -> Skipping<'_> {
+        sorted_exclusions(exclude, self.n, &mut self.tried);
+        if self.tried.len() == self.n {
+            self.tried.clear();
         }
-        // A retry has tried a few endpoints: copy all and take those few out (the list stays sorted).
-        self.untried.clone_from(&self.all);
-        for e in exclude {
-            if let Ok(i) = self.untried.binary_search(e) {
-                self.untried.remove(i);
-            }
-        }
-        if self.untried.is_empty() {
-            &self.all
-        } else {
-            &self.untried
-        }
+        Skipping::new(self.n, &self.tried)
     }
 }
 
@@ -175,11 +186,15 @@ mod tests {
 
     #[test]
     fn eligible_leaves_out_tried_endpoints_unless_all_were_tried() {
+        let list = |eligible: &mut Eligible, exclude: &[EndpointId]| {
+            let c = eligible.among(exclude);
+            (0..c.len()).map(|i| c.get(i)).collect::<Vec<_>>()
+        };
         let mut eligible = Eligible::new(5);
-        assert_eq!(eligible.among(&[]), [0, 1, 2, 3, 4]);
+        assert_eq!(list(&mut eligible, &[]), [0, 1, 2, 3, 4]);
         // Any order, repeats, and an endpoint the balancer does not have change nothing more.
-        assert_eq!(eligible.among(&[3, 0, 3, 9]), [1, 2, 4]);
-        assert_eq!(eligible.among(&[4, 2, 0, 1, 3]), [0, 1, 2, 3, 4]);
-        assert_eq!(Eligible::new(0).among(&[1]), [] as [EndpointId; 0]);
+        assert_eq!(list(&mut eligible, &[3, 0, 3, 9]), [1, 2, 4]);
+        assert_eq!(list(&mut eligible, &[4, 2, 0, 1, 3]), [0, 1, 2, 3, 4]);
+        assert_eq!(list(&mut Eligible::new(0), &[1]), [] as [EndpointId; 0]);
     }
 }

@@ -118,7 +118,8 @@ impl Balancer for PeakEwma {
     fn pick(&mut self, pick: &mut Pick<'_>) -> Option<EndpointId> {
         // Out of `self` for the pick, so the cost may borrow the rest.
         let mut eligible = std::mem::take(&mut self.eligible);
-        let chosen = p2c(eligible.among(pick.exclude), &mut *pick.rng, |e| self.cost(e));
+        let candidates = eligible.among(pick.exclude);
+        let chosen = p2c(candidates.len(), |i| candidates.get(i), &mut *pick.rng, |e| self.cost(e));
         self.eligible = eligible;
         chosen
     }

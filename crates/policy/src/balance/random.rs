@@ -28,7 +28,7 @@ impl Balancer for RandomBalancer {
         if candidates.is_empty() {
             return None;
         }
-        Some(candidates[pick.rng.gen_range(0..candidates.len())])
+        Some(candidates.get(pick.rng.gen_range(0..candidates.len())))
     }
 
     fn on_send(&mut self, _endpoint: EndpointId, _now: Time) {}

@@ -214,6 +214,7 @@ impl<'a> Driver<'a> {
                         ejection.nth
                     );
                 }
+                Action::Probe { endpoint } => self.probe(endpoint),
                 Action::WakeAt(t) => {
                     self.wakes.insert(t);
                 }

@@ -9,6 +9,7 @@ use super::driver::{Attempt, Driver};
 use crate::config;
 use crate::http::{self, Body, BoxError, CHIP, DEADLINE_MS};
 use crate::pool;
+use crate::probe;
 use http_body_util::BodyExt;
 use hyper::header::HeaderValue;
 use hyper::http::uri::{Authority, Scheme};
@@ -94,6 +95,41 @@ impl Driver<'_> {
             }
         };
         self.attempts.push(Attempt { attempt, endpoint, sent: now, policy_timeout, response });
+    }
+}
+
+impl Driver<'_> {
+    /// Probes `endpoint` for Prequal on a task of its own, so the request does not wait for it:
+    /// the reply goes to the upstream's balancer; a failed or malformed one is dropped.
+    pub(super) fn probe(&self, endpoint: EndpointId) {
+        let Some(target) = self.upstream.endpoints.get(endpoint) else { return };
+        let response: ResponseFuture = match self.upstream.config.protocol {
+            config::Protocol::Http1 => {
+                let mut request = probe::request();
+                *request.uri_mut() = Uri::from_static("/");
+                Box::pin(target.pool.clone().send(request, None::<fn() -> Request<Body>>))
+            }
+            config::Protocol::H2c => {
+                let Some(authority) = target.authority.clone() else { return };
+                let Ok(uri) = Uri::builder().scheme(Scheme::HTTP).authority(authority).path_and_query("/").build()
+                else {
+                    return;
+                };
+                let mut request = probe::request();
+                *request.uri_mut() = uri;
+                *request.version_mut() = Version::HTTP_2;
+                let response = self.egress.h2c.request(request);
+                Box::pin(async move { Ok(response.await?.map(|b| b.map_err(BoxError::from).boxed())) })
+            }
+        };
+        let (upstream, epoch) = (self.upstream.clone(), self.egress.epoch);
+        tokio::spawn(async move {
+            let Ok(response) = response.await else { return };
+            let Some(reply) = probe::parse(&response) else { return };
+            let now = epoch.elapsed();
+            let mut core = upstream.core.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            core.policy.balancer.on_probe(endpoint, now, reply);
+        });
     }
 }
 

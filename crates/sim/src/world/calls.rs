@@ -95,7 +95,7 @@ impl World {
                     if let Some(t) = &mut self.tracer {
                         t.attempt_sent(key, attempt, endpoint, policy_timeout, self.now);
                     }
-                    self.loads[state.callee as usize][endpoint] += 1;
+                    self.loads[state.callee as usize].inc(endpoint);
                     let series = self.policies[state.policy].series;
                     if let (Some(edge), Some(timeout)) = (series, policy_timeout) {
                         self.metrics.timeout_set(edge, self.now, timeout);
@@ -134,6 +134,15 @@ impl World {
                 }
                 // Ejections change the policy's later picks; the simulator reports no log of them.
                 Action::Eject(_) => {}
+                Action::Probe { endpoint } => {
+                    let event = Event::ProbeArrives {
+                        policy: state.policy as u32,
+                        service: state.callee,
+                        replica: endpoint as u32,
+                    };
+                    let hop = self.hop();
+                    self.events.push(self.now + hop, event);
+                }
                 Action::WakeAt(at) => self.events.push(at, Event::Wake { call: key }),
                 Action::Finish(finish) => {
                     let (owner, measured, answer) = (state.owner, state.measured, state.answer);

@@ -64,7 +64,7 @@ impl World {
         match self.pending.get_mut(&(call, attempt)) {
             Some(Pending::Overtaken) => {
                 self.pending.remove(&(call, attempt));
-                self.loads[s][r] -= 1;
+                self.loads[s].dec(r);
                 if let Some(t) = &mut self.tracer {
                     t.visit(call, attempt, s, r as u32, Err(Outcome::Cancelled), self.now);
                 }
@@ -173,7 +173,7 @@ mod tests {
         // Step: the attempt arrives and is dropped: no job, no work, no load, nothing pending.
         while step(&mut world).is_some() {}
         assert_eq!(world.jobs.values().count(), 0);
-        assert_eq!((world.loads[0][0], world.services[0].replicas[0].held), (0, 0));
+        assert_eq!((world.loads[0].get(0), world.services[0].replicas[0].held), (0, 0));
         assert!(world.pending.is_empty());
         let result = world.metrics.finish("s", "v", Duration::from_secs(1), 0);
         assert_eq!(result.work[0].busy_s, 0.0);

@@ -7,13 +7,15 @@
 //! - [`calls`]: the calls between services, driven by the policy core's [`Call`] machine, whose
 //!   actions become events;
 //! - [`replicas`]: the replicas, with workers and FIFO queues, admission, work and downstream
-//!   calls.
+//!   calls;
+//! - [`probes`]: Prequal's probes, answered by the replicas with their load.
 //!
 //! Measurements are recorded where they happen, into [`Metrics`] (crate::metrics) and, with
 //! `--traces`, the [`Tracer`] (crate::trace).
 
 mod calls;
 mod cancel;
+mod probes;
 mod replicas;
 mod workload;
 
@@ -33,6 +35,7 @@ use tailguard_model::replica::child_key;
 use tailguard_model::results::{load_service, RunResult};
 use tailguard_model::schema::Network;
 use tailguard_model::{build, ArrivalSchedule, Run};
+use tailguard_policy::balance::{LoadIndex, ProbeReply};
 use tailguard_policy::call::Action;
 use tailguard_policy::{Outcome, Time};
 use tailguard_trace::Trace;
@@ -76,6 +79,10 @@ pub(super) enum Event {
     AttemptEnds(AttemptEnd),
     /// A call asked to be woken.
     Wake { call: Key },
+    /// A Prequal probe sent by policy `policy` reaches a replica, one network hop after it left.
+    ProbeArrives { policy: u32, service: u16, replica: u32 },
+    /// A probe's reply reaches its caller's policy.
+    ProbeAnswered { policy: u32, endpoint: u32, reply: ProbeReply },
 }
 
 /// An attempt's answer reaching its caller (`timeout` is the one its policy set, for closeness).
@@ -96,7 +103,7 @@ pub(crate) struct World {
     services: Vec<ServiceModel>,
     /// Requests sent to each replica of each service and not yet answered (or refused): what a
     /// central dispatcher would count, handed to the oracle.
-    loads: Vec<Vec<u32>>,
+    loads: Vec<LoadIndex>,
     policies: Vec<EdgePolicy>,
     calls: Slab<CallState>,
     jobs: Slab<Job>,
@@ -146,7 +153,7 @@ impl World {
         let user_policy = policies.len();
         let endpoints = services[target as usize].replicas.len();
         policies.push(EdgePolicy { policy: build::client_policy(&w.client, endpoints), timed: false, series: None });
-        let loads = services.iter().map(|s| vec![0; s.replicas.len()]).collect();
+        let loads = services.iter().map(|s| LoadIndex::new(s.replicas.len())).collect();
         let replicas = services.iter().map(|s| s.replicas.len()).collect();
         let mut timed_edges = Vec::new();
         for (s, svc) in services.iter().enumerate() {
@@ -256,6 +263,8 @@ impl World {
             Event::NextCalls { job } => self.make_calls(job),
             Event::AttemptEnds(end) => self.attempt_ends(end),
             Event::Wake { call } => self.step_call(call, |call, ctx| call.on_wake(ctx)),
+            Event::ProbeArrives { policy, service, replica } => self.probe_arrives(policy, service, replica),
+            Event::ProbeAnswered { policy, endpoint, reply } => self.probe_answered(policy, endpoint, reply),
         }
     }
 }

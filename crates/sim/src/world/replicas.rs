@@ -30,7 +30,7 @@ impl World {
             if let Some(t) = &mut world.tracer {
                 t.visit(call, attempt, s, replica, Err(outcome), now);
             }
-            world.loads[s][r] -= 1;
+            world.loads[s].dec(r);
             world.visit_started(call, attempt, s, None);
             let event = Event::AttemptEnds(AttemptEnd { call, attempt, sent, timeout, series, outcome, chip: false });
             let hop = world.hop();
@@ -47,6 +47,7 @@ impl World {
             return refuse(self, Outcome::Rejected);
         }
         self.metrics.accepted(s, r, now);
+        let rif = rep.held;
         rep.held += 1;
         let arrival = rep.model.arrive_as(draws, now);
         let job = Job {
@@ -54,6 +55,8 @@ impl World {
             replica,
             reply: (call, attempt),
             sent,
+            arrived: now,
+            rif,
             timeout,
             series,
             fate: arrival.fate,
@@ -189,6 +192,7 @@ impl World {
         let (s, r) = (job.service as usize, job.replica as usize);
         let held = self.release(s, r);
         let replica = &mut self.services[s].replicas[r];
+        replica.probes.on_answer(job.rif, self.now - job.arrived);
         let chip = replica.admission.grant_chip(self.now, held, replica.model.rng());
         let (call, attempt) = job.reply;
         let (sent, timeout, series) = (job.sent, job.timeout, job.series);
@@ -202,7 +206,7 @@ impl World {
         let rep = &mut self.services[s].replicas[r];
         rep.held -= 1;
         rep.admission.observe(self.now, rep.held);
-        self.loads[s][r] -= 1;
+        self.loads[s].dec(r);
         rep.held
     }
 }
