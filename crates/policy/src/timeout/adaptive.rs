@@ -51,7 +51,7 @@
 //! under: every attempt lost is a timeout (`lossy`: 1% of attempts), and every unannounced rise
 //! above the headroom costs one timeout (each dip's end, each spike's start).
 
-use super::{AttemptResult, TimeoutPolicy};
+use super::{hedge_model, AttemptResult, TimeoutPolicy};
 use crate::config::{self, Check};
 use crate::duration::text;
 use crate::stats::{from_nanos, nanos, Window};
@@ -61,6 +61,12 @@ use std::time::Duration;
 
 /// The weight of each timeout's verdict (a rise or a loss) in the share that sets the escalation.
 const VERDICT_WEIGHT: f64 = 0.25;
+
+/// Relative latencies needed before the hedging model sets the timeout (until then, the spread).
+const MODEL_MIN_SAMPLES: usize = 32;
+
+/// Answers between two minimisations of the hedging model (each costs `O(64·n log n)`).
+const MODEL_EVERY: u32 = 16;
 
 /// The adaptive timeout's parameters; [`AdaptiveConfig::new`] gives the defaults from any
 /// `initial`, `Default` from [`super::DEFAULT_INITIAL`]. A file may leave out any of them.
@@ -83,6 +89,10 @@ pub struct AdaptiveConfig {
     pub margin: f64,
     /// The (largest) factor between the timeouts of successive attempts of a request (4).
     pub escalation: f64,
+    /// With `hedge_on_timeout`: the weight of a second attempt's running time against the
+    /// request's latency in the cost the timeout minimises (1: a second of the upstream's work
+    /// weighs as a second of the caller's wait; `hedge_model.rs`).
+    pub hedge_cost: f64,
     /// Whether timed-out attempts keep running beside their retries (the retry policy's
     /// `hedge_on_timeout`), which lets the escalation learn from late answers (false). Not
     /// written in files: the retry policy's setting is copied here when the policy is built.
@@ -123,6 +133,7 @@ impl AdaptiveConfig {
             k: 2.4,
             margin: 0.1,
             escalation: 4.0,
+            hedge_cost: 1.0,
             hedge_on_timeout: false,
             warmup: 8,
             drop_after: 2,
@@ -142,6 +153,7 @@ impl AdaptiveConfig {
         config::above_zero("k", self.k)?;
         config::non_negative("margin", self.margin)?;
         config::at_least("escalation", self.escalation, 1.0)?;
+        config::non_negative("hedge_cost", self.hedge_cost)?;
         config::non_negative("rise_band", self.rise_band)?;
         config::positive("min", self.min)?;
         config::ordered("min", self.min, "max", self.max)
@@ -169,6 +181,15 @@ pub struct Adaptive {
     rises: f64,
     /// A timeout fired and awaits its verdict (retries after errors or 429s give none).
     verdict_due: bool,
+    /// The last `spread_window` answered latencies relative to the level when they came.
+    ratios: Window,
+    /// Relative latencies of the answers of a possible shift of the level, not yet in `ratios`.
+    held: Vec<f64>,
+    /// The relative timeout minimising the hedging model over `ratios`, once there are enough, and
+    /// whether it is their largest (no fresh attempt ever paid).
+    model: Option<(f64, bool)>,
+    /// Answers since the model was last minimised.
+    since_model: u32,
 }
 
 impl Adaptive {
@@ -182,10 +203,15 @@ impl Adaptive {
         config.rise_band = finite_or(config.rise_band, 1.0);
         config.escalation = finite_or(config.escalation, 1.0).max(1.0);
         config.spread_quantile = finite_or(config.spread_quantile, 0.5).min(1.0);
+        config.hedge_cost = finite_or(config.hedge_cost, 1.0);
         config.max = config.max.max(config.min);
         Adaptive {
             level: Window::new(config.level_window),
             spread: Window::new(config.spread_window),
+            ratios: Window::new(config.spread_window),
+            held: Vec::new(),
+            model: None,
+            since_model: 0,
             config,
             answers: 0,
             below: 0,
@@ -197,17 +223,39 @@ impl Adaptive {
         }
     }
 
-    /// The relative headroom of the timeout above the level.
+    /// The relative headroom above the level beyond which an answer is a surprise: the timeout's
+    /// without `hedge_on_timeout`, and what tells a shift of the level from noise.
     fn headroom(&self) -> f64 {
         let spread = self.spread.quantile(self.config.spread_quantile).unwrap_or(0.0);
         self.config.margin.max(self.config.k * spread)
+    }
+
+    /// The relative headroom of the timeout above the level: with `hedge_on_timeout`, the hedging
+    /// model's once it has enough answers, else the spread's.
+    fn timeout_headroom(&self) -> f64 {
+        match self.model {
+            Some((ratio, false)) if self.config.hedge_on_timeout => self.config.margin.max(ratio - 1.0),
+            // No fresh attempt paid within the sample: how far above its largest to wait is the
+            // spread's call, as without hedging.
+            Some((ratio, true)) if self.config.hedge_on_timeout => self.headroom().max(ratio - 1.0),
+            _ => self.headroom(),
+        }
+    }
+
+    /// The longest any attempt is waited for, in nanoseconds, once answers are in: `escalation`
+    /// times the larger of the timeout and the slowest answer of the window, both relative to the
+    /// level now. It moves with the live latency only, so an outage (no answers) cannot raise it.
+    fn ceiling(&self) -> Option<f64> {
+        let level = self.level.median().filter(|_| self.answers >= self.config.warmup)?;
+        let slowest = self.ratios.sorted().last().copied().unwrap_or(1.0);
+        Some(level * self.config.escalation * slowest.max(1.0 + self.timeout_headroom()))
     }
 
     /// The estimated timeout in nanoseconds (level, spread and lift), before the bounds.
     fn estimate(&self) -> f64 {
         let c = &self.config;
         let estimate = match self.level.median() {
-            Some(level) if self.answers >= c.warmup => level * (1.0 + self.headroom()),
+            Some(level) if self.answers >= c.warmup => level * (1.0 + self.timeout_headroom()),
             Some(level) => nanos(c.initial).max(level * (1.0 + c.margin)),
             None => nanos(c.initial),
         };
@@ -220,28 +268,68 @@ impl Adaptive {
     }
 
     fn bounded(&self, ns: f64) -> Duration {
+        let ns = self.ceiling().map_or(ns, |c| ns.min(c));
         from_nanos(ns).clamp(self.config.min, self.config.max)
+    }
+
+    /// A relative latency, held while it may be part of a shift of the level: the answers that
+    /// re-level show the shift, not the distribution around a level, and are dropped; the others
+    /// go to the model.
+    fn hold_ratio(&mut self, ratio: f64, relevelled: bool, streak: bool) {
+        if relevelled {
+            self.held.clear();
+        } else if streak {
+            self.held.push(ratio);
+        } else {
+            let held = std::mem::take(&mut self.held);
+            held.into_iter().chain([ratio]).for_each(|r| self.on_ratio(r));
+        }
+    }
+
+    /// A relative latency for the hedging model; every `MODEL_EVERY` answers it is minimised.
+    fn on_ratio(&mut self, ratio: f64) {
+        self.ratios.push(ratio);
+        self.since_model += 1;
+        if self.ratios.len() >= MODEL_MIN_SAMPLES && (self.model.is_none() || self.since_model >= MODEL_EVERY) {
+            self.since_model = 0;
+            let sorted = self.ratios.sorted();
+            let largest = sorted.last().copied();
+            self.model = hedge_model::best_timeout(sorted, self.config.hedge_cost).map(|(t, _)| (t, Some(t) == largest));
+        }
     }
 
     /// An answer of latency `x`; `lifts` when it came from a retry or past its own timeout.
     fn on_answer(&mut self, lifts: bool, x: f64) {
         self.backoff = None;
+        let mut surprise = true;
+        let mut ratio = None;
         if let Some(level) = self.level.median().filter(|&l| l > 0.0) {
             self.spread.push((x - level).abs() / level);
+            ratio = Some(x / level);
             let headroom = self.headroom();
+            // With the hedging model, a late answer the spread expected is the tail the model
+            // races, not a rise: it lifts nothing.
+            surprise = self.model.is_none() || !self.config.hedge_on_timeout || x > level * (1.0 + headroom);
             self.below = if x * (1.0 + headroom) < level { self.below + 1 } else { 0 };
             self.above = if x > level * (1.0 + self.config.rise_band * headroom) { self.above + 1 } else { 0 };
         }
         self.level.push(x);
-        if self.config.drop_after > 0 && self.below >= self.config.drop_after {
+        let c = &self.config;
+        let dropped = c.drop_after > 0 && self.below >= c.drop_after;
+        let rose = !dropped && c.rise_after > 0 && self.above >= c.rise_after;
+        let streak = (c.drop_after > 0 && self.below > 0) || (c.rise_after > 0 && self.above > 0);
+        if dropped {
             self.relevel(self.below);
             self.lift = None;
-        } else if self.config.rise_after > 0 && self.above >= self.config.rise_after {
+        } else if rose {
             self.relevel(self.above);
+        }
+        if let Some(ratio) = ratio.filter(|_| self.config.hedge_on_timeout) {
+            self.hold_ratio(ratio, dropped || rose, streak);
         }
         self.answers = self.answers.saturating_add(1);
         self.lift = self.lift.and_then(|(f, n)| (n > 1).then(|| (f, n - 1)));
-        if lifts {
+        if lifts && surprise {
             let floor = x * (1.0 + self.config.margin);
             if self.lift.is_none_or(|(f, _)| floor > f) {
                 self.lift = Some((floor, self.config.level_window.max(1)));
@@ -305,6 +393,10 @@ impl TimeoutPolicy for Adaptive {
 
     fn current(&self) -> Option<Duration> {
         Some(self.bounded(self.first()))
+    }
+
+    fn patience(&self) -> Option<Duration> {
+        self.ceiling().map(|c| from_nanos(c).clamp(self.config.min, self.config.max))
     }
 }
 

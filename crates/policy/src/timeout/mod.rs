@@ -8,6 +8,7 @@ mod adaptive;
 mod controller;
 mod exp_backoff;
 mod fixed;
+mod hedge_model;
 mod optimizer;
 mod sequential;
 
@@ -143,6 +144,13 @@ pub trait TimeoutPolicy: Send {
 
     /// The timeout a first attempt would get now, for metrics and plots.
     fn current(&self) -> Option<Duration>;
+
+    /// How long after its start an attempt kept past its timeout (`hedge_on_timeout`) is still
+    /// waited for; past it the attempt is abandoned as lost. `None` (the default): until the
+    /// request ends.
+    fn patience(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// Never times out: attempts are bounded only by the request's deadline.
