@@ -253,6 +253,7 @@ impl Call {
                 self.attempts[i].live = false;
                 ctx.out.push(Action::Cancel { attempt: i as u32, endpoint, reason: Outcome::Cancelled });
                 feed_back(ctx, endpoint, &Feedback::new(Outcome::TimedOut, now.saturating_sub(sent)));
+                ctx.policy.timeout.on_abandoned(now, index, now.saturating_sub(sent));
                 continue;
             }
             let timeout = a.timeout.expect("expired implies a timeout");
@@ -376,6 +377,7 @@ impl Call {
                 ctx.out.push(Action::Cancel { attempt: i as u32, endpoint: a.endpoint, reason: Outcome::Cancelled });
                 let feedback = Feedback::new(Outcome::Cancelled, now.saturating_sub(a.sent));
                 ctx.policy.balancer.on_feedback(a.endpoint, now, &feedback);
+                ctx.policy.timeout.on_abandoned(now, a.index, feedback.rtt);
             }
         }
         self.finished = true;

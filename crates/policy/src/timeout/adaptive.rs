@@ -65,6 +65,11 @@ const VERDICT_WEIGHT: f64 = 0.25;
 /// Relative latencies needed before the hedging model sets the timeout (until then, the spread).
 const MODEL_MIN_SAMPLES: usize = 32;
 
+/// Answers whose median is the level the hedging model's latencies are relative to: steadier
+/// than `level_window`'s (a median of 5 moves by ±50 % on a log-normal of σ 1, and a timeout that
+/// moves with it fires on the wrong attempts), while re-levelling still follows a shift at once.
+const MODEL_LEVEL_WINDOW: usize = 64;
+
 /// Answers between two minimisations of the hedging model (each costs `O(64·n log n)`).
 const MODEL_EVERY: u32 = 16;
 
@@ -98,6 +103,11 @@ pub struct AdaptiveConfig {
     /// written in files: the retry policy's setting is copied here when the policy is built.
     #[serde(skip)]
     pub hedge_on_timeout: bool,
+    /// With `hedge_on_timeout`: the largest share of first attempts the timeout may fire on, the
+    /// retry budget's fraction, which its retries spend (`None`: unlimited). Not written in files:
+    /// copied from the retry policy when the policy is built.
+    #[serde(skip)]
+    pub budget: Option<f64>,
     /// Answers needed before the level and spread are trusted (8).
     pub warmup: usize,
     /// Consecutive answers below `level / (1 + headroom)` that re-level the estimate at once to
@@ -135,6 +145,7 @@ impl AdaptiveConfig {
             escalation: 4.0,
             hedge_cost: 1.0,
             hedge_on_timeout: false,
+            budget: None,
             warmup: 8,
             drop_after: 2,
             rise_after: 2,
@@ -181,13 +192,18 @@ pub struct Adaptive {
     rises: f64,
     /// A timeout fired and awaits its verdict (retries after errors or 429s give none).
     verdict_due: bool,
-    /// The last `spread_window` answered latencies relative to the level when they came.
-    ratios: Window,
+    /// The last `MODEL_LEVEL_WINDOW` answers: the hedging model's level.
+    base: Window,
+    /// The last `spread_window` latencies (answered, or lower bounds) relative to `base`'s median
+    /// when they came.
+    ratios: hedge_model::Sample,
     /// Relative latencies of the answers of a possible shift of the level, not yet in `ratios`.
     held: Vec<f64>,
     /// The relative timeout minimising the hedging model over `ratios`, once there are enough, and
     /// whether it is their largest (no fresh attempt ever paid).
     model: Option<(f64, bool)>,
+    /// The 1st and 99th percentiles and the largest of `ratios`, when the model was minimised.
+    ratio_bounds: (f64, f64, f64),
     /// Answers since the model was last minimised.
     since_model: u32,
 }
@@ -208,7 +224,9 @@ impl Adaptive {
         Adaptive {
             level: Window::new(config.level_window),
             spread: Window::new(config.spread_window),
-            ratios: Window::new(config.spread_window),
+            base: Window::new(MODEL_LEVEL_WINDOW),
+            ratios: hedge_model::Sample::new(config.spread_window),
+            ratio_bounds: (1.0, 1.0, 1.0),
             held: Vec::new(),
             model: None,
             since_model: 0,
@@ -230,16 +248,28 @@ impl Adaptive {
         self.config.margin.max(self.config.k * spread)
     }
 
-    /// The relative headroom of the timeout above the level: with `hedge_on_timeout`, the hedging
-    /// model's once it has enough answers, else the spread's.
-    fn timeout_headroom(&self) -> f64 {
-        match self.model {
-            Some((ratio, false)) if self.config.hedge_on_timeout => self.config.margin.max(ratio - 1.0),
-            // No fresh attempt paid within the sample: how far above its largest to wait is the
-            // spread's call, as without hedging.
-            Some((ratio, true)) if self.config.hedge_on_timeout => self.headroom().max(ratio - 1.0),
-            _ => self.headroom(),
+    /// Whether the timeout races a tail: with `hedge_on_timeout`, the model fires below the
+    /// largest latency it holds, so timeouts and late answers are expected there.
+    fn racing(&self) -> bool {
+        self.config.hedge_on_timeout && matches!(self.model, Some((_, false)))
+    }
+
+    /// The relative latencies below and above which an answer may show a shift of the level:
+    /// `1 / (1 + headroom)` and `1 + rise_band·headroom`, widened with the hedging model to the
+    /// 1st and 99th percentiles of its relative latencies, so a heavy tail's ordinary answers do
+    /// not re-level it (two in a row beyond them happen once in 10 000 answers by chance).
+    fn shift_bounds(&self, headroom: f64) -> (f64, f64) {
+        let (low, high) = (1.0 / (1.0 + headroom), 1.0 + self.config.rise_band * headroom);
+        if !self.config.hedge_on_timeout || self.model.is_none() {
+            return (low, high);
         }
+        let (lowest, highest, _) = self.ratio_bounds;
+        (low.min(lowest), high.max(highest))
+    }
+
+    /// Whether a latency `x` lies above what the spread expects around the level (a rise).
+    fn surprising(&self, x: f64) -> bool {
+        self.level.median().is_none_or(|level| x > level * (1.0 + self.headroom()))
     }
 
     /// The longest any attempt is waited for, in nanoseconds, once answers are in: `escalation`
@@ -247,15 +277,21 @@ impl Adaptive {
     /// level now. It moves with the live latency only, so an outage (no answers) cannot raise it.
     fn ceiling(&self) -> Option<f64> {
         let level = self.level.median().filter(|_| self.answers >= self.config.warmup)?;
-        let slowest = self.ratios.sorted().last().copied().unwrap_or(1.0);
-        Some(level * self.config.escalation * slowest.max(1.0 + self.timeout_headroom()))
+        let slowest = match (self.model, self.base.median()) {
+            (Some(_), Some(base)) => base * self.ratio_bounds.2,
+            _ => 0.0,
+        };
+        Some(self.config.escalation * slowest.max(level * (1.0 + self.headroom())))
     }
 
     /// The estimated timeout in nanoseconds (level, spread and lift), before the bounds.
     fn estimate(&self) -> f64 {
         let c = &self.config;
         let estimate = match self.level.median() {
-            Some(level) if self.answers >= c.warmup => level * (1.0 + self.timeout_headroom()),
+            Some(level) if self.answers >= c.warmup => match (self.model, self.base.median()) {
+                (Some((ratio, false)), Some(base)) if c.hedge_on_timeout => base * ratio.max(1.0 + c.margin),
+                _ => level * (1.0 + self.headroom()),
+            },
             Some(level) => nanos(c.initial).max(level * (1.0 + c.margin)),
             None => nanos(c.initial),
         };
@@ -282,19 +318,20 @@ impl Adaptive {
             self.held.push(ratio);
         } else {
             let held = std::mem::take(&mut self.held);
-            held.into_iter().chain([ratio]).for_each(|r| self.on_ratio(r));
+            held.into_iter().chain([ratio]).for_each(|r| self.on_ratio(r, true));
         }
     }
 
-    /// A relative latency for the hedging model; every `MODEL_EVERY` answers it is minimised.
-    fn on_ratio(&mut self, ratio: f64) {
-        self.ratios.push(ratio);
+    /// A relative latency for the hedging model, `answered` or a lower bound; every
+    /// `MODEL_EVERY` of them the model is minimised.
+    fn on_ratio(&mut self, ratio: f64, answered: bool) {
+        self.ratios.push(ratio, answered);
         self.since_model += 1;
         if self.ratios.len() >= MODEL_MIN_SAMPLES && (self.model.is_none() || self.since_model >= MODEL_EVERY) {
             self.since_model = 0;
-            let sorted = self.ratios.sorted();
-            let largest = sorted.last().copied();
-            self.model = hedge_model::best_timeout(sorted, self.config.hedge_cost).map(|(t, _)| (t, Some(t) == largest));
+            self.model = self.ratios.best_timeout(self.config.hedge_cost, self.config.budget);
+            let quantile = |q| self.ratios.quantile(q).unwrap_or(1.0);
+            self.ratio_bounds = (quantile(0.01), quantile(0.99), quantile(1.0));
         }
     }
 
@@ -305,15 +342,17 @@ impl Adaptive {
         let mut ratio = None;
         if let Some(level) = self.level.median().filter(|&l| l > 0.0) {
             self.spread.push((x - level).abs() / level);
-            ratio = Some(x / level);
+            ratio = self.base.median().filter(|&b| b > 0.0).map(|b| x / b);
             let headroom = self.headroom();
-            // With the hedging model, a late answer the spread expected is the tail the model
-            // races, not a rise: it lifts nothing.
-            surprise = self.model.is_none() || !self.config.hedge_on_timeout || x > level * (1.0 + headroom);
-            self.below = if x * (1.0 + headroom) < level { self.below + 1 } else { 0 };
-            self.above = if x > level * (1.0 + self.config.rise_band * headroom) { self.above + 1 } else { 0 };
+            // Racing a tail, a late answer the spread expected is that tail, not a rise: it lifts
+            // nothing.
+            surprise = !self.racing() || x > level * (1.0 + headroom);
+            let (low, high) = self.shift_bounds(headroom);
+            self.below = if x < level * low { self.below + 1 } else { 0 };
+            self.above = if x > level * high { self.above + 1 } else { 0 };
         }
         self.level.push(x);
+        self.base.push(x);
         let c = &self.config;
         let dropped = c.drop_after > 0 && self.below >= c.drop_after;
         let rose = !dropped && c.rise_after > 0 && self.above >= c.rise_after;
@@ -341,7 +380,11 @@ impl Adaptive {
     fn relevel(&mut self, n: usize) {
         let recent: Vec<f64> = self.level.iter().skip(self.level.len().saturating_sub(n)).collect();
         self.level.clear();
-        recent.into_iter().for_each(|x| self.level.push(x));
+        self.base.clear();
+        recent.into_iter().for_each(|x| {
+            self.level.push(x);
+            self.base.push(x);
+        });
         self.below = 0;
         self.above = 0;
     }
@@ -352,12 +395,20 @@ impl Adaptive {
     }
 
     fn scale(&self, attempt: u32) -> f64 {
+        // Racing a tail, every attempt is a fresh draw: the same timeout suits each (the
+        // Optimizer's flat sequence, docs/policies.md).
+        if self.racing() {
+            return 1.0;
+        }
         self.escalation().powi(attempt.min(i32::MAX as u32) as i32)
     }
 
     fn on_timeout(&mut self, attempt: u32, fired: f64) {
-        let floor = fired / self.scale(attempt) * self.escalation();
-        self.backoff = Some(self.backoff.map_or(floor, |b| b.max(floor)));
+        // Racing a tail, a timeout is the plan, not a sign of a rise (Karn's backoff is for those).
+        if !self.racing() {
+            let floor = fired / self.scale(attempt) * self.escalation();
+            self.backoff = Some(self.backoff.map_or(floor, |b| b.max(floor)));
+        }
         self.verdict_due = self.config.hedge_on_timeout;
     }
 
@@ -383,7 +434,8 @@ impl TimeoutPolicy for Adaptive {
                 let overdue = timeout.is_some_and(|t| x > t);
                 let x = nanos(x);
                 if self.verdict_due && (attempt > 0 || overdue) {
-                    self.on_verdict(overdue || x > self.estimate());
+                    let rose = if self.racing() { self.surprising(x) } else { overdue || x > self.estimate() };
+                    self.on_verdict(rose);
                 }
                 self.on_answer(attempt > 0 || overdue, x);
             }
@@ -393,6 +445,13 @@ impl TimeoutPolicy for Adaptive {
 
     fn current(&self) -> Option<Duration> {
         Some(self.bounded(self.first()))
+    }
+
+    fn on_abandoned(&mut self, _now: Time, _attempt: u32, waited: Duration) {
+        let base = self.base.median().filter(|&b| b > 0.0);
+        if let Some(base) = base.filter(|_| self.config.hedge_on_timeout) {
+            self.on_ratio(nanos(waited) / base, false);
+        }
     }
 
     fn patience(&self) -> Option<Duration> {
