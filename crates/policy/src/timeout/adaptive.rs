@@ -202,7 +202,8 @@ pub struct Adaptive {
     /// The relative timeout minimising the hedging model over `ratios`, once there are enough, and
     /// whether it is their largest (no fresh attempt ever paid).
     model: Option<(f64, bool)>,
-    /// The 1st and 99th percentiles and the largest of `ratios`, when the model was minimised.
+    /// The 1st and 99th percentiles of `ratios` and their largest answered one, when the model was
+    /// minimised.
     ratio_bounds: (f64, f64, f64),
     /// Answers since the model was last minimised.
     since_model: u32,
@@ -273,8 +274,9 @@ impl Adaptive {
     }
 
     /// The longest any attempt is waited for, in nanoseconds, once answers are in: `escalation`
-    /// times the larger of the timeout and the slowest answer of the window, both relative to the
-    /// level now. It moves with the live latency only, so an outage (no answers) cannot raise it.
+    /// times the larger of the spread's timeout and the slowest answer of the model's window
+    /// (relative to its level now). It moves with answered latencies only, so an outage (no
+    /// answers, attempts given up) cannot raise it.
     fn ceiling(&self) -> Option<f64> {
         let level = self.level.median().filter(|_| self.answers >= self.config.warmup)?;
         let slowest = match (self.model, self.base.median()) {
@@ -331,7 +333,7 @@ impl Adaptive {
             self.since_model = 0;
             self.model = self.ratios.best_timeout(self.config.hedge_cost, self.config.budget);
             let quantile = |q| self.ratios.quantile(q).unwrap_or(1.0);
-            self.ratio_bounds = (quantile(0.01), quantile(0.99), quantile(1.0));
+            self.ratio_bounds = (quantile(0.01), quantile(0.99), self.ratios.largest_answered().unwrap_or(1.0));
         }
     }
 

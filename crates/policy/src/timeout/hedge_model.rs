@@ -53,6 +53,12 @@ impl Sample {
         self.observed.len()
     }
 
+    /// The largest answered latency held: unlike the distribution's largest value, lower bounds
+    /// cannot raise it, so attempts given up in an outage do not.
+    pub fn largest_answered(&self) -> Option<f64> {
+        self.observed.iter().filter(|(_, answered)| *answered).map(|&(x, _)| x).reduce(f64::max)
+    }
+
     /// The distribution: the Kaplan–Meier estimate, as sorted values with their probabilities;
     /// what it cannot place (beyond the largest latency, when that one is censored) goes to that
     /// latency, a lower bound.
