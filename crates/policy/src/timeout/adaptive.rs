@@ -43,6 +43,20 @@
 //!   those answers (a drop also ends any lift), so the timeout follows a shift within two requests
 //!   instead of half a window. This matters most for a random walk that moves in steps.
 //!
+//! - **racing a tail** (`hedge_on_timeout`, the default with this kind; issue #18): over the last
+//!   `spread_window` latencies relative to a steadier level (the median of 64 answers), answered
+//!   or censored (an attempt abandoned unanswered is at least as slow as its wait: Kaplan–Meier),
+//!   the timeout minimising `hedge_model.rs`'s expected latency plus the second attempt's time. If
+//!   that is below the largest latency held (a fresh attempt can beat the running one), the
+//!   timeout is it, raised to fire on at most the retry budget's share of attempts; every retry
+//!   gets the same, timeouts are expected (no Karn backoff, no lift by late answers the spread
+//!   expects) and only answers beyond the sample's 1st or 99th percentile re-level. Otherwise
+//!   (a tight distribution) the rules above set it.
+//! - **ceiling**: no timeout, and no wait for an attempt kept past its timeout
+//!   ([`TimeoutPolicy::patience`]), exceeds `escalation` times the larger of the spread's timeout
+//!   and the slowest answered latency held. Lower bounds cannot raise it, so neither can an
+//!   outage: an attempt lost in one is abandoned, not awaited until the deadline.
+//!
 //! Until `warmup` answers are in, first attempts get `max(initial, level·(1 + margin))`. All timeouts
 //! stay within `[min, max]`.
 //!
@@ -511,7 +525,8 @@ mod tests {
         assert_eq!(p.current(), Some(us(110)));
         let mut rng = Pcg64Mcg::new(1);
         assert_eq!(p.timeout(Time::ZERO, 1, &mut rng), Some(us(440)));
-        assert_eq!(p.timeout(Time::ZERO, 2, &mut rng), Some(us(1760)));
+        // Retry 2 would get 1760 µs; the ceiling, 4 × 110 µs, holds it.
+        assert_eq!(p.timeout(Time::ZERO, 2, &mut rng), Some(us(440)));
     }
 
     #[test]
@@ -584,16 +599,13 @@ mod tests {
         answer(&mut p, 1, us(400), 1);
         let escalation = 1.0 + 3.0 * (0.25 + 0.75 * 0.75f64.powi(10));
         let lifted = 440_000.0;
-        assert_eq!(
-            p.timeout(Time::ZERO, 1, &mut rng),
-            Some(Duration::from_nanos((lifted * escalation).round() as u64))
-        );
+        // The lifted 440 µs times that is 826 µs, above the ceiling: 4 × 110 µs until the next
+        // minimisation of the sample (every 16 answers) sees the 400 µs answer.
+        assert!(lifted * escalation > 440_000.0);
+        assert_eq!(p.timeout(Time::ZERO, 1, &mut rng), Some(us(440)));
         // A retry after an error, with no timeout before it, gives no verdict.
         answer(&mut p, 1, us(100), 1);
-        assert_eq!(
-            p.timeout(Time::ZERO, 1, &mut rng),
-            Some(Duration::from_nanos((lifted * escalation).round() as u64))
-        );
+        assert_eq!(p.timeout(Time::ZERO, 1, &mut rng), Some(us(440)));
         // Dropping timed-out attempts, a fast retry cannot tell a loss from a slow attempt.
         let mut q = steady();
         q.on_result(Time::ZERO, 0, Some(us(110)), AttemptResult::TimedOut(us(110)));
@@ -653,6 +665,56 @@ mod tests {
         assert_eq!(p.current(), Some(Duration::from_nanos(114_400)));
     }
 
+    fn hedging(budget: Option<f64>) -> Adaptive {
+        Adaptive::new(AdaptiveConfig { hedge_on_timeout: true, budget, ..AdaptiveConfig::new(us(500)) })
+    }
+
+    #[test]
+    fn an_outage_cannot_raise_the_ceiling() {
+        let mut p = hedging(Some(0.2));
+        answer(&mut p, 0, us(100), 40);
+        // A steady latency: no race, the spread's 110 µs; nothing waits past 4 × 110 µs.
+        assert_eq!(first(&mut p), Some(us(110)));
+        assert_eq!(p.patience(), Some(us(440)));
+        // An outage: every attempt times out and is given up after its wait. Karn's backoff would
+        // compound (×4 a timeout); the ceiling holds every timeout, and itself, at 440 µs.
+        for _ in 0..100 {
+            let t = first(&mut p).unwrap();
+            p.on_result(Time::ZERO, 0, Some(t), AttemptResult::TimedOut(t));
+            p.on_abandoned(Time::ZERO, 0, us(440));
+        }
+        assert_eq!(first(&mut p), Some(us(440)));
+        assert_eq!(p.timeout(Time::ZERO, 3, &mut Pcg64Mcg::new(1)), Some(us(440)));
+        assert_eq!(p.patience(), Some(us(440)));
+    }
+
+    #[test]
+    fn a_heavy_tail_is_raced_within_the_budget() {
+        // Answers from a Pareto of shape 1.5 over 100 µs, by quantile, 8 rounds of 32.
+        let pareto = |i: u32| us(100).mul_f64((1.0 - (f64::from(i) + 0.5) / 32.0).powf(-1.0 / 1.5));
+        let run = |budget| {
+            let mut p = hedging(budget);
+            for _ in 0..8 {
+                (0..32).for_each(|i| answer(&mut p, 0, pareto((i * 7) % 32), 1));
+            }
+            first(&mut p).unwrap()
+        };
+        // The median of the answers is ≈ 159 µs. Racing, the timeout fires about where a fresh
+        // attempt beats the running one as often as not: well inside the tail (the spread's rule
+        // put it past 1 ms). Limited to a fifth of the attempts, it fires later.
+        let (free, within) = (run(None), run(Some(0.2)));
+        assert!(free > us(160) && free < us(400), "{free:?}");
+        assert!(within >= free && within < us(400), "{within:?}");
+        assert!((0..32).filter(|&i| pareto(i) > within).count() <= 7, "{within:?}");
+        // Each retry gets the same timeout: fresh draws.
+        let mut p = hedging(Some(0.2));
+        for _ in 0..8 {
+            (0..32).for_each(|i| answer(&mut p, 0, pareto((i * 7) % 32), 1));
+        }
+        let t = first(&mut p);
+        assert_eq!(p.timeout(Time::ZERO, 2, &mut Pcg64Mcg::new(1)), t);
+    }
+
     #[test]
     fn timeouts_stay_within_bounds() {
         let config = AdaptiveConfig { min: us(50), max: us(300), ..AdaptiveConfig::new(us(500)) };
@@ -660,7 +722,8 @@ mod tests {
         assert_eq!(first(&mut p), Some(us(300)));
         answer(&mut p, 0, us(1), 10);
         assert_eq!(first(&mut p), Some(us(50)));
-        assert_eq!(p.timeout(Time::ZERO, 9, &mut Pcg64Mcg::new(1)), Some(us(300)));
+        // Retry 9's 1.1 µs × 4⁹ is held by the ceiling (4 × 1.1 µs), and that by `min`.
+        assert_eq!(p.timeout(Time::ZERO, 9, &mut Pcg64Mcg::new(1)), Some(us(50)));
     }
 
     #[test]
@@ -673,7 +736,9 @@ mod tests {
             k: f64::INFINITY,
             margin: -1.0,
             escalation: f64::NAN,
+            hedge_cost: f64::NAN,
             hedge_on_timeout: true,
+            budget: Some(f64::NAN),
             warmup: 0,
             drop_after: 0,
             rise_after: 0,

@@ -217,8 +217,10 @@ mod tests {
         // 98 answers between 100 and 109.7, two lost (a 10 000 stands in for the deadline).
         let mut sample: Vec<f64> = (0..98).map(|i| 100.0 + f64::from(i) / 10.0).collect();
         sample.extend([10_000.0, 10_000.0]);
+        // A fresh attempt beats a lost one for sure and the slowest answer (109.7) almost never:
+        // race past the answer below it.
         let (t, _) = best_timeout(&even(&sample), 1.0).unwrap();
-        assert_eq!(t, 109.7);
+        assert_eq!(t, 109.6);
     }
 
     #[test]
@@ -260,6 +262,8 @@ mod tests {
         // The oldest latency leaves a full sample.
         sample.push(30.0, true);
         assert_eq!(sample.len(), 3);
-        assert_eq!(sample.distribution(), vec![(10.0, 1.0 / 3.0), (30.0, 2.0 / 3.0)]);
+        let d = sample.distribution();
+        assert_eq!(d.iter().map(|&(x, _)| x).collect::<Vec<_>>(), [10.0, 30.0]);
+        assert!((d[0].1 - 1.0 / 3.0).abs() < 1e-12 && (d[1].1 - 2.0 / 3.0).abs() < 1e-12, "{d:?}");
     }
 }
