@@ -361,7 +361,15 @@ impl Call {
         };
         policy.balancer.on_send(endpoint, now);
         let attempt = self.attempts.len() as u32;
-        self.attempts.push(Attempt { endpoint, index, sent: now, timeout, live: true, overdue: false, abandon_at: None });
+        self.attempts.push(Attempt {
+            endpoint,
+            index,
+            sent: now,
+            timeout,
+            live: true,
+            overdue: false,
+            abandon_at: None,
+        });
         if !self.tried.contains(&endpoint) {
             self.tried.push(endpoint);
         }

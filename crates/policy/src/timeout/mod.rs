@@ -117,7 +117,9 @@ impl TimeoutConfig {
             TimeoutConfig::Sequential { values } => Box::new(Sequential::new(values.clone())),
             TimeoutConfig::Controller(c) => Box::new(Controller::new(c.clone())),
             TimeoutConfig::Optimizer(c) => Box::new(Optimizer::new(c.clone())),
-            TimeoutConfig::Adaptive(c) => Box::new(Adaptive::new(AdaptiveConfig { hedge_on_timeout, budget, ..c.clone() })),
+            TimeoutConfig::Adaptive(c) => {
+                Box::new(Adaptive::new(AdaptiveConfig { hedge_on_timeout, budget, ..c.clone() }))
+            }
         }
     }
 }
