@@ -34,14 +34,37 @@ def main() -> None:
         experiment.write_text(yaml.safe_dump(single, sort_keys=False))
         low, high = (0.5, 40) if name == "fast-lossy" else (5, 400)
         space = out / f"{name}-space.yaml"
-        space.write_text(yaml.safe_dump({"parameters": [
-            {"path": PATH, "type": "continuous", "range": [low, high], "log": True, "unit": "ms"}]}))
+        space.write_text(
+            yaml.safe_dump(
+                {"parameters": [{"path": PATH, "type": "continuous", "range": [low, high], "log": True, "unit": "ms"}]}
+            )
+        )
         subprocess.run(
-            [str(ROOT / ".venv/bin/tailguard-tune"), str(experiment), "--space", str(space), "--algo", "tpe",
-             "--budget", "14", "--objective", "p99", "--sim-seed", "1000", "--remeasure", "3",
-             "--remeasure-seeds", "3", "--out", str(out / name), "--tailguard",
-             str(ROOT / "target/release/tailguard")],
-            check=True, stdout=subprocess.DEVNULL)
+            [
+                str(ROOT / ".venv/bin/tailguard-tune"),
+                str(experiment),
+                "--space",
+                str(space),
+                "--algo",
+                "tpe",
+                "--budget",
+                "14",
+                "--objective",
+                "p99",
+                "--sim-seed",
+                "1000",
+                "--remeasure",
+                "3",
+                "--remeasure-seeds",
+                "3",
+                "--out",
+                str(out / name),
+                "--tailguard",
+                str(ROOT / "target/release/tailguard"),
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         summary = json.loads((out / name / "summary.json").read_text())
         print(name, json.dumps(summary.get("best", summary))[:300], flush=True)
 
