@@ -60,7 +60,9 @@
 //! Until `warmup` answers are in, first attempts get `max(initial, level·(1 + margin))`. All timeouts
 //! stay within `[min, max]`.
 //!
-//! The defaults were tuned on `examples/timeouts.yaml` in the simulator (seeds 7–11) and checked on
+//! The racing constants (`MODEL_*`, `hedge_cost` 1) were measured on `examples/timeouts-tails.yaml`
+//! and checked on `examples/timeouts.yaml` (seeds 101–105, crates/sim/tests/timeouts.rs). The
+//! other defaults were tuned on `examples/timeouts.yaml` in the simulator (seeds 7–11) and checked on
 //! `adaptive_scenarios.rs`; docs/measured.md lists what they give there. Two floors no reactive policy gets
 //! under: every attempt lost is a timeout (`lossy`: 1% of attempts), and every unannounced rise
 //! above the headroom costs one timeout (each dip's end, each spike's start).
@@ -113,8 +115,9 @@ pub struct AdaptiveConfig {
     /// weighs as a second of the caller's wait; `hedge_model.rs`).
     pub hedge_cost: f64,
     /// Whether timed-out attempts keep running beside their retries (the retry policy's
-    /// `hedge_on_timeout`), which lets the escalation learn from late answers (false). Not
-    /// written in files: the retry policy's setting is copied here when the policy is built.
+    /// `hedge_on_timeout`: true unless the file says otherwise), which lets it race a tail and
+    /// learn its escalation from late answers. Not written in files: the retry policy's setting is
+    /// copied here when the policy is built.
     #[serde(skip)]
     pub hedge_on_timeout: bool,
     /// With `hedge_on_timeout`: the largest share of first attempts the timeout may fire on, the
