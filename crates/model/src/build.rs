@@ -14,9 +14,9 @@ pub fn client_policy(config: &ClientPolicy, endpoints: usize) -> call::ClientPol
     call::ClientPolicy {
         balancer: config.balancer.build(endpoints),
         outlier: config.outlier.map(|o| o.build(endpoints)),
-        timeout: config.timeout.build(config.retry.hedge_on_timeout),
+        timeout: config.timeout.build(config.retry.hedges_on_timeout(&config.timeout), config.retry.budget),
         hedge: config.hedge.build(),
-        retry: config.retry.build(),
+        retry: config.retry.build(&config.timeout),
         deadline: deadline(config),
     }
 }
@@ -94,7 +94,7 @@ mod tests {
     fn timeouts_follow_their_configuration() {
         let mut rng = Pcg64Mcg::new(1);
         let mut first = |text: &str, attempt: u32| {
-            yaml::<schema::TimeoutConfig>(text).build(false).timeout(Duration::ZERO, attempt, &mut rng)
+            yaml::<schema::TimeoutConfig>(text).build(false, None).timeout(Duration::ZERO, attempt, &mut rng)
         };
         assert_eq!(first("{kind: none}", 0), None);
         assert_eq!(first("{kind: fixed, value: 50ms}", 3), Some(ms(50)));
@@ -155,7 +155,16 @@ mod tests {
     }
 
     fn retry(config: &schema::RetryConfig) -> tailguard_policy::retry::RetryPolicy {
-        config.build()
+        config.build(&schema::TimeoutConfig::None)
+    }
+
+    #[test]
+    fn adaptive_timeouts_hedge_on_timeout_unless_the_file_says_otherwise() {
+        let policy = |text: &str| client_policy(&yaml::<ClientPolicy>(text), 1).retry.hedge_on_timeout;
+        assert!(policy("{timeout: {kind: adaptive}, retry: {max_attempts: 3}}"));
+        assert!(!policy("{timeout: {kind: adaptive}, retry: {max_attempts: 3, hedge_on_timeout: false}}"));
+        assert!(!policy("{timeout: {kind: fixed, value: 10ms}, retry: {max_attempts: 3}}"));
+        assert!(policy("{timeout: {kind: fixed, value: 10ms}, retry: {max_attempts: 3, hedge_on_timeout: true}}"));
     }
 
     #[test]

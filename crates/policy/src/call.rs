@@ -39,7 +39,8 @@ pub enum Action {
     /// timeout policy's value (`policy_timeout`) clamped by the request's remaining deadline.
     Send { attempt: u32, endpoint: EndpointId, timeout: Option<Duration>, policy_timeout: Option<Duration> },
     /// Stop waiting for attempt number `attempt`: `reason` is `TimedOut` when its timeout fired,
-    /// `Cancelled` when another attempt won or the request ended.
+    /// `Cancelled` when another attempt won, the request ended, or an overdue attempt outlived the
+    /// timeout policy's patience ([`TimeoutPolicy::patience`](crate::timeout::TimeoutPolicy::patience)).
     Cancel { attempt: u32, endpoint: EndpointId, reason: Outcome },
     /// The timeout of attempt number `attempt` fired, but the call keeps waiting for it while a
     /// retry goes out ([`RetryPolicy::hedge_on_timeout`]): count it as a timeout, keep the exchange.
@@ -76,13 +77,20 @@ struct Attempt {
     live: bool,
     /// Its timeout fired and it was kept running (hedge on timeout).
     overdue: bool,
+    /// When an overdue attempt is given up as lost (the timeout policy's patience), if ever.
+    abandon_at: Option<Time>,
 }
 
 impl Attempt {
-    /// When its timeout fires, if it is still waited for and has one that has not fired yet.
+    /// When its timeout fires, or, once overdue, when it is abandoned, if it is still waited for.
     fn expires_at(&self) -> Option<Time> {
-        let pending = self.live && !self.overdue;
-        self.timeout.filter(|_| pending).map(|t| self.sent.saturating_add(t))
+        if !self.live {
+            return None;
+        }
+        if self.overdue {
+            return self.abandon_at;
+        }
+        self.timeout.map(|t| self.sent.saturating_add(t))
     }
 }
 
@@ -245,11 +253,23 @@ impl Call {
             if !expired {
                 continue;
             }
-            let (endpoint, index) = (a.endpoint, a.index);
+            let (endpoint, index, sent) = (a.endpoint, a.index, a.sent);
+            if a.overdue {
+                // Kept past its timeout beyond the policy's patience: lost, as in an outage. Its
+                // retry is already out; the request waits no more for it. (Counted as timed out
+                // once, when it became overdue.)
+                self.attempts[i].live = false;
+                ctx.out.push(Action::Cancel { attempt: i as u32, endpoint, reason: Outcome::Cancelled });
+                feed_back(ctx, endpoint, &Feedback::new(Outcome::TimedOut, now.saturating_sub(sent)));
+                ctx.policy.timeout.on_abandoned(now, index, now.saturating_sub(sent));
+                continue;
+            }
             let timeout = a.timeout.expect("expired implies a timeout");
             if ctx.policy.retry.hedge_on_timeout {
                 // Still in flight for the balancer, which hears of it once it ends.
+                let patience = ctx.policy.timeout.patience().map(|p| sent.saturating_add(p.max(timeout)));
                 self.attempts[i].overdue = true;
+                self.attempts[i].abandon_at = patience;
                 ctx.out.push(Action::Overdue { attempt: i as u32, endpoint });
             } else {
                 self.attempts[i].live = false;
@@ -349,7 +369,15 @@ impl Call {
         };
         policy.balancer.on_send(endpoint, now);
         let attempt = self.attempts.len() as u32;
-        self.attempts.push(Attempt { endpoint, index, sent: now, timeout, live: true, overdue: false });
+        self.attempts.push(Attempt {
+            endpoint,
+            index,
+            sent: now,
+            timeout,
+            live: true,
+            overdue: false,
+            abandon_at: None,
+        });
         if !self.tried.contains(&endpoint) {
             self.tried.push(endpoint);
         }
@@ -368,6 +396,7 @@ impl Call {
                 ctx.out.push(Action::Cancel { attempt: i as u32, endpoint: a.endpoint, reason: Outcome::Cancelled });
                 let feedback = Feedback::new(Outcome::Cancelled, now.saturating_sub(a.sent));
                 ctx.policy.balancer.on_feedback(a.endpoint, now, &feedback);
+                ctx.policy.timeout.on_abandoned(now, a.index, feedback.rtt);
             }
         }
         self.finished = true;

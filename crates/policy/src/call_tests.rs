@@ -5,7 +5,7 @@ use super::*;
 use crate::balance::RoundRobin;
 use crate::hedge::{PercentileHedge, PercentileHedgeConfig, Speculative, PAST};
 use crate::retry::{Backoff, RetryBudget};
-use crate::timeout::{Fixed, NoTimeout};
+use crate::timeout::{AttemptResult, Fixed, NoTimeout, TimeoutPolicy};
 use rand_pcg::Pcg64Mcg;
 use std::sync::{Arc, Mutex};
 
@@ -252,6 +252,56 @@ fn hedging_on_timeout_fails_the_request_with_the_last_attempt_s_failure() {
     // t=160: the overdue attempt fails too, and nothing is left: the request fails.
     let out = d.at(ms(160)).end(&mut call, 0, Feedback::new(Outcome::Error, ms(160)));
     assert_eq!(out, vec![finish(Outcome::Error, 2)]);
+}
+
+/// A fixed timeout that waits `patience` for an attempt kept past its timeout, and records the
+/// waits of the attempts the call gave up unanswered.
+struct Patient {
+    fixed: Fixed,
+    patience: Duration,
+    abandoned: Arc<Mutex<Vec<(u32, Duration)>>>,
+}
+
+impl TimeoutPolicy for Patient {
+    fn timeout(&mut self, now: Time, attempt: u32, rng: Rng<'_>) -> Option<Duration> {
+        self.fixed.timeout(now, attempt, rng)
+    }
+    fn on_result(&mut self, _: Time, _: u32, _: Option<Duration>, _: AttemptResult) {}
+    fn current(&self) -> Option<Duration> {
+        self.fixed.current()
+    }
+    fn on_abandoned(&mut self, _now: Time, attempt: u32, waited: Duration) {
+        self.abandoned.lock().expect("not poisoned").push((attempt, waited));
+    }
+    fn patience(&self) -> Option<Duration> {
+        Some(self.patience)
+    }
+}
+
+#[test]
+fn an_overdue_attempt_is_abandoned_after_the_policy_s_patience() {
+    let abandoned = Arc::new(Mutex::new(Vec::new()));
+    let policy = Patient { fixed: Fixed::new(ms(100)), patience: ms(250), abandoned: abandoned.clone() };
+    let mut d = Driver::new(3, Box::new(policy)).retries(2, Backoff::none());
+    d.policy.retry.hedge_on_timeout = true;
+    let (mut call, _) = d.start(true);
+    // t=100: attempt 0 is overdue, kept until 250 ms after its start; the retry goes out.
+    let out = d.at(ms(100)).wake(&mut call);
+    assert_eq!(out, vec![overdue(0, 0), send(1, 1, Some(ms(100))), Action::WakeAt(ms(200))]);
+    // t=200: the retry is overdue too, kept until t=350; no attempts are left.
+    assert_eq!(d.at(ms(200)).wake(&mut call), vec![overdue(1, 1), Action::WakeAt(ms(250))]);
+    // t=250: attempt 0 has waited its patience: given up as lost (counted as timed out once, at
+    // t=100, so the cancel says Cancelled); the balancer hears it timed out.
+    let out = d.at(ms(250)).wake(&mut call);
+    let cancelled = Action::Cancel { attempt: 0, endpoint: 0, reason: Outcome::Cancelled };
+    assert_eq!(out, vec![cancelled, Action::WakeAt(ms(350))]);
+    // t=350: so is the retry, and nothing is left: the request fails as timed out.
+    let out = d.at(ms(350)).wake(&mut call);
+    let cancelled = Action::Cancel { attempt: 1, endpoint: 1, reason: Outcome::Cancelled };
+    assert_eq!(out, vec![cancelled, finish(Outcome::TimedOut, 2)]);
+    assert_eq!(d.feedback(), vec![(0, Outcome::TimedOut), (1, Outcome::TimedOut)]);
+    // The policy learnt that each attempt took at least its wait.
+    assert_eq!(*abandoned.lock().expect("not poisoned"), vec![(0, ms(250)), (1, ms(250))]);
 }
 
 #[test]

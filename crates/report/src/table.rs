@@ -8,7 +8,8 @@ use tailguard_model::results::{Results, RunResult};
 /// One line per run, grouped by scenario, then a note for any closeness far above the latency.
 /// "goodput/s" (successful requests per second, `throughput_rps`) stands beside the success rate:
 /// a closed loop that resends at once can have a poor rate and a high goodput, or the reverse.
-/// "requests timed out" counts requests; "attempt timeouts" is the share of attempts between
+/// "max ms" is the slowest successful request: a request held through an outage shows there
+/// when the percentiles hide it. "requests timed out" counts requests; "attempt timeouts" is the share of attempts between
 /// services that timed out, which retries and hedges may have made good.
 pub fn render(results: &Results) -> String {
     let mut out = String::new();
@@ -24,6 +25,7 @@ pub fn render(results: &Results) -> String {
         "p90 ms",
         "p99 ms",
         "p99.9 ms",
+        "max ms",
         "extra load",
         "attempt timeouts",
         "time frac",
@@ -45,6 +47,7 @@ pub fn render(results: &Results) -> String {
             number(l.p90),
             number(l.p99),
             number(l.p999),
+            number(l.max),
             fraction(r.extra_load),
             percent(r.timeouts_pct),
             number(r.time_fraction),
@@ -174,6 +177,7 @@ mod tests {
                 p90: 12.5,
                 p99: 1500.25,
                 p999: 2000.0,
+                max: 2600.5,
                 ..Latency::default()
             },
             ..RunResult::default()
@@ -204,6 +208,7 @@ mod tests {
                 "12.5",
                 "1500.2",
                 "2000",
+                "2600.5",
                 "50.00 %",
                 "57.28 %",
                 "0",

@@ -8,6 +8,7 @@ pub use budget::RetryBudget;
 
 use crate::config::{self, Check};
 use crate::duration::text;
+use crate::timeout::TimeoutConfig;
 use crate::{Outcome, Rng, Time};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -47,8 +48,11 @@ pub struct RetryConfig {
     pub budget: Option<f64>,
     /// Whether requests that are not idempotent may be retried and hedged.
     pub non_idempotent: bool,
-    /// Whether an attempt whose timeout fired keeps running alongside its retry.
-    pub hedge_on_timeout: bool,
+    /// Whether an attempt whose timeout fired keeps running alongside its retry; left out, true
+    /// with the `adaptive` timeout (which chooses its timeout for it) and false with any other
+    /// ([`RetryConfig::hedges_on_timeout`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hedge_on_timeout: Option<bool>,
 }
 
 impl Default for RetryConfig {
@@ -60,12 +64,19 @@ impl Default for RetryConfig {
             jitter: true,
             budget: Some(DEFAULT_BUDGET),
             non_idempotent: false,
-            hedge_on_timeout: false,
+            hedge_on_timeout: None,
         }
     }
 }
 
 impl RetryConfig {
+    /// Whether timed-out attempts keep running beside their retries with this `timeout`: as the
+    /// file says, else with the adaptive timeout only, whose defaults are chosen for it
+    /// (docs/policies.md).
+    pub fn hedges_on_timeout(&self, timeout: &TimeoutConfig) -> bool {
+        self.hedge_on_timeout.unwrap_or(matches!(timeout, TimeoutConfig::Adaptive(_)))
+    }
+
     /// Checks the parameters; the error names the field.
     pub fn validate(&self) -> Check {
         config::at_least_one("max_attempts", self.max_attempts)?;
@@ -75,8 +86,8 @@ impl RetryConfig {
         self.budget.map_or(Ok(()), |x| config::fraction("budget", x))
     }
 
-    /// The policy.
-    pub fn build(&self) -> RetryPolicy {
+    /// The policy, beside `timeout` (which decides the default of `hedge_on_timeout`).
+    pub fn build(&self, timeout: &TimeoutConfig) -> RetryPolicy {
         let backoff = match self.backoff {
             Some(base) if !base.is_zero() => {
                 let max = self.max_backoff.unwrap_or(base.saturating_mul(DEFAULT_BACKOFF_CAP));
@@ -89,7 +100,7 @@ impl RetryConfig {
             backoff,
             budget: self.budget.map(|ratio| RetryBudget::new(BUDGET_TTL, BUDGET_MIN_PER_SEC, ratio as f32)),
             retry_non_idempotent: self.non_idempotent,
-            hedge_on_timeout: self.hedge_on_timeout,
+            hedge_on_timeout: self.hedges_on_timeout(timeout),
         }
     }
 }

@@ -43,15 +43,31 @@
 //!   those answers (a drop also ends any lift), so the timeout follows a shift within two requests
 //!   instead of half a window. This matters most for a random walk that moves in steps.
 //!
+//! - **racing a tail** (`hedge_on_timeout`, the default with this kind; issue #18): over the last
+//!   `spread_window` latencies relative to a steadier level (the median of 64 answers), answered
+//!   or censored (an attempt abandoned unanswered is at least as slow as its wait: Kaplan–Meier),
+//!   the timeout minimising `hedge_model.rs`'s expected latency plus the second attempt's time. If
+//!   that is below the largest latency held (a fresh attempt can beat the running one), the
+//!   timeout is it, raised to fire on at most the retry budget's share of attempts; every retry
+//!   gets the same, timeouts are expected (no Karn backoff, no lift by late answers the spread
+//!   expects) and only answers beyond the sample's 1st or 99th percentile re-level. Otherwise
+//!   (a tight distribution) the rules above set it.
+//! - **ceiling**: no timeout, and no wait for an attempt kept past its timeout
+//!   ([`TimeoutPolicy::patience`]), exceeds `escalation` times the larger of the spread's timeout
+//!   and the slowest answered latency held. Lower bounds cannot raise it, so neither can an
+//!   outage: an attempt lost in one is abandoned, not awaited until the deadline.
+//!
 //! Until `warmup` answers are in, first attempts get `max(initial, level·(1 + margin))`. All timeouts
 //! stay within `[min, max]`.
 //!
-//! The defaults were tuned on `examples/timeouts.yaml` in the simulator (seeds 7–11) and checked on
+//! The racing constants (`MODEL_*`, `hedge_cost` 1) were measured on `examples/timeouts-tails.yaml`
+//! and checked on `examples/timeouts.yaml` (seeds 101–105, crates/sim/tests/timeouts.rs). The
+//! other defaults were tuned on `examples/timeouts.yaml` in the simulator (seeds 7–11) and checked on
 //! `adaptive_scenarios.rs`; docs/measured.md lists what they give there. Two floors no reactive policy gets
 //! under: every attempt lost is a timeout (`lossy`: 1% of attempts), and every unannounced rise
 //! above the headroom costs one timeout (each dip's end, each spike's start).
 
-use super::{AttemptResult, TimeoutPolicy};
+use super::{hedge_model, AttemptResult, TimeoutPolicy};
 use crate::config::{self, Check};
 use crate::duration::text;
 use crate::stats::{from_nanos, nanos, Window};
@@ -61,6 +77,17 @@ use std::time::Duration;
 
 /// The weight of each timeout's verdict (a rise or a loss) in the share that sets the escalation.
 const VERDICT_WEIGHT: f64 = 0.25;
+
+/// Relative latencies needed before the hedging model sets the timeout (until then, the spread).
+const MODEL_MIN_SAMPLES: usize = 32;
+
+/// Answers whose median is the level the hedging model's latencies are relative to: steadier
+/// than `level_window`'s (a median of 5 moves by ±50 % on a log-normal of σ 1, and a timeout that
+/// moves with it fires on the wrong attempts), while re-levelling still follows a shift at once.
+const MODEL_LEVEL_WINDOW: usize = 64;
+
+/// Answers between two minimisations of the hedging model (each costs `O(64·n log n)`).
+const MODEL_EVERY: u32 = 16;
 
 /// The adaptive timeout's parameters; [`AdaptiveConfig::new`] gives the defaults from any
 /// `initial`, `Default` from [`super::DEFAULT_INITIAL`]. A file may leave out any of them.
@@ -83,11 +110,21 @@ pub struct AdaptiveConfig {
     pub margin: f64,
     /// The (largest) factor between the timeouts of successive attempts of a request (4).
     pub escalation: f64,
+    /// With `hedge_on_timeout`: the weight of a second attempt's running time against the
+    /// request's latency in the cost the timeout minimises (1: a second of the upstream's work
+    /// weighs as a second of the caller's wait; `hedge_model.rs`).
+    pub hedge_cost: f64,
     /// Whether timed-out attempts keep running beside their retries (the retry policy's
-    /// `hedge_on_timeout`), which lets the escalation learn from late answers (false). Not
-    /// written in files: the retry policy's setting is copied here when the policy is built.
+    /// `hedge_on_timeout`: true unless the file says otherwise), which lets it race a tail and
+    /// learn its escalation from late answers. Not written in files: the retry policy's setting is
+    /// copied here when the policy is built.
     #[serde(skip)]
     pub hedge_on_timeout: bool,
+    /// With `hedge_on_timeout`: the largest share of first attempts the timeout may fire on, the
+    /// retry budget's fraction, which its retries spend (`None`: unlimited). Not written in files:
+    /// copied from the retry policy when the policy is built.
+    #[serde(skip)]
+    pub budget: Option<f64>,
     /// Answers needed before the level and spread are trusted (8).
     pub warmup: usize,
     /// Consecutive answers below `level / (1 + headroom)` that re-level the estimate at once to
@@ -123,7 +160,9 @@ impl AdaptiveConfig {
             k: 2.4,
             margin: 0.1,
             escalation: 4.0,
+            hedge_cost: 1.0,
             hedge_on_timeout: false,
+            budget: None,
             warmup: 8,
             drop_after: 2,
             rise_after: 2,
@@ -142,6 +181,7 @@ impl AdaptiveConfig {
         config::above_zero("k", self.k)?;
         config::non_negative("margin", self.margin)?;
         config::at_least("escalation", self.escalation, 1.0)?;
+        config::non_negative("hedge_cost", self.hedge_cost)?;
         config::non_negative("rise_band", self.rise_band)?;
         config::positive("min", self.min)?;
         config::ordered("min", self.min, "max", self.max)
@@ -169,6 +209,21 @@ pub struct Adaptive {
     rises: f64,
     /// A timeout fired and awaits its verdict (retries after errors or 429s give none).
     verdict_due: bool,
+    /// The last `MODEL_LEVEL_WINDOW` answers: the hedging model's level.
+    base: Window,
+    /// The last `spread_window` latencies (answered, or lower bounds) relative to `base`'s median
+    /// when they came.
+    ratios: hedge_model::Sample,
+    /// Relative latencies of the answers of a possible shift of the level, not yet in `ratios`.
+    held: Vec<f64>,
+    /// The relative timeout minimising the hedging model over `ratios`, once there are enough, and
+    /// whether it is their largest (no fresh attempt ever paid).
+    model: Option<(f64, bool)>,
+    /// The 1st and 99th percentiles of `ratios` and their largest answered one, when the model was
+    /// minimised.
+    ratio_bounds: (f64, f64, f64),
+    /// Answers since the model was last minimised.
+    since_model: u32,
 }
 
 impl Adaptive {
@@ -182,10 +237,17 @@ impl Adaptive {
         config.rise_band = finite_or(config.rise_band, 1.0);
         config.escalation = finite_or(config.escalation, 1.0).max(1.0);
         config.spread_quantile = finite_or(config.spread_quantile, 0.5).min(1.0);
+        config.hedge_cost = finite_or(config.hedge_cost, 1.0);
         config.max = config.max.max(config.min);
         Adaptive {
             level: Window::new(config.level_window),
             spread: Window::new(config.spread_window),
+            base: Window::new(MODEL_LEVEL_WINDOW),
+            ratios: hedge_model::Sample::new(config.spread_window),
+            ratio_bounds: (1.0, 1.0, 1.0),
+            held: Vec::new(),
+            model: None,
+            since_model: 0,
             config,
             answers: 0,
             below: 0,
@@ -197,17 +259,58 @@ impl Adaptive {
         }
     }
 
-    /// The relative headroom of the timeout above the level.
+    /// The relative headroom above the level beyond which an answer is a surprise: the timeout's
+    /// without `hedge_on_timeout`, and what tells a shift of the level from noise.
     fn headroom(&self) -> f64 {
         let spread = self.spread.quantile(self.config.spread_quantile).unwrap_or(0.0);
         self.config.margin.max(self.config.k * spread)
+    }
+
+    /// Whether the timeout races a tail: with `hedge_on_timeout`, the model fires below the
+    /// largest latency it holds, so timeouts and late answers are expected there.
+    fn racing(&self) -> bool {
+        self.config.hedge_on_timeout && matches!(self.model, Some((_, false)))
+    }
+
+    /// The relative latencies below and above which an answer may show a shift of the level:
+    /// `1 / (1 + headroom)` and `1 + rise_band·headroom`, widened with the hedging model to the
+    /// 1st and 99th percentiles of its relative latencies, so a heavy tail's ordinary answers do
+    /// not re-level it (two in a row beyond them happen once in 10 000 answers by chance).
+    fn shift_bounds(&self, headroom: f64) -> (f64, f64) {
+        let (low, high) = (1.0 / (1.0 + headroom), 1.0 + self.config.rise_band * headroom);
+        if !self.config.hedge_on_timeout || self.model.is_none() {
+            return (low, high);
+        }
+        let (lowest, highest, _) = self.ratio_bounds;
+        (low.min(lowest), high.max(highest))
+    }
+
+    /// Whether a latency `x` lies above what the spread expects around the level (a rise).
+    fn surprising(&self, x: f64) -> bool {
+        self.level.median().is_none_or(|level| x > level * (1.0 + self.headroom()))
+    }
+
+    /// The longest any attempt is waited for, in nanoseconds, once answers are in: `escalation`
+    /// times the larger of the spread's timeout and the slowest answer of the model's window
+    /// (relative to its level now). It moves with answered latencies only, so an outage (no
+    /// answers, attempts given up) cannot raise it.
+    fn ceiling(&self) -> Option<f64> {
+        let level = self.level.median().filter(|_| self.answers >= self.config.warmup)?;
+        let slowest = match (self.model, self.base.median()) {
+            (Some(_), Some(base)) => base * self.ratio_bounds.2,
+            _ => 0.0,
+        };
+        Some(self.config.escalation * slowest.max(level * (1.0 + self.headroom())))
     }
 
     /// The estimated timeout in nanoseconds (level, spread and lift), before the bounds.
     fn estimate(&self) -> f64 {
         let c = &self.config;
         let estimate = match self.level.median() {
-            Some(level) if self.answers >= c.warmup => level * (1.0 + self.headroom()),
+            Some(level) if self.answers >= c.warmup => match (self.model, self.base.median()) {
+                (Some((ratio, false)), Some(base)) if c.hedge_on_timeout => base * ratio.max(1.0 + c.margin),
+                _ => level * (1.0 + self.headroom()),
+            },
             Some(level) => nanos(c.initial).max(level * (1.0 + c.margin)),
             None => nanos(c.initial),
         };
@@ -220,28 +323,71 @@ impl Adaptive {
     }
 
     fn bounded(&self, ns: f64) -> Duration {
+        let ns = self.ceiling().map_or(ns, |c| ns.min(c));
         from_nanos(ns).clamp(self.config.min, self.config.max)
+    }
+
+    /// A relative latency, held while it may be part of a shift of the level: the answers that
+    /// re-level show the shift, not the distribution around a level, and are dropped; the others
+    /// go to the model.
+    fn hold_ratio(&mut self, ratio: f64, relevelled: bool, streak: bool) {
+        if relevelled {
+            self.held.clear();
+        } else if streak {
+            self.held.push(ratio);
+        } else {
+            let held = std::mem::take(&mut self.held);
+            held.into_iter().chain([ratio]).for_each(|r| self.on_ratio(r, true));
+        }
+    }
+
+    /// A relative latency for the hedging model, `answered` or a lower bound; every
+    /// `MODEL_EVERY` of them the model is minimised.
+    fn on_ratio(&mut self, ratio: f64, answered: bool) {
+        self.ratios.push(ratio, answered);
+        self.since_model += 1;
+        if self.ratios.len() >= MODEL_MIN_SAMPLES && (self.model.is_none() || self.since_model >= MODEL_EVERY) {
+            self.since_model = 0;
+            self.model = self.ratios.best_timeout(self.config.hedge_cost, self.config.budget);
+            let quantile = |q| self.ratios.quantile(q).unwrap_or(1.0);
+            self.ratio_bounds = (quantile(0.01), quantile(0.99), self.ratios.largest_answered().unwrap_or(1.0));
+        }
     }
 
     /// An answer of latency `x`; `lifts` when it came from a retry or past its own timeout.
     fn on_answer(&mut self, lifts: bool, x: f64) {
         self.backoff = None;
+        let mut surprise = true;
+        let mut ratio = None;
         if let Some(level) = self.level.median().filter(|&l| l > 0.0) {
             self.spread.push((x - level).abs() / level);
+            ratio = self.base.median().filter(|&b| b > 0.0).map(|b| x / b);
             let headroom = self.headroom();
-            self.below = if x * (1.0 + headroom) < level { self.below + 1 } else { 0 };
-            self.above = if x > level * (1.0 + self.config.rise_band * headroom) { self.above + 1 } else { 0 };
+            // Racing a tail, a late answer the spread expected is that tail, not a rise: it lifts
+            // nothing.
+            surprise = !self.racing() || x > level * (1.0 + headroom);
+            let (low, high) = self.shift_bounds(headroom);
+            self.below = if x < level * low { self.below + 1 } else { 0 };
+            self.above = if x > level * high { self.above + 1 } else { 0 };
         }
         self.level.push(x);
-        if self.config.drop_after > 0 && self.below >= self.config.drop_after {
+        self.base.push(x);
+        let c = &self.config;
+        let dropped = c.drop_after > 0 && self.below >= c.drop_after;
+        let rose = !dropped && c.rise_after > 0 && self.above >= c.rise_after;
+        let streak = (c.drop_after > 0 && self.below > 0) || (c.rise_after > 0 && self.above > 0);
+        if dropped {
             self.relevel(self.below);
             self.lift = None;
-        } else if self.config.rise_after > 0 && self.above >= self.config.rise_after {
+        } else if rose {
             self.relevel(self.above);
+        }
+        if let Some(ratio) = ratio.filter(|_| self.config.hedge_on_timeout) {
+            self.hold_ratio(ratio, dropped || rose, streak);
         }
         self.answers = self.answers.saturating_add(1);
         self.lift = self.lift.and_then(|(f, n)| (n > 1).then(|| (f, n - 1)));
-        if lifts {
+        if lifts && surprise {
             let floor = x * (1.0 + self.config.margin);
             if self.lift.is_none_or(|(f, _)| floor > f) {
                 self.lift = Some((floor, self.config.level_window.max(1)));
@@ -253,7 +399,11 @@ impl Adaptive {
     fn relevel(&mut self, n: usize) {
         let recent: Vec<f64> = self.level.iter().skip(self.level.len().saturating_sub(n)).collect();
         self.level.clear();
-        recent.into_iter().for_each(|x| self.level.push(x));
+        self.base.clear();
+        recent.into_iter().for_each(|x| {
+            self.level.push(x);
+            self.base.push(x);
+        });
         self.below = 0;
         self.above = 0;
     }
@@ -264,12 +414,20 @@ impl Adaptive {
     }
 
     fn scale(&self, attempt: u32) -> f64 {
+        // Racing a tail, every attempt is a fresh draw: the same timeout suits each (the
+        // Optimizer's flat sequence, docs/policies.md).
+        if self.racing() {
+            return 1.0;
+        }
         self.escalation().powi(attempt.min(i32::MAX as u32) as i32)
     }
 
     fn on_timeout(&mut self, attempt: u32, fired: f64) {
-        let floor = fired / self.scale(attempt) * self.escalation();
-        self.backoff = Some(self.backoff.map_or(floor, |b| b.max(floor)));
+        // Racing a tail, a timeout is the plan, not a sign of a rise (Karn's backoff is for those).
+        if !self.racing() {
+            let floor = fired / self.scale(attempt) * self.escalation();
+            self.backoff = Some(self.backoff.map_or(floor, |b| b.max(floor)));
+        }
         self.verdict_due = self.config.hedge_on_timeout;
     }
 
@@ -295,7 +453,8 @@ impl TimeoutPolicy for Adaptive {
                 let overdue = timeout.is_some_and(|t| x > t);
                 let x = nanos(x);
                 if self.verdict_due && (attempt > 0 || overdue) {
-                    self.on_verdict(overdue || x > self.estimate());
+                    let rose = if self.racing() { self.surprising(x) } else { overdue || x > self.estimate() };
+                    self.on_verdict(rose);
                 }
                 self.on_answer(attempt > 0 || overdue, x);
             }
@@ -305,6 +464,17 @@ impl TimeoutPolicy for Adaptive {
 
     fn current(&self) -> Option<Duration> {
         Some(self.bounded(self.first()))
+    }
+
+    fn on_abandoned(&mut self, _now: Time, _attempt: u32, waited: Duration) {
+        let base = self.base.median().filter(|&b| b > 0.0);
+        if let Some(base) = base.filter(|_| self.config.hedge_on_timeout) {
+            self.on_ratio(nanos(waited) / base, false);
+        }
+    }
+
+    fn patience(&self) -> Option<Duration> {
+        self.ceiling().map(|c| from_nanos(c).clamp(self.config.min, self.config.max))
     }
 }
 
@@ -358,7 +528,8 @@ mod tests {
         assert_eq!(p.current(), Some(us(110)));
         let mut rng = Pcg64Mcg::new(1);
         assert_eq!(p.timeout(Time::ZERO, 1, &mut rng), Some(us(440)));
-        assert_eq!(p.timeout(Time::ZERO, 2, &mut rng), Some(us(1760)));
+        // Retry 2 would get 1760 µs; the ceiling, 4 × 110 µs, holds it.
+        assert_eq!(p.timeout(Time::ZERO, 2, &mut rng), Some(us(440)));
     }
 
     #[test]
@@ -431,16 +602,13 @@ mod tests {
         answer(&mut p, 1, us(400), 1);
         let escalation = 1.0 + 3.0 * (0.25 + 0.75 * 0.75f64.powi(10));
         let lifted = 440_000.0;
-        assert_eq!(
-            p.timeout(Time::ZERO, 1, &mut rng),
-            Some(Duration::from_nanos((lifted * escalation).round() as u64))
-        );
+        // The lifted 440 µs times that is 826 µs, above the ceiling: 4 × 110 µs until the next
+        // minimisation of the sample (every 16 answers) sees the 400 µs answer.
+        assert!(lifted * escalation > 440_000.0);
+        assert_eq!(p.timeout(Time::ZERO, 1, &mut rng), Some(us(440)));
         // A retry after an error, with no timeout before it, gives no verdict.
         answer(&mut p, 1, us(100), 1);
-        assert_eq!(
-            p.timeout(Time::ZERO, 1, &mut rng),
-            Some(Duration::from_nanos((lifted * escalation).round() as u64))
-        );
+        assert_eq!(p.timeout(Time::ZERO, 1, &mut rng), Some(us(440)));
         // Dropping timed-out attempts, a fast retry cannot tell a loss from a slow attempt.
         let mut q = steady();
         q.on_result(Time::ZERO, 0, Some(us(110)), AttemptResult::TimedOut(us(110)));
@@ -500,6 +668,56 @@ mod tests {
         assert_eq!(p.current(), Some(Duration::from_nanos(114_400)));
     }
 
+    fn hedging(budget: Option<f64>) -> Adaptive {
+        Adaptive::new(AdaptiveConfig { hedge_on_timeout: true, budget, ..AdaptiveConfig::new(us(500)) })
+    }
+
+    #[test]
+    fn an_outage_cannot_raise_the_ceiling() {
+        let mut p = hedging(Some(0.2));
+        answer(&mut p, 0, us(100), 40);
+        // A steady latency: no race, the spread's 110 µs; nothing waits past 4 × 110 µs.
+        assert_eq!(first(&mut p), Some(us(110)));
+        assert_eq!(p.patience(), Some(us(440)));
+        // An outage: every attempt times out and is given up after its wait. Karn's backoff would
+        // compound (×4 a timeout); the ceiling holds every timeout, and itself, at 440 µs.
+        for _ in 0..100 {
+            let t = first(&mut p).unwrap();
+            p.on_result(Time::ZERO, 0, Some(t), AttemptResult::TimedOut(t));
+            p.on_abandoned(Time::ZERO, 0, us(440));
+        }
+        assert_eq!(first(&mut p), Some(us(440)));
+        assert_eq!(p.timeout(Time::ZERO, 3, &mut Pcg64Mcg::new(1)), Some(us(440)));
+        assert_eq!(p.patience(), Some(us(440)));
+    }
+
+    #[test]
+    fn a_heavy_tail_is_raced_within_the_budget() {
+        // Answers from a Pareto of shape 1.5 over 100 µs, by quantile, 8 rounds of 32.
+        let pareto = |i: u32| us(100).mul_f64((1.0 - (f64::from(i) + 0.5) / 32.0).powf(-1.0 / 1.5));
+        let run = |budget| {
+            let mut p = hedging(budget);
+            for _ in 0..8 {
+                (0..32).for_each(|i| answer(&mut p, 0, pareto((i * 7) % 32), 1));
+            }
+            first(&mut p).unwrap()
+        };
+        // The median of the answers is ≈ 159 µs. Racing, the timeout fires about where a fresh
+        // attempt beats the running one as often as not: well inside the tail (the spread's rule
+        // put it past 1 ms). Limited to a fifth of the attempts, it fires later.
+        let (free, within) = (run(None), run(Some(0.2)));
+        assert!(free > us(160) && free < us(400), "{free:?}");
+        assert!(within >= free && within < us(400), "{within:?}");
+        assert!((0..32).filter(|&i| pareto(i) > within).count() <= 7, "{within:?}");
+        // Each retry gets the same timeout: fresh draws.
+        let mut p = hedging(Some(0.2));
+        for _ in 0..8 {
+            (0..32).for_each(|i| answer(&mut p, 0, pareto((i * 7) % 32), 1));
+        }
+        let t = first(&mut p);
+        assert_eq!(p.timeout(Time::ZERO, 2, &mut Pcg64Mcg::new(1)), t);
+    }
+
     #[test]
     fn timeouts_stay_within_bounds() {
         let config = AdaptiveConfig { min: us(50), max: us(300), ..AdaptiveConfig::new(us(500)) };
@@ -507,7 +725,8 @@ mod tests {
         assert_eq!(first(&mut p), Some(us(300)));
         answer(&mut p, 0, us(1), 10);
         assert_eq!(first(&mut p), Some(us(50)));
-        assert_eq!(p.timeout(Time::ZERO, 9, &mut Pcg64Mcg::new(1)), Some(us(300)));
+        // Retry 9's 1.1 µs × 4⁹ is held by the ceiling (4 × 1.1 µs), and that by `min`.
+        assert_eq!(p.timeout(Time::ZERO, 9, &mut Pcg64Mcg::new(1)), Some(us(50)));
     }
 
     #[test]
@@ -520,7 +739,9 @@ mod tests {
             k: f64::INFINITY,
             margin: -1.0,
             escalation: f64::NAN,
+            hedge_cost: f64::NAN,
             hedge_on_timeout: true,
+            budget: Some(f64::NAN),
             warmup: 0,
             drop_after: 0,
             rise_after: 0,

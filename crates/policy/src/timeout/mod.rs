@@ -8,6 +8,7 @@ mod adaptive;
 mod controller;
 mod exp_backoff;
 mod fixed;
+mod hedge_model;
 mod optimizer;
 mod sequential;
 
@@ -105,9 +106,10 @@ impl TimeoutConfig {
         }
     }
 
-    /// The policy. `hedge_on_timeout` is the retry policy's: with it, the adaptive timeout learns
-    /// its escalation from late answers.
-    pub fn build(&self, hedge_on_timeout: bool) -> Box<dyn TimeoutPolicy> {
+    /// The policy. `hedge_on_timeout` and `budget` are the retry policy's: with the first, the
+    /// adaptive timeout races the tail it sees, firing on at most the `budget` share of first
+    /// attempts (the retry budget's fraction; `None`: unlimited).
+    pub fn build(&self, hedge_on_timeout: bool, budget: Option<f64>) -> Box<dyn TimeoutPolicy> {
         match self {
             TimeoutConfig::None => Box::new(NoTimeout),
             TimeoutConfig::Fixed { value } => Box::new(Fixed::new(*value)),
@@ -115,7 +117,9 @@ impl TimeoutConfig {
             TimeoutConfig::Sequential { values } => Box::new(Sequential::new(values.clone())),
             TimeoutConfig::Controller(c) => Box::new(Controller::new(c.clone())),
             TimeoutConfig::Optimizer(c) => Box::new(Optimizer::new(c.clone())),
-            TimeoutConfig::Adaptive(c) => Box::new(Adaptive::new(AdaptiveConfig { hedge_on_timeout, ..c.clone() })),
+            TimeoutConfig::Adaptive(c) => {
+                Box::new(Adaptive::new(AdaptiveConfig { hedge_on_timeout, budget, ..c.clone() }))
+            }
         }
     }
 }
@@ -143,6 +147,18 @@ pub trait TimeoutPolicy: Send {
 
     /// The timeout a first attempt would get now, for metrics and plots.
     fn current(&self) -> Option<Duration>;
+
+    /// The caller stopped waiting for attempt number `attempt`, sent `waited` ago and unanswered:
+    /// another attempt won, the request ended, or it was abandoned. Its latency is at least
+    /// `waited` (a censored observation). Ignored by default.
+    fn on_abandoned(&mut self, _now: Time, _attempt: u32, _waited: Duration) {}
+
+    /// How long after its start an attempt kept past its timeout (`hedge_on_timeout`) is still
+    /// waited for; past it the attempt is abandoned as lost. `None` (the default): until the
+    /// request ends.
+    fn patience(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// Never times out: attempts are bounded only by the request's deadline.

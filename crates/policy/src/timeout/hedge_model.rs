@@ -1,0 +1,269 @@
+//! The expected cost of an attempt timeout when the timed-out attempt keeps running beside a fresh
+//! one (`retry.hedge_on_timeout`), over a sample of latencies: what the adaptive timeout minimises.
+//!
+//! With the latency `X` of an attempt drawn from the sample and a timeout `t`, the request ends at
+//! `L = min(X₁, t + X₂)`: the first attempt keeps running, the second races it. This is the
+//! Optimizer's expected-latency model (adaptive-timeouts.txt §3.6) with `hedge_on_timeout`'s
+//! semantics instead of a restart. `E[L]` alone only falls as `t` falls (firing at once is
+//! fastest), so the second attempt's time is priced too: it runs for `(L − t)⁺`, and
+//!
+//! `J(t) = E[L] + cost·E[(L − t)⁺] = E[min(X, t)] + (1 + cost)·E[(L − t)⁺]`.
+//!
+//! With `cost` 1 (a second of the upstream's work weighs as a second of the caller's wait),
+//! `dJ/dt = 0` where a fresh attempt started at `t` beats the running one with probability one
+//! half: on a heavy tail `J` fires where a fresh attempt is as likely as not to win (around twice
+//! the median on a log-normal of σ 1 or a Pareto of shape 1.5, a fifth to a quarter of attempts);
+//! on a tight distribution no fresh attempt ever wins and `J` falls until the largest sample, so
+//! the timeout sits just above the bulk; when attempts are lost, it fires just past the bulk.
+//!
+//! The candidates are the distinct samples thinned evenly by rank, as the Optimizer's; each is
+//! evaluated exactly on the sample in `O(n log n)` with prefix sums.
+
+use std::collections::VecDeque;
+
+/// Candidate timeouts evaluated at most (the sample values, thinned by rank).
+const GRID: usize = 64;
+
+/// The last `cap` attempt latencies, each answered or censored: the caller stopped waiting
+/// before an answer (another attempt won, or it was abandoned), so the latency is at least that.
+/// With `hedge_on_timeout` the slow attempts that lose their race are never answered: without
+/// their lower bounds the sample would lose its tail and the timeout would drift up.
+#[derive(Clone, Debug)]
+pub struct Sample {
+    cap: usize,
+    observed: VecDeque<(f64, bool)>,
+}
+
+impl Sample {
+    /// An empty sample keeping the last `cap` latencies.
+    pub fn new(cap: usize) -> Self {
+        Sample { cap: cap.max(1), observed: VecDeque::new() }
+    }
+
+    /// A latency, `answered` or a lower bound.
+    pub fn push(&mut self, x: f64, answered: bool) {
+        if self.observed.len() == self.cap {
+            self.observed.pop_front();
+        }
+        self.observed.push_back((x, answered));
+    }
+
+    /// Latencies held.
+    pub fn len(&self) -> usize {
+        self.observed.len()
+    }
+
+    /// The largest answered latency held: unlike the distribution's largest value, lower bounds
+    /// cannot raise it, so attempts given up in an outage do not.
+    pub fn largest_answered(&self) -> Option<f64> {
+        self.observed.iter().filter(|(_, answered)| *answered).map(|&(x, _)| x).reduce(f64::max)
+    }
+
+    /// The distribution: the Kaplan–Meier estimate, as sorted values with their probabilities;
+    /// what it cannot place (beyond the largest latency, when that one is censored) goes to that
+    /// latency, a lower bound.
+    pub fn distribution(&self) -> Vec<(f64, f64)> {
+        let mut sorted: Vec<(f64, bool)> = self.observed.iter().copied().filter(|(x, _)| x.is_finite()).collect();
+        // Answers before bounds at the same value: a bound there was still at risk.
+        sorted.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.cmp(&a.1)));
+        let mut out: Vec<(f64, f64)> = Vec::with_capacity(sorted.len());
+        let (mut survival, mut at_risk) = (1.0, sorted.len() as f64);
+        for &(x, answered) in &sorted {
+            if answered {
+                let mass = survival / at_risk;
+                survival -= mass;
+                match out.last_mut() {
+                    Some(last) if last.0 == x => last.1 += mass,
+                    _ => out.push((x, mass)),
+                }
+            }
+            at_risk -= 1.0;
+        }
+        if let Some(&(largest, _)) = sorted.last() {
+            if survival > 1e-12 {
+                match out.last_mut() {
+                    Some(last) if last.0 == largest => last.1 += survival,
+                    _ => out.push((largest, survival)),
+                }
+            }
+        }
+        out
+    }
+
+    /// The `q`-quantile of the distribution.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        quantile(&self.distribution(), q)
+    }
+
+    /// The timeout minimising `J`, and whether it is the largest latency held (no fresh attempt
+    /// pays below it). Below the largest, it is raised until it fires on at most `budget` of the
+    /// attempts (the quantile `1 − budget`): a race the budget cannot pay for is refused to the
+    /// slowest attempts, which need it most. `None` for an empty sample.
+    pub fn best_timeout(&self, cost: f64, budget: Option<f64>) -> Option<(f64, bool)> {
+        let distribution = self.distribution();
+        let largest = distribution.last()?.0;
+        let (t, _) = best_timeout(&distribution, cost)?;
+        if t == largest {
+            return Some((t, true));
+        }
+        let affordable = budget.and_then(|b| quantile(&distribution, 1.0 - b)).unwrap_or(t);
+        Some((t.max(affordable), false))
+    }
+}
+
+/// The smallest value at or below which lies at least `q` of a distribution's probability.
+fn quantile(distribution: &[(f64, f64)], q: f64) -> Option<f64> {
+    let mut cumulative = 0.0;
+    for &(x, p) in distribution {
+        cumulative += p;
+        if cumulative >= q - 1e-12 {
+            return Some(x);
+        }
+    }
+    distribution.last().map(|&(x, _)| x)
+}
+
+/// The timeout minimising `J` over a distribution (sorted values and their probabilities, any
+/// unit), and its `J`; ties go to the larger timeout (fewer extra attempts for the same cost).
+/// `None` for an empty distribution.
+pub fn best_timeout(distribution: &[(f64, f64)], cost: f64) -> Option<(f64, f64)> {
+    let model = Model::new(distribution);
+    let mut best: Option<(f64, f64)> = None;
+    for t in model.candidates(GRID).into_iter().rev() {
+        let j = model.cost(t, cost);
+        if best.is_none_or(|(_, b)| j < b) {
+            best = Some((t, j));
+        }
+    }
+    best
+}
+
+struct Model<'a> {
+    distribution: &'a [(f64, f64)],
+    /// `mass[i]` and `first[i]`: the probability and the first moment of the `i` smallest values.
+    mass: Vec<f64>,
+    first: Vec<f64>,
+}
+
+impl<'a> Model<'a> {
+    fn new(distribution: &'a [(f64, f64)]) -> Self {
+        let (mut mass, mut first) = (vec![0.0], vec![0.0]);
+        for &(x, p) in distribution {
+            mass.push(mass[mass.len() - 1] + p);
+            first.push(first[first.len() - 1] + p * x);
+        }
+        Model { distribution, mass, first }
+    }
+
+    /// `E[min(a, X)]`.
+    fn mean_min(&self, a: f64) -> f64 {
+        let below = self.distribution.partition_point(|&(x, _)| x <= a);
+        let total = self.mass[self.mass.len() - 1];
+        self.first[below] + a * (total - self.mass[below])
+    }
+
+    /// `J(t)` with the second attempt's time weighted by `cost`.
+    fn cost(&self, t: f64, cost: f64) -> f64 {
+        let survivors = &self.distribution[self.distribution.partition_point(|&(x, _)| x <= t)..];
+        let raced: f64 = survivors.iter().map(|&(x, p)| p * self.mean_min(x - t)).sum();
+        self.mean_min(t) + (1.0 + cost) * raced
+    }
+
+    /// The values, thinned evenly by rank to at most `most` (the smallest and the largest always
+    /// included).
+    fn candidates(&self, most: usize) -> Vec<f64> {
+        let values: Vec<f64> = self.distribution.iter().map(|&(x, _)| x).collect();
+        let n = values.len();
+        if n <= most || most < 2 {
+            return values;
+        }
+        (0..most).map(|i| values[(i * (n - 1) + (most - 1) / 2) / (most - 1)]).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Equal probabilities for sorted values.
+    fn even(values: &[f64]) -> Vec<(f64, f64)> {
+        values.iter().map(|&x| (x, 1.0 / values.len() as f64)).collect()
+    }
+
+    #[test]
+    fn a_tight_sample_waits_for_its_largest_latency() {
+        let sample: Vec<f64> = (0..100).map(|i| 100.0 + f64::from(i) / 10.0).collect();
+        let (t, j) = best_timeout(&even(&sample), 1.0).unwrap();
+        assert_eq!(t, 109.9);
+        // Nothing is raced: J is the mean.
+        assert!((j - 104.95).abs() < 1e-9, "{j}");
+    }
+
+    #[test]
+    fn a_rare_slow_mode_is_raced_at_the_fast_one() {
+        // 9 in 10 at 10, 1 in 10 at 100. Firing at 10: E[min(X, 10)] = 10, the slow tenth races a
+        // fresh attempt that ends at 20 with probability 0.9: E[(L − 10)⁺] = 0.1·(0.9·10 + 0.1·90).
+        let mut sample = vec![10.0; 9];
+        sample.push(100.0);
+        let (t, j) = best_timeout(&even(&sample), 1.0).unwrap();
+        assert_eq!(t, 10.0);
+        assert!((j - (10.0 + 2.0 * 0.1 * 18.0)).abs() < 1e-9, "{j}");
+        // Waiting for the slow mode costs its mean, 19.
+        assert!(j < 19.0);
+    }
+
+    #[test]
+    fn lost_attempts_are_raced_just_past_the_bulk() {
+        // 98 answers between 100 and 109.7, two lost (a 10 000 stands in for the deadline).
+        let mut sample: Vec<f64> = (0..98).map(|i| 100.0 + f64::from(i) / 10.0).collect();
+        sample.extend([10_000.0, 10_000.0]);
+        // A fresh attempt beats a lost one for sure and the slowest answer (109.7) almost never:
+        // race past the answer below it.
+        let (t, _) = best_timeout(&even(&sample), 1.0).unwrap();
+        assert_eq!(t, 109.6);
+    }
+
+    #[test]
+    fn a_higher_cost_fires_later() {
+        // A Pareto-like sample: x_i = (1 − i/n)^(−1/1.5).
+        let n = 256;
+        let sample: Vec<f64> = (0..n).map(|i| (1.0 - f64::from(i) / f64::from(n)).powf(-1.0 / 1.5)).collect();
+        let (cheap, _) = best_timeout(&even(&sample), 1.0).unwrap();
+        let (dear, _) = best_timeout(&even(&sample), 4.0).unwrap();
+        let median = sample[128];
+        assert!(cheap > median && cheap < 3.0 * median, "{cheap} vs median {median}");
+        assert!(dear > cheap, "{dear} vs {cheap}");
+    }
+
+    #[test]
+    fn an_empty_sample_has_no_timeout() {
+        assert_eq!(best_timeout(&[], 1.0), None);
+        assert_eq!(Sample::new(4).best_timeout(1.0, None), None);
+    }
+
+    #[test]
+    fn censored_latencies_keep_the_tail() {
+        // Four answers at 10, and four attempts given up at 20 without an answer: Kaplan–Meier
+        // puts half the mass at 10 and the other half at 20, their lower bound.
+        let mut sample = Sample::new(8);
+        for _ in 0..4 {
+            sample.push(10.0, true);
+            sample.push(20.0, false);
+        }
+        assert_eq!(sample.distribution(), vec![(10.0, 0.5), (20.0, 0.5)]);
+        // A bound below an answer shares the answer's mass out among those still at risk.
+        let mut sample = Sample::new(3);
+        sample.push(5.0, false);
+        sample.push(10.0, true);
+        sample.push(30.0, true);
+        assert_eq!(sample.distribution(), vec![(10.0, 0.5), (30.0, 0.5)]);
+        assert_eq!(sample.quantile(0.5), Some(10.0));
+        assert_eq!(sample.quantile(0.51), Some(30.0));
+        // The oldest latency leaves a full sample.
+        sample.push(30.0, true);
+        assert_eq!(sample.len(), 3);
+        let d = sample.distribution();
+        assert_eq!(d.iter().map(|&(x, _)| x).collect::<Vec<_>>(), [10.0, 30.0]);
+        assert!((d[0].1 - 1.0 / 3.0).abs() < 1e-12 && (d[1].1 - 2.0 / 3.0).abs() < 1e-12, "{d:?}");
+    }
+}
