@@ -39,7 +39,7 @@ pub fn admission(config: &schema::AdmissionConfig) -> Box<dyn admission::Admissi
 mod tests {
     use super::*;
     use rand_pcg::Pcg64Mcg;
-    use tailguard_policy::balance::Pick;
+    use tailguard_policy::balance::{LoadIndex, Pick};
     use tailguard_policy::retry::Backoff;
 
     fn yaml<T: serde::de::DeserializeOwned>(text: &str) -> T {
@@ -80,7 +80,7 @@ mod tests {
         let mut rng = Pcg64Mcg::new(1);
         for kind in kinds {
             let mut b = yaml::<schema::BalancerConfig>(kind).build(3);
-            let loads = [4, 0, 2];
+            let loads = LoadIndex::from_loads(&[4, 0, 2]);
             let mut pick = Pick { now: Duration::ZERO, rng: &mut rng, exclude: &[], true_loads: Some(&loads) };
             let chosen = b.pick(&mut pick);
             assert!(chosen.is_some_and(|e| e < 3), "{kind}: {chosen:?}");
