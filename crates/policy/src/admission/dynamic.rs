@@ -60,17 +60,18 @@ struct State {
 
 impl State {
     /// The state at `now`: every window that ended by `now` closed, its average the capacity.
-    fn at(mut self, now: Time, length: Duration) -> State {
+    fn at(mut self, now: Time, length: Duration, headroom: f64) -> State {
         let end = match self.window.start.checked_add(length) {
             Some(end) if end <= now => end,
             _ => return self,
         };
         self.window.extend_to(end);
-        self.capacity = Some(average_rounded_up(self.window.area, length));
+        self.capacity = Some(capacity_of(self.window.area, length, headroom));
         // Whole windows after that one saw the same load throughout: their average is that load.
         let whole = (now - end).as_nanos() / length.as_nanos();
         if whole > 0 {
-            self.capacity = Some(self.window.load.max(1));
+            let area = u128::from(self.window.load) * length.as_nanos();
+            self.capacity = Some(capacity_of(area, length, headroom));
         }
         let start = end + nanos(whole * length.as_nanos());
         self.window = Window::starting(start, self.window.load);
@@ -78,10 +79,16 @@ impl State {
     }
 }
 
-/// `⌈area / length⌉`, at least 1, saturating at `u32::MAX`.
-fn average_rounded_up(area: u128, length: Duration) -> u32 {
-    let average = area.div_ceil(length.as_nanos());
-    u32::try_from(average).unwrap_or(u32::MAX).max(1)
+/// `⌈headroom × area / length⌉`, at least 1, saturating at `u32::MAX`; exact in integers when
+/// `headroom` is 1 (the paper's rule).
+fn capacity_of(area: u128, length: Duration, headroom: f64) -> u32 {
+    let capacity = if headroom == 1.0 {
+        u32::try_from(area.div_ceil(length.as_nanos())).unwrap_or(u32::MAX)
+    } else {
+        // `as` saturates: a huge product is u32::MAX.
+        (headroom * area as f64 / length.as_nanos() as f64).ceil() as u32
+    };
+    capacity.max(1)
 }
 
 /// A duration of `n` nanoseconds, saturating at `Duration::MAX`.
@@ -91,9 +98,11 @@ fn nanos(n: u128) -> Duration {
 }
 
 /// BLOC's dynamic capacity: each window's time-weighted average load becomes the next capacity.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct DynamicCapacity {
     length: Duration,
+    /// The factor over the average load ([`DynamicCapacity::with_headroom`]).
+    headroom: f64,
     /// `None` until the first observation.
     state: Option<State>,
 }
@@ -101,7 +110,13 @@ pub struct DynamicCapacity {
 impl DynamicCapacity {
     /// A capacity recomputed every `window` (30 s in the paper).
     pub fn new(window: Duration) -> Self {
-        DynamicCapacity { length: window.max(Duration::from_nanos(1)), state: None }
+        DynamicCapacity { length: window.max(Duration::from_nanos(1)), headroom: 1.0, state: None }
+    }
+
+    /// The same, with a capacity of `headroom` × the last window's average load (rounded up).
+    pub fn with_headroom(mut self, headroom: f64) -> Self {
+        self.headroom = headroom;
+        self
     }
 }
 
@@ -117,7 +132,7 @@ impl Admission for DynamicCapacity {
         let length = self.length;
         let mut state = match self.state {
             None => State { window: Window::starting(now, in_system), capacity: None },
-            Some(state) => state.at(now, length),
+            Some(state) => state.at(now, length, self.headroom),
         };
         state.window.extend_to(now);
         state.window.load = in_system;
@@ -125,7 +140,7 @@ impl Admission for DynamicCapacity {
     }
 
     fn capacity(&self, now: Time) -> Option<u32> {
-        self.state.and_then(|s| s.at(now, self.length).capacity)
+        self.state.and_then(|s| s.at(now, self.length, self.headroom).capacity)
     }
 }
 

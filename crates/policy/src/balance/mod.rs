@@ -16,7 +16,7 @@ mod round_robin;
 pub use bloc::{Bloc, BlocConfig};
 pub use least_request::LeastRequest;
 pub use oracle::Oracle;
-pub use outlier::{Ejection, Outlier, OutlierConfig};
+pub use outlier::{Ejection, Outlier, OutlierConfig, Reason as EjectionReason};
 pub use peak_ewma::{PeakEwma, PeakEwmaConfig};
 pub use random::RandomBalancer;
 pub use round_robin::RoundRobin;

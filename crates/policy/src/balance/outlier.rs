@@ -1,5 +1,6 @@
-//! Outlier ejection: an endpoint that fails several attempts in a row is left out of every
-//! balancer's choice for a while, for a longer while each time it does it again.
+//! Outlier ejection: an endpoint that fails several attempts in a row, or answers far more slowly
+//! than its peers, is left out of every balancer's choice for a while, for a longer while each time
+//! it does it again.
 //!
 //! Envoy's consecutive-5xx outlier detection, with Linkerd's failure accrual for the way back in:
 //! - **Failures** are attempts that ended in [`Outcome::Error`] (a 5xx answer),
@@ -17,6 +18,17 @@
 //!   ends decides. A failure ejects it again at once, for the next longer interval; a success ends
 //!   probation and resets its interval to `base_ejection` (Linkerd's probe after a back-off).
 //!
+//! - **Latency** (Envoy's success-rate detection, on answer times instead of success rates; Envoy
+//!   has had no latency detector since the request of 2016, envoyproxy/envoy#1218): each endpoint
+//!   keeps its last `latency_samples` successful answer times. Once it has that many, an endpoint
+//!   whose median is above `latency_factor` × the median of its peers' medians (the other
+//!   endpoints, not ejected, with as many samples; at least two of them) is ejected like a failing
+//!   one, within the same share and with the same growing interval. Back in, it is judged again
+//!   on fresh samples only: slow still, it goes out for the next longer interval; not slow, its
+//!   interval starts over. A median of several answers, compared with the peers' median, leaves a
+//!   replica alone for one slow answer or for being a little slower than the rest, and a
+//!   whole-service slowdown moves the reference with it.
+//!
 //! [`Call`](crate::call::Call) applies it to every balancer alike: an ejected endpoint is treated as
 //! one the request has already tried, which every balancer avoids while it has another choice.
 
@@ -24,6 +36,7 @@ use crate::config::{self, Check};
 use crate::duration::text;
 use crate::{EndpointId, Outcome, Time};
 use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 /// Settings of [`Outlier`] (`outlier:` in a caller's policy); a file may leave out any of them.
@@ -40,6 +53,12 @@ pub struct OutlierConfig {
     pub max_ejection: Duration,
     /// The largest share of endpoints ejected at once; one endpoint may always be (default 0.1).
     pub max_ejected: f64,
+    /// An endpoint whose median answer time is above this many times its peers' is ejected
+    /// (default 3; `null` turns latency ejection off).
+    pub latency_factor: Option<f64>,
+    /// The successful answers per endpoint whose median is compared, and needed before it is
+    /// (default 5).
+    pub latency_samples: u32,
 }
 
 impl Default for OutlierConfig {
@@ -49,6 +68,8 @@ impl Default for OutlierConfig {
             base_ejection: Duration::from_secs(30),
             max_ejection: Duration::from_secs(300),
             max_ejected: 0.1,
+            latency_factor: Some(DEFAULT_LATENCY_FACTOR),
+            latency_samples: 5,
         }
     }
 }
@@ -59,12 +80,41 @@ impl OutlierConfig {
         config::at_least_one("consecutive_failures", self.consecutive_failures)?;
         config::positive("base_ejection", self.base_ejection)?;
         config::ordered("base_ejection", self.base_ejection, "max_ejection", self.max_ejection)?;
-        config::fraction("max_ejected", self.max_ejected)
+        config::fraction("max_ejected", self.max_ejected)?;
+        if let Some(factor) = self.latency_factor {
+            config::at_least("latency_factor", factor, 1.0)?;
+        }
+        config::at_least_one("latency_samples", self.latency_samples)
     }
 
     /// The detector for endpoints `0..endpoints`.
     pub fn build(&self, endpoints: usize) -> Outlier {
         Outlier::new(endpoints, *self)
+    }
+}
+
+/// The default `latency_factor`: measured on examples/balancing.yaml (docs/policies.md).
+pub const DEFAULT_LATENCY_FACTOR: f64 = 3.0;
+
+const MIN_SAMPLES: usize = 1;
+
+/// Why an endpoint was ejected.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Reason {
+    /// `consecutive_failures` failures in a row, or one on probation.
+    #[default]
+    Failures,
+    /// Its median answer time was above `latency_factor` × its peers'.
+    Latency,
+}
+
+impl Reason {
+    /// The reason as metrics label it and logs write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Failures => "failures",
+            Reason::Latency => "latency",
+        }
     }
 }
 
@@ -77,10 +127,12 @@ pub struct Ejection {
     pub duration: Duration,
     /// How many times in a row it has been ejected, this one included.
     pub nth: u32,
+    /// Why.
+    pub reason: Reason,
 }
 
 /// What the detector knows of one endpoint.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Endpoint {
     /// Failures since its last good answer (or its reinstatement).
     failures: u32,
@@ -90,6 +142,15 @@ struct Endpoint {
     ejected_until: Option<Time>,
     /// Back from an ejection and not yet answered well: its next failure ejects it again.
     probation: bool,
+    /// On probation with an attempt in flight, the probe: no other attempt goes to it meanwhile.
+    probing: bool,
+    /// Why it was last ejected.
+    reason: Reason,
+    /// Its last successful answer times (at most `latency_samples`, the oldest first), since its
+    /// last ejection.
+    samples: VecDeque<Duration>,
+    /// Their median, once there are `latency_samples` of them.
+    median: Option<Duration>,
 }
 
 /// Consecutive-failure outlier detection over one caller's endpoints ([module docs](self)).
@@ -99,17 +160,29 @@ pub struct Outlier {
     endpoints: Vec<Endpoint>,
     /// Endpoints with `ejected_until` set (some may be due back: see [`Outlier::reinstate`]).
     ejected: usize,
+    /// Endpoints with `probing` set.
+    probing: usize,
     /// The most endpoints ejected at once.
     cap: usize,
     /// Reused room for [`Outlier::exclude`]'s answer, so a pick does not allocate.
     scratch: Vec<EndpointId>,
+    /// Reused room for the medians of [`Outlier::on_answer`].
+    medians: Vec<Duration>,
 }
 
 impl Outlier {
     /// A detector over endpoints `0..endpoints`, none of them ejected.
     pub fn new(endpoints: usize, config: OutlierConfig) -> Self {
         let cap = ((endpoints as f64 * config.max_ejected).floor() as usize).max(1);
-        Outlier { config, endpoints: vec![Endpoint::default(); endpoints], ejected: 0, cap, scratch: Vec::new() }
+        Outlier {
+            config,
+            endpoints: vec![Endpoint::default(); endpoints],
+            ejected: 0,
+            probing: 0,
+            cap,
+            scratch: Vec::new(),
+            medians: Vec::new(),
+        }
     }
 
     /// Puts back the endpoints whose ejection is over at `now`.
@@ -127,15 +200,37 @@ impl Outlier {
         }
     }
 
-    /// The endpoints a pick at `now` should avoid: the ejected ones, and those the request
-    /// already `tried` unless no other endpoint is left (a retry goes to an endpoint it tried
-    /// rather than to an ejected one). Just `tried` while nothing is ejected.
+    /// An attempt was sent to `endpoint`: on probation, it is the probe, and the endpoint gets no
+    /// other attempt until an attempt to it ends (Linkerd's failure accrual sends one probe).
+    pub fn on_send(&mut self, endpoint: EndpointId) {
+        if let Some(e) = self.endpoints.get_mut(endpoint) {
+            if e.probation && !e.probing && e.ejected_until.is_none() {
+                e.probing = true;
+                self.probing += 1;
+            }
+        }
+    }
+
+    /// An attempt to `endpoint` ended: it may be probed again.
+    fn end_probe(&mut self, endpoint: EndpointId) {
+        if let Some(e) = self.endpoints.get_mut(endpoint) {
+            if e.probing {
+                e.probing = false;
+                self.probing -= 1;
+            }
+        }
+    }
+
+    /// The endpoints a pick at `now` should avoid: the ejected ones and those with a probe in
+    /// flight, and those the request already `tried` unless no other endpoint is left (a retry
+    /// goes to an endpoint it tried rather than to an ejected one). Just `tried` while nothing is
+    /// ejected or probed.
     pub fn exclude<'a>(&'a mut self, now: Time, tried: &'a [EndpointId]) -> &'a [EndpointId] {
         self.reinstate(now);
-        if self.ejected == 0 {
+        if self.ejected == 0 && self.probing == 0 {
             return tried;
         }
-        let ejected = |(i, e): (usize, &Endpoint)| e.ejected_until.is_some().then_some(i);
+        let ejected = |(i, e): (usize, &Endpoint)| (e.ejected_until.is_some() || e.probing).then_some(i);
         self.scratch.clear();
         self.scratch.extend(self.endpoints.iter().enumerate().filter_map(ejected));
         let scratch = &self.scratch;
@@ -154,13 +249,17 @@ impl Outlier {
     /// An attempt to `endpoint` ended with `outcome` at `now`; the ejection it caused, if any.
     pub fn on_outcome(&mut self, endpoint: EndpointId, now: Time, outcome: Outcome) -> Option<Ejection> {
         self.reinstate(now);
+        self.end_probe(endpoint);
         let e = self.endpoints.get_mut(endpoint)?;
         match outcome {
             Outcome::Success | Outcome::Rejected => {
                 e.failures = 0;
                 if e.probation {
                     e.probation = false;
-                    e.ejections = 0;
+                    // A slow endpoint answers: only fresh samples may say it is no longer slow.
+                    if e.reason == Reason::Failures {
+                        e.ejections = 0;
+                    }
                 }
                 None
             }
@@ -171,20 +270,78 @@ impl Outlier {
                 }
                 e.failures = e.failures.saturating_add(1);
                 let due = e.probation || e.failures >= self.config.consecutive_failures;
-                if !due || self.ejected >= self.cap {
+                if !due {
                     return None;
                 }
-                e.ejections = e.ejections.saturating_add(1);
-                let duration = self.config.base_ejection.saturating_mul(e.ejections).min(self.config.max_ejection);
-                e.ejected_until = Some(now.saturating_add(duration));
-                e.failures = 0;
-                e.probation = false;
-                self.ejected += 1;
-                Some(Ejection { endpoint, duration, nth: e.ejections })
+                self.eject(endpoint, now, Reason::Failures)
             }
             Outcome::Cancelled => None,
         }
     }
+
+    /// A successful attempt to `endpoint` ended at `now` after `rtt`; the latency ejection it
+    /// caused, if any. (Call [`Outlier::on_outcome`] for it as well.)
+    pub fn on_answer(&mut self, endpoint: EndpointId, now: Time, rtt: Duration) -> Option<Ejection> {
+        let factor = self.config.latency_factor?;
+        self.reinstate(now);
+        let window = self.config.latency_samples as usize;
+        let e = self.endpoints.get_mut(endpoint)?;
+        if e.ejected_until.is_some() {
+            return None;
+        }
+        if e.samples.len() == window {
+            e.samples.pop_front();
+        }
+        e.samples.push_back(rtt);
+        if e.samples.len() < MIN_SAMPLES.min(window) {
+            return None;
+        }
+        self.medians.clear();
+        self.medians.extend(e.samples.iter().copied());
+        let own = median(&mut self.medians);
+        e.median = Some(own);
+        self.medians.clear();
+        let peers = self.endpoints.iter().enumerate().filter(|&(i, p)| i != endpoint && p.ejected_until.is_none());
+        self.medians.extend(peers.filter_map(|(_, p)| p.median));
+        if self.medians.len() < 2 {
+            return None;
+        }
+        let reference = median(&mut self.medians);
+        if own.as_secs_f64() > factor * reference.as_secs_f64() {
+            self.eject(endpoint, now, Reason::Latency)
+        } else {
+            // Not slow on a full window of samples: the next ejection, if any, is a first one again.
+            if self.endpoints[endpoint].reason == Reason::Latency {
+                self.endpoints[endpoint].ejections = 0;
+            }
+            None
+        }
+    }
+
+    /// Ejects `endpoint` at `now` unless the ejected share is full.
+    fn eject(&mut self, endpoint: EndpointId, now: Time, reason: Reason) -> Option<Ejection> {
+        if self.ejected >= self.cap {
+            return None;
+        }
+        self.end_probe(endpoint);
+        let e = &mut self.endpoints[endpoint];
+        e.ejections = e.ejections.saturating_add(1);
+        let duration = self.config.base_ejection.saturating_mul(e.ejections).min(self.config.max_ejection);
+        e.ejected_until = Some(now.saturating_add(duration));
+        e.failures = 0;
+        e.probation = false;
+        e.reason = reason;
+        e.samples.clear();
+        e.median = None;
+        self.ejected += 1;
+        Some(Ejection { endpoint, duration, nth: e.ejections, reason })
+    }
+}
+
+/// The median of `values` (the lower one of an even count); reorders them.
+fn median(values: &mut [Duration]) -> Duration {
+    let mid = (values.len() - 1) / 2;
+    *values.select_nth_unstable(mid).1
 }
 
 #[cfg(test)]
@@ -194,7 +351,13 @@ mod tests {
     const S: fn(u64) -> Duration = Duration::from_secs;
 
     fn config(consecutive_failures: u32, max_ejected: f64) -> OutlierConfig {
-        OutlierConfig { consecutive_failures, base_ejection: S(10), max_ejection: S(25), max_ejected }
+        OutlierConfig {
+            consecutive_failures,
+            base_ejection: S(10),
+            max_ejection: S(25),
+            max_ejected,
+            ..OutlierConfig::default()
+        }
     }
 
     fn ejected(o: &mut Outlier, now: Time) -> Vec<EndpointId> {
@@ -211,7 +374,10 @@ mod tests {
         assert_eq!(o.on_outcome(1, S(1), Outcome::Unavailable), None);
         assert_eq!(o.on_outcome(1, S(1), Outcome::Cancelled), None, "ignored");
         assert_eq!(o.on_outcome(1, S(1), Outcome::Error), None);
-        assert_eq!(o.on_outcome(1, S(2), Outcome::Error), Some(Ejection { endpoint: 1, duration: S(10), nth: 1 }));
+        assert_eq!(
+            o.on_outcome(1, S(2), Outcome::Error),
+            Some(Ejection { endpoint: 1, duration: S(10), nth: 1, reason: Reason::Failures })
+        );
         assert_eq!(ejected(&mut o, S(2)), [1]);
         assert_eq!(ejected(&mut o, S(12) - Duration::from_nanos(1)), [1]);
         assert_eq!(ejected(&mut o, S(12)), [] as [EndpointId; 0]);

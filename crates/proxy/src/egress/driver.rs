@@ -206,10 +206,11 @@ impl<'a> Driver<'a> {
                     self.upstream.metrics.ejections.inc();
                     let addr = self.upstream.config.endpoints[ejection.endpoint];
                     eprintln!(
-                        "tailguard proxy: upstream {}: ejected {addr} for {} (ejection {} in a row)",
+                        "tailguard proxy: upstream {}: ejected {addr} for {} (ejection {} in a row, {})",
                         self.upstream.name,
                         Dur(ejection.duration),
-                        ejection.nth
+                        ejection.nth,
+                        ejection.reason.as_str()
                     );
                 }
                 Action::WakeAt(t) => {
