@@ -45,7 +45,7 @@ fn default_headroom() -> f64 {
 }
 
 /// The factor over the last window's average load that dynamic capacity admits by default.
-pub const DEFAULT_HEADROOM: f64 = 1.0;
+pub const DEFAULT_HEADROOM: f64 = 1.5;
 
 impl AdmissionConfig {
     /// Checks the parameters; the error names the field.

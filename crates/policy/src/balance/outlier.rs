@@ -435,6 +435,104 @@ mod tests {
         assert_eq!(o.exclude(S(10), &[3]), [3], "back in");
     }
 
+    /// Latency ejection over `endpoints`: 3 samples, factor 3, half may go, 10 s then 20 s.
+    fn by_latency(endpoints: usize) -> Outlier {
+        let c = OutlierConfig { latency_factor: Some(3.0), latency_samples: 3, ..config(5, 0.5) };
+        Outlier::new(endpoints, c)
+    }
+
+    const MS: fn(u64) -> Duration = Duration::from_millis;
+
+    /// A successful answer after `rtt`, told as [`Call`](crate::call::Call) tells it.
+    fn answer(o: &mut Outlier, endpoint: EndpointId, now: Time, rtt: Duration) -> Option<Ejection> {
+        o.on_outcome(endpoint, now, Outcome::Success).or_else(|| o.on_answer(endpoint, now, rtt))
+    }
+
+    #[test]
+    fn an_endpoint_far_slower_than_its_peers_is_ejected() {
+        let mut o = by_latency(4);
+        // The first answers: 3 takes 2 s, but no two peers have answered yet, so nothing is judged.
+        assert_eq!(answer(&mut o, 3, S(1), S(2)), None);
+        assert_eq!(answer(&mut o, 1, S(1), MS(100)), None);
+        assert_eq!(answer(&mut o, 2, S(1), MS(100)), None);
+        // 0 answers in 250 ms: its peers' medians are 2 s, 100 ms and 100 ms, median 100 ms, and
+        // 250 ms is not above 3 × 100 ms.
+        assert_eq!(answer(&mut o, 0, S(1), MS(250)), None);
+        // 3's window is [2 s, 400 ms]: median (the lower one) 400 ms > 3 × median(250, 100, 100).
+        let ejection = Ejection { endpoint: 3, duration: S(10), nth: 1, reason: Reason::Latency };
+        assert_eq!(answer(&mut o, 3, S(2), MS(400)), Some(ejection));
+        assert_eq!(ejected(&mut o, S(2)), [3]);
+    }
+
+    #[test]
+    fn one_slow_answer_is_not_enough_but_a_slow_median_is() {
+        let mut o = by_latency(3);
+        answer(&mut o, 1, S(0), MS(100));
+        answer(&mut o, 2, S(0), MS(100));
+        // 0 answers in 100 ms, 100 ms, then 1 s: its median of three is 100 ms.
+        assert_eq!(answer(&mut o, 0, S(1), MS(100)), None);
+        assert_eq!(answer(&mut o, 0, S(1), MS(100)), None);
+        assert_eq!(answer(&mut o, 0, S(1), S(1)), None);
+        // A second 1 s answer: the window is [100 ms, 1 s, 1 s], median 1 s > 300 ms.
+        assert_eq!(answer(&mut o, 0, S(2), S(1)).map(|e| e.reason), Some(Reason::Latency));
+        // Answers of attempts sent before the ejection are not samples.
+        assert_eq!(o.on_answer(0, S(3), S(1)), None);
+        assert!(o.endpoints[0].samples.is_empty());
+    }
+
+    #[test]
+    fn back_in_a_slow_endpoint_is_probed_once_and_judged_on_fresh_answers() {
+        let mut o = by_latency(3);
+        answer(&mut o, 1, S(0), MS(100));
+        answer(&mut o, 2, S(0), MS(100));
+        assert!(answer(&mut o, 0, S(0), S(1)).is_some());
+        // Back at 10 s: one attempt, the probe, may go to it; the next pick avoids it.
+        assert_eq!(ejected(&mut o, S(10)), [] as [EndpointId; 0]);
+        o.on_send(0);
+        assert_eq!(ejected(&mut o, S(10)), [0]);
+        o.on_send(0);
+        // The probe answers in 1 s: still slow, out for twice as long (its success does not reset
+        // the intervals as it does after failures).
+        let again = answer(&mut o, 0, S(11), S(1));
+        assert_eq!(again, Some(Ejection { endpoint: 0, duration: S(20), nth: 2, reason: Reason::Latency }));
+        // Back at 31 s, the probe answers in 120 ms: not slow, so the intervals start over.
+        assert_eq!(ejected(&mut o, S(31)), [] as [EndpointId; 0]);
+        o.on_send(0);
+        assert_eq!(answer(&mut o, 0, S(31), MS(120)), None);
+        assert_eq!(ejected(&mut o, S(31)), [] as [EndpointId; 0]);
+        // Slow again: the median of [120 ms, 2 s] is 120 ms; of [120 ms, 2 s, 2 s], 2 s.
+        assert_eq!(answer(&mut o, 0, S(32), S(2)), None);
+        let third = answer(&mut o, 0, S(33), S(2));
+        assert_eq!(third, Some(Ejection { endpoint: 0, duration: S(10), nth: 1, reason: Reason::Latency }));
+    }
+
+    #[test]
+    fn a_cancelled_probe_lets_another_go() {
+        let mut o = Outlier::new(2, config(1, 0.5));
+        o.on_outcome(0, S(0), Outcome::Error);
+        // Back at 10 s; the probe goes, and until it ends nothing else does.
+        assert_eq!(ejected(&mut o, S(10)), [] as [EndpointId; 0]);
+        o.on_send(0);
+        assert_eq!(ejected(&mut o, S(10)), [0]);
+        // Another attempt of the request won: the probe is cancelled, and 0 may be probed again.
+        assert_eq!(o.on_outcome(0, S(10), Outcome::Cancelled), None);
+        assert_eq!(ejected(&mut o, S(10)), [] as [EndpointId; 0]);
+    }
+
+    #[test]
+    fn latency_ejection_is_off_without_a_factor_and_shares_the_cap() {
+        let mut o = Outlier::new(3, OutlierConfig { latency_factor: None, ..config(5, 0.5) });
+        (1..3).for_each(|e| assert_eq!(answer(&mut o, e, S(0), MS(100)), None));
+        (0..10).for_each(|_| assert_eq!(answer(&mut o, 0, S(0), S(10)), None));
+        // A fifth of 5 is one endpoint: 0 is out for failing, so 1 may not go for its latency.
+        let c = OutlierConfig { consecutive_failures: 1, max_ejected: 0.2, ..by_latency(5).config };
+        let mut o = Outlier::new(5, c);
+        assert!(o.on_outcome(0, S(0), Outcome::Error).is_some());
+        (2..5).for_each(|e| assert_eq!(answer(&mut o, e, S(0), MS(100)), None));
+        assert_eq!(answer(&mut o, 1, S(0), S(5)), None);
+        assert_eq!(o.ejected_count(S(0)), 1);
+    }
+
     #[test]
     fn an_unknown_endpoint_is_ignored() {
         let mut o = Outlier::new(1, config(1, 0.1));
@@ -458,6 +556,14 @@ mod tests {
         assert_eq!(
             bad(OutlierConfig { max_ejected: 1.5, ..c }),
             "max_ejected: expected a fraction between 0 and 1, got 1.5"
+        );
+        assert_eq!(
+            bad(OutlierConfig { latency_factor: Some(0.5), ..c }),
+            "latency_factor: expected a number >= 1, got 0.5"
+        );
+        assert_eq!(
+            bad(OutlierConfig { latency_samples: 0, ..c }),
+            "latency_samples: expected a positive integer, got 0"
         );
     }
 }
