@@ -319,7 +319,15 @@ impl Outlier {
     }
 
     /// Ejects `endpoint` at `now` unless the ejected share is full.
+    /// An endpoint failing makes room by taking back one that is only slow: errors cost more.
     fn eject(&mut self, endpoint: EndpointId, now: Time, reason: Reason) -> Option<Ejection> {
+        if self.ejected >= self.cap && reason == Reason::Failures {
+            let slow = self.endpoints.iter().position(|e| e.ejected_until.is_some() && e.reason == Reason::Latency);
+            if let Some(slow) = slow {
+                self.endpoints[slow].ejected_until = Some(now);
+                self.reinstate(now);
+            }
+        }
         if self.ejected >= self.cap {
             return None;
         }
@@ -530,7 +538,14 @@ mod tests {
         assert!(o.on_outcome(0, S(0), Outcome::Error).is_some());
         (2..5).for_each(|e| assert_eq!(answer(&mut o, e, S(0), MS(100)), None));
         assert_eq!(answer(&mut o, 1, S(0), S(5)), None);
-        assert_eq!(o.ejected_count(S(0)), 1);
+        assert_eq!(ejected(&mut o, S(0)), [0]);
+        // Back at 10 s, 0 answers; 1 is slow again and goes out; then 2 fails: a failing endpoint
+        // takes the place of a slow one, which is back in at once on probation.
+        assert_eq!(answer(&mut o, 0, S(10), MS(100)), None);
+        assert_eq!(answer(&mut o, 1, S(10), S(5)).map(|e| e.reason), Some(Reason::Latency));
+        assert_eq!(o.on_outcome(2, S(11), Outcome::Error).map(|e| (e.endpoint, e.reason)), Some((2, Reason::Failures)));
+        assert_eq!(ejected(&mut o, S(11)), [2]);
+        assert!(o.endpoints[1].probation);
     }
 
     #[test]
