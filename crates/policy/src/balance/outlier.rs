@@ -14,20 +14,24 @@
 //! - At most `max_ejected` of the endpoints are ejected at once, rounded down but at least one
 //!   (Envoy's `max_ejection_percent`, which always lets one host go); an endpoint that reaches the
 //!   threshold while the share is full is ejected at its next failure after room is made.
-//! - When its interval is over the endpoint is back in, **on probation**: the first attempt that
-//!   ends decides. A failure ejects it again at once, for the next longer interval; a success ends
-//!   probation and resets its interval to `base_ejection` (Linkerd's probe after a back-off).
-//!
-//! - **Latency** (Envoy's success-rate detection, on answer times instead of success rates; Envoy
-//!   has had no latency detector since the request of 2016, envoyproxy/envoy#1218): each endpoint
-//!   keeps its last `latency_samples` successful answer times. Once it has that many, an endpoint
-//!   whose median is above `latency_factor` × the median of its peers' medians (the other
-//!   endpoints, not ejected, with as many samples; at least two of them) is ejected like a failing
-//!   one, within the same share and with the same growing interval. Back in, it is judged again
-//!   on fresh samples only: slow still, it goes out for the next longer interval; not slow, its
-//!   interval starts over. A median of several answers, compared with the peers' median, leaves a
-//!   replica alone for one slow answer or for being a little slower than the rest, and a
-//!   whole-service slowdown moves the reference with it.
+//! - When its interval is over the endpoint is back in, **on probation**, with one attempt at a
+//!   time (the probe) until an attempt to it ends; the first attempt that ends decides. A failure
+//!   ejects it again at once, for the next longer interval; a success ends probation and, after
+//!   an ejection for failures, resets its interval to `base_ejection` (Linkerd's probe after a
+//!   back-off).
+//! - **Latency** (the shape of Envoy's success-rate detection, on answer times instead of success
+//!   rates; Envoy has none on latency, an open request since 2016): each endpoint
+//!   keeps its last `latency_samples` successful answer times (since its last ejection). At each
+//!   of its answers, an endpoint whose median is above `latency_factor` × the median of its
+//!   peers' medians (the other endpoints, not ejected, that have answered; at least two of them)
+//!   is ejected like a failing one, within the same share and with the same growing interval. It
+//!   is judged from its first answer: a caller among many sees a gray replica's answers rarely,
+//!   and by its fifth the replica's queue is past repair. Back in, it is judged on fresh answers
+//!   only: slow still, it goes out for the next longer interval; not slow, its interval starts
+//!   over. A median over the window, against the peers' median, leaves a replica alone for one
+//!   slow answer among fast ones or for being a little slower than the rest, and a whole-service
+//!   slowdown moves the reference with it. A failing endpoint takes the place of one out only for
+//!   its latency when the share is full: errors cost more than slowness.
 //!
 //! [`Call`](crate::call::Call) applies it to every balancer alike: an ejected endpoint is treated as
 //! one the request has already tried, which every balancer avoids while it has another choice.
@@ -56,8 +60,8 @@ pub struct OutlierConfig {
     /// An endpoint whose median answer time is above this many times its peers' is ejected
     /// (default 3; `null` turns latency ejection off).
     pub latency_factor: Option<f64>,
-    /// The successful answers per endpoint whose median is compared, and needed before it is
-    /// (default 5).
+    /// The most successful answers per endpoint whose median is compared (default 5); an endpoint
+    /// is judged from its first answer on.
     pub latency_samples: u32,
 }
 
@@ -95,8 +99,6 @@ impl OutlierConfig {
 
 /// The default `latency_factor`: measured on examples/balancing.yaml (docs/policies.md).
 pub const DEFAULT_LATENCY_FACTOR: f64 = 3.0;
-
-const MIN_SAMPLES: usize = 1;
 
 /// Why an endpoint was ejected.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -149,7 +151,7 @@ struct Endpoint {
     /// Its last successful answer times (at most `latency_samples`, the oldest first), since its
     /// last ejection.
     samples: VecDeque<Duration>,
-    /// Their median, once there are `latency_samples` of them.
+    /// Their median, once it has answered.
     median: Option<Duration>,
 }
 
@@ -293,9 +295,6 @@ impl Outlier {
             e.samples.pop_front();
         }
         e.samples.push_back(rtt);
-        if e.samples.len() < MIN_SAMPLES.min(window) {
-            return None;
-        }
         self.medians.clear();
         self.medians.extend(e.samples.iter().copied());
         let own = median(&mut self.medians);
