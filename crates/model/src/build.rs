@@ -57,12 +57,13 @@ mod tests {
         assert_eq!(fixed.capacity(Duration::ZERO), Some(10));
         assert!(fixed.admit(Duration::ZERO, 9));
         assert!(!fixed.admit(Duration::ZERO, 10));
-        // Dynamic capacity admits everything during its first window (30 s by default).
+        // Dynamic capacity admits everything during its first window (30 s by default), then
+        // 1.5 × its average load by default (7.5, rounded up).
         let mut dynamic = admission(&yaml("{kind: dynamic}"));
         dynamic.observe(Duration::ZERO, 5);
         assert_eq!(dynamic.capacity(Duration::from_secs(29)), None);
-        assert_eq!(dynamic.capacity(Duration::from_secs(30)), Some(5));
-        let mut short = admission(&yaml("{kind: dynamic, window: 1s}"));
+        assert_eq!(dynamic.capacity(Duration::from_secs(30)), Some(8));
+        let mut short = admission(&yaml("{kind: dynamic, window: 1s, headroom: 1}"));
         short.observe(Duration::ZERO, 3);
         assert_eq!(short.capacity(Duration::from_secs(1)), Some(3));
     }

@@ -368,6 +368,9 @@ impl Call {
             (a, b) => a.or(b),
         };
         policy.balancer.on_send(endpoint, now);
+        if let Some(outlier) = &mut policy.outlier {
+            outlier.on_send(endpoint);
+        }
         let attempt = self.attempts.len() as u32;
         self.attempts.push(Attempt {
             endpoint,
@@ -395,7 +398,7 @@ impl Call {
                 a.live = false;
                 ctx.out.push(Action::Cancel { attempt: i as u32, endpoint: a.endpoint, reason: Outcome::Cancelled });
                 let feedback = Feedback::new(Outcome::Cancelled, now.saturating_sub(a.sent));
-                ctx.policy.balancer.on_feedback(a.endpoint, now, &feedback);
+                feed_back(ctx, a.endpoint, &feedback);
                 ctx.policy.timeout.on_abandoned(now, a.index, feedback.rtt);
             }
         }
@@ -428,7 +431,11 @@ impl Call {
 fn feed_back(ctx: &mut Ctx<'_>, endpoint: EndpointId, feedback: &Feedback) {
     ctx.policy.balancer.on_feedback(endpoint, ctx.now, feedback);
     if let Some(outlier) = &mut ctx.policy.outlier {
-        if let Some(ejection) = outlier.on_outcome(endpoint, ctx.now, feedback.outcome) {
+        let mut ejection = outlier.on_outcome(endpoint, ctx.now, feedback.outcome);
+        if feedback.outcome == Outcome::Success && ejection.is_none() {
+            ejection = outlier.on_answer(endpoint, ctx.now, feedback.rtt);
+        }
+        if let Some(ejection) = ejection {
             ctx.out.push(Action::Eject(ejection));
         }
     }

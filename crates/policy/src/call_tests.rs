@@ -2,7 +2,7 @@
 //! the exact actions the call asks for.
 
 use super::*;
-use crate::balance::RoundRobin;
+use crate::balance::{EjectionReason, RoundRobin};
 use crate::hedge::{PercentileHedge, PercentileHedgeConfig, Speculative, PAST};
 use crate::retry::{Backoff, RetryBudget};
 use crate::timeout::{AttemptResult, Fixed, NoTimeout, TimeoutPolicy};
@@ -136,8 +136,13 @@ fn a_success_finishes_the_request() {
 fn an_endpoint_answering_errors_is_picked_three_times_then_not_until_its_ejection_ends() {
     use crate::balance::OutlierConfig;
     let mut d = Driver::new(3, Box::new(NoTimeout));
-    let config =
-        OutlierConfig { consecutive_failures: 3, base_ejection: ms(1000), max_ejection: ms(5000), max_ejected: 0.5 };
+    let config = OutlierConfig {
+        consecutive_failures: 3,
+        base_ejection: ms(1000),
+        max_ejection: ms(5000),
+        max_ejected: 0.5,
+        ..OutlierConfig::default()
+    };
     d.policy.outlier = Some(config.build(3));
     // One request every 10 ms; endpoint 1 answers each with an error at once, the others succeed.
     // Returns the endpoints picked and the ejections announced.
@@ -158,7 +163,7 @@ fn an_endpoint_answering_errors_is_picked_three_times_then_not_until_its_ejectio
     assert_eq!(picks.iter().filter(|&&e| e == 1).count(), 3);
     assert_eq!(&picks[..9], [0, 1, 2, 0, 1, 2, 0, 1, 2]);
     assert!(picks[9..].iter().all(|&e| e != 1), "{picks:?}");
-    assert_eq!(ejections, [Ejection { endpoint: 1, duration: ms(1000), nth: 1 }]);
+    assert_eq!(ejections, [Ejection { endpoint: 1, duration: ms(1000), nth: 1, reason: EjectionReason::Failures }]);
     // At 1070 ms it is back on probation: its next error ejects it again at once, for 2 s.
     let (picks, ejections) = run(&mut d, 1000, 1070);
     assert!(picks.iter().all(|&e| e != 1));
@@ -168,7 +173,7 @@ fn an_endpoint_answering_errors_is_picked_three_times_then_not_until_its_ejectio
     assert_eq!(picks.iter().filter(|&&e| e == 1).count(), 1, "{picks:?}");
     let at = 1070 + 10 * first as u64;
     assert!(at < 1100, "picked at {at} ms");
-    assert_eq!(ejections, [Ejection { endpoint: 1, duration: ms(2000), nth: 2 }]);
+    assert_eq!(ejections, [Ejection { endpoint: 1, duration: ms(2000), nth: 2, reason: EjectionReason::Failures }]);
 }
 
 #[test]
@@ -180,7 +185,7 @@ fn a_retry_avoids_an_ejected_endpoint_even_if_it_must_go_where_it_went_before() 
     // Endpoint 0 fails (ejected); the retry goes to 1, which fails too (the share is full).
     let (mut call, _) = d.start(true);
     let out = d.end(&mut call, 0, Feedback::new(Outcome::Error, Duration::ZERO));
-    let ejection = Ejection { endpoint: 0, duration: ms(30_000), nth: 1 };
+    let ejection = Ejection { endpoint: 0, duration: ms(30_000), nth: 1, reason: EjectionReason::Failures };
     assert_eq!(out, vec![Action::Eject(ejection), send(1, 1, None)]);
     assert_eq!(d.end(&mut call, 1, Feedback::new(Outcome::Error, Duration::ZERO)), vec![finish(Outcome::Error, 2)]);
     // The next request's retry has tried every endpoint left: it goes to 1 again, not to 0.
@@ -586,8 +591,13 @@ fn random_scripts_keep_the_call_invariants() {
     let mut script = Pcg64Mcg::seed_from_u64(7);
     let (mut multi_attempt_cases, mut timed_out_cases, mut overdue_cases, mut ejections) = (0, 0, 0, 0);
     // Every other case ejects an endpoint at its first failure, for 20 to 40 ms.
-    let outlier =
-        OutlierConfig { consecutive_failures: 1, base_ejection: ms(20), max_ejection: ms(40), max_ejected: 0.5 };
+    let outlier = OutlierConfig {
+        consecutive_failures: 1,
+        base_ejection: ms(20),
+        max_ejection: ms(40),
+        max_ejected: 0.5,
+        ..OutlierConfig::default()
+    };
     for case in 0..2_000u64 {
         let endpoints = script.gen_range(1..4);
         let mut policy = ClientPolicy {

@@ -167,7 +167,10 @@ mod tests {
         assert_eq!(yaml::<TimeoutConfig>("{kind: controller, initial: 20ms}"), paper);
         let paper = TimeoutConfig::Optimizer(OptimizerConfig::paper(ms(20)));
         assert_eq!(yaml::<TimeoutConfig>("{kind: optimizer, initial: 20ms}"), paper);
-        assert_eq!(yaml::<AdmissionConfig>("{kind: dynamic}"), AdmissionConfig::Dynamic { window: ms(30_000) });
+        assert_eq!(
+            yaml::<AdmissionConfig>("{kind: dynamic}"),
+            AdmissionConfig::Dynamic { window: ms(30_000), headroom: 1.5 }
+        );
     }
 
     #[test]

@@ -30,6 +30,9 @@ pub enum AdmissionConfig {
     Dynamic {
         #[serde(default = "default_dynamic_window", with = "text")]
         window: Duration,
+        /// The capacity is the last window's average load times this (1 is the paper's rule).
+        #[serde(default = "default_headroom")]
+        headroom: f64,
     },
 }
 
@@ -37,13 +40,23 @@ fn default_dynamic_window() -> Duration {
     DEFAULT_DYNAMIC_WINDOW
 }
 
+fn default_headroom() -> f64 {
+    DEFAULT_HEADROOM
+}
+
+/// The factor over the last window's average load that dynamic capacity admits by default.
+pub const DEFAULT_HEADROOM: f64 = 1.5;
+
 impl AdmissionConfig {
     /// Checks the parameters; the error names the field.
     pub fn validate(&self) -> Check {
         match self {
             AdmissionConfig::None => Ok(()),
             AdmissionConfig::Fixed { capacity } => config::at_least_one("capacity", *capacity),
-            AdmissionConfig::Dynamic { window } => config::positive("window", *window),
+            AdmissionConfig::Dynamic { window, headroom } => {
+                config::positive("window", *window)?;
+                config::at_least("headroom", *headroom, 1.0)
+            }
         }
     }
 
@@ -52,7 +65,9 @@ impl AdmissionConfig {
         match self {
             AdmissionConfig::None => Box::new(AdmitAll),
             AdmissionConfig::Fixed { capacity } => Box::new(FixedCapacity::new(*capacity)),
-            AdmissionConfig::Dynamic { window } => Box::new(DynamicCapacity::new(*window)),
+            AdmissionConfig::Dynamic { window, headroom } => {
+                Box::new(DynamicCapacity::new(*window).with_headroom(*headroom))
+            }
         }
     }
 }

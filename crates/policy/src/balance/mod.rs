@@ -20,7 +20,7 @@ pub use bloc::{Bloc, BlocConfig};
 pub use least_request::LeastRequest;
 pub use loads::LoadIndex;
 pub use oracle::Oracle;
-pub use outlier::{Ejection, Outlier, OutlierConfig};
+pub use outlier::{Ejection, Outlier, OutlierConfig, Reason as EjectionReason};
 pub use peak_ewma::{PeakEwma, PeakEwmaConfig};
 pub use prequal::{Prequal, PrequalConfig, ProbeReply, ProbeResponder};
 pub use random::RandomBalancer;

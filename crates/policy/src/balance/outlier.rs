@@ -1,5 +1,6 @@
-//! Outlier ejection: an endpoint that fails several attempts in a row is left out of every
-//! balancer's choice for a while, for a longer while each time it does it again.
+//! Outlier ejection: an endpoint that fails several attempts in a row, or answers far more slowly
+//! than its peers, is left out of every balancer's choice for a while, for a longer while each time
+//! it does it again.
 //!
 //! Envoy's consecutive-5xx outlier detection, with Linkerd's failure accrual for the way back in:
 //! - **Failures** are attempts that ended in [`Outcome::Error`] (a 5xx answer),
@@ -13,9 +14,24 @@
 //! - At most `max_ejected` of the endpoints are ejected at once, rounded down but at least one
 //!   (Envoy's `max_ejection_percent`, which always lets one host go); an endpoint that reaches the
 //!   threshold while the share is full is ejected at its next failure after room is made.
-//! - When its interval is over the endpoint is back in, **on probation**: the first attempt that
-//!   ends decides. A failure ejects it again at once, for the next longer interval; a success ends
-//!   probation and resets its interval to `base_ejection` (Linkerd's probe after a back-off).
+//! - When its interval is over the endpoint is back in, **on probation**, with one attempt at a
+//!   time (the probe) until an attempt to it ends; the first attempt that ends decides. A failure
+//!   ejects it again at once, for the next longer interval; a success ends probation and, after
+//!   an ejection for failures, resets its interval to `base_ejection` (Linkerd's probe after a
+//!   back-off).
+//! - **Latency** (the shape of Envoy's success-rate detection, on answer times instead of success
+//!   rates; Envoy has none on latency, an open request since 2016): each endpoint
+//!   keeps its last `latency_samples` successful answer times (since its last ejection). At each
+//!   of its answers, an endpoint whose median is above `latency_factor` × the median of its
+//!   peers' medians (the other endpoints, not ejected, that have answered; at least two of them)
+//!   is ejected like a failing one, within the same share and with the same growing interval. It
+//!   is judged from its first answer: a caller among many sees a gray replica's answers rarely,
+//!   and by its fifth the replica's queue is past repair. Back in, it is judged on fresh answers
+//!   only: slow still, it goes out for the next longer interval; not slow, its interval starts
+//!   over. A median over the window, against the peers' median, leaves a replica alone for one
+//!   slow answer among fast ones or for being a little slower than the rest, and a whole-service
+//!   slowdown moves the reference with it. A failing endpoint takes the place of one out only for
+//!   its latency when the share is full: errors cost more than slowness.
 //!
 //! [`Call`](crate::call::Call) applies it to every balancer alike: an ejected endpoint is treated as
 //! one the request has already tried, which every balancer avoids while it has another choice.
@@ -24,6 +40,7 @@ use crate::config::{self, Check};
 use crate::duration::text;
 use crate::{EndpointId, Outcome, Time};
 use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 /// Settings of [`Outlier`] (`outlier:` in a caller's policy); a file may leave out any of them.
@@ -40,6 +57,12 @@ pub struct OutlierConfig {
     pub max_ejection: Duration,
     /// The largest share of endpoints ejected at once; one endpoint may always be (default 0.1).
     pub max_ejected: f64,
+    /// An endpoint whose median answer time is above this many times its peers' is ejected
+    /// (default 3; `null` turns latency ejection off).
+    pub latency_factor: Option<f64>,
+    /// The most successful answers per endpoint whose median is compared (default 5); an endpoint
+    /// is judged from its first answer on.
+    pub latency_samples: u32,
 }
 
 impl Default for OutlierConfig {
@@ -49,6 +72,8 @@ impl Default for OutlierConfig {
             base_ejection: Duration::from_secs(30),
             max_ejection: Duration::from_secs(300),
             max_ejected: 0.1,
+            latency_factor: Some(DEFAULT_LATENCY_FACTOR),
+            latency_samples: 5,
         }
     }
 }
@@ -59,12 +84,39 @@ impl OutlierConfig {
         config::at_least_one("consecutive_failures", self.consecutive_failures)?;
         config::positive("base_ejection", self.base_ejection)?;
         config::ordered("base_ejection", self.base_ejection, "max_ejection", self.max_ejection)?;
-        config::fraction("max_ejected", self.max_ejected)
+        config::fraction("max_ejected", self.max_ejected)?;
+        if let Some(factor) = self.latency_factor {
+            config::at_least("latency_factor", factor, 1.0)?;
+        }
+        config::at_least_one("latency_samples", self.latency_samples)
     }
 
     /// The detector for endpoints `0..endpoints`.
     pub fn build(&self, endpoints: usize) -> Outlier {
         Outlier::new(endpoints, *self)
+    }
+}
+
+/// The default `latency_factor`: measured on examples/balancing.yaml (docs/policies.md).
+pub const DEFAULT_LATENCY_FACTOR: f64 = 3.0;
+
+/// Why an endpoint was ejected.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Reason {
+    /// `consecutive_failures` failures in a row, or one on probation.
+    #[default]
+    Failures,
+    /// Its median answer time was above `latency_factor` × its peers'.
+    Latency,
+}
+
+impl Reason {
+    /// The reason as metrics label it and logs write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Failures => "failures",
+            Reason::Latency => "latency",
+        }
     }
 }
 
@@ -77,10 +129,12 @@ pub struct Ejection {
     pub duration: Duration,
     /// How many times in a row it has been ejected, this one included.
     pub nth: u32,
+    /// Why.
+    pub reason: Reason,
 }
 
 /// What the detector knows of one endpoint.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Endpoint {
     /// Failures since its last good answer (or its reinstatement).
     failures: u32,
@@ -90,6 +144,15 @@ struct Endpoint {
     ejected_until: Option<Time>,
     /// Back from an ejection and not yet answered well: its next failure ejects it again.
     probation: bool,
+    /// On probation with an attempt in flight, the probe: no other attempt goes to it meanwhile.
+    probing: bool,
+    /// Why it was last ejected.
+    reason: Reason,
+    /// Its last successful answer times (at most `latency_samples`, the oldest first), since its
+    /// last ejection.
+    samples: VecDeque<Duration>,
+    /// Their median, once it has answered.
+    median: Option<Duration>,
 }
 
 /// Consecutive-failure outlier detection over one caller's endpoints ([module docs](self)).
@@ -99,17 +162,29 @@ pub struct Outlier {
     endpoints: Vec<Endpoint>,
     /// Endpoints with `ejected_until` set (some may be due back: see [`Outlier::reinstate`]).
     ejected: usize,
+    /// Endpoints with `probing` set.
+    probing: usize,
     /// The most endpoints ejected at once.
     cap: usize,
     /// Reused room for [`Outlier::exclude`]'s answer, so a pick does not allocate.
     scratch: Vec<EndpointId>,
+    /// Reused room for the medians of [`Outlier::on_answer`].
+    medians: Vec<Duration>,
 }
 
 impl Outlier {
     /// A detector over endpoints `0..endpoints`, none of them ejected.
     pub fn new(endpoints: usize, config: OutlierConfig) -> Self {
         let cap = ((endpoints as f64 * config.max_ejected).floor() as usize).max(1);
-        Outlier { config, endpoints: vec![Endpoint::default(); endpoints], ejected: 0, cap, scratch: Vec::new() }
+        Outlier {
+            config,
+            endpoints: vec![Endpoint::default(); endpoints],
+            ejected: 0,
+            probing: 0,
+            cap,
+            scratch: Vec::new(),
+            medians: Vec::new(),
+        }
     }
 
     /// Puts back the endpoints whose ejection is over at `now`.
@@ -127,15 +202,37 @@ impl Outlier {
         }
     }
 
-    /// The endpoints a pick at `now` should avoid: the ejected ones, and those the request
-    /// already `tried` unless no other endpoint is left (a retry goes to an endpoint it tried
-    /// rather than to an ejected one). Just `tried` while nothing is ejected.
+    /// An attempt was sent to `endpoint`: on probation, it is the probe, and the endpoint gets no
+    /// other attempt until an attempt to it ends (Linkerd's failure accrual sends one probe).
+    pub fn on_send(&mut self, endpoint: EndpointId) {
+        if let Some(e) = self.endpoints.get_mut(endpoint) {
+            if e.probation && !e.probing && e.ejected_until.is_none() {
+                e.probing = true;
+                self.probing += 1;
+            }
+        }
+    }
+
+    /// An attempt to `endpoint` ended: it may be probed again.
+    fn end_probe(&mut self, endpoint: EndpointId) {
+        if let Some(e) = self.endpoints.get_mut(endpoint) {
+            if e.probing {
+                e.probing = false;
+                self.probing -= 1;
+            }
+        }
+    }
+
+    /// The endpoints a pick at `now` should avoid: the ejected ones and those with a probe in
+    /// flight, and those the request already `tried` unless no other endpoint is left (a retry
+    /// goes to an endpoint it tried rather than to an ejected one). Just `tried` while nothing is
+    /// ejected or probed.
     pub fn exclude<'a>(&'a mut self, now: Time, tried: &'a [EndpointId]) -> &'a [EndpointId] {
         self.reinstate(now);
-        if self.ejected == 0 {
+        if self.ejected == 0 && self.probing == 0 {
             return tried;
         }
-        let ejected = |(i, e): (usize, &Endpoint)| e.ejected_until.is_some().then_some(i);
+        let ejected = |(i, e): (usize, &Endpoint)| (e.ejected_until.is_some() || e.probing).then_some(i);
         self.scratch.clear();
         self.scratch.extend(self.endpoints.iter().enumerate().filter_map(ejected));
         let scratch = &self.scratch;
@@ -154,13 +251,17 @@ impl Outlier {
     /// An attempt to `endpoint` ended with `outcome` at `now`; the ejection it caused, if any.
     pub fn on_outcome(&mut self, endpoint: EndpointId, now: Time, outcome: Outcome) -> Option<Ejection> {
         self.reinstate(now);
+        self.end_probe(endpoint);
         let e = self.endpoints.get_mut(endpoint)?;
         match outcome {
             Outcome::Success | Outcome::Rejected => {
                 e.failures = 0;
                 if e.probation {
                     e.probation = false;
-                    e.ejections = 0;
+                    // A slow endpoint answers: only fresh samples may say it is no longer slow.
+                    if e.reason == Reason::Failures {
+                        e.ejections = 0;
+                    }
                 }
                 None
             }
@@ -171,20 +272,83 @@ impl Outlier {
                 }
                 e.failures = e.failures.saturating_add(1);
                 let due = e.probation || e.failures >= self.config.consecutive_failures;
-                if !due || self.ejected >= self.cap {
+                if !due {
                     return None;
                 }
-                e.ejections = e.ejections.saturating_add(1);
-                let duration = self.config.base_ejection.saturating_mul(e.ejections).min(self.config.max_ejection);
-                e.ejected_until = Some(now.saturating_add(duration));
-                e.failures = 0;
-                e.probation = false;
-                self.ejected += 1;
-                Some(Ejection { endpoint, duration, nth: e.ejections })
+                self.eject(endpoint, now, Reason::Failures)
             }
             Outcome::Cancelled => None,
         }
     }
+
+    /// A successful attempt to `endpoint` ended at `now` after `rtt`; the latency ejection it
+    /// caused, if any. (Call [`Outlier::on_outcome`] for it as well.)
+    pub fn on_answer(&mut self, endpoint: EndpointId, now: Time, rtt: Duration) -> Option<Ejection> {
+        let factor = self.config.latency_factor?;
+        self.reinstate(now);
+        let window = self.config.latency_samples as usize;
+        let e = self.endpoints.get_mut(endpoint)?;
+        if e.ejected_until.is_some() {
+            return None;
+        }
+        if e.samples.len() == window {
+            e.samples.pop_front();
+        }
+        e.samples.push_back(rtt);
+        self.medians.clear();
+        self.medians.extend(e.samples.iter().copied());
+        let own = median(&mut self.medians);
+        e.median = Some(own);
+        self.medians.clear();
+        let peers = self.endpoints.iter().enumerate().filter(|&(i, p)| i != endpoint && p.ejected_until.is_none());
+        self.medians.extend(peers.filter_map(|(_, p)| p.median));
+        if self.medians.len() < 2 {
+            return None;
+        }
+        let reference = median(&mut self.medians);
+        if own.as_secs_f64() > factor * reference.as_secs_f64() {
+            self.eject(endpoint, now, Reason::Latency)
+        } else {
+            // Not slow on a full window of samples: the next ejection, if any, is a first one again.
+            if self.endpoints[endpoint].reason == Reason::Latency {
+                self.endpoints[endpoint].ejections = 0;
+            }
+            None
+        }
+    }
+
+    /// Ejects `endpoint` at `now` unless the ejected share is full.
+    /// An endpoint failing makes room by taking back one that is only slow: errors cost more.
+    fn eject(&mut self, endpoint: EndpointId, now: Time, reason: Reason) -> Option<Ejection> {
+        if self.ejected >= self.cap && reason == Reason::Failures {
+            let slow = self.endpoints.iter().position(|e| e.ejected_until.is_some() && e.reason == Reason::Latency);
+            if let Some(slow) = slow {
+                self.endpoints[slow].ejected_until = Some(now);
+                self.reinstate(now);
+            }
+        }
+        if self.ejected >= self.cap {
+            return None;
+        }
+        self.end_probe(endpoint);
+        let e = &mut self.endpoints[endpoint];
+        e.ejections = e.ejections.saturating_add(1);
+        let duration = self.config.base_ejection.saturating_mul(e.ejections).min(self.config.max_ejection);
+        e.ejected_until = Some(now.saturating_add(duration));
+        e.failures = 0;
+        e.probation = false;
+        e.reason = reason;
+        e.samples.clear();
+        e.median = None;
+        self.ejected += 1;
+        Some(Ejection { endpoint, duration, nth: e.ejections, reason })
+    }
+}
+
+/// The median of `values` (the lower one of an even count); reorders them.
+fn median(values: &mut [Duration]) -> Duration {
+    let mid = (values.len() - 1) / 2;
+    *values.select_nth_unstable(mid).1
 }
 
 #[cfg(test)]
@@ -194,7 +358,13 @@ mod tests {
     const S: fn(u64) -> Duration = Duration::from_secs;
 
     fn config(consecutive_failures: u32, max_ejected: f64) -> OutlierConfig {
-        OutlierConfig { consecutive_failures, base_ejection: S(10), max_ejection: S(25), max_ejected }
+        OutlierConfig {
+            consecutive_failures,
+            base_ejection: S(10),
+            max_ejection: S(25),
+            max_ejected,
+            ..OutlierConfig::default()
+        }
     }
 
     fn ejected(o: &mut Outlier, now: Time) -> Vec<EndpointId> {
@@ -211,7 +381,10 @@ mod tests {
         assert_eq!(o.on_outcome(1, S(1), Outcome::Unavailable), None);
         assert_eq!(o.on_outcome(1, S(1), Outcome::Cancelled), None, "ignored");
         assert_eq!(o.on_outcome(1, S(1), Outcome::Error), None);
-        assert_eq!(o.on_outcome(1, S(2), Outcome::Error), Some(Ejection { endpoint: 1, duration: S(10), nth: 1 }));
+        assert_eq!(
+            o.on_outcome(1, S(2), Outcome::Error),
+            Some(Ejection { endpoint: 1, duration: S(10), nth: 1, reason: Reason::Failures })
+        );
         assert_eq!(ejected(&mut o, S(2)), [1]);
         assert_eq!(ejected(&mut o, S(12) - Duration::from_nanos(1)), [1]);
         assert_eq!(ejected(&mut o, S(12)), [] as [EndpointId; 0]);
@@ -269,6 +442,111 @@ mod tests {
         assert_eq!(o.exclude(S(10), &[3]), [3], "back in");
     }
 
+    /// Latency ejection over `endpoints`: 3 samples, factor 3, half may go, 10 s then 20 s.
+    fn by_latency(endpoints: usize) -> Outlier {
+        let c = OutlierConfig { latency_factor: Some(3.0), latency_samples: 3, ..config(5, 0.5) };
+        Outlier::new(endpoints, c)
+    }
+
+    const MS: fn(u64) -> Duration = Duration::from_millis;
+
+    /// A successful answer after `rtt`, told as [`Call`](crate::call::Call) tells it.
+    fn answer(o: &mut Outlier, endpoint: EndpointId, now: Time, rtt: Duration) -> Option<Ejection> {
+        o.on_outcome(endpoint, now, Outcome::Success).or_else(|| o.on_answer(endpoint, now, rtt))
+    }
+
+    #[test]
+    fn an_endpoint_far_slower_than_its_peers_is_ejected() {
+        let mut o = by_latency(4);
+        // The first answers: 3 takes 2 s, but no two peers have answered yet, so nothing is judged.
+        assert_eq!(answer(&mut o, 3, S(1), S(2)), None);
+        assert_eq!(answer(&mut o, 1, S(1), MS(100)), None);
+        assert_eq!(answer(&mut o, 2, S(1), MS(100)), None);
+        // 0 answers in 250 ms: its peers' medians are 2 s, 100 ms and 100 ms, median 100 ms, and
+        // 250 ms is not above 3 × 100 ms.
+        assert_eq!(answer(&mut o, 0, S(1), MS(250)), None);
+        // 3's window is [2 s, 400 ms]: median (the lower one) 400 ms > 3 × median(250, 100, 100).
+        let ejection = Ejection { endpoint: 3, duration: S(10), nth: 1, reason: Reason::Latency };
+        assert_eq!(answer(&mut o, 3, S(2), MS(400)), Some(ejection));
+        assert_eq!(ejected(&mut o, S(2)), [3]);
+    }
+
+    #[test]
+    fn one_slow_answer_is_not_enough_but_a_slow_median_is() {
+        let mut o = by_latency(3);
+        answer(&mut o, 1, S(0), MS(100));
+        answer(&mut o, 2, S(0), MS(100));
+        // 0 answers in 100 ms, 100 ms, then 1 s: its median of three is 100 ms.
+        assert_eq!(answer(&mut o, 0, S(1), MS(100)), None);
+        assert_eq!(answer(&mut o, 0, S(1), MS(100)), None);
+        assert_eq!(answer(&mut o, 0, S(1), S(1)), None);
+        // A second 1 s answer: the window is [100 ms, 1 s, 1 s], median 1 s > 300 ms.
+        assert_eq!(answer(&mut o, 0, S(2), S(1)).map(|e| e.reason), Some(Reason::Latency));
+        // Answers of attempts sent before the ejection are not samples.
+        assert_eq!(o.on_answer(0, S(3), S(1)), None);
+        assert!(o.endpoints[0].samples.is_empty());
+    }
+
+    #[test]
+    fn back_in_a_slow_endpoint_is_probed_once_and_judged_on_fresh_answers() {
+        let mut o = by_latency(3);
+        answer(&mut o, 1, S(0), MS(100));
+        answer(&mut o, 2, S(0), MS(100));
+        assert!(answer(&mut o, 0, S(0), S(1)).is_some());
+        // Back at 10 s: one attempt, the probe, may go to it; the next pick avoids it.
+        assert_eq!(ejected(&mut o, S(10)), [] as [EndpointId; 0]);
+        o.on_send(0);
+        assert_eq!(ejected(&mut o, S(10)), [0]);
+        o.on_send(0);
+        // The probe answers in 1 s: still slow, out for twice as long (its success does not reset
+        // the intervals as it does after failures).
+        let again = answer(&mut o, 0, S(11), S(1));
+        assert_eq!(again, Some(Ejection { endpoint: 0, duration: S(20), nth: 2, reason: Reason::Latency }));
+        // Back at 31 s, the probe answers in 120 ms: not slow, so the intervals start over.
+        assert_eq!(ejected(&mut o, S(31)), [] as [EndpointId; 0]);
+        o.on_send(0);
+        assert_eq!(answer(&mut o, 0, S(31), MS(120)), None);
+        assert_eq!(ejected(&mut o, S(31)), [] as [EndpointId; 0]);
+        // Slow again: the median of [120 ms, 2 s] is 120 ms; of [120 ms, 2 s, 2 s], 2 s.
+        assert_eq!(answer(&mut o, 0, S(32), S(2)), None);
+        let third = answer(&mut o, 0, S(33), S(2));
+        assert_eq!(third, Some(Ejection { endpoint: 0, duration: S(10), nth: 1, reason: Reason::Latency }));
+    }
+
+    #[test]
+    fn a_cancelled_probe_lets_another_go() {
+        let mut o = Outlier::new(2, config(1, 0.5));
+        o.on_outcome(0, S(0), Outcome::Error);
+        // Back at 10 s; the probe goes, and until it ends nothing else does.
+        assert_eq!(ejected(&mut o, S(10)), [] as [EndpointId; 0]);
+        o.on_send(0);
+        assert_eq!(ejected(&mut o, S(10)), [0]);
+        // Another attempt of the request won: the probe is cancelled, and 0 may be probed again.
+        assert_eq!(o.on_outcome(0, S(10), Outcome::Cancelled), None);
+        assert_eq!(ejected(&mut o, S(10)), [] as [EndpointId; 0]);
+    }
+
+    #[test]
+    fn latency_ejection_is_off_without_a_factor_and_shares_the_cap() {
+        let mut o = Outlier::new(3, OutlierConfig { latency_factor: None, ..config(5, 0.5) });
+        (1..3).for_each(|e| assert_eq!(answer(&mut o, e, S(0), MS(100)), None));
+        (0..10).for_each(|_| assert_eq!(answer(&mut o, 0, S(0), S(10)), None));
+        // A fifth of 5 is one endpoint: 0 is out for failing, so 1 may not go for its latency.
+        let c = OutlierConfig { consecutive_failures: 1, max_ejected: 0.2, ..by_latency(5).config };
+        let mut o = Outlier::new(5, c);
+        assert!(o.on_outcome(0, S(0), Outcome::Error).is_some());
+        (2..5).for_each(|e| assert_eq!(answer(&mut o, e, S(0), MS(100)), None));
+        assert_eq!(answer(&mut o, 1, S(0), S(5)), None);
+        assert_eq!(ejected(&mut o, S(0)), [0]);
+        // Back at 10 s, 0 answers; 1 is slow again and goes out; then 2 fails: a failing endpoint
+        // takes the place of a slow one, which is back in at once on probation.
+        assert_eq!(answer(&mut o, 0, S(10), MS(100)), None);
+        assert_eq!(answer(&mut o, 1, S(10), S(5)).map(|e| e.reason), Some(Reason::Latency));
+        assert_eq!(o.on_outcome(2, S(11), Outcome::Error).map(|e| (e.endpoint, e.reason)), Some((2, Reason::Failures)));
+        assert_eq!(ejected(&mut o, S(11)), [2]);
+        assert!(o.endpoints[1].probation);
+    }
+
     #[test]
     fn an_unknown_endpoint_is_ignored() {
         let mut o = Outlier::new(1, config(1, 0.1));
@@ -292,6 +570,14 @@ mod tests {
         assert_eq!(
             bad(OutlierConfig { max_ejected: 1.5, ..c }),
             "max_ejected: expected a fraction between 0 and 1, got 1.5"
+        );
+        assert_eq!(
+            bad(OutlierConfig { latency_factor: Some(0.5), ..c }),
+            "latency_factor: expected a number >= 1, got 0.5"
+        );
+        assert_eq!(
+            bad(OutlierConfig { latency_samples: 0, ..c }),
+            "latency_samples: expected a positive integer, got 0"
         );
     }
 }

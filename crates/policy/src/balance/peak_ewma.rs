@@ -12,15 +12,21 @@
 //! The cost of an endpoint is `estimate × (pending + 1)`, where `pending` counts this caller's
 //! attempts in flight to it, and two endpoints drawn at random are compared on it (P2C).
 //!
-//! Differences from the sources, on purpose:
-//! - time is the `now` passed in (linkerd2-proxy's own `ewma` does the same for testability), and
-//!   every endpoint starts as if `default_rtt` had been measured at the epoch (`Time::ZERO`), which is
-//!   what tower does when the balancer is built at the driver's epoch;
-//! - only answers (`Success`, `Error`) are RTT samples: a timeout, cancellation, 429 or unreachable
-//!   endpoint measures nothing about service time. Every outcome ends a pending attempt;
-//! - the estimate changes only on samples; tower and Finagle also decay it towards zero each time the
-//!   cost is read, which makes an idle endpoint look ever faster. Here an idle endpoint keeps its last
-//!   estimate and competes on `pending` alone.
+//! As in the sources, reading an endpoint's cost (for the two endpoints P2C draws) first decays
+//! its estimate towards zero for the time since it was last touched — a zero "sample" — so an
+//! endpoint avoided after a slow answer looks cheaper and cheaper until it is tried again, and the
+//! estimate between reads is the peak of recent answers fading with `decay`. Every attempt that
+//! ends is a sample of its time, as a tower `Handle` dropped at the response, the timeout or the
+//! cancellation is; only an unreachable endpoint measures nothing (it is not "ready" in tower).
+//!
+//! Differences from the sources, on purpose: time is the `now` passed in (linkerd2-proxy's own
+//! `ewma` does the same for testability), and every endpoint starts as if `default_rtt` had been
+//! measured at the epoch (`Time::ZERO`), which is what tower does when the balancer is built at the
+//! driver's epoch.
+//!
+//! Until issue 19 the estimate changed only on samples, never on reads, and only answers were
+//! samples: an endpoint that had one slow answer kept its estimate, lost every P2C draw, and so
+//! got no answer to bring it down (examples/balancing.yaml, docs/policies.md).
 
 use super::{p2c, Balancer, Eligible, InFlight, Pick};
 use crate::config::{self, Check};
@@ -65,7 +71,8 @@ struct RttEstimate {
 }
 
 impl RttEstimate {
-    /// Folds `sample` in at `now`: a new peak is taken as is, a lower sample is averaged in.
+    /// Folds `sample` in at `now`: a new peak is taken as is, a lower sample is averaged in (a
+    /// zero sample is how a read decays the estimate).
     fn update(&mut self, now: Time, sample: Duration, decay: Duration) {
         let sample = sample.as_secs_f64();
         if sample >= self.secs {
@@ -108,9 +115,11 @@ impl PeakEwma {
         }
     }
 
-    /// `estimate × (pending + 1)`, in seconds.
-    fn cost(&self, endpoint: EndpointId) -> f64 {
-        self.rtt[endpoint].secs * (f64::from(self.pending.get(endpoint)) + 1.0)
+    /// `estimate × (pending + 1)` at `now`, in seconds, after decaying the estimate to `now`.
+    fn cost(&mut self, endpoint: EndpointId, now: Time) -> f64 {
+        let rtt = &mut self.rtt[endpoint];
+        rtt.update(now, Duration::ZERO, self.config.decay);
+        rtt.secs * (f64::from(self.pending.get(endpoint)) + 1.0)
     }
 }
 
@@ -118,8 +127,9 @@ impl Balancer for PeakEwma {
     fn pick(&mut self, pick: &mut Pick<'_>) -> Option<EndpointId> {
         // Out of `self` for the pick, so the cost may borrow the rest.
         let mut eligible = std::mem::take(&mut self.eligible);
+        let now = pick.now;
         let candidates = eligible.among(pick.exclude);
-        let chosen = p2c(candidates.len(), |i| candidates.get(i), &mut *pick.rng, |e| self.cost(e));
+        let chosen = p2c(candidates.len(), |i| candidates.get(i), &mut *pick.rng, |e| self.cost(e, now));
         self.eligible = eligible;
         chosen
     }
@@ -130,7 +140,7 @@ impl Balancer for PeakEwma {
 
     fn on_feedback(&mut self, endpoint: EndpointId, now: Time, feedback: &Feedback) {
         self.pending.dec(endpoint);
-        if matches!(feedback.outcome, Outcome::Success | Outcome::Error) {
+        if feedback.outcome != Outcome::Unavailable {
             self.rtt[endpoint].update(now, feedback.rtt, self.config.decay);
         }
     }
@@ -149,8 +159,9 @@ mod tests {
         PeakEwma::new(endpoints, PeakEwmaConfig::default())
     }
 
+    /// A pick at t = 1 s.
     fn pick_with(b: &mut PeakEwma, rng: &mut Pcg64Mcg, exclude: &[EndpointId]) -> Option<EndpointId> {
-        b.pick(&mut Pick { now: Time::ZERO, rng, exclude, true_loads: None })
+        b.pick(&mut Pick { now: SEC, rng, exclude, true_loads: None })
     }
 
     fn secs(b: &PeakEwma, endpoint: EndpointId) -> f64 {
@@ -201,19 +212,40 @@ mod tests {
     }
 
     #[test]
-    fn only_answers_are_rtt_samples_but_every_outcome_ends_a_pending_attempt() {
+    fn every_ended_attempt_is_a_sample_but_an_unreachable_endpoint() {
         let mut b = balancer(1);
-        for outcome in [Outcome::TimedOut, Outcome::Cancelled, Outcome::Rejected, Outcome::Unavailable] {
-            // A long "rtt" that is not an answer: pending goes up and back down, the estimate stays.
-            b.on_send(0, SEC);
-            assert_eq!(b.pending.get(0), 1);
-            b.on_feedback(0, SEC, &Feedback::new(outcome, 5 * SEC));
-            assert_eq!((b.pending.get(0), secs(&b, 0)), (0, 0.030), "{outcome:?}");
-        }
-        // An error answer is a sample: a 50 ms peak.
+        // Unreachable: pending goes up and back down, the estimate stays.
         b.on_send(0, SEC);
-        b.on_feedback(0, SEC, &Feedback::new(Outcome::Error, 50 * MS));
-        assert_eq!((b.pending.get(0), secs(&b, 0)), (0, 0.050));
+        assert_eq!(b.pending.get(0), 1);
+        b.on_feedback(0, SEC, &Feedback::new(Outcome::Unavailable, 5 * SEC));
+        assert_eq!((b.pending.get(0), secs(&b, 0)), (0, 0.030));
+        // A timeout after 2 s is a 2 s peak, as tower's dropped handle measures it; so are a
+        // cancellation, a 429 and an error, each above the last.
+        for (outcome, ms) in [(Outcome::TimedOut, 2000), (Outcome::Cancelled, 2100), (Outcome::Rejected, 2200)] {
+            b.on_send(0, SEC);
+            b.on_feedback(0, SEC, &Feedback::new(outcome, ms * MS));
+            assert_eq!((b.pending.get(0), secs(&b, 0)), (0, ms as f64 / 1000.0), "{outcome:?}");
+        }
+        b.on_feedback(0, SEC, &Feedback::new(Outcome::Error, 2300 * MS));
+        assert_eq!(secs(&b, 0), 2.3);
+    }
+
+    #[test]
+    fn reading_the_cost_decays_the_estimate_towards_zero() {
+        let mut b = balancer(2);
+        // A 1 s peak at t = 1 s.
+        b.on_feedback(0, SEC, &Feedback::success(SEC));
+        // Read ten seconds later (one decay constant): e^-1 × 1 s, and the estimate is now that.
+        assert_eq!(b.cost(0, 11 * SEC), (-1.0f64).exp());
+        assert_eq!(b.rtt[0], RttEstimate { secs: (-1.0f64).exp(), updated: 11 * SEC });
+        // A 100 ms answer at once: nothing elapsed since the read, so the estimate stays.
+        b.on_feedback(0, 11 * SEC, &Feedback::success(100 * MS));
+        assert_eq!(secs(&b, 0), (-1.0f64).exp());
+        // So an endpoint avoided after a slow answer wins again once it has faded below the other:
+        // endpoint 1 answered in 200 ms at 40 s; at 41 s endpoint 0 is at e^-3 ≈ 50 ms.
+        b.on_feedback(1, 40 * SEC, &Feedback::success(200 * MS));
+        let mut rng = Pcg64Mcg::seed_from_u64(3);
+        assert_eq!(b.pick(&mut Pick { now: 41 * SEC, rng: &mut rng, exclude: &[], true_loads: None }), Some(0));
     }
 
     #[test]
@@ -225,12 +257,12 @@ mod tests {
         // Endpoint 0 answers in 10 ms, endpoint 1 in 40 ms.
         b.on_feedback(0, SEC, &Feedback::success(10 * MS));
         b.on_feedback(1, SEC, &Feedback::success(40 * MS));
-        assert_eq!((b.cost(0), b.cost(1)), (0.010, 0.040));
+        assert_eq!((b.cost(0, SEC), b.cost(1, SEC)), (0.010, 0.040));
         // Idle, 0 is cheaper (with two endpoints P2C always compares both).
         assert_eq!(pick_with(&mut b, &mut rng, &[]), Some(0));
         // Three attempts in flight to 0: 10 ms × 4 = 40 ms ties with 1; still 0 or 1 as drawn first.
         (0..3).for_each(|_| b.on_send(0, SEC));
-        assert_eq!(b.cost(0), 0.040);
+        assert_eq!(b.cost(0, SEC), 0.040);
         // A fourth: 10 ms × 5 = 50 ms > 40 ms, so 1 wins.
         b.on_send(0, SEC);
         assert_eq!(pick_with(&mut b, &mut rng, &[]), Some(1));

@@ -208,10 +208,11 @@ impl<'a> Driver<'a> {
                     self.upstream.metrics.ejections.inc();
                     let addr = self.upstream.config.endpoints[ejection.endpoint];
                     eprintln!(
-                        "tailguard proxy: upstream {}: ejected {addr} for {} (ejection {} in a row)",
+                        "tailguard proxy: upstream {}: ejected {addr} for {} (ejection {} in a row, {})",
                         self.upstream.name,
                         Dur(ejection.duration),
-                        ejection.nth
+                        ejection.nth,
+                        ejection.reason.as_str()
                     );
                 }
                 Action::Probe { endpoint } => self.probe(endpoint),
