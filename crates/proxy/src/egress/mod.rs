@@ -34,6 +34,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use protocol::HttpClient;
 use routes::{Routes, Upstream};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tailguard_policy::Time;
@@ -51,6 +52,18 @@ pub struct Egress {
     tracing: Option<Arc<Tracing>>,
     /// The proxy's seed; upstream n draws from its stream n + 1 ([`crate::rng`]).
     seed: u64,
+    /// Requests in flight, against the routes' `max_requests`.
+    in_flight: Arc<AtomicUsize>,
+}
+
+/// A request's place under the egress's `max_requests`, given back when it is answered (or its
+/// client goes away).
+struct InFlight(Arc<AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Egress {
@@ -58,7 +71,7 @@ impl Egress {
     pub fn new(config: &config::Egress, epoch: Instant, metrics: Arc<Metrics>, seed: u64) -> Egress {
         let routes = RwLock::new(Arc::new(Routes::new(config, None, &metrics, seed)));
         let h2c = Client::builder(TokioExecutor::new()).http2_only(true).build_http();
-        Egress { routes, h2c, epoch, metrics, tracing: None, seed }
+        Egress { routes, h2c, epoch, metrics, tracing: None, seed, in_flight: Arc::new(AtomicUsize::new(0)) }
     }
 
     /// Makes spans per call and attempt when `tracing` is set.
@@ -81,6 +94,16 @@ impl Egress {
     /// Answers one request from the application.
     pub async fn handle(&self, req: Request<ClientBody>) -> Response<Body> {
         let routes = self.routes();
+        // Refused at once, not queued: a hung upstream must not pile up requests without bound.
+        let max = routes.max_requests;
+        if self.in_flight.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)).is_err() {
+            self.metrics.egress_refused.inc();
+            let why = format!(
+                "tailguard: too many concurrent requests in flight at the egress: limit {max} (egress.max_requests)"
+            );
+            return http::text(StatusCode::SERVICE_UNAVAILABLE, &why);
+        }
+        let _in_flight = InFlight(self.in_flight.clone());
         let Some(upstream) = routes.route(&req) else {
             return http::text(StatusCode::NOT_FOUND, "tailguard: no upstream matches this request");
         };
