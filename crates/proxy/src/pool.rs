@@ -199,7 +199,8 @@ impl Pool {
     }
 
     /// Connections open now, in use or idle.
-    pub fn open(&self) -> usize {
+    #[cfg(test)]
+    fn open(&self) -> usize {
         self.open.load(Ordering::Acquire)
     }
 
