@@ -23,6 +23,7 @@ mod protocol;
 mod routes;
 
 use crate::body::ClientBody;
+use crate::cap::Count;
 use crate::config;
 use crate::http::{self, Body};
 use crate::metrics::Metrics;
@@ -34,7 +35,6 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use protocol::HttpClient;
 use routes::{Routes, Upstream};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tailguard_policy::Time;
@@ -53,17 +53,7 @@ pub struct Egress {
     /// The proxy's seed; upstream n draws from its stream n + 1 ([`crate::rng`]).
     seed: u64,
     /// Requests in flight, against the routes' `max_requests`.
-    in_flight: Arc<AtomicUsize>,
-}
-
-/// A request's place under the egress's `max_requests`, given back when it is answered (or its
-/// client goes away).
-struct InFlight(Arc<AtomicUsize>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
+    in_flight: Count,
 }
 
 impl Egress {
@@ -71,7 +61,7 @@ impl Egress {
     pub fn new(config: &config::Egress, epoch: Instant, metrics: Arc<Metrics>, seed: u64) -> Egress {
         let routes = RwLock::new(Arc::new(Routes::new(config, None, &metrics, seed)));
         let h2c = Client::builder(TokioExecutor::new()).http2_only(true).build_http();
-        Egress { routes, h2c, epoch, metrics, tracing: None, seed, in_flight: Arc::new(AtomicUsize::new(0)) }
+        Egress { routes, h2c, epoch, metrics, tracing: None, seed, in_flight: Count::default() }
     }
 
     /// Makes spans per call and attempt when `tracing` is set.
@@ -96,14 +86,14 @@ impl Egress {
         let routes = self.routes();
         // Refused at once, not queued: a hung upstream must not pile up requests without bound.
         let max = routes.max_requests;
-        if self.in_flight.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)).is_err() {
+        // Given back when the request is answered or its client goes away (the future dropped).
+        let Some(_in_flight) = self.in_flight.take(max) else {
             self.metrics.egress_refused.inc();
             let why = format!(
                 "tailguard: too many concurrent requests in flight at the egress: limit {max} (egress.max_requests)"
             );
             return http::text(StatusCode::SERVICE_UNAVAILABLE, &why);
-        }
-        let _in_flight = InFlight(self.in_flight.clone());
+        };
         let Some(upstream) = routes.route(&req) else {
             return http::text(StatusCode::NOT_FOUND, "tailguard: no upstream matches this request");
         };
