@@ -13,8 +13,8 @@ use std::time::Duration;
 use tailguard_model::schema::{BalancerConfig, ClientPolicy, Network};
 use tailguard_model::{Dur, Run};
 use tailguard_proxy::config::Network as Peers;
-use tailguard_proxy::config::DEFAULT_MAX_REPLAY_BODY;
 use tailguard_proxy::config::{Admin, Config, Egress, Ingress, Protocol, Route, Tracing, Upstream};
+use tailguard_proxy::config::{DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT, DEFAULT_MAX_REPLAY_BODY, DEFAULT_MAX_REQUESTS};
 
 pub const SERVE_PORT: u16 = 8080;
 pub const EGRESS_PORT: u16 = 4140;
@@ -250,7 +250,7 @@ pub fn sidecar_seed(seed: u64, n: u64) -> u64 {
 }
 
 fn egress(listen: SocketAddr, upstreams: BTreeMap<String, Upstream>) -> Egress {
-    Egress { listen, upstreams, max_replay_body: DEFAULT_MAX_REPLAY_BODY }
+    Egress { listen, upstreams, max_replay_body: DEFAULT_MAX_REPLAY_BODY, max_requests: DEFAULT_MAX_REQUESTS }
 }
 
 fn upstream(plan: &Plan, callee: &str, policy: &ClientPolicy) -> Upstream {
@@ -259,6 +259,7 @@ fn upstream(plan: &Plan, callee: &str, policy: &ClientPolicy) -> Upstream {
         route: Route::PathPrefix(route(callee)),
         policy: policy.clone(),
         protocol: Protocol::Http1,
+        max_connections_per_endpoint: DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT,
     }
 }
 

@@ -18,6 +18,12 @@ use tailguard_model::{validate, Dur, ModelError};
 /// Bodies up to this size are buffered so retries and hedges can replay them.
 pub const DEFAULT_MAX_REPLAY_BODY: usize = 64 * 1024;
 
+/// Requests the egress carries at once by default (Envoy's circuit breaker `max_requests`).
+pub const DEFAULT_MAX_REQUESTS: usize = 1024;
+
+/// Upstream connections per endpoint by default (Envoy's circuit breaker `max_connections`).
+pub const DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT: usize = 1024;
+
 /// A whole proxy file: any of the three listeners may be left out.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -140,6 +146,11 @@ pub struct Egress {
     /// Bodies larger than this are streamed once and never retried nor hedged.
     #[serde(default = "default_max_replay_body")]
     pub max_replay_body: usize,
+    /// Requests carried at once (Envoy's circuit breaker `max_requests`): beyond it a request is
+    /// answered 503 at once instead of waiting, so a hung upstream cannot pile up requests, and
+    /// the connections and memory they hold, without bound.
+    #[serde(default = "default_max_requests")]
+    pub max_requests: usize,
 }
 
 /// One called service: its replicas, how requests find it and the caller's policies towards it.
@@ -158,6 +169,12 @@ pub struct Upstream {
     /// HTTP/1.1 (the default) or h2c towards the endpoints.
     #[serde(default)]
     pub protocol: Protocol,
+    /// HTTP/1 connections open to each endpoint at most (in use or idle; HAProxy's server
+    /// `maxconn`, Envoy's `max_connections`): an attempt that would open one more is refused
+    /// locally (503 if no other endpoint takes it). h2c multiplexes its requests over one
+    /// connection per endpoint.
+    #[serde(default = "default_max_connections_per_endpoint")]
+    pub max_connections_per_endpoint: usize,
 }
 
 /// How a request is routed to an upstream: by its Host (port ignored) or by a path prefix.
@@ -304,6 +321,14 @@ fn default_max_replay_body() -> usize {
     DEFAULT_MAX_REPLAY_BODY
 }
 
+fn default_max_requests() -> usize {
+    DEFAULT_MAX_REQUESTS
+}
+
+fn default_max_connections_per_endpoint() -> usize {
+    DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT
+}
+
 impl Config {
     /// Reads, parses and validates the file at `path`.
     pub fn load(path: impl AsRef<Path>) -> Result<Config, ModelError> {
@@ -357,6 +382,9 @@ impl Config {
             return Err(ModelError::at("", "expected at least one of `egress` and `ingress`"));
         }
         if let Some(egress) = &self.egress {
+            if egress.max_requests == 0 {
+                return Err(ModelError::at("egress.max_requests", "expected at least 1"));
+            }
             for (name, upstream) in &egress.upstreams {
                 upstream.validate().map_err(|e| e.under(&format!("egress.upstreams.{name}")))?;
             }
@@ -431,6 +459,9 @@ impl Upstream {
         if self.endpoints.is_empty() {
             return Err(ModelError::at("endpoints", "expected at least one endpoint address"));
         }
+        if self.max_connections_per_endpoint == 0 {
+            return Err(ModelError::at("max_connections_per_endpoint", "expected at least 1"));
+        }
         validate::client_policy(&self.policy).map_err(|e| e.under("policy"))
     }
 }
@@ -453,6 +484,8 @@ mod tests {
         assert_eq!(egress.upstreams["backend"].endpoints.len(), 2);
         assert_eq!(egress.upstreams["backend"].route, Route::Host("backend".into()));
         assert_eq!(egress.max_replay_body, DEFAULT_MAX_REPLAY_BODY);
+        assert_eq!(egress.max_requests, DEFAULT_MAX_REQUESTS);
+        assert_eq!(egress.upstreams["backend"].max_connections_per_endpoint, DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT);
         assert_eq!(c.ingress.unwrap().admission, AdmissionConfig::Fixed { capacity: 8 });
         assert_eq!(c.workers, None);
         assert_eq!(c.tracing, None);
@@ -563,6 +596,11 @@ mod tests {
         assert!(e.contains("tracing.resource.service.name"), "{e}");
         let e = parse("workers: 0\negress: {listen: 127.0.0.1:1, upstreams: {}}").unwrap_err();
         assert_eq!(e, "proxy.yaml: workers: expected at least 1");
+        let e = parse("egress: {listen: 127.0.0.1:1, upstreams: {}, max_requests: 0}").unwrap_err();
+        assert_eq!(e, "proxy.yaml: egress.max_requests: expected at least 1");
+        let e = parse("egress: {listen: 127.0.0.1:1, upstreams: {a: {endpoints: [127.0.0.1:2], max_connections_per_endpoint: 0}}}")
+            .unwrap_err();
+        assert_eq!(e, "proxy.yaml: egress.upstreams.a.max_connections_per_endpoint: expected at least 1");
         let e = parse("egress: [127.0.0.1:1]").unwrap_err();
         assert_eq!(e, "proxy.yaml: egress: expected a mapping (egress settings), got a list, at line 1 column 9");
         let e = parse("egress: {listen: 127.0.0.1:1, upstreams: [a, b]}").unwrap_err();

@@ -90,7 +90,9 @@ impl Ingress {
         Ingress {
             app: config.app,
             client: match config.protocol {
-                config::Protocol::Http1 => AppClient::Http1(Arc::new(Pool::new(config.app))),
+                // Uncapped: the local application's connections are bounded by the listener's
+                // `max_connections` and its admission control, not by a per-endpoint cap.
+                config::Protocol::Http1 => AppClient::Http1(Arc::new(Pool::new(config.app, usize::MAX))),
                 config::Protocol::H2c => {
                     AppClient::H2c(Box::new(Client::builder(TokioExecutor::new()).http2_only(true).build_http()))
                 }

@@ -13,6 +13,7 @@
 
 mod admin;
 mod body;
+mod cap;
 pub mod config;
 mod egress;
 mod http;

@@ -90,6 +90,11 @@ pub struct Metrics {
     pub timeouts: Family<EndpointLabels, Counter>,
     /// 429 answers, per endpoint.
     pub rejected: Family<EndpointLabels, Counter>,
+    /// Attempts refused locally because the endpoint had `max_connections_per_endpoint`
+    /// connections open, per endpoint.
+    pub overflow: Family<EndpointLabels, Counter>,
+    /// Requests answered 503 at once because the egress had `max_requests` in flight.
+    pub egress_refused: Counter,
     /// Responses to the application by status class, per upstream (the proxy's own 502, 503
     /// and 504 included).
     pub responses: Family<UpstreamClassLabels, Counter>,
@@ -150,6 +155,8 @@ impl Metrics {
             attempt_latency: Family::new_with_constructor(latency_histogram),
             timeouts: Family::default(),
             rejected: Family::default(),
+            overflow: Family::default(),
+            egress_refused: Counter::default(),
             responses: Family::default(),
             failed: Family::default(),
             retries: Family::default(),
@@ -175,6 +182,16 @@ impl Metrics {
         registry.register("egress_attempt_seconds", "Attempt latency to the response head", m.attempt_latency.clone());
         registry.register("egress_timeouts", "Attempts cut by their timeout", m.timeouts.clone());
         registry.register("egress_rejected", "429 answers from an endpoint", m.rejected.clone());
+        registry.register(
+            "egress_upstream_overflow",
+            "Attempts refused locally: the endpoint had max_connections_per_endpoint connections open",
+            m.overflow.clone(),
+        );
+        registry.register(
+            "egress_refused",
+            "Requests answered 503 at once: the egress had max_requests in flight",
+            m.egress_refused.clone(),
+        );
         registry.register("egress_responses", "Responses to the application by status class", m.responses.clone());
         registry.register("egress_failed", "Requests that ended without a successful answer", m.failed.clone());
         registry.register("egress_retries", "Retries sent", m.retries.clone());
@@ -261,6 +278,7 @@ impl Metrics {
             attempt_latency: self.attempt_latency.get_or_create(&labels).clone(),
             timeouts: self.timeouts.get_or_create(&labels).clone(),
             rejected: self.rejected.get_or_create(&labels).clone(),
+            overflow: self.overflow.get_or_create(&labels).clone(),
         }
     }
 
@@ -320,6 +338,8 @@ pub struct EndpointMetrics {
     pub timeouts: Counter,
     /// See [`Metrics::rejected`].
     pub rejected: Counter,
+    /// See [`Metrics::overflow`].
+    pub overflow: Counter,
 }
 
 /// Seconds as the float Prometheus histograms take.

@@ -12,12 +12,18 @@
 //! cancelled attempt, a client gone mid-response) is closed, never reused. While idle in the pool
 //! nothing polls it; taking it out polls it once, which finds a connection the endpoint closed.
 //!
+//! The connections open to an endpoint, in use or idle, are capped (`max_connections_per_endpoint`,
+//! HAProxy's server `maxconn`): a request that finds no idle connection and the cap reached fails
+//! at once with [`Error::Overflow`], before connecting, rather than opening one connection (and
+//! descriptor) per request in flight without bound.
+//!
 //! Replays follow hyper-util's client and RFC 9112 §9.3.1: a request that failed on a reused
 //! connection before any of its response arrived is sent once more on a new connection when hyper
 //! hands it back unsent, or when the caller can rebuild it (idempotent, buffered body) and the
 //! connection was closed or reset under it (an endpoint closing an idle connection as the request
 //! went out).
 
+use crate::cap::{Count, Place};
 use crate::http::{Body, BoxError};
 use bytes::Bytes;
 use hyper::body::{Body as _, Frame, Incoming, SizeHint};
@@ -28,7 +34,7 @@ use hyper_util::rt::TokioIo;
 use std::future::{poll_fn, Future};
 use std::net::SocketAddr;
 use std::pin::{pin, Pin};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -52,6 +58,10 @@ pub struct Pool {
     host: HeaderValue,
     builder: http1::Builder,
     idle: Mutex<Idle>,
+    /// Connections open now, in use or idle (each holds its place).
+    open: Count,
+    /// The cap on `open`.
+    max_connections: AtomicUsize,
 }
 
 /// The idle stack, newest on top, and whether a sweeper watches it.
@@ -69,6 +79,8 @@ struct Conn {
     /// The waker the driver is polled with.
     relay: Arc<Relay>,
     waker: Waker,
+    /// Its place under the pool's cap, given back when it closes.
+    _place: Place,
 }
 
 /// The waker a connection's driver registers (for its socket and for the channels it feeds the
@@ -106,16 +118,19 @@ pub enum Error {
     /// No connection to the endpoint could be opened (nothing was sent).
     #[error("connecting to {0}: {1}")]
     Connect(SocketAddr, #[source] std::io::Error),
+    /// The endpoint has its cap of connections open, none idle (nothing was sent).
+    #[error("{0} has {1} connections open, its limit (max_connections_per_endpoint)")]
+    Overflow(SocketAddr, usize),
     /// The exchange failed.
     #[error(transparent)]
     Http(#[from] hyper::Error),
 }
 
 impl Conn {
-    fn new(sender: SendRequest<Body>, driver: Connection<TokioIo<TcpStream>, Body>) -> Box<Conn> {
+    fn new(sender: SendRequest<Body>, driver: Connection<TokioIo<TcpStream>, Body>, place: Place) -> Box<Conn> {
         let relay = Arc::new(Relay::default());
         let waker = Waker::from(relay.clone());
-        Box::new(Conn { sender, driver, relay, waker })
+        Box::new(Conn { sender, driver, relay, waker, _place: place })
     }
 
     /// Polls the connection's driver on behalf of `task` (`None`: nothing to wake, as for an idle
@@ -146,8 +161,8 @@ impl Conn {
 }
 
 impl Pool {
-    /// The pool of `addr`, empty.
-    pub fn new(addr: SocketAddr) -> Pool {
+    /// The pool of `addr`, empty, opening at most `max_connections` at once.
+    pub fn new(addr: SocketAddr, max_connections: usize) -> Pool {
         // As hyper-util's client writes it: no port when it is the default one.
         let host = match addr {
             SocketAddr::V4(a) if a.port() == 80 => a.ip().to_string(),
@@ -165,7 +180,21 @@ impl Pool {
                 builder
             },
             idle: Mutex::new(Idle { conns: Vec::new(), swept: false }),
+            open: Count::default(),
+            max_connections: AtomicUsize::new(max_connections),
         }
+    }
+
+    /// Sets the cap on open connections (a reloaded file's); connections beyond a lowered cap
+    /// stay until they close.
+    pub fn set_max_connections(&self, max_connections: usize) {
+        self.max_connections.store(max_connections, Ordering::Relaxed);
+    }
+
+    /// Connections open now, in use or idle.
+    #[cfg(test)]
+    fn open(&self) -> usize {
+        self.open.get()
     }
 
     /// Idle connections now.
@@ -252,12 +281,15 @@ impl Pool {
     }
 
     async fn connect(&self) -> Result<Box<Conn>, Error> {
+        // Reserved before connecting: connections being opened count too.
+        let max = self.max_connections.load(Ordering::Relaxed);
+        let place = self.open.take(max).ok_or(Error::Overflow(self.addr, max))?;
         let stream = TcpStream::connect(self.addr).await.map_err(|e| Error::Connect(self.addr, e))?;
         // No TCP_NODELAY, as hyper-util's connector: each request head goes out in one write
         // anyway, and with it set the proxy spent ~0.7 µs more system time per request (64
         // clients through `--workers 1` to nginx, same syscalls).
         let (sender, driver) = self.builder.handshake(TokioIo::new(stream)).await?;
-        Ok(Conn::new(sender, driver))
+        Ok(Conn::new(sender, driver, place))
     }
 
     fn respond(self: Arc<Self>, response: Response<Incoming>, conn: Option<Box<Conn>>) -> Response<Body> {
@@ -570,7 +602,7 @@ mod tests {
 
     #[test]
     fn a_request_without_host_gets_the_endpoints() {
-        let host = |addr: &str| Pool::new(addr.parse().unwrap()).host;
+        let host = |addr: &str| Pool::new(addr.parse().unwrap(), 1).host;
         assert_eq!(host("127.0.0.1:8080"), "127.0.0.1:8080");
         assert_eq!(host("127.0.0.1:80"), "127.0.0.1");
         assert_eq!(host("[::1]:8080"), "[::1]:8080");
@@ -580,7 +612,7 @@ mod tests {
     #[tokio::test]
     async fn a_kept_alive_connection_is_reused() {
         let e = endpoint(Mode::KeepAlive).await;
-        let pool = Arc::new(Pool::new(e.addr));
+        let pool = Arc::new(Pool::new(e.addr, usize::MAX));
         for _ in 0..20 {
             assert_eq!(fetch(&pool, false).await.unwrap(), "ok");
         }
@@ -591,7 +623,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_streamed_body_is_read_whole_across_threads_and_its_connection_reused() {
         let e = endpoint(Mode::Chunked).await;
-        let pool = Arc::new(Pool::new(e.addr));
+        let pool = Arc::new(Pool::new(e.addr, usize::MAX));
         let expected: String = (0..20).map(|i| format!("{i:02}")).collect();
         // Two threads: the socket's wakes may come from the other one while the body is read.
         for _ in 0..5 {
@@ -607,7 +639,7 @@ mod tests {
     #[tokio::test]
     async fn a_connection_the_endpoint_closed_while_idle_carries_no_request() {
         let e = endpoint(Mode::CloseAfterOne).await;
-        let pool = Arc::new(Pool::new(e.addr));
+        let pool = Arc::new(Pool::new(e.addr, usize::MAX));
         // From the second on, each request is handed the connection the endpoint closed after the
         // last answer; it comes back unsent and goes out on a new connection, although it may
         // not be sent twice.
@@ -624,7 +656,7 @@ mod tests {
     #[tokio::test]
     async fn a_request_the_endpoint_closed_under_is_replayed_on_a_new_connection() {
         let e = endpoint(Mode::SwallowSecond).await;
-        let pool = Arc::new(Pool::new(e.addr));
+        let pool = Arc::new(Pool::new(e.addr, usize::MAX));
         assert_eq!(fetch(&pool, false).await.unwrap(), "ok");
         // Written on the kept-alive connection, which closes unanswered: sent again on a new one.
         assert_eq!(fetch(&pool, false).await.unwrap(), "ok");
@@ -638,7 +670,7 @@ mod tests {
     #[tokio::test]
     async fn a_connection_abandoned_mid_response_is_closed_not_reused() {
         let e = endpoint(Mode::Stall).await;
-        let pool = Arc::new(Pool::new(e.addr));
+        let pool = Arc::new(Pool::new(e.addr, usize::MAX));
         // The head came, the body stalls: dropping the body drops the connection.
         let response = send(&pool, None).await.unwrap();
         let mut body = response.into_body();
@@ -650,7 +682,7 @@ mod tests {
         assert_eq!(e.open.load(Ordering::SeqCst), 0, "the endpoint saw the connection close");
         // Dropped before its head (an attempt cancelled by a timeout): likewise.
         let e = endpoint(Mode::Slow(Duration::from_millis(300))).await;
-        let pool = Arc::new(Pool::new(e.addr));
+        let pool = Arc::new(Pool::new(e.addr, usize::MAX));
         assert_eq!(fetch(&pool, false).await.unwrap(), "ok");
         let attempt = send(&pool, None);
         assert!(tokio::time::timeout(Duration::from_millis(100), attempt).await.is_err());
@@ -662,7 +694,7 @@ mod tests {
     #[tokio::test]
     async fn at_most_max_idle_connections_are_kept() {
         let e = endpoint(Mode::Slow(Duration::from_millis(200))).await;
-        let pool = Arc::new(Pool::new(e.addr));
+        let pool = Arc::new(Pool::new(e.addr, usize::MAX));
         let burst = MAX_IDLE + 6;
         let mut requests = tokio::task::JoinSet::new();
         for _ in 0..burst {
@@ -676,5 +708,38 @@ mod tests {
         assert_eq!(pool.idle(), MAX_IDLE);
         settle().await;
         assert_eq!(e.open.load(Ordering::SeqCst), MAX_IDLE);
+    }
+
+    #[tokio::test]
+    async fn beyond_max_connections_a_request_fails_at_once_and_idle_ones_are_reused() {
+        let e = endpoint(Mode::Slow(Duration::from_millis(300))).await;
+        let pool = Arc::new(Pool::new(e.addr, 2));
+        let mut requests = tokio::task::JoinSet::new();
+        for _ in 0..2 {
+            let pool = pool.clone();
+            requests.spawn(async move { fetch(&pool, false).await.unwrap() });
+        }
+        settle().await;
+        assert_eq!(pool.open(), 2);
+        // Both connections busy: the third fails before connecting, long before they answer.
+        let started = Instant::now();
+        let error = fetch(&pool, false).await.unwrap_err();
+        assert!(started.elapsed() < Duration::from_millis(100), "{:?}", started.elapsed());
+        assert!(matches!(error, Error::Overflow(addr, 2) if addr == e.addr), "{error}");
+        assert_eq!(
+            error.to_string(),
+            format!("{} has 2 connections open, its limit (max_connections_per_endpoint)", e.addr)
+        );
+        while let Some(body) = requests.join_next().await {
+            assert_eq!(body.unwrap(), "ok");
+        }
+        // Idle, they count against the cap and are reused.
+        assert_eq!((pool.idle(), pool.open()), (2, 2));
+        assert_eq!(fetch(&pool, false).await.unwrap(), "ok");
+        assert_eq!(e.accepted.load(Ordering::SeqCst), 2);
+        // A connection dropped mid-request gives its place back.
+        let attempt = send(&pool, None);
+        assert!(tokio::time::timeout(Duration::from_millis(50), attempt).await.is_err());
+        assert_eq!(pool.open(), 1);
     }
 }

@@ -1236,3 +1236,172 @@ async fn a_probe_from_an_untrusted_peer_is_refused() {
     assert_eq!(app.hits(), 0);
     server.shutdown().await;
 }
+
+/// Sends a GET with Host `host` to `addr` on a task of its own (its own client connection), for
+/// requests that hold a place while a hung backend keeps them waiting.
+fn hold(held: &mut JoinSet<()>, addr: SocketAddr, host: &'static str) {
+    held.spawn(async move {
+        let req = Request::get(format!("http://{addr}/x")).header("host", host).body(Empty::new()).unwrap();
+        let _ = client().request(req).await;
+    });
+}
+
+/// Waits (at most 5 s) until `done` holds.
+async fn until(what: &str, done: impl Fn() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < Duration::from_secs(5), "still not {what} after 5 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn beyond_max_requests_the_egress_answers_503_at_once_and_counts_it() {
+    let hung = Backend::start("hung", Mode::Hang).await;
+    let ok = Backend::start("ok", Mode::Ok(Duration::ZERO)).await;
+    let text = format!(
+        "egress:\n  listen: 127.0.0.1:0\n  max_requests: 4\n  upstreams:\n    hung:\n      endpoints: [{}]\n      match: {{host: hung}}\n    ok:\n      endpoints: [{}]\n      match: {{host: ok}}\nadmin: {{listen: 127.0.0.1:0}}\nshutdown_grace: 1s\n",
+        hung.addr, ok.addr
+    );
+    let proxy = proxy_of(&text).await;
+    let addr = proxy.egress.unwrap();
+    let mut held = JoinSet::new();
+    for _ in 0..4 {
+        hold(&mut held, addr, "hung");
+    }
+    until("4 requests at the hung backend", || hung.hits() == 4).await;
+    // The cap is the egress's, whatever the upstream: other routes are refused too, at once.
+    let client = client();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let (status, _, body) = get(&client, addr, "ok", &[]).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            body,
+            "tailguard: too many concurrent requests in flight at the egress: limit 4 (egress.max_requests)\n"
+        );
+        assert!(started.elapsed() < Duration::from_secs(1), "refused after {:?}", started.elapsed());
+    }
+    assert_eq!(ok.hits(), 0);
+    assert_eq!(sample(&admin_metrics(&proxy).await, "tailguard_egress_refused_total"), 3.0);
+    // The held requests' clients go away: their places are given back.
+    held.abort_all();
+    let started = Instant::now();
+    loop {
+        let (status, _, _) = get(&client, addr, "ok", &[]).await;
+        if status == StatusCode::OK {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "still refused 5 s after the clients left");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_endpoint_at_its_connection_cap_refuses_at_once_without_being_ejected() {
+    let hung = Backend::start("hung", Mode::Hang).await;
+    let text = format!(
+        "egress:\n  listen: 127.0.0.1:0\n  upstreams:\n    svc:\n      endpoints: [{}]\n      match: {{host: svc}}\n      max_connections_per_endpoint: 2\n      policy: {{outlier: {{consecutive_failures: 1}}}}\nadmin: {{listen: 127.0.0.1:0}}\nshutdown_grace: 1s\n",
+        hung.addr
+    );
+    let proxy = proxy_of(&text).await;
+    let addr = proxy.egress.unwrap();
+    let mut held = JoinSet::new();
+    for _ in 0..2 {
+        hold(&mut held, addr, "svc");
+    }
+    until("2 requests at the hung backend", || hung.hits() == 2).await;
+    let client = client();
+    for _ in 0..20 {
+        let started = Instant::now();
+        let (status, _, body) = get(&client, addr, "svc", &[]).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            body,
+            "tailguard: no endpoint would take the request: connections to the upstream at their limit (max_connections_per_endpoint 2)\n"
+        );
+        assert!(started.elapsed() < Duration::from_secs(1), "refused after {:?}", started.elapsed());
+    }
+    // No connection beyond the cap was opened; each refusal (and its retries) was counted, and
+    // none counted as the endpoint's failure.
+    assert_eq!(hung.accepted.load(Ordering::SeqCst), 2);
+    let metrics = admin_metrics(&proxy).await;
+    let overflow = format!("tailguard_egress_upstream_overflow_total{{upstream=\"svc\",endpoint=\"{}\"}}", hung.addr);
+    assert!(sample(&metrics, &overflow) >= 20.0, "{metrics}");
+    assert_eq!(sample(&metrics, "tailguard_egress_ejections_total{upstream=\"svc\"}"), 0.0);
+    held.abort_all();
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_attempt_refused_by_the_connection_cap_is_retried_on_another_endpoint() {
+    let hung = Backend::start("hung", Mode::Hang).await;
+    let ok = Backend::start("ok", Mode::Ok(Duration::ZERO)).await;
+    let text = format!(
+        "egress:\n  listen: 127.0.0.1:0\n  upstreams:\n    svc:\n      endpoints: {}\n      match: {{host: svc}}\n      max_connections_per_endpoint: 1\n      policy: {{balancer: {{kind: round-robin}}, retry: {{max_attempts: 2, budget: unlimited}}}}\nadmin: {{listen: 127.0.0.1:0}}\nshutdown_grace: 1s\n",
+        endpoints(&[&hung, &ok])
+    );
+    let proxy = proxy_of(&text).await;
+    let addr = proxy.egress.unwrap();
+    // Requests until one holds the hung endpoint's only connection.
+    let mut held = JoinSet::new();
+    while hung.hits() == 0 {
+        hold(&mut held, addr, "svc");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let client = client();
+    for _ in 0..10 {
+        let (status, _, body) = get(&client, addr, "svc", &[]).await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
+    }
+    assert_eq!(hung.accepted.load(Ordering::SeqCst), 1);
+    let metrics = admin_metrics(&proxy).await;
+    let overflow = format!("tailguard_egress_upstream_overflow_total{{upstream=\"svc\",endpoint=\"{}\"}}", hung.addr);
+    // Round robin sends half of the ten to the hung endpoint first.
+    assert!(sample(&metrics, &overflow) >= 4.0, "{metrics}");
+    held.abort_all();
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn h2c_upstream_requests_share_one_connection_per_endpoint() {
+    // An h2c backend that answers after 200 ms and counts its connections.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let accepts = accepted.clone();
+    let task = tokio::spawn(async move {
+        let mut conns = JoinSet::new();
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            accepts.fetch_add(1, Ordering::SeqCst);
+            let service = service_fn(|_: Request<Incoming>| async {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                Ok::<_, Infallible>(Response::new(Full::new(Bytes::from("h2"))))
+            });
+            conns.spawn(async move {
+                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    let text = format!(
+        "egress:\n  listen: 127.0.0.1:0\n  upstreams:\n    svc:\n      endpoints: [{backend}]\n      protocol: h2c\n      max_connections_per_endpoint: 1\n"
+    );
+    let proxy = proxy_of(&text).await;
+    let addr = proxy.egress.unwrap();
+    // 50 requests at once, each on its own client connection.
+    let mut requests = JoinSet::new();
+    for _ in 0..50 {
+        requests.spawn(async move { get(&client(), addr, "svc", &[]).await });
+    }
+    while let Some(answer) = requests.join_next().await {
+        let (status, _, body) = answer.unwrap();
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "h2"));
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    proxy.shutdown().await;
+    task.abort();
+}

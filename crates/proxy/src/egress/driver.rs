@@ -75,6 +75,8 @@ pub(super) struct Driver<'a> {
     /// The answer that won, and its attempt's latency.
     pub(super) winner: Option<(Response<Body>, Duration)>,
     pub(super) last_error: Option<Response<Body>>,
+    /// The connection cap of the last endpoint that refused an attempt locally, if any did.
+    pub(super) overflowed: Option<usize>,
     /// The call's spans, when tracing.
     pub(super) trace: Option<CallTrace>,
 }
@@ -101,6 +103,7 @@ impl<'a> Driver<'a> {
             unsendable: Vec::new(),
             winner: None,
             last_error: None,
+            overflowed: None,
             trace: None,
         }
     }
@@ -262,6 +265,13 @@ impl<'a> Driver<'a> {
                 feedback
             }
             Err(e) if e.is_connect() => Feedback::new(Outcome::Unavailable, rtt),
+            // The endpoint's connection cap, reached here: a refusal, as a 429 is (retried
+            // elsewhere at once, never a failure that ejects the endpoint).
+            Err(e) if e.is_overflow() => {
+                self.metrics_endpoint(end.endpoint, |m| m.overflow.inc());
+                self.overflowed = Some(self.upstream.config.max_connections_per_endpoint);
+                Feedback::new(Outcome::Rejected, rtt)
+            }
             Err(e) if crate::body::client_fault(&e).is_some() => Feedback::new(Outcome::Cancelled, rtt),
             Err(_) => Feedback::new(Outcome::Error, rtt),
         };
@@ -280,9 +290,13 @@ impl<'a> Driver<'a> {
         }
         match finish.outcome {
             Outcome::TimedOut => http::text(StatusCode::GATEWAY_TIMEOUT, "tailguard: the request timed out"),
-            Outcome::Rejected => {
-                http::text(StatusCode::SERVICE_UNAVAILABLE, "tailguard: no endpoint would take the request")
-            }
+            Outcome::Rejected => match self.overflowed {
+                Some(max) => http::text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &format!("tailguard: no endpoint would take the request: connections to the upstream at their limit (max_connections_per_endpoint {max})"),
+                ),
+                None => http::text(StatusCode::SERVICE_UNAVAILABLE, "tailguard: no endpoint would take the request"),
+            },
             _ => http::text(StatusCode::BAD_GATEWAY, "tailguard: the upstream failed"),
         }
     }

@@ -23,6 +23,7 @@ mod protocol;
 mod routes;
 
 use crate::body::ClientBody;
+use crate::cap::Count;
 use crate::config;
 use crate::http::{self, Body};
 use crate::metrics::Metrics;
@@ -51,6 +52,8 @@ pub struct Egress {
     tracing: Option<Arc<Tracing>>,
     /// The proxy's seed; upstream n draws from its stream n + 1 ([`crate::rng`]).
     seed: u64,
+    /// Requests in flight, against the routes' `max_requests`.
+    in_flight: Count,
 }
 
 impl Egress {
@@ -58,7 +61,7 @@ impl Egress {
     pub fn new(config: &config::Egress, epoch: Instant, metrics: Arc<Metrics>, seed: u64) -> Egress {
         let routes = RwLock::new(Arc::new(Routes::new(config, None, &metrics, seed)));
         let h2c = Client::builder(TokioExecutor::new()).http2_only(true).build_http();
-        Egress { routes, h2c, epoch, metrics, tracing: None, seed }
+        Egress { routes, h2c, epoch, metrics, tracing: None, seed, in_flight: Count::default() }
     }
 
     /// Makes spans per call and attempt when `tracing` is set.
@@ -81,6 +84,16 @@ impl Egress {
     /// Answers one request from the application.
     pub async fn handle(&self, req: Request<ClientBody>) -> Response<Body> {
         let routes = self.routes();
+        // Refused at once, not queued: a hung upstream must not pile up requests without bound.
+        let max = routes.max_requests;
+        // Given back when the request is answered or its client goes away (the future dropped).
+        let Some(_in_flight) = self.in_flight.take(max) else {
+            self.metrics.egress_refused.inc();
+            let why = format!(
+                "tailguard: too many concurrent requests in flight at the egress: limit {max} (egress.max_requests)"
+            );
+            return http::text(StatusCode::SERVICE_UNAVAILABLE, &why);
+        };
         let Some(upstream) = routes.route(&req) else {
             return http::text(StatusCode::NOT_FOUND, "tailguard: no upstream matches this request");
         };

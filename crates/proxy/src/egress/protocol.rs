@@ -44,6 +44,11 @@ impl AttemptError {
             AttemptError::H2c(e) => e.is_connect(),
         }
     }
+
+    /// Whether the endpoint's connection cap refused it locally (nothing was sent).
+    pub(crate) fn is_overflow(&self) -> bool {
+        matches!(self, AttemptError::Http1(pool::Error::Overflow(..)))
+    }
 }
 
 impl Driver<'_> {

@@ -18,6 +18,7 @@ use tailguard_policy::call::ClientPolicy;
 pub(super) struct Routes {
     pub(super) upstreams: Vec<Arc<Upstream>>,
     pub(super) max_replay_body: usize,
+    pub(super) max_requests: usize,
 }
 
 /// One called service and the caller's policy state towards it.
@@ -59,7 +60,7 @@ impl Routes {
                     .unwrap_or_else(|| Arc::new(Upstream::new(name, u, crate::rng(seed, i as u64 + 1), metrics, old)))
             })
             .collect();
-        Routes { upstreams, max_replay_body: config.max_replay_body }
+        Routes { upstreams, max_replay_body: config.max_replay_body, max_requests: config.max_requests }
     }
 
     /// The upstream for `req`: a Host match first, else the longest matching path prefix.
@@ -96,11 +97,15 @@ impl Upstream {
         let endpoints = config
             .endpoints
             .iter()
-            .map(|addr| Endpoint {
-                addr: *addr,
-                authority: Authority::try_from(addr.to_string()).ok(),
-                pool: old_pool(addr).unwrap_or_else(|| Arc::new(Pool::new(*addr))),
-                metrics: metrics.endpoint(name, &addr.to_string()),
+            .map(|addr| {
+                let max = config.max_connections_per_endpoint;
+                let pool = old_pool(addr).inspect(|pool| pool.set_max_connections(max));
+                Endpoint {
+                    addr: *addr,
+                    authority: Authority::try_from(addr.to_string()).ok(),
+                    pool: pool.unwrap_or_else(|| Arc::new(Pool::new(*addr, max))),
+                    metrics: metrics.endpoint(name, &addr.to_string()),
+                }
             })
             .collect();
         Upstream {
