@@ -1,27 +1,19 @@
 //! examples/balancing.yaml (issue 19): the balancers under open and closed loop, unlike backends,
 //! a gray failure, a lost replica and a fast-erroring one.
 
-use std::path::PathBuf;
-use tailguard_model::Experiment;
+mod common;
+
+use common::get;
 use tailguard_sim::{simulate, Options, Results, RunResult};
 
-fn example() -> Experiment {
-    let name = std::env::var("BALANCING_FILE").unwrap_or_else(|_| "balancing.yaml".into());
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(name);
-    Experiment::load(&path).unwrap_or_else(|e| panic!("{e}"))
+/// examples/balancing.yaml, or the example `BALANCING_FILE` names (to try a variant of it).
+fn example() -> tailguard_model::Experiment {
+    common::example(&std::env::var("BALANCING_FILE").unwrap_or_else(|_| "balancing.yaml".into()))
 }
 
 fn run(seed: u64, quick: bool) -> Results {
     simulate(&example(), Options { seed, quick, threads: 2, ..Options::default() }, |_| {})
         .unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn get<'a>(results: &'a Results, scenario: &str, variant: &str) -> &'a RunResult {
-    results
-        .runs
-        .iter()
-        .find(|r| r.scenario == scenario && r.variant == variant)
-        .unwrap_or_else(|| panic!("no run {scenario}/{variant}"))
 }
 
 /// Seeds the defaults were not chosen on (latency_factor, the dynamic headroom and the scenarios

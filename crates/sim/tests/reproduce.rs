@@ -1,28 +1,16 @@
 //! The seeds' experiments, reproduced in the simulator with the bounds issue #2 asks for.
 //! Each runs the example file as a user would (`tailguard sim examples/X.yaml`), with its seed.
 
-use std::path::PathBuf;
-use tailguard_model::Experiment;
-use tailguard_sim::{simulate, Options, Results, RunResult};
+mod common;
 
-fn example(name: &str) -> Experiment {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(name);
-    Experiment::load(&path).unwrap_or_else(|e| panic!("{e}"))
-}
+use common::{example, get};
+use tailguard_sim::{simulate, Options, Results, RunResult};
 
 fn run(name: &str, quick: bool) -> Results {
     let experiment = example(name);
     let seed = experiment.seed().expect("examples carry their seed");
     simulate(&experiment, Options { seed, quick, threads: 2, ..Options::default() }, |_| {})
         .unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn get<'a>(results: &'a Results, scenario: &str, variant: &str) -> &'a RunResult {
-    results
-        .runs
-        .iter()
-        .find(|r| r.scenario == scenario && r.variant == variant)
-        .unwrap_or_else(|| panic!("no run {scenario}/{variant}"))
 }
 
 fn range(r: &RunResult) -> f64 {

@@ -1,16 +1,12 @@
 //! Issue #18: timeouts that hold on any latency distribution, and after an outage. Each check runs
 //! an example over five seeds that are not the file's own, so no constant fits one draw.
 
-use std::path::PathBuf;
-use tailguard_model::Experiment;
+mod common;
+
+use common::example;
 use tailguard_sim::{simulate, simulate_traced, Options, RunResult};
 
 const SEEDS: [u64; 5] = [101, 102, 103, 104, 105];
-
-fn example(name: &str) -> Experiment {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(name);
-    Experiment::load(&path).unwrap_or_else(|e| panic!("{e}"))
-}
 
 /// Every run of `name` for each seed, with `variants` only (all when empty).
 fn runs(name: &str, seeds: &[u64], variants: &[&str]) -> Vec<Vec<RunResult>> {

@@ -1,0 +1,21 @@
+//! What the simulator's example tests share: loading an example file and finding one run.
+
+use std::path::PathBuf;
+use tailguard_model::Experiment;
+use tailguard_sim::{Results, RunResult};
+
+/// examples/`name`, as a user would load it.
+pub fn example(name: &str) -> Experiment {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(name);
+    Experiment::load(&path).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The run of `scenario` × `variant`; panics naming it when there is none.
+#[allow(dead_code)] // not every test file looks runs up by name
+pub fn get<'a>(results: &'a Results, scenario: &str, variant: &str) -> &'a RunResult {
+    results
+        .runs
+        .iter()
+        .find(|r| r.scenario == scenario && r.variant == variant)
+        .unwrap_or_else(|| panic!("no run {scenario}/{variant}"))
+}
