@@ -1246,6 +1246,14 @@ fn hold(held: &mut JoinSet<()>, addr: SocketAddr, host: &'static str) {
     });
 }
 
+/// GETs `host` through `addr` and checks it is refused with 503 and `body` within 1 s.
+async fn refused_at_once(client: &TestClient, addr: SocketAddr, host: &str, body: &str) {
+    let started = Instant::now();
+    let (status, _, got) = get(client, addr, host, &[]).await;
+    assert_eq!((status, got.as_str()), (StatusCode::SERVICE_UNAVAILABLE, body));
+    assert!(started.elapsed() < Duration::from_secs(1), "refused after {:?}", started.elapsed());
+}
+
 /// Waits (at most 5 s) until `done` holds.
 async fn until(what: &str, done: impl Fn() -> bool) {
     let started = Instant::now();
@@ -1273,14 +1281,13 @@ async fn beyond_max_requests_the_egress_answers_503_at_once_and_counts_it() {
     // The cap is the egress's, whatever the upstream: other routes are refused too, at once.
     let client = client();
     for _ in 0..3 {
-        let started = Instant::now();
-        let (status, _, body) = get(&client, addr, "ok", &[]).await;
-        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(
-            body,
-            "tailguard: too many concurrent requests in flight at the egress: limit 4 (egress.max_requests)\n"
-        );
-        assert!(started.elapsed() < Duration::from_secs(1), "refused after {:?}", started.elapsed());
+        refused_at_once(
+            &client,
+            addr,
+            "ok",
+            "tailguard: too many concurrent requests in flight at the egress: limit 4 (egress.max_requests)\n",
+        )
+        .await;
     }
     assert_eq!(ok.hits(), 0);
     assert_eq!(sample(&admin_metrics(&proxy).await, "tailguard_egress_refused_total"), 3.0);
@@ -1314,14 +1321,13 @@ async fn an_endpoint_at_its_connection_cap_refuses_at_once_without_being_ejected
     until("2 requests at the hung backend", || hung.hits() == 2).await;
     let client = client();
     for _ in 0..20 {
-        let started = Instant::now();
-        let (status, _, body) = get(&client, addr, "svc", &[]).await;
-        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(
-            body,
-            "tailguard: no endpoint would take the request: connections to the upstream at their limit (max_connections_per_endpoint 2)\n"
-        );
-        assert!(started.elapsed() < Duration::from_secs(1), "refused after {:?}", started.elapsed());
+        refused_at_once(
+            &client,
+            addr,
+            "svc",
+            "tailguard: no endpoint would take the request: connections to the upstream at their limit (max_connections_per_endpoint 2)\n",
+        )
+        .await;
     }
     // No connection beyond the cap was opened; each refusal (and its retries) was counted, and
     // none counted as the endpoint's failure.
