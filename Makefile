@@ -4,11 +4,21 @@ BIN := target/release/tailguard
 # The tuner (python/) lives in a virtual environment with pinned versions (python/constraints.txt).
 PYTHON ?= python3
 VENV := .venv
+# The offline, strict Kubernetes manifest checker (tools/k8s-validate, Go: k8s.io/api types and
+# kustomize), which the tests run on every manifest the project ships or writes; about 2 min to
+# build from nothing on 2 cores, seconds once Go's cache holds it.
+GO ?= go
+K8S_VALIDATE := target/tools/k8s-validate
 
-.PHONY: build pgo python demo deps test lint bench clean
+.PHONY: build pgo python demo deps test lint bench clean k8s-validate
 
-build: python
+build: python $(K8S_VALIDATE)
 	$(CARGO) build --release --locked
+
+k8s-validate: $(K8S_VALIDATE)
+
+$(K8S_VALIDATE): tools/k8s-validate/go.mod tools/k8s-validate/go.sum tools/k8s-validate/main.go
+	cd tools/k8s-validate && $(GO) build -mod=readonly -o ../../$(K8S_VALIDATE) .
 
 # The profile-guided build of the same binary, for production and the proxy benchmarks:
 # target/pgo/tailguard (7.5 min from nothing on 2 cores; see scripts/pgo-build.sh).
