@@ -16,6 +16,40 @@ use tailguard_sim::DEFAULT_TRACE_SAMPLE;
 pub enum LabCommand {
     /// Run an experiment file on real processes (serve + proxy sidecars) and print a comparison table.
     Run(LabArgs),
+    /// Write one run of an experiment file as Kubernetes manifests (docs/deploy.md).
+    Render(RenderArgs),
+}
+
+/// Arguments of `tailguard lab render`.
+#[derive(clap::Args)]
+pub struct RenderArgs {
+    /// The experiment file (YAML).
+    file: PathBuf,
+    /// Render Kubernetes manifests (the only format so far), written to stdout.
+    #[arg(long, required = true)]
+    k8s: bool,
+    /// The scenario to render (default: the file's first).
+    #[arg(long, value_name = "S")]
+    scenario: Option<String>,
+    /// The variant to render (default: the file's first).
+    #[arg(long, value_name = "V")]
+    variant: Option<String>,
+    /// Apply the file's `quick` overrides.
+    #[arg(long)]
+    quick: bool,
+    /// Seed of every random stream (default: the file's `seed`, else 1).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// The image with the tailguard binary.
+    #[arg(long, default_value = tailguard_k8s::DEFAULT_IMAGE)]
+    image: String,
+    /// Replica R of service S gets the cluster IP 10.SLOT.(S+1).(R+1): pick a SLOT inside the
+    /// cluster's service network (the default 100 is in kubeadm's and kind's 10.96.0.0/12).
+    #[arg(long, default_value_t = 100)]
+    slot: u8,
+    /// The cluster's pod network, whose deadline and trace headers the sidecars believe (repeatable).
+    #[arg(long = "pod-network", value_name = "CIDR", default_value = "10.0.0.0/8")]
+    pod_networks: Vec<tailguard_proxy::config::Network>,
 }
 
 /// Arguments of `tailguard lab run`.
@@ -97,7 +131,10 @@ pub struct DemoArgs {
 }
 
 pub fn run(command: LabCommand) -> anyhow::Result<()> {
-    let LabCommand::Run(args) = command;
+    let args = match command {
+        LabCommand::Run(args) => args,
+        LabCommand::Render(args) => return render(args),
+    };
     let experiment = Experiment::load(&args.file)?;
     let out = args.out.unwrap_or_else(|| default_out(&format!("{}-{}", experiment.file.name, timestamp())));
     let outputs = Outputs::prepare(&out, None, None)?;
@@ -317,4 +354,24 @@ impl Observer for Progress {
     }
 
     fn ready(&self, _plan: &Plan) {}
+}
+
+/// `tailguard lab render --k8s FILE`: the manifests on stdout.
+fn render(args: RenderArgs) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
+    let experiment = Experiment::parse(&text, &args.file)?;
+    let options = tailguard_k8s::RenderOptions {
+        scenario: args.scenario,
+        variant: args.variant,
+        quick: args.quick,
+        seed: args.seed,
+        image: args.image,
+        slot: args.slot,
+        trusted_peers: args.pod_networks,
+    };
+    debug_assert!(args.k8s, "clap requires --k8s");
+    let manifests = tailguard_k8s::render(&experiment, &text, &options)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.file.display()))?;
+    print!("{manifests}");
+    Ok(())
 }

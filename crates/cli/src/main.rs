@@ -1,6 +1,7 @@
 //! The `tailguard` command: argument parsing and wiring only; the work happens in the libraries.
 
 mod collect;
+mod inject;
 mod lab;
 mod load;
 mod output;
@@ -37,6 +38,8 @@ enum Command {
     Load(load::LoadArgs),
     /// Receive OTLP/HTTP spans until ctrl-c, then write them as Jaeger JSON.
     Collect(collect::CollectArgs),
+    /// Add the tailguard sidecar to Kubernetes manifests (files or stdin) and write them to stdout.
+    Inject(inject::InjectArgs),
     /// Render a results JSON as one self-contained HTML report (plots and tables).
     Report(report::ReportArgs),
 }
@@ -52,6 +55,7 @@ fn main() -> ExitCode {
         Command::Load(args) => load::run(args),
         Command::Collect(args) => collect::run(args),
         Command::Report(args) => report::run(args),
+        Command::Inject(args) => inject::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
