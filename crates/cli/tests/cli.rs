@@ -214,3 +214,58 @@ fn load_fails_when_every_request_failed() {
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains("every one of the 5 requests failed"), "{stderr}");
 }
+
+/// `tailguard ARGS` with `stdin` piped in.
+fn tailguard_with_stdin(args: &[&str], stdin: &str) -> Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tailguard"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn inject_reads_stdin_writes_stdout_and_names_a_bad_document() {
+    let deployment = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec:\n      containers: [{name: web, image: web, ports: [{containerPort: 8080}]}]\n";
+    let out = tailguard_with_stdin(&["inject", "--image", "example.com/tailguard:test"], deployment);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let options = tailguard_k8s::InjectOptions { image: "example.com/tailguard:test".into(), ..Default::default() };
+    assert_eq!(stdout, tailguard_k8s::inject(deployment, "-", &options).unwrap());
+    assert!(stdout.contains("image: example.com/tailguard:test") && stdout.contains("name: web-tailguard"));
+    // Injected again (stdin named `-`): unchanged.
+    let again = tailguard_with_stdin(&["inject", "-", "--image", "example.com/tailguard:test"], &stdout);
+    assert_eq!(String::from_utf8(again.stdout).unwrap(), stdout);
+
+    let bad = tailguard_with_stdin(&["inject"], "kind: Service\n---\nkind: Deployment\nmetadata: {name: [\n");
+    assert_eq!(bad.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(stderr.starts_with("error: -: document 2: "), "{stderr}");
+
+    let proxy = scratch("wrong-port.yaml");
+    std::fs::write(&proxy, "egress: {listen: 127.0.0.1:5000, upstreams: {}}\nadmin: {listen: 0.0.0.0:9990}\n").unwrap();
+    let wrong = tailguard_with_stdin(&["inject", "--config", proxy.to_str().unwrap()], deployment);
+    let stderr = String::from_utf8_lossy(&wrong.stderr);
+    assert!(stderr.contains("egress.listen: expected port 4140"), "{stderr}");
+}
+
+#[test]
+fn lab_render_k8s_writes_an_experiment_as_manifests() {
+    let out = tailguard(&["lab", "render", "--k8s", &example("triangle.yaml"), "--variant", "adaptive", "--quick"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(stdout.matches("kind: StatefulSet").count(), 7, "one per service of the triangle");
+    assert_eq!(stdout.matches("kind: Job").count(), 1);
+    assert!(stdout.contains("- adaptive\n") && stdout.contains("- --quick\n"), "{stdout}");
+    let missing = tailguard(&["lab", "render", &example("triangle.yaml")]);
+    assert!(!missing.status.success() && String::from_utf8_lossy(&missing.stderr).contains("--k8s"));
+    let unknown = tailguard(&["lab", "render", "--k8s", &example("triangle.yaml"), "--variant", "nope"]);
+    let stderr = String::from_utf8_lossy(&unknown.stderr);
+    assert!(!unknown.status.success() && stderr.contains("nope"), "{stderr}");
+}

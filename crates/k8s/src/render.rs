@@ -104,7 +104,7 @@ pub fn render(experiment: &Experiment, text: &str, options: &RenderOptions) -> R
     if let Some(file) = &workload {
         docs.push(sidecar::config_map(&format!("{name}-load-tailguard"), None, &[(FILE_KEY.into(), file.to_yaml())]));
     }
-    docs.push(load_job(&run, &plan, &name, workload.is_some(), seed, options));
+    docs.push(load_job(&run, &plan, (&name, &experiment.file.name), workload.is_some(), seed, options));
     Ok(manifest::write(&docs))
 }
 
@@ -208,7 +208,9 @@ spec:
 
 /// The load generator's Job: `tailguard load` as an init container (after its sidecar, if any)
 /// writing the results, then `results` printing them.
-fn load_job(run: &Run, plan: &Plan, experiment: &str, proxied: bool, seed: u64, options: &RenderOptions) -> Value {
+/// `names`: the experiment's name as a Kubernetes name and as written (for the results).
+fn load_job(run: &Run, plan: &Plan, names: (&str, &str), proxied: bool, seed: u64, options: &RenderOptions) -> Value {
+    let (experiment, title) = names;
     let l = labels(experiment, "load");
     let mut job = template(&format!(
         r#"apiVersion: batch/v1
@@ -240,7 +242,7 @@ spec:
     spec["initContainers"][0]["image"] = Value::String(options.image.clone());
     spec["containers"][0]["image"] = Value::String(options.image.clone());
     spec["initContainers"][0]["args"] =
-        Value::Sequence(load_args(run, plan, seed).into_iter().map(Value::String).collect());
+        Value::Sequence(load_args(run, plan, title, seed).into_iter().map(Value::String).collect());
     if proxied {
         add_sidecar(&mut job["spec"]["template"], options, &format!("{experiment}-load-tailguard"), FILE_KEY);
     }
@@ -249,7 +251,7 @@ spec:
 
 /// `tailguard load`'s arguments for the run's workload, as the lab's in-process load generator
 /// is configured (crates/lab runner).
-fn load_args(run: &Run, plan: &Plan, seed: u64) -> Vec<String> {
+fn load_args(run: &Run, plan: &Plan, experiment: &str, seed: u64) -> Vec<String> {
     let w = &run.workload;
     let mut args = vec!["load".to_string()];
     match plan.workload_proxy {
@@ -278,7 +280,14 @@ fn load_args(run: &Run, plan: &Plan, seed: u64) -> Vec<String> {
         args.extend(["--requests".into(), n.to_string()]);
     }
     args.extend(["--warmup".into(), w.warmup.to_string(), "--seed".into(), seed.to_string()]);
-    args.extend(["--json".into(), RESULTS.into(), "--variant".into(), run.variant.clone()]);
+    args.extend([
+        "--json".into(),
+        RESULTS.into(),
+        "--name".into(),
+        experiment.into(),
+        "--variant".into(),
+        run.variant.clone(),
+    ]);
     args
 }
 
