@@ -83,6 +83,10 @@ pub fn render(experiment: &Experiment, text: &str, options: &RenderOptions) -> R
             ));
         }
     }
+    if run.services.len() > plan::MAX_SERVICES || run.services.values().any(|s| s.replicas > plan::MAX_REPLICAS) {
+        let most = (plan::MAX_SERVICES, plan::MAX_REPLICAS);
+        return Err(format!("at most {} services of {} replicas each fit the address plan", most.0, most.1));
+    }
     let seed = options.seed.or(experiment.seed()).unwrap_or(1);
     let plan = Plan::new(&run, Isolation::Netns, options.slot);
     let experiment_map = format!("{name}-experiment");
