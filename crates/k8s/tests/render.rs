@@ -7,7 +7,7 @@ use tailguard_k8s::{manifest, render, RenderOptions};
 use tailguard_model::Experiment;
 use tailguard_proxy::config::{Config, Route};
 
-const FILE: &str = "name: Two Tier\nseed: 3\nservices:\n  front:\n    calls: [{service: back}]\n  back:\n    replicas: 2\n    workers: 1\n    admission: {kind: fixed, capacity: 3}\n    groups: {small: {replicas: 1, admission: {kind: fixed, capacity: 1}}}\nworkload: {target: front, open: {rate: 10}, duration: 1s}\nvariants:\n  - name: plain\n  - name: bloc\n    client: {balancer: {kind: least-request}}\n    edges:\n      front->back: {balancer: {kind: bloc, reset: 1s}}\n";
+const FILE: &str = "name: Two Tier\nseed: 3\nservices:\n  front:\n    calls: [{service: back}]\n  back:\n    replicas: 2\n    workers: 1\n    admission: {kind: fixed, capacity: 3}\n    groups: {small: {replicas: 1, admission: {kind: fixed, capacity: 1}}}\nworkload: {target: front, open: {rate: 10}, duration: 1s}\nvariants:\n  - name: plain\n  - name: bloc\n    edges:\n      workload->front: {balancer: {kind: least-request}}\n      front->back: {balancer: {kind: bloc, reset: 1s}}\n";
 
 fn rendered(options: &RenderOptions) -> Vec<Value> {
     let experiment = Experiment::parse(FILE, Path::new("two.yaml")).unwrap();
@@ -113,6 +113,7 @@ fn each_replica_is_a_service_at_its_plan_address_and_callers_balance_over_them()
             "http://127.0.0.1:4140/front/",
             "--rate",
             "10",
+            "--poisson",
             "--duration",
             "1s",
             "--warmup",
