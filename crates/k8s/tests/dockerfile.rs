@@ -31,7 +31,7 @@ fn the_dockerfile_builds_as_make_build_does_and_runs_as_non_root() {
     let wanted = cargo.lines().find_map(|l| l.strip_prefix("rust-version = ")).unwrap().trim_matches('"');
     assert!(version(rust) >= version(wanted), "rust:{rust} is older than the workspace's rust-version {wanted}");
     assert!(from[1].starts_with("debian:") && from[1].contains("slim"), "{}", from[1]);
-    let user = dockerfile.lines().filter_map(|l| l.strip_prefix("USER ")).last().unwrap();
+    let user = dockerfile.lines().filter_map(|l| l.strip_prefix("USER ")).next_back().unwrap();
     assert!(!user.starts_with('0') && !user.starts_with("root"), "runs as {user}");
     assert!(dockerfile.contains("ENTRYPOINT [\"/usr/local/bin/tailguard\"]"));
 }
