@@ -49,9 +49,9 @@ impl Default for InjectOptions {
 /// Injects every workload of the YAML stream `text` (read from `origin`, which errors name).
 pub fn inject(text: &str, origin: &str, options: &InjectOptions) -> Result<String, ManifestError> {
     let mut out = Vec::new();
-    for (i, mut doc) in manifest::read(text, origin)?.into_iter().enumerate() {
+    for (number, mut doc) in manifest::read_numbered(text, origin)? {
         let added = inject_document(&mut doc, options);
-        let added = added.map_err(|message| ManifestError::new(origin, i + 1, Some(&doc), message))?;
+        let added = added.map_err(|message| ManifestError::new(origin, number, Some(&doc), message))?;
         out.push(doc);
         out.extend(added);
     }

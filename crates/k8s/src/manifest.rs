@@ -35,12 +35,18 @@ pub fn describe(doc: &Value) -> String {
 /// The documents of a YAML stream, empty ones (`---` twice, comments only) dropped. Every
 /// document must be a mapping: a Kubernetes object or a `List`.
 pub fn read(text: &str, origin: &str) -> Result<Vec<Value>, ManifestError> {
+    Ok(read_numbered(text, origin)?.into_iter().map(|(_, doc)| doc).collect())
+}
+
+/// [`read`], each document with its place in the stream (from 1, empty documents counted), which
+/// errors name.
+pub fn read_numbered(text: &str, origin: &str) -> Result<Vec<(usize, Value)>, ManifestError> {
     let mut docs = Vec::new();
     for (i, de) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
         let doc = Value::deserialize(de).map_err(|e| ManifestError::new(origin, i + 1, None, e.to_string()))?;
         match doc {
             Value::Null => {}
-            Value::Mapping(_) => docs.push(doc),
+            Value::Mapping(_) => docs.push((i + 1, doc)),
             other => {
                 let message = format!("expected a Kubernetes object (a mapping with `kind`), got {}", kind_of(&other));
                 return Err(ManifestError::new(origin, i + 1, None, message));
@@ -99,6 +105,9 @@ mod tests {
         let text = "# head\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\n---\nkind: X\nz: 1\na: 2\n";
         let docs = read(text, "f.yaml").unwrap();
         assert_eq!(docs.len(), 2);
+        let numbers: Vec<usize> = read_numbered(text, "f.yaml").unwrap().into_iter().map(|(n, _)| n).collect();
+        // YAML's numbering: a comment before the first `---` is no document; an empty one is.
+        assert_eq!(numbers, [1, 3]);
         assert_eq!(describe(&docs[0]), "ConfigMap a");
         let out = write(&docs);
         assert_eq!(out, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n---\nkind: X\nz: 1\na: 2\n");
