@@ -115,7 +115,7 @@ pub fn add_to_spec(spec: &mut Mapping, sidecar: Value, volume: Value, env: &[(&s
     list(spec, "initContainers").ok_or("expected `initContainers` to be a list")?.insert(0, sidecar);
     list(spec, "volumes").ok_or("expected `volumes` to be a list")?.push(volume);
     let containers = list(spec, "containers").ok_or("expected `containers` to be a list")?;
-    for container in containers.iter_mut() {
+    for container in containers.iter_mut().filter(|_| !env.is_empty()) {
         let vars = list(container.as_mapping_mut().ok_or("expected each container to be a mapping")?, "env")
             .ok_or("expected a container's `env` to be a list")?;
         for (name, value) in env {
