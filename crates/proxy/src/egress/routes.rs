@@ -100,8 +100,8 @@ impl Routes {
 
 impl Upstream {
     /// The upstream `name`, drawing from `rng`; its endpoints keep their connection pools from
-    /// `old` routes. A discovered upstream starts from the set its namesake in `old` had found
-    /// with the same source, else from none, and starts its discovery task.
+    /// `old` routes. A discovered upstream starts from the set its namesake in `old` found with
+    /// the same source (the same name or file), else from none, and starts its discovery task.
     fn new(
         name: &str,
         config: &config::Upstream,
@@ -127,7 +127,8 @@ impl Upstream {
             None => config.endpoints.clone(),
             Some(discovery) => {
                 let namesake = old.into_iter().flat_map(|r| r.upstreams.iter()).find(|u| u.name == name);
-                let same = namesake.filter(|u| u.config.discovery.as_ref() == Some(discovery));
+                let same_source = |d: &config::Discovery| d.dns == discovery.dns && d.file == discovery.file;
+                let same = namesake.filter(|u| u.config.discovery.as_ref().is_some_and(same_source));
                 same.map_or_else(Vec::new, |u| u.live())
             }
         };
