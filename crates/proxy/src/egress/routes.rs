@@ -34,7 +34,7 @@ pub(super) struct Upstream {
     /// Every endpoint the upstream has had, by id (the policy's [`EndpointId`]): those left by
     /// discovery stay, retired in the policy, so attempts in flight to them finish and report.
     endpoints: RwLock<Vec<Arc<Endpoint>>>,
-    pub(super) core: Mutex<Core>,
+    core: Mutex<Core>,
     /// Where discovered endpoints get their metrics.
     all_metrics: Arc<Metrics>,
     /// True once discovery answered (or failed) for the first time; always true without it.
@@ -50,6 +50,14 @@ pub(super) struct Endpoint {
     /// Kept across reloads for as long as some upstream lists the address.
     pub(super) pool: Arc<Pool>,
     pub(super) metrics: EndpointMetrics,
+}
+
+impl Endpoint {
+    /// The endpoint at `addr` of upstream `upstream`, sending through `pool`.
+    fn new(addr: SocketAddr, pool: Arc<Pool>, metrics: &Metrics, upstream: &str) -> Arc<Endpoint> {
+        let authority = Authority::try_from(addr.to_string()).ok();
+        Arc::new(Endpoint { addr, authority, pool, metrics: metrics.endpoint(upstream, &addr.to_string()) })
+    }
 }
 
 /// What a policy step needs: the policy and the random source; and which endpoint id each
@@ -116,12 +124,7 @@ impl Upstream {
         let max = config.max_connections_per_endpoint;
         let endpoint = |addr: &SocketAddr| {
             let pool = old_pool(addr).inspect(|pool| pool.set_max_connections(max));
-            Arc::new(Endpoint {
-                addr: *addr,
-                authority: Authority::try_from(addr.to_string()).ok(),
-                pool: pool.unwrap_or_else(|| Arc::new(Pool::new(*addr, max))),
-                metrics: metrics.endpoint(name, &addr.to_string()),
-            })
+            Endpoint::new(*addr, pool.unwrap_or_else(|| Arc::new(Pool::new(*addr, max))), metrics, name)
         };
         let addrs = match &config.discovery {
             None => config.endpoints.clone(),
@@ -163,6 +166,7 @@ impl Upstream {
         self.endpoints.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
     }
 
+    /// The policy state, locked.
     pub(super) fn core(&self) -> MutexGuard<'_, Core> {
         self.core.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -203,12 +207,7 @@ impl Upstream {
             let max = self.config.max_connections_per_endpoint;
             for addr in fresh {
                 ids.insert(addr, endpoints.len());
-                endpoints.push(Arc::new(Endpoint {
-                    addr,
-                    authority: Authority::try_from(addr.to_string()).ok(),
-                    pool: Arc::new(Pool::new(addr, max)),
-                    metrics: self.all_metrics.endpoint(&self.name, &addr.to_string()),
-                }));
+                endpoints.push(Endpoint::new(addr, Arc::new(Pool::new(addr, max)), &self.all_metrics, &self.name));
                 change.added.push(addr);
             }
             policy.grow(endpoints.len());
