@@ -256,6 +256,7 @@ fn egress(listen: SocketAddr, upstreams: BTreeMap<String, Upstream>) -> Egress {
 fn upstream(plan: &Plan, callee: &str, policy: &ClientPolicy) -> Upstream {
     Upstream {
         endpoints: plan.of(callee).map(Replica::ingress).collect(),
+        discovery: None,
         route: Route::PathPrefix(route(callee)),
         policy: policy.clone(),
         protocol: Protocol::Http1,

@@ -18,6 +18,7 @@ pub fn client_policy(config: &ClientPolicy, endpoints: usize) -> call::ClientPol
         hedge: config.hedge.build(),
         retry: config.retry.build(&config.timeout),
         deadline: deadline(config),
+        retired: Vec::new(),
     }
 }
 

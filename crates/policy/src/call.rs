@@ -29,6 +29,42 @@ pub struct ClientPolicy {
     pub retry: RetryPolicy,
     /// The longest a request may take in all, from its start (its deadline), if any.
     pub deadline: Option<Duration>,
+    /// Endpoints taken out of the set (sorted): no attempt goes to them ([`ClientPolicy::retire`]).
+    pub retired: Vec<EndpointId>,
+}
+
+/// Endpoint discovery: endpoints join and leave while requests are in flight. Ids never shift, so
+/// an attempt in flight reports its end to the endpoint it was sent to, and an endpoint that stays
+/// keeps its balancer and outlier state; a left endpoint keeps its id (retired) until it is back.
+impl ClientPolicy {
+    /// Makes room for endpoints up to `endpoints`; the new ones start as a new policy's would.
+    pub fn grow(&mut self, endpoints: usize) {
+        self.balancer.grow(endpoints);
+        if let Some(outlier) = &mut self.outlier {
+            outlier.grow(endpoints);
+        }
+    }
+
+    /// Takes `endpoint` out of every pick from now on (drained: attempts in flight to it end as
+    /// usual).
+    pub fn retire(&mut self, endpoint: EndpointId) {
+        if let Err(at) = self.retired.binary_search(&endpoint) {
+            self.retired.insert(at, endpoint);
+        }
+        if let Some(outlier) = &mut self.outlier {
+            outlier.retire(endpoint);
+        }
+    }
+
+    /// Puts a retired `endpoint` back among the picks.
+    pub fn restore(&mut self, endpoint: EndpointId) {
+        if let Ok(at) = self.retired.binary_search(&endpoint) {
+            self.retired.remove(at);
+        }
+        if let Some(outlier) = &mut self.outlier {
+            outlier.restore(endpoint);
+        }
+    }
 }
 
 /// What the driver must do for a call.
@@ -359,8 +395,24 @@ impl Call {
             Some(outlier) => outlier.exclude(now, &self.tried),
             None => &self.tried,
         };
-        let mut pick = Pick { now, rng: &mut *ctx.rng, exclude, true_loads: ctx.true_loads };
-        let Some(endpoint) = policy.balancer.pick(&mut pick) else { return false };
+        let endpoint = if policy.retired.is_empty() {
+            let mut pick = Pick { now, rng: &mut *ctx.rng, exclude, true_loads: ctx.true_loads };
+            policy.balancer.pick(&mut pick)
+        } else {
+            // Balancers avoid excluded endpoints only while another is left: a pick that lands on
+            // a retired one found nothing else, and is made again avoiding the retired alone.
+            let retired = &policy.retired;
+            let avoid: Vec<EndpointId> = exclude.iter().chain(retired).copied().collect();
+            let mut pick = Pick { now, rng: &mut *ctx.rng, exclude: &avoid, true_loads: ctx.true_loads };
+            match policy.balancer.pick(&mut pick) {
+                Some(e) if retired.binary_search(&e).is_ok() => {
+                    let mut pick = Pick { now, rng: &mut *ctx.rng, exclude: retired, true_loads: ctx.true_loads };
+                    policy.balancer.pick(&mut pick).filter(|e| retired.binary_search(e).is_err())
+                }
+                chosen => chosen,
+            }
+        };
+        let Some(endpoint) = endpoint else { return false };
         let own = policy.timeout.timeout(now, index, &mut *ctx.rng);
         let remaining = self.deadline.map(|d| d.saturating_sub(now));
         let timeout = match (own, remaining) {

@@ -30,6 +30,9 @@ impl Balancer for Recording {
         self.log.lock().expect("not poisoned").push((endpoint, feedback.outcome));
         self.inner.on_feedback(endpoint, now, feedback);
     }
+    fn grow(&mut self, endpoints: usize) {
+        self.inner.grow(endpoints);
+    }
 }
 
 /// The driver: the caller's policies, a seeded rng and the virtual clock.
@@ -52,6 +55,7 @@ impl Driver {
             hedge: None,
             retry: RetryPolicy::default(),
             deadline: None,
+            retired: Vec::new(),
         };
         Driver { policy, rng: Pcg64Mcg::new(0xca11), now: Time::ZERO, feedback }
     }
@@ -192,6 +196,57 @@ fn a_retry_avoids_an_ejected_endpoint_even_if_it_must_go_where_it_went_before() 
     let (mut call, out) = d.start(true);
     assert_eq!(out, vec![send(0, 1, None)]);
     assert_eq!(d.end(&mut call, 0, Feedback::new(Outcome::Error, Duration::ZERO)), vec![send(1, 1, None)]);
+}
+
+#[test]
+fn a_retired_endpoint_gets_no_new_attempt_while_its_attempt_in_flight_ends_as_usual() {
+    let mut d = Driver::new(3, Box::new(NoTimeout)).retries(4, Backoff::none());
+    // Request A's first attempt goes to endpoint 0; then endpoint 0 leaves the set.
+    let (mut a, out) = d.start(true);
+    assert_eq!(out, vec![send(0, 0, None)]);
+    d.policy.retire(0);
+    // New requests go to 1 and 2 in turn, never to 0.
+    for expected in [1, 2, 1, 2] {
+        let (mut call, out) = d.start(true);
+        assert_eq!(out, vec![send(0, expected, None)]);
+        d.end(&mut call, 0, Feedback::success(ms(1)));
+    }
+    // A's attempt to 0 ends as usual, its feedback to endpoint 0; its retries go to 1 and 2.
+    assert_eq!(d.end(&mut a, 0, Feedback::new(Outcome::Error, ms(5))), vec![send(1, 1, None)]);
+    assert_eq!(d.feedback().get(4), Some(&(0, Outcome::Error)));
+    assert_eq!(d.end(&mut a, 1, Feedback::new(Outcome::Error, ms(5))), vec![send(2, 2, None)]);
+    // Every endpoint tried: round robin's turn is 0's, but the retry goes to a live one again.
+    assert_eq!(d.end(&mut a, 2, Feedback::new(Outcome::Error, ms(5))), vec![send(3, 1, None)]);
+    // Every endpoint retired: no attempt at all. Restored, endpoint 0 is picked again.
+    d.policy.retire(1);
+    d.policy.retire(2);
+    assert_eq!(d.start(true).1, vec![finish(Outcome::Rejected, 0)]);
+    d.policy.restore(0);
+    assert!(matches!(d.start(true).1[..], [Action::Send { endpoint: 0, .. }]));
+}
+
+#[test]
+fn a_grown_policy_sends_to_the_new_endpoint_and_keeps_the_old_ones_state() {
+    use crate::balance::OutlierConfig;
+    let mut d = Driver::new(2, Box::new(NoTimeout));
+    let config = OutlierConfig { consecutive_failures: 1, max_ejected: 0.5, ..OutlierConfig::default() };
+    d.policy.outlier = Some(config.build(2));
+    // Endpoint 0 fails once: ejected for 30 s.
+    let (mut call, _) = d.start(true);
+    assert!(matches!(d.end(&mut call, 0, Feedback::new(Outcome::Error, ms(1)))[..], [Action::Eject(_), ..]));
+    // A third endpoint joins: requests go to 1 and 2; 0 stays ejected.
+    d.policy.grow(3);
+    let picks: Vec<EndpointId> = (0..4)
+        .map(|_| {
+            let (mut call, out) = d.start(true);
+            d.end(&mut call, 0, Feedback::success(ms(1)));
+            match out[..] {
+                [Action::Send { endpoint, .. }] => endpoint,
+                _ => panic!("{out:?}"),
+            }
+        })
+        .collect();
+    assert_eq!(picks, [1, 2, 1, 2]);
 }
 
 #[test]
@@ -612,6 +667,7 @@ fn random_scripts_keep_the_call_invariants() {
                 ..RetryPolicy::default()
             },
             deadline: Some(ms(500)),
+            retired: Vec::new(),
         };
         let mut rng = Pcg64Mcg::seed_from_u64(case);
         let (mut now, mut out) = (Time::ZERO, Vec::new());

@@ -157,8 +157,12 @@ pub struct Egress {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Upstream {
-    /// The replicas' addresses.
+    /// The replicas' addresses, when fixed; else `discovery` finds them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub endpoints: Vec<SocketAddr>,
+    /// Where the replicas' addresses are found and re-read (DNS, a file), instead of `endpoints`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discovery: Option<Discovery>,
     /// Which requests go to this service; left out, every request the other upstreams do not
     /// match (the path prefix `/`), so a sidecar with one upstream needs no `match`.
     #[serde(rename = "match", default)]
@@ -175,6 +179,54 @@ pub struct Upstream {
     /// connection per endpoint.
     #[serde(default = "default_max_connections_per_endpoint")]
     pub max_connections_per_endpoint: usize,
+}
+
+/// Endpoint discovery (docs/proxy.md, "Endpoint discovery"): exactly one source, asked every
+/// `interval`; the endpoints that join are added, those that leave are drained, the others keep
+/// their balancer state. Like Envoy's `STRICT_DNS` cluster.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Discovery {
+    /// A DNS name and port, `backend.default.svc.cluster.local:8080`: every A and AAAA record is
+    /// an endpoint (a Kubernetes headless service has one per ready pod).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns: Option<String>,
+    /// A file of addresses, one `ip:port` per line (blank lines and `#` comments ignored),
+    /// written by another program; replace it whole (write, then rename) so it is never read
+    /// half-written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<PathBuf>,
+    /// How often the source is asked again (default 5s; Envoy's `dns_refresh_rate` is 5 s).
+    #[serde(default = "default_discovery_interval")]
+    pub interval: Dur,
+}
+
+fn default_discovery_interval() -> Dur {
+    Dur(Duration::from_secs(5))
+}
+
+impl Discovery {
+    fn validate(&self) -> Result<(), ModelError> {
+        match (&self.dns, &self.file) {
+            (Some(name), None) => {
+                let port = name
+                    .rsplit_once(':')
+                    .and_then(|(host, port)| port.parse::<u16>().ok().filter(|_| !host.is_empty()));
+                if port.is_none() {
+                    let what = format!(
+                        "expected a name and a port, like backend.default.svc.cluster.local:8080, got {name:?}"
+                    );
+                    return Err(ModelError::at("dns", what));
+                }
+            }
+            (None, Some(_)) => {}
+            _ => return Err(ModelError::at("", "expected exactly one of `dns` and `file`")),
+        }
+        if self.interval.0.is_zero() {
+            return Err(ModelError::at("interval", "expected a positive duration"));
+        }
+        Ok(())
+    }
 }
 
 /// How a request is routed to an upstream: by its Host (port ignored) or by a path prefix.
@@ -456,8 +508,15 @@ fn plain(message: &str) -> String {
 
 impl Upstream {
     fn validate(&self) -> Result<(), ModelError> {
-        if self.endpoints.is_empty() {
-            return Err(ModelError::at("endpoints", "expected at least one endpoint address"));
+        match &self.discovery {
+            None if self.endpoints.is_empty() => {
+                return Err(ModelError::at("endpoints", "expected at least one endpoint address (or `discovery`)"));
+            }
+            Some(_) if !self.endpoints.is_empty() => {
+                return Err(ModelError::at("", "expected one of `endpoints` and `discovery`, not both"));
+            }
+            Some(discovery) => discovery.validate().map_err(|e| e.under("discovery"))?,
+            None => {}
         }
         if self.max_connections_per_endpoint == 0 {
             return Err(ModelError::at("max_connections_per_endpoint", "expected at least 1"));
@@ -568,6 +627,30 @@ mod tests {
     fn an_upstream_without_match_takes_every_request_others_do_not() {
         let one = parse("egress: {listen: 127.0.0.1:1, upstreams: {a: {endpoints: [127.0.0.1:2]}}}").unwrap();
         assert_eq!(one.egress.unwrap().upstreams["a"].route, Route::PathPrefix("/".into()));
+    }
+
+    #[test]
+    fn an_upstream_may_discover_its_endpoints_by_dns_or_in_a_file() {
+        let c = parse("egress: {listen: 127.0.0.1:1, upstreams: {a: {discovery: {dns: 'backend.default.svc:8080'}}, b: {discovery: {file: /run/b.endpoints, interval: 1s}}}}").unwrap();
+        let upstreams = &c.egress.as_ref().unwrap().upstreams;
+        let a = upstreams["a"].discovery.as_ref().unwrap();
+        assert_eq!((a.dns.as_deref(), a.interval.0), (Some("backend.default.svc:8080"), Duration::from_secs(5)));
+        assert!(upstreams["a"].endpoints.is_empty());
+        let b = upstreams["b"].discovery.as_ref().unwrap();
+        assert_eq!((b.file.as_deref(), b.interval.0), (Some(Path::new("/run/b.endpoints")), Duration::from_secs(1)));
+        let again = Config::parse(&c.to_yaml(), Path::new("again.yaml")).unwrap();
+        assert_eq!(Config { source: c.source.clone(), ..again }, c, "{}", c.to_yaml());
+        let file = |upstream: &str| format!("egress: {{listen: 127.0.0.1:1, upstreams: {{a: {upstream}}}}}");
+        for (upstream, expected) in [
+            ("{discovery: {dns: backend}}", "proxy.yaml: egress.upstreams.a.discovery.dns: expected a name and a port, like backend.default.svc.cluster.local:8080, got \"backend\""),
+            ("{discovery: {dns: 'b:80', file: x}}", "proxy.yaml: egress.upstreams.a.discovery: expected exactly one of `dns` and `file`"),
+            ("{discovery: {interval: 1s}}", "proxy.yaml: egress.upstreams.a.discovery: expected exactly one of `dns` and `file`"),
+            ("{discovery: {dns: 'b:80', interval: 0s}}", "proxy.yaml: egress.upstreams.a.discovery.interval: expected a positive duration"),
+            ("{endpoints: [127.0.0.1:2], discovery: {dns: 'b:80'}}", "proxy.yaml: egress.upstreams.a: expected one of `endpoints` and `discovery`, not both"),
+            ("{}", "proxy.yaml: egress.upstreams.a.endpoints: expected at least one endpoint address (or `discovery`)"),
+        ] {
+            assert_eq!(parse(&file(upstream)).unwrap_err(), expected, "{upstream}");
+        }
     }
 
     #[test]

@@ -85,6 +85,7 @@ impl Proxy {
             let listener = bind(c.listen).await?;
             proxy.egress = Some(listener.local_addr()?);
             let egress = Arc::new(egress::Egress::new(c, epoch, metrics.clone(), seed).traced(tracing.clone()));
+            egress.discovered().await;
             reloadable = Some(egress.clone());
             let handler = move |req, _peer| {
                 let egress = egress.clone();

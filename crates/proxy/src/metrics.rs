@@ -118,6 +118,10 @@ pub struct Metrics {
     pub ejections: Family<UpstreamLabels, Counter>,
     /// Endpoints out by outlier detection at the latest request's start, per upstream.
     pub ejected: Family<UpstreamLabels, Gauge>,
+    /// Endpoints in the set (listed, or found by discovery), per upstream.
+    pub endpoints: Family<UpstreamLabels, Gauge>,
+    /// Discovery answers that failed or named no endpoint (the last set was kept), per upstream.
+    pub discovery_errors: Family<UpstreamLabels, Counter>,
     /// The timeout policy's latest value in seconds, per upstream (0 when untimed).
     pub timeout_seconds: Family<UpstreamLabels, Gauge<f64, AtomicU64>>,
     /// Σ latency of the requests answered with success, timed-out attempts and waits included,
@@ -166,6 +170,8 @@ impl Metrics {
             hedge_gate: Family::default(),
             ejections: Family::default(),
             ejected: Family::default(),
+            endpoints: Family::default(),
+            discovery_errors: Family::default(),
             timeout_seconds: Family::default(),
             answered_seconds: Family::default(),
             answer_seconds: Family::default(),
@@ -213,6 +219,12 @@ impl Metrics {
         );
         registry.register("egress_ejections", "Endpoints ejected by outlier detection", m.ejections.clone());
         registry.register("egress_ejected", "Endpoints ejected at the latest request's start", m.ejected.clone());
+        registry.register("egress_endpoints", "Endpoints in the upstream's set", m.endpoints.clone());
+        registry.register(
+            "egress_discovery_errors",
+            "Discovery answers that failed or named no endpoint; the last set was kept",
+            m.discovery_errors.clone(),
+        );
         registry.register("egress_timeout_seconds", "Latest attempt timeout of the policy", m.timeout_seconds.clone());
         registry.register(
             "egress_answered_seconds",
@@ -263,6 +275,8 @@ impl Metrics {
             hedge_gate: self.hedge_gate.get_or_create(&labels).clone(),
             ejections: self.ejections.get_or_create(&labels).clone(),
             ejected: self.ejected.get_or_create(&labels).clone(),
+            endpoints: self.endpoints.get_or_create(&labels).clone(),
+            discovery_errors: self.discovery_errors.get_or_create(&labels).clone(),
             timeout_seconds: self.timeout_seconds.get_or_create(&labels).clone(),
             answered_seconds: self.answered_seconds.get_or_create(&labels).clone(),
             answer_seconds: self.answer_seconds.get_or_create(&labels).clone(),
@@ -317,6 +331,10 @@ pub struct UpstreamMetrics {
     pub ejections: Counter,
     /// See [`Metrics::ejected`].
     pub ejected: Gauge,
+    /// See [`Metrics::endpoints`].
+    pub endpoints: Gauge,
+    /// See [`Metrics::discovery_errors`].
+    pub discovery_errors: Counter,
     /// See [`Metrics::timeout_seconds`].
     pub timeout_seconds: Gauge<f64, AtomicU64>,
     /// See [`Metrics::answered_seconds`].

@@ -250,6 +250,18 @@ impl Balancer for Bloc {
         Some(self.commit(choice, pick.now))
     }
 
+    fn grow(&mut self, endpoints: usize) {
+        let old = self.endpoints.len();
+        if endpoints <= old {
+            return;
+        }
+        self.endpoints.resize(endpoints, Endpoint::default());
+        self.in_flight.grow(endpoints);
+        self.active.grow(endpoints);
+        self.probe_ready.grow(endpoints);
+        // New endpoints start Inactive and ready to be probed, as in `Bloc::new`.
+        (old..endpoints).for_each(|e| self.classify(e));
+    }
     fn on_send(&mut self, endpoint: EndpointId, _now: Time) {
         self.in_flight.inc(endpoint);
     }

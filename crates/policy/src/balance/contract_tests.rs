@@ -186,3 +186,30 @@ fn stray_feedback_never_drives_in_flight_counts_below_zero() {
         }
     }
 }
+
+#[test]
+fn a_grown_balancer_picks_new_endpoints_and_keeps_the_old_ones_state() {
+    for s in subjects() {
+        let mut b = (s.make)(2);
+        let mut rng = Pcg64Mcg::seed_from_u64(7);
+        warm_up(&mut *b, 2);
+        // Attempts in flight to 0, none to 1; then two endpoints join.
+        (0..3).for_each(|_| b.on_send(0, Time::ZERO));
+        b.grow(4);
+        b.grow(3); // never shrinks
+        for _ in 0..10 {
+            // The old endpoints alone: a load-aware balancer still knows 0 is busy.
+            let e = pick(&mut *b, &mut rng, Time::ZERO, &[2, 3]);
+            assert!(e.is_some_and(|e| e < 2), "{}: {e:?}", s.name);
+            if s.load_aware {
+                assert_eq!(e, Some(1), "{}", s.name);
+            }
+            // The old ones excluded: a new one is picked (BLOC probes it).
+            let e = pick(&mut *b, &mut rng, Time::ZERO, &[0, 1]);
+            assert!(e.is_some_and(|e| e == 2 || e == 3), "{}: {e:?}", s.name);
+            let e = e.expect("picked");
+            b.on_send(e, Time::ZERO);
+            b.on_feedback(e, Time::ZERO, &Feedback::success(Duration::from_millis(1)).with_chip(true));
+        }
+    }
+}

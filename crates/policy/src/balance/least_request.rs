@@ -30,6 +30,10 @@ impl Balancer for LeastRequest {
         p2c(candidates.len(), |i| candidates.get(i), &mut *pick.rng, |e| f64::from(in_flight.get(e)))
     }
 
+    fn grow(&mut self, endpoints: usize) {
+        self.in_flight.grow(endpoints);
+        self.eligible.grow(endpoints);
+    }
     fn on_send(&mut self, endpoint: EndpointId, _now: Time) {
         self.in_flight.inc(endpoint);
     }

@@ -38,6 +38,15 @@ impl LoadIndex {
         index
     }
 
+    /// Counts endpoints up to `n`, the new ones with no load.
+    pub fn grow(&mut self, n: usize) {
+        if n > self.len() {
+            let mut loads = std::mem::take(&mut self.load);
+            loads.resize(n, 0);
+            *self = LoadIndex::from_loads(&loads);
+        }
+    }
+
     /// How many endpoints it counts.
     pub fn len(&self) -> usize {
         self.load.len()

@@ -101,6 +101,12 @@ pub trait Balancer: Send {
     /// An attempt sent to `endpoint` ended (any outcome, including timeouts and cancellations).
     fn on_feedback(&mut self, endpoint: EndpointId, now: Time, feedback: &Feedback);
 
+    /// Makes room for endpoints up to `endpoints` (at least as many as before): the new ones start
+    /// as a new balancer's would, and the others keep their ids and state (endpoint discovery,
+    /// where endpoints come and go while attempts are in flight; see
+    /// [`ClientPolicy::retire`](crate::call::ClientPolicy::retire) for taking one out).
+    fn grow(&mut self, endpoints: usize);
+
     /// An endpoint the last pick wants probed ([`Prequal`]); the driver takes them until `None`,
     /// sends each probe asynchronously and hands the reply to [`Balancer::on_probe`].
     fn take_probe(&mut self) -> Option<EndpointId> {
@@ -121,6 +127,9 @@ impl InFlight {
     }
     pub(crate) fn get(&self, endpoint: EndpointId) -> u32 {
         self.0[endpoint]
+    }
+    pub(crate) fn grow(&mut self, endpoints: usize) {
+        self.0.resize(endpoints.max(self.0.len()), 0);
     }
     pub(crate) fn inc(&mut self, endpoint: EndpointId) {
         self.0[endpoint] += 1;
@@ -168,6 +177,10 @@ pub(crate) struct Eligible {
 impl Eligible {
     pub(crate) fn new(n: usize) -> Self {
         Eligible { n, tried: Vec::new() }
+    }
+
+    pub(crate) fn grow(&mut self, endpoints: usize) {
+        self.n = endpoints.max(self.n);
     }
 
     /// The endpoints not in `exclude`, in order, or all of them when every endpoint is excluded.

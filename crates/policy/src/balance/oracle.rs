@@ -40,6 +40,9 @@ impl Balancer for Oracle {
         loads.least(&self.tried, &mut *rng).or_else(|| loads.least(&[], rng))
     }
 
+    fn grow(&mut self, endpoints: usize) {
+        self.in_flight.grow(endpoints);
+    }
     fn on_send(&mut self, endpoint: EndpointId, _now: Time) {
         self.in_flight.inc(endpoint);
     }

@@ -148,6 +148,8 @@ struct Endpoint {
     probing: bool,
     /// Why it was last ejected.
     reason: Reason,
+    /// Taken out of the set ([`Outlier::retire`]): never ejected, no peer for latency.
+    retired: bool,
     /// Its last successful answer times (at most `latency_samples`, the oldest first), since its
     /// last ejection.
     samples: VecDeque<Duration>,
@@ -175,15 +177,52 @@ pub struct Outlier {
 impl Outlier {
     /// A detector over endpoints `0..endpoints`, none of them ejected.
     pub fn new(endpoints: usize, config: OutlierConfig) -> Self {
-        let cap = ((endpoints as f64 * config.max_ejected).floor() as usize).max(1);
-        Outlier {
+        let mut outlier = Outlier {
             config,
             endpoints: vec![Endpoint::default(); endpoints],
             ejected: 0,
             probing: 0,
-            cap,
+            cap: 0,
             scratch: Vec::new(),
             medians: Vec::new(),
+        };
+        outlier.set_cap();
+        outlier
+    }
+
+    /// The most endpoints out at once: `max_ejected` of those not retired, at least one.
+    fn set_cap(&mut self) {
+        let live = self.endpoints.iter().filter(|e| !e.retired).count();
+        self.cap = ((live as f64 * self.config.max_ejected).floor() as usize).max(1);
+    }
+
+    /// Room for endpoints up to `endpoints`, the new ones not ejected (endpoint discovery).
+    pub fn grow(&mut self, endpoints: usize) {
+        if endpoints > self.endpoints.len() {
+            self.endpoints.resize(endpoints, Endpoint::default());
+            self.set_cap();
+        }
+    }
+
+    /// `endpoint` left the set: it no longer counts towards the ejected share nor as a peer, and
+    /// what it had shown is forgotten (it may come back as a new replica at the same address).
+    pub fn retire(&mut self, endpoint: EndpointId) {
+        let Some(e) = self.endpoints.get_mut(endpoint) else { return };
+        if e.ejected_until.is_some() {
+            self.ejected -= 1;
+        }
+        if e.probing {
+            self.probing -= 1;
+        }
+        *e = Endpoint { retired: true, ..Endpoint::default() };
+        self.set_cap();
+    }
+
+    /// A retired `endpoint` is back in the set, as a new one.
+    pub fn restore(&mut self, endpoint: EndpointId) {
+        if let Some(e) = self.endpoints.get_mut(endpoint) {
+            e.retired = false;
+            self.set_cap();
         }
     }
 
@@ -252,7 +291,7 @@ impl Outlier {
     pub fn on_outcome(&mut self, endpoint: EndpointId, now: Time, outcome: Outcome) -> Option<Ejection> {
         self.reinstate(now);
         self.end_probe(endpoint);
-        let e = self.endpoints.get_mut(endpoint)?;
+        let e = self.endpoints.get_mut(endpoint).filter(|e| !e.retired)?;
         match outcome {
             Outcome::Success | Outcome::Rejected => {
                 e.failures = 0;
@@ -287,7 +326,7 @@ impl Outlier {
         let factor = self.config.latency_factor?;
         self.reinstate(now);
         let window = self.config.latency_samples as usize;
-        let e = self.endpoints.get_mut(endpoint)?;
+        let e = self.endpoints.get_mut(endpoint).filter(|e| !e.retired)?;
         if e.ejected_until.is_some() {
             return None;
         }
@@ -429,6 +468,25 @@ mod tests {
         let mut o = Outlier::new(3, config(1, 0.1));
         assert!(o.on_outcome(0, S(0), Outcome::Error).is_some());
         assert_eq!(o.on_outcome(1, S(0), Outcome::Error), None);
+    }
+
+    #[test]
+    fn a_retired_endpoint_frees_its_place_in_the_share_and_is_judged_no_more() {
+        // A quarter of 8 endpoints: 2, both taken.
+        let mut o = Outlier::new(8, config(1, 0.25));
+        assert!(o.on_outcome(0, S(0), Outcome::Error).is_some());
+        assert!(o.on_outcome(1, S(0), Outcome::Error).is_some());
+        // 0 leaves: 1 place free again (a quarter of 7 rounds down to 1, taken by 1), so another
+        // failing endpoint must wait; once 4 more join (11 endpoints left), 2 may go.
+        o.retire(0);
+        assert_eq!(ejected(&mut o, S(1)), [1]);
+        assert_eq!(o.on_outcome(2, S(1), Outcome::Error), None);
+        o.grow(12);
+        assert_eq!(o.on_outcome(2, S(1), Outcome::Error).map(|e| e.endpoint), Some(2));
+        // A retired endpoint's failures eject nothing; back, it starts afresh.
+        assert_eq!(o.on_outcome(0, S(2), Outcome::Error), None);
+        o.restore(0);
+        assert_eq!(ejected(&mut o, S(2)), [1, 2]);
     }
 
     #[test]

@@ -134,6 +134,12 @@ impl Balancer for PeakEwma {
         chosen
     }
 
+    fn grow(&mut self, endpoints: usize) {
+        let start = RttEstimate { secs: self.config.default_rtt.as_secs_f64(), updated: Time::ZERO };
+        self.rtt.resize(endpoints.max(self.rtt.len()), start);
+        self.pending.grow(endpoints);
+        self.eligible.grow(endpoints);
+    }
     fn on_send(&mut self, endpoint: EndpointId, _now: Time) {
         self.pending.inc(endpoint);
     }

@@ -252,6 +252,10 @@ impl Balancer for Prequal {
         chosen
     }
 
+    fn grow(&mut self, endpoints: usize) {
+        self.endpoints = endpoints.max(self.endpoints);
+        self.eligible.grow(endpoints);
+    }
     fn on_send(&mut self, _endpoint: EndpointId, _now: Time) {}
 
     fn on_feedback(&mut self, endpoint: EndpointId, _now: Time, feedback: &Feedback) {

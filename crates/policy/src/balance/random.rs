@@ -31,6 +31,9 @@ impl Balancer for RandomBalancer {
         Some(candidates.get(pick.rng.gen_range(0..candidates.len())))
     }
 
+    fn grow(&mut self, endpoints: usize) {
+        self.eligible.grow(endpoints);
+    }
     fn on_send(&mut self, _endpoint: EndpointId, _now: Time) {}
 
     fn on_feedback(&mut self, _endpoint: EndpointId, _now: Time, _feedback: &Feedback) {}

@@ -95,6 +95,16 @@ impl RankedSet {
         self.len
     }
 
+    /// Room for endpoints up to `n`, the new ones not members.
+    pub(crate) fn grow(&mut self, n: usize) {
+        if n <= self.member.len() {
+            return;
+        }
+        let mut grown = RankedSet::new(n, false);
+        (0..self.member.len()).filter(|&e| self.member[e]).for_each(|e| grown.insert(e));
+        *self = grown;
+    }
+
     pub(crate) fn contains(&self, e: EndpointId) -> bool {
         self.member[e]
     }

@@ -39,6 +39,9 @@ impl Balancer for RoundRobin {
         Some(chosen)
     }
 
+    fn grow(&mut self, endpoints: usize) {
+        self.endpoints = endpoints.max(self.endpoints);
+    }
     fn on_send(&mut self, _endpoint: EndpointId, _now: Time) {}
 
     fn on_feedback(&mut self, _endpoint: EndpointId, _now: Time, _feedback: &Feedback) {}

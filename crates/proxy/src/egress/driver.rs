@@ -116,8 +116,8 @@ impl<'a> Driver<'a> {
     /// Runs one policy step at `now`, a clock reading just taken.
     fn step_at<R>(&mut self, now: Time, f: impl FnOnce(&mut Ctx<'_>) -> R) -> R {
         self.now = now;
-        let mut core = self.upstream.core.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let Core { policy, rng } = &mut *core;
+        let mut core = self.upstream.core();
+        let Core { policy, rng, .. } = &mut *core;
         let mut ctx = Ctx { now, policy, rng, true_loads: None, out: &mut self.out };
         f(&mut ctx)
     }
@@ -185,8 +185,8 @@ impl<'a> Driver<'a> {
             match action {
                 Action::Send { attempt, endpoint, policy_timeout, .. } => {
                     if let Some(trace) = &mut self.trace {
-                        let addr = self.upstream.config.endpoints.get(endpoint);
-                        trace.on_send(attempt, addr, policy_timeout, !self.attempts.is_empty());
+                        let addr = self.upstream.endpoint(endpoint).map(|e| e.addr);
+                        trace.on_send(attempt, addr.as_ref(), policy_timeout, !self.attempts.is_empty());
                     }
                     self.count_send(attempt, endpoint, policy_timeout);
                     self.send(call, attempt, endpoint, policy_timeout);
@@ -209,7 +209,8 @@ impl<'a> Driver<'a> {
                 }
                 Action::Eject(ejection) => {
                     self.upstream.metrics.ejections.inc();
-                    let addr = self.upstream.config.endpoints[ejection.endpoint];
+                    let addr =
+                        self.upstream.endpoint(ejection.endpoint).map_or("?".to_string(), |e| e.addr.to_string());
                     eprintln!(
                         "tailguard proxy: upstream {}: ejected {addr} for {} (ejection {} in a row, {})",
                         self.upstream.name,

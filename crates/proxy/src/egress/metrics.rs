@@ -46,7 +46,7 @@ impl Driver<'_> {
     }
 
     pub(super) fn metrics_endpoint<R>(&self, endpoint: EndpointId, f: impl FnOnce(&EndpointMetrics) -> R) {
-        if let Some(e) = self.upstream.endpoints.get(endpoint) {
+        if let Some(e) = self.upstream.endpoint(endpoint) {
             f(&e.metrics);
         }
     }

@@ -12,11 +12,14 @@
 //!   carried out, its attempts' ends fed back, the response chosen;
 //! - [`protocol`]: an attempt on the wire, HTTP/1 through the endpoint's pool or h2c, and the
 //!   headers it carries (remaining deadline, trace context);
+//! - [`discovery`]: endpoint sets found by DNS or in a file, re-read on an interval and applied
+//!   to an upstream in place (joined endpoints added, left ones drained);
 //! - [`metrics`]: what a request and its attempts add to the proxy's metrics.
 //!
 //! Trace spans are [`CallTrace`](crate::trace::CallTrace)'s, made per call when tracing is on.
 
 mod body;
+mod discovery;
 mod driver;
 mod metrics;
 mod protocol;
@@ -62,6 +65,14 @@ impl Egress {
         let routes = RwLock::new(Arc::new(Routes::new(config, None, &metrics, seed)));
         let h2c = Client::builder(TokioExecutor::new()).http2_only(true).build_http();
         Egress { routes, h2c, epoch, metrics, tracing: None, seed, in_flight: Count::default() }
+    }
+
+    /// Waits until every upstream with discovery has had its first answer (or failure), so a
+    /// proxy serves its first requests with the endpoints found.
+    pub async fn discovered(&self) {
+        for upstream in &self.routes().upstreams {
+            let _ = upstream.discovered.subscribe().wait_for(|done| *done).await;
+        }
     }
 
     /// Makes spans per call and attempt when `tracing` is set.

@@ -62,7 +62,7 @@ impl Driver<'_> {
                 return;
             }
         };
-        let Some(target) = self.upstream.endpoints.get(endpoint) else {
+        let Some(target) = self.upstream.endpoint(endpoint) else {
             self.unsendable.push(attempt);
             return;
         };
@@ -107,7 +107,7 @@ impl Driver<'_> {
     /// Probes `endpoint` for Prequal on a task of its own, so the request does not wait for it:
     /// the reply goes to the upstream's balancer; a failed or malformed one is dropped.
     pub(super) fn probe(&self, endpoint: EndpointId) {
-        let Some(target) = self.upstream.endpoints.get(endpoint) else { return };
+        let Some(target) = self.upstream.endpoint(endpoint) else { return };
         let response: ResponseFuture = match self.upstream.config.protocol {
             config::Protocol::Http1 => {
                 let mut request = probe::request();
@@ -132,7 +132,7 @@ impl Driver<'_> {
             let Ok(response) = response.await else { return };
             let Some(reply) = probe::parse(&response) else { return };
             let now = epoch.elapsed();
-            let mut core = upstream.core.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut core = upstream.core();
             core.policy.balancer.on_probe(endpoint, now, reply);
         });
     }

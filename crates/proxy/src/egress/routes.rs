@@ -1,6 +1,8 @@
 //! Routing: the upstream a request goes to (a `Host` match first, else the longest matching
 //! path prefix), and each upstream's endpoints (URI authority, HTTP/1 pool, metrics) and policy
 //! state. A reload builds new routes; an unchanged upstream keeps its state, an endpoint its pool.
+//! Discovery ([`super::discovery`]) changes an upstream's endpoint set in place
+//! ([`Upstream::set_endpoints`]).
 
 use crate::body::ClientBody;
 use crate::config;
@@ -9,10 +11,13 @@ use crate::pool::Pool;
 use hyper::http::uri::Authority;
 use hyper::Request;
 use rand_pcg::Pcg64Mcg;
+use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use tailguard_model::build;
 use tailguard_policy::call::ClientPolicy;
+use tailguard_policy::EndpointId;
+use tokio::sync::watch;
 
 /// The upstreams of one version of the file.
 pub(super) struct Routes {
@@ -26,9 +31,14 @@ pub(super) struct Upstream {
     pub(super) name: String,
     pub(super) config: config::Upstream,
     pub(super) metrics: UpstreamMetrics,
-    /// Per endpoint, in the order of `config.endpoints`.
-    pub(super) endpoints: Vec<Endpoint>,
-    pub(super) core: Mutex<Core>,
+    /// Every endpoint the upstream has had, by id (the policy's [`EndpointId`]): those left by
+    /// discovery stay, retired in the policy, so attempts in flight to them finish and report.
+    endpoints: RwLock<Vec<Arc<Endpoint>>>,
+    core: Mutex<Core>,
+    /// Where discovered endpoints get their metrics.
+    all_metrics: Arc<Metrics>,
+    /// True once discovery answered (or failed) for the first time; always true without it.
+    pub(super) discovered: watch::Sender<bool>,
 }
 
 /// What a request needs of an endpoint, prepared once: its URI authority, its HTTP/1
@@ -42,22 +52,33 @@ pub(super) struct Endpoint {
     pub(super) metrics: EndpointMetrics,
 }
 
-/// What a policy step needs: the policy and the random source.
+impl Endpoint {
+    /// The endpoint at `addr` of upstream `upstream`, sending through `pool`.
+    fn new(addr: SocketAddr, pool: Arc<Pool>, metrics: &Metrics, upstream: &str) -> Arc<Endpoint> {
+        let authority = Authority::try_from(addr.to_string()).ok();
+        Arc::new(Endpoint { addr, authority, pool, metrics: metrics.endpoint(upstream, &addr.to_string()) })
+    }
+}
+
+/// What a policy step needs: the policy and the random source; and which endpoint id each
+/// address has.
 pub(super) struct Core {
     pub(super) policy: ClientPolicy,
     pub(super) rng: Pcg64Mcg,
+    /// Every address the upstream has had and its id (an address that comes back gets its id back).
+    pub(super) ids: HashMap<SocketAddr, EndpointId>,
 }
 
 impl Routes {
-    pub(super) fn new(config: &config::Egress, old: Option<&Routes>, metrics: &Metrics, seed: u64) -> Routes {
+    /// The routes of `config`; an upstream unchanged from `old` is kept whole, state and all.
+    pub(super) fn new(config: &config::Egress, old: Option<&Routes>, metrics: &Arc<Metrics>, seed: u64) -> Routes {
         let upstreams = config
             .upstreams
             .iter()
             .enumerate()
             .map(|(i, (name, u))| {
                 let same = old.and_then(|old| old.upstreams.iter().find(|o| o.name == *name && o.config == *u));
-                same.cloned()
-                    .unwrap_or_else(|| Arc::new(Upstream::new(name, u, crate::rng(seed, i as u64 + 1), metrics, old)))
+                same.cloned().unwrap_or_else(|| Upstream::new(name, u, crate::rng(seed, i as u64 + 1), metrics, old))
             })
             .collect();
         Routes { upstreams, max_replay_body: config.max_replay_body, max_requests: config.max_requests }
@@ -87,33 +108,120 @@ impl Routes {
 
 impl Upstream {
     /// The upstream `name`, drawing from `rng`; its endpoints keep their connection pools from
-    /// `old` routes.
-    fn new(name: &str, config: &config::Upstream, rng: Pcg64Mcg, metrics: &Metrics, old: Option<&Routes>) -> Upstream {
-        let policy = build::client_policy(&config.policy, config.endpoints.len());
+    /// `old` routes. A discovered upstream starts from the set its namesake in `old` found with
+    /// the same source (the same name or file), else from none, and starts its discovery task.
+    fn new(
+        name: &str,
+        config: &config::Upstream,
+        rng: Pcg64Mcg,
+        metrics: &Arc<Metrics>,
+        old: Option<&Routes>,
+    ) -> Arc<Upstream> {
         let old_pool = |addr: &SocketAddr| {
-            let mut endpoints = old.into_iter().flat_map(|r| r.upstreams.iter()).flat_map(|u| u.endpoints.iter());
+            let mut endpoints = old.into_iter().flat_map(|r| r.upstreams.iter()).flat_map(|u| u.all_endpoints());
             endpoints.find(|e| e.addr == *addr).map(|e| e.pool.clone())
         };
-        let endpoints = config
-            .endpoints
-            .iter()
-            .map(|addr| {
-                let max = config.max_connections_per_endpoint;
-                let pool = old_pool(addr).inspect(|pool| pool.set_max_connections(max));
-                Endpoint {
-                    addr: *addr,
-                    authority: Authority::try_from(addr.to_string()).ok(),
-                    pool: pool.unwrap_or_else(|| Arc::new(Pool::new(*addr, max))),
-                    metrics: metrics.endpoint(name, &addr.to_string()),
-                }
-            })
-            .collect();
-        Upstream {
+        let max = config.max_connections_per_endpoint;
+        let endpoint = |addr: &SocketAddr| {
+            let pool = old_pool(addr).inspect(|pool| pool.set_max_connections(max));
+            Endpoint::new(*addr, pool.unwrap_or_else(|| Arc::new(Pool::new(*addr, max))), metrics, name)
+        };
+        let addrs = match &config.discovery {
+            None => config.endpoints.clone(),
+            Some(discovery) => {
+                let namesake = old.into_iter().flat_map(|r| r.upstreams.iter()).find(|u| u.name == name);
+                let same_source = |d: &config::Discovery| d.dns == discovery.dns && d.file == discovery.file;
+                let same = namesake.filter(|u| u.config.discovery.as_ref().is_some_and(same_source));
+                same.map_or_else(Vec::new, |u| u.live())
+            }
+        };
+        let endpoints: Vec<_> = addrs.iter().map(endpoint).collect();
+        let ids = addrs.iter().enumerate().map(|(id, addr)| (*addr, id)).collect();
+        let upstream = Arc::new(Upstream {
             name: name.to_string(),
             config: config.clone(),
             metrics: metrics.upstream(name),
-            endpoints,
-            core: Mutex::new(Core { policy, rng }),
+            endpoints: RwLock::new(endpoints),
+            core: Mutex::new(Core { policy: build::client_policy(&config.policy, addrs.len()), rng, ids }),
+            all_metrics: metrics.clone(),
+            discovered: watch::Sender::new(config.discovery.is_none()),
+        });
+        upstream.metrics.endpoints.set(addrs.len() as i64);
+        if let Some(discovery) = &config.discovery {
+            tokio::spawn(super::discovery::run(
+                Arc::downgrade(&upstream),
+                super::discovery::source(discovery),
+                discovery.interval.0,
+            ));
         }
+        upstream
     }
+
+    /// The endpoint of id `id` (retired ones included).
+    pub(super) fn endpoint(&self, id: EndpointId) -> Option<Arc<Endpoint>> {
+        self.endpoints.read().unwrap_or_else(|poisoned| poisoned.into_inner()).get(id).cloned()
+    }
+
+    fn all_endpoints(&self) -> Vec<Arc<Endpoint>> {
+        self.endpoints.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    /// The policy state, locked.
+    pub(super) fn core(&self) -> MutexGuard<'_, Core> {
+        self.core.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The addresses in the set now (not retired), in id order.
+    pub(super) fn live(&self) -> Vec<SocketAddr> {
+        let core = self.core();
+        let mut live: Vec<(EndpointId, SocketAddr)> = core
+            .ids
+            .iter()
+            .filter(|(_, id)| core.policy.retired.binary_search(id).is_err())
+            .map(|(addr, id)| (*id, *addr))
+            .collect();
+        live.sort_unstable();
+        live.into_iter().map(|(_, addr)| addr).collect()
+    }
+
+    /// Makes `addrs` the endpoint set: addresses new to the set join (with their old id and
+    /// state if they were in it before), addresses gone are retired (no new attempt; attempts in
+    /// flight finish), the others are left alone, balancer and outlier state included.
+    pub(super) fn set_endpoints(&self, addrs: &BTreeSet<SocketAddr>) -> Change {
+        let mut change = Change::default();
+        let mut core = self.core();
+        let Core { policy, ids, .. } = &mut *core;
+        for (addr, id) in ids.iter() {
+            let retired = policy.retired.binary_search(id).is_ok();
+            if retired && addrs.contains(addr) {
+                policy.restore(*id);
+                change.added.push(*addr);
+            } else if !retired && !addrs.contains(addr) {
+                policy.retire(*id);
+                change.removed.push(*addr);
+            }
+        }
+        let fresh: Vec<SocketAddr> = addrs.iter().filter(|a| !ids.contains_key(a)).copied().collect();
+        if !fresh.is_empty() {
+            let mut endpoints = self.endpoints.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let max = self.config.max_connections_per_endpoint;
+            for addr in fresh {
+                ids.insert(addr, endpoints.len());
+                endpoints.push(Endpoint::new(addr, Arc::new(Pool::new(addr, max)), &self.all_metrics, &self.name));
+                change.added.push(addr);
+            }
+            policy.grow(endpoints.len());
+        }
+        self.metrics.endpoints.set(addrs.len() as i64);
+        change.added.sort_unstable();
+        change.removed.sort_unstable();
+        change
+    }
+}
+
+/// What [`Upstream::set_endpoints`] changed.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Change {
+    pub(super) added: Vec<SocketAddr>,
+    pub(super) removed: Vec<SocketAddr>,
 }
