@@ -19,11 +19,13 @@
 //! Runs that need the simulator's oracle balancer are skipped (no real process sees every queue).
 
 mod error;
+pub mod cpu;
 pub mod faults;
 mod http;
 pub mod measure;
 pub mod memory;
 pub mod netns;
+pub mod peers;
 pub mod plan;
 pub mod process;
 pub mod real;
