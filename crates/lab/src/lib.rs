@@ -18,8 +18,8 @@
 //!
 //! Runs that need the simulator's oracle balancer are skipped (no real process sees every queue).
 
-mod error;
 pub mod cpu;
+mod error;
 pub mod faults;
 mod http;
 pub mod measure;

@@ -1,14 +1,14 @@
 //! One experiment in the lab: every selected scenario × variant in turn, each on its own set of
 //! processes that is started, measured and stopped before the next.
 
-use crate::error::LabError;
 use crate::cpu;
+use crate::error::LabError;
 use crate::faults;
 use crate::measure;
 use crate::memory;
 use crate::netns::Network;
-use crate::plan::{self, Isolation, Plan, ProxyFile, Replica, MAX_REPLICAS, MAX_SERVICES};
 use crate::peers::{self, Sidecar};
+use crate::plan::{self, Isolation, Plan, ProxyFile, Replica, MAX_REPLICAS, MAX_SERVICES};
 use crate::process::Processes;
 use crate::real::{self, Probe};
 use crate::traces::{keep_measured, RunCollector, Tracing, CLIENT, FLUSH_GRACE};
@@ -120,7 +120,7 @@ pub fn run(experiment: &Experiment, options: &Options, observer: &dyn Observer) 
     }
     // A peer that cannot express a variant's policy is refused before any process starts.
     for run in &runs {
-        peer_files(run, &Plan::new(run, options.isolation, 0))?;
+        check_peer(run, &Plan::new(run, options.isolation, 0))?;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -255,8 +255,7 @@ fn run_one(
             }
         });
         done.store(true, Ordering::Release);
-        let rethrow = |panic| std::panic::resume_unwind(panic);
-        (report, sampler.join().unwrap_or_else(rethrow), cpu.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+        (report, sampler.join().unwrap_or_else(rethrow), cpu.join().unwrap_or_else(rethrow))
     });
     let report = report?;
     processes.check_alive()?;
@@ -296,6 +295,11 @@ fn keep_metrics(kind: SidecarKind, plan: &Plan, dir: &Path) {
             let _ = std::fs::write(dir.join(format!("metrics-{name}.txt")), text);
         }
     }
+}
+
+/// A sampling thread's panic, raised again in the lab's.
+fn rethrow<T>(panic: Box<dyn std::any::Any + Send>) -> T {
+    std::panic::resume_unwind(panic)
 }
 
 /// Completes once `cancel` is set.
@@ -415,21 +419,27 @@ fn proxy_name(r: &Replica) -> String {
 /// The name of the load generator's sidecar process.
 const WORKLOAD_PROXY: &str = "proxy workload";
 
-/// Every peer sidecar's translated file of `run` laid out as `plan` (none for tailguard's own),
-/// or the first policy the peer cannot express.
-fn peer_files(run: &Run, plan: &Plan) -> Result<Vec<Sidecar>, LabError> {
+/// Whether `run`'s peer sidecars (if any) can express every policy of its sidecar files laid out
+/// as `plan`; the error names the first field one cannot.
+fn check_peer(run: &Run, plan: &Plan) -> Result<(), LabError> {
     if run.sidecar == SidecarKind::Tailguard {
-        return Ok(Vec::new());
+        return Ok(());
     }
-    let refused = |refused| LabError::Peer { scenario: run.scenario.clone(), variant: run.variant.clone(), refused };
     let mut plan = plan.clone();
     if plan.isolation == Isolation::Netns {
         // netem delays the packets there (without it, starting the run refuses the delay).
         plan.network_delay = None;
     }
-    let files = plan.replicas.iter().filter(|r| r.sidecar).map(|r| (r.service.as_str(), ProxyFile::sidecar(run, &plan, r, 0)));
-    let files: Vec<(&str, ProxyFile)> = files.chain(ProxyFile::workload(run, &plan, 0).map(|f| (CLIENT, f))).collect();
-    files.iter().map(|(service, file)| Sidecar::from_config(run.sidecar, service, &file.0).map_err(refused)).collect()
+    let replicas = plan.replicas.iter().filter(|r| r.sidecar);
+    let files = replicas.map(|r| (r.service.as_str(), ProxyFile::sidecar(run, &plan, r, 0)));
+    for (service, file) in files.chain(ProxyFile::workload(run, &plan, 0).map(|f| (CLIENT, f))) {
+        Sidecar::from_config(run.sidecar, service, &file.0).map_err(|refused| peer_error(run, refused))?;
+    }
+    Ok(())
+}
+
+fn peer_error(run: &Run, refused: peers::Refused) -> LabError {
+    LabError::Peer { scenario: run.scenario.clone(), variant: run.variant.clone(), refused }
 }
 
 /// Writes `peer`'s configuration for the sidecar `file` of a replica of `service` (named `name`)
@@ -442,11 +452,7 @@ fn peer_command(
     dir: &Path,
     name: &str,
 ) -> Result<Command, LabError> {
-    let sidecar = Sidecar::from_config(peer, service, &file.0).map_err(|refused| LabError::Peer {
-        scenario: run.scenario.clone(),
-        variant: run.variant.clone(),
-        refused,
-    })?;
+    let sidecar = Sidecar::from_config(peer, service, &file.0).map_err(|refused| peer_error(run, refused))?;
     match peer {
         SidecarKind::Haproxy => {
             let path = write(dir, &format!("haproxy-{name}.cfg"), &peers::haproxy::config(&sidecar))?;

@@ -96,7 +96,8 @@ impl Sidecar {
     pub fn from_config(peer: SidecarKind, service: &str, config: &Config) -> Result<Sidecar, Refused> {
         let peer = peer.name();
         let refuse = |field: String, why: &str| Refused { peer, field, why: why.to_string() };
-        let admin = config.admin.as_ref().map(|a| a.listen).ok_or_else(|| refuse("admin".into(), "no admin listener"))?;
+        let admin =
+            config.admin.as_ref().map(|a| a.listen).ok_or_else(|| refuse("admin".into(), "no admin listener"))?;
         let ingress = match &config.ingress {
             None => None,
             Some(i) => {
@@ -175,12 +176,10 @@ fn edge(policy: &ClientPolicy, at: &str, peer: &'static str) -> Result<Edge, Ref
     let timeout = match &policy.timeout {
         TimeoutConfig::None => None,
         TimeoutConfig::Fixed { value } => Some(*value),
-        _ => {
-            return Err(refuse(
-                field("timeout"),
-                "a peer has one fixed per-attempt timeout; adaptive, learned or per-attempt sequences are not expressible",
-            ))
-        }
+        _ => return Err(refuse(
+            field("timeout"),
+            "a peer has one fixed per-attempt timeout; adaptive, learned or per-attempt sequences are not expressible",
+        )),
     };
     let retry = &policy.retry;
     if retry.max_attempts > 1 {
@@ -283,7 +282,10 @@ mod tests {
             }]
         );
         let ingress = all[1].ingress.clone().unwrap();
-        assert_eq!((ingress.listen.to_string(), ingress.app.to_string()), ("127.7.2.1:4143".into(), "127.7.2.1:8080".into()));
+        assert_eq!(
+            (ingress.listen.to_string(), ingress.app.to_string()),
+            ("127.7.2.1:4143".into(), "127.7.2.1:8080".into())
+        );
         assert_eq!((ingress.max_connections, all[1].egress.clone()), (None, None));
         assert_eq!(all[1].admin.to_string(), "127.7.2.1:9990");
     }
@@ -306,8 +308,16 @@ mod tests {
             ("{retry: {max_attempts: 2}}", "", "front->back.retry.budget"),
             ("{retry: {max_attempts: 2, budget: unlimited, backoff: 5ms}}", "", "front->back.retry.backoff"),
             ("{outlier: {}}", "", "front->back.outlier.latency_factor"),
-            (&format!("{{outlier: {{{outlier}, max_ejected: 0.5, latency_factor: null}}}}"), "", "front->back.outlier.max_ejected"),
-            ("{outlier: {base_ejection: 10s, max_ejected: 1, latency_factor: null}}", "", "front->back.outlier.max_ejection"),
+            (
+                &format!("{{outlier: {{{outlier}, max_ejected: 0.5, latency_factor: null}}}}"),
+                "",
+                "front->back.outlier.max_ejected",
+            ),
+            (
+                "{outlier: {base_ejection: 10s, max_ejected: 1, latency_factor: null}}",
+                "",
+                "front->back.outlier.max_ejection",
+            ),
             ("{}", "    admission: {kind: dynamic}\n", "admission.back"),
             ("{}", "network: {delay: 1ms}\n", "network.delay"),
             ("{deadline: 1s}", "", "front->back.deadline"),
@@ -315,7 +325,10 @@ mod tests {
             assert_eq!(refused(edge, extra), field, "{edge} {extra}");
         }
         let error = sidecars(SidecarKind::Haproxy, "{hedge: {kind: adaptive}}", "").unwrap_err().to_string();
-        assert_eq!(error, "sidecar: haproxy cannot express `front->back.hedge`: a peer sends one attempt at a time; it cannot hedge");
+        assert_eq!(
+            error,
+            "sidecar: haproxy cannot express `front->back.hedge`: a peer sends one attempt at a time; it cannot hedge"
+        );
         // One attempt within the default budget retries nothing: nothing to refuse. nginx bounds
         // the whole request, HAProxy refuses to.
         assert!(sidecars(SidecarKind::Haproxy, "{retry: {max_attempts: 1}}", "").is_ok());

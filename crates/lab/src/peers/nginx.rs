@@ -48,7 +48,11 @@ pub fn config(sidecar: &Sidecar, root: bool) -> String {
             };
             let fails = match edge.eject {
                 // nginx reads the `server` parameter in whole seconds.
-                Some(eject) => format!(" max_fails={} fail_timeout={}s", eject.failures, eject.duration.as_secs_f64().ceil().max(1.0)),
+                Some(eject) => format!(
+                    " max_fails={} fail_timeout={}s",
+                    eject.failures,
+                    eject.duration.as_secs_f64().ceil().max(1.0)
+                ),
                 None => " max_fails=0".to_string(),
             };
             let _ = write!(out, "    upstream {} {{{balance}", edge.name);
@@ -140,7 +144,10 @@ http {
         );
         assert!(front.contains("proxy_read_timeout 60000ms; proxy_next_upstream error timeout http_500 http_502 http_503 http_504; proxy_next_upstream_tries 1; }"), "{front}");
         let back = config(&all[1], false);
-        assert!(back.contains("upstream app { server 127.7.2.1:8080 max_fails=0 max_conns=4; keepalive 64; }"), "{back}");
+        assert!(
+            back.contains("upstream app { server 127.7.2.1:8080 max_fails=0 max_conns=4; keepalive 64; }"),
+            "{back}"
+        );
         assert!(!back.contains("4140"), "no egress: {back}");
         let random = config(&sidecars(SidecarKind::Nginx, "{balancer: {kind: random}}", "").unwrap()[0], false);
         assert!(random.contains("upstream back { random; server"), "{random}");
