@@ -106,7 +106,8 @@ pub struct ServiceWork {
 pub struct ProcessMemory {
     pub service: String,
     pub replica: u32,
-    /// "service" (the replica's own work: `tailguard serve`) or "sidecar" (its `tailguard proxy`).
+    /// "service" (the replica's own work: `tailguard serve`) or "sidecar" (its proxy: tailguard's,
+    /// HAProxy or nginx).
     pub role: String,
     /// The most resident memory the process ever had (VmHWM), MB.
     pub peak_rss_mb: f64,
