@@ -4,7 +4,9 @@
 # bounds the lab is held to (p50 within ±10 %, p99 within ±20 %, success within 1 percentage point:
 # a lab run that is as fast as the simulator's but fails more requests is no match). Extra arguments
 # go to `tailguard lab run` (e.g. `--isolation netns`, `--scenario 40x10`; the simulator runs the
-# whole file). Exits 1 when any run is out of bounds, and says which bound.
+# whole file). Exits 1 when any run is out of bounds, and says which bound. A variant whose sidecar
+# is HAProxy's or nginx's (docs/lab.md, "Peer sidecars") is compared like any other, its name
+# followed by the peer's: the simulator runs its policies as tailguard's.
 #
 #   bench/lab-vs-sim.sh examples/speculative.yaml
 #   bench/lab-vs-sim.sh examples/bloc.yaml --scenario 40x10
@@ -33,7 +35,8 @@ for r in lab:
     out = [name for name, ok in (("p50", abs(p50 - 1) <= P50), ("p99", abs(p99 - 1) <= P99),
                                  ("success", abs(diff_pp) <= SUCCESS_PP)) if not ok]
     bad += bool(out)
-    print(f"{r['scenario']:10} {r['variant']:15} {s['latency_ms']['p50']:9.1f} {r['latency_ms']['p50']:9.1f} {p50:6.3f} "
+    variant = r["variant"] + (f" [{r['sidecar']}]" if r.get("sidecar") else "")
+    print(f"{r['scenario']:10} {variant:15} {s['latency_ms']['p50']:9.1f} {r['latency_ms']['p50']:9.1f} {p50:6.3f} "
           f"{s['latency_ms']['p99']:9.1f} {r['latency_ms']['p99']:9.1f} {p99:6.3f} "
           f"{100*s['success_rate']:6.2f}% {100*r['success_rate']:6.2f}% {diff_pp:+6.2f}  "
           f"{'NO: ' + ', '.join(out) if out else 'yes'}")

@@ -5,6 +5,7 @@
 # - python3-venv: the tuner's virtual environment (make build);
 # - nginx, redis-server, memcached: the lab's real-program nodes (crates/cli/tests/lab_real.rs);
 #   the lab starts its own instances by PID, so the packages' system services are not used;
+# - haproxy (and nginx): the lab's peer sidecars (crates/cli/tests/lab_real.rs, docs/lab.md);
 # - chromium: the report's headless-browser test (crates/report/tests/browser.rs);
 # - postgresql: the tuner's shared-study test (python/tests/test_postgres.py) starts its own server
 #   with initdb + pg_ctl, which Debian keeps in /usr/lib/postgresql/N/bin, off PATH.
@@ -17,6 +18,7 @@ missing=()
 command -v ip >/dev/null || missing+=(iproute2)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
 { command -v nginx || [ -x /usr/sbin/nginx ]; } >/dev/null || missing+=(nginx)
+{ command -v haproxy || [ -x /usr/sbin/haproxy ]; } >/dev/null || missing+=(haproxy)
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v memcached >/dev/null || missing+=(memcached)
 command -v chromium >/dev/null || missing+=(chromium)

@@ -217,7 +217,7 @@ impl Outputs {
 
     /// Prints the table and writes the results JSON, the report and (said where) the traces.
     fn save(&self, results: &Results, tracing: &Tracing) -> anyhow::Result<()> {
-        print!("{}{}", table::render(results), table::memory(results));
+        print!("{}{}{}", table::render(results), table::memory(results), table::sidecar_cpu(results));
         let json = &self.json;
         std::fs::write(json, serde_json::to_string_pretty(results)? + "\n")
             .with_context(|| format!("writing {}", json.display()))?;

@@ -141,3 +141,55 @@ fn nginx_starts_under_a_relative_and_the_default_out() {
     assert!(name.starts_with("lab-real-") && default[0].join("results.json").is_file(), "{name}");
     std::fs::remove_dir_all(&cwd).unwrap();
 }
+
+/// HAProxy and nginx as sidecars (docs/lab.md, "Peer sidecars"): each variant's retry makes the
+/// failing backend's errors good through the peer, the results are labelled and costed, the
+/// peers' own statistics are kept, and every process is stopped.
+/// Records the PIDs the lab started.
+#[derive(Default)]
+struct Spawned(Mutex<Vec<(String, u32)>>);
+
+impl Observer for Spawned {
+    fn spawned(&self, name: &str, pid: u32) {
+        self.0.lock().unwrap().push((name.to_string(), pid));
+    }
+}
+
+#[test]
+fn haproxy_and_nginx_sidecars_carry_a_variant_s_retries() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab-peers.yaml");
+    let experiment = Experiment::load(&file).unwrap();
+    let out = std::env::temp_dir().join(format!("tailguard-lab-peers-{}", std::process::id()));
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_tailguard"));
+    let mut options = Options::new(exe, file.clone(), out.clone(), 5);
+    options.variants = ["tailguard", "haproxy", "nginx"].map(String::from).to_vec();
+    options.tracing = tailguard_lab::Tracing::Off;
+    let spawned = Spawned::default();
+    let results = tailguard_lab::run(&experiment, &options, &spawned).unwrap_or_else(|e| panic!("{e}"));
+    for (run, peer) in results.runs.iter().zip([None, Some("haproxy"), Some("nginx")]) {
+        // Without the retry about 20 of the 100 requests that reach the failing backend fail.
+        assert_eq!((run.requests, run.succeeded), (200, 200), "{run:?}");
+        assert_eq!(run.sidecar.as_deref(), peer);
+        let cpu = run.sidecar_cpu_s_per_1k.unwrap_or_else(|| panic!("{} has no sidecar CPU", run.variant));
+        assert!(cpu > 0.0 && cpu < 100.0, "{}: {cpu} s per 1000 requests", run.variant);
+    }
+    let kept = |variant: &str| std::fs::read_to_string(out.join(format!("runs/default/{variant}/metrics-front-0.txt")));
+    assert!(kept("haproxy").unwrap().lines().any(|l| l.starts_with("back,BACKEND,")), "HAProxy's CSV statistics");
+    assert!(kept("nginx").unwrap().starts_with("Active connections:"), "nginx's stub_status");
+    let pids = spawned.0.lock().unwrap().clone();
+    assert!(pids.iter().any(|(name, _)| name == "proxy back-1"), "{pids:?}");
+    for (name, pid) in &pids {
+        assert!(!Path::new(&format!("/proc/{pid}")).exists(), "{name} (pid {pid}) outlived the lab");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+
+    // A policy HAProxy cannot express is refused, naming the field, before anything starts.
+    options.variants = vec!["haproxy-hedged".to_string()];
+    let spawned = Spawned::default();
+    let error = tailguard_lab::run(&experiment, &options, &spawned).unwrap_err().to_string();
+    assert_eq!(
+        error,
+        "default / haproxy-hedged: sidecar: haproxy cannot express `front->back.hedge`: a peer sends one attempt at a time; it cannot hedge"
+    );
+    assert!(spawned.0.lock().unwrap().is_empty());
+}

@@ -21,6 +21,9 @@ pub enum LabError {
     /// A file of the lab's output could not be written.
     #[error("cannot write {path}: {error}")]
     Write { path: PathBuf, error: std::io::Error },
+    /// A variant's peer sidecar (HAProxy, nginx) cannot express one of its policies.
+    #[error("{scenario} / {variant}: {refused}")]
+    Peer { scenario: String, variant: String, refused: crate::peers::Refused },
     /// Setting up the network (addresses, namespaces, delays) failed.
     #[error("network set-up: {0}")]
     Network(String),

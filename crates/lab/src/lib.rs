@@ -11,19 +11,23 @@
 //!
 //! The sidecars export spans to a collector the lab runs ([`traces`]) or to one the user gives.
 //! Services of `kind: nginx|redis|memcached` run Debian's real program instead of serve
-//! ([`real`]).
+//! ([`real`]); variants with `sidecar: haproxy|nginx` run Debian's HAProxy or nginx in place of
+//! every `tailguard proxy`, configured from their policies ([`peers`]), and [`cpu`] measures every
+//! sidecar's CPU time.
 //!
 //! Every fault is realised by serve itself, timed from the load's start ([`faults`] logs, per
 //! replica, each fault and how).
 //!
 //! Runs that need the simulator's oracle balancer are skipped (no real process sees every queue).
 
+pub mod cpu;
 mod error;
 pub mod faults;
 mod http;
 pub mod measure;
 pub mod memory;
 pub mod netns;
+pub mod peers;
 pub mod plan;
 pub mod process;
 pub mod real;

@@ -140,6 +140,10 @@ fn between_services(
     result: &mut RunResult,
 ) {
     let (Some(base), Some(end)) = (periodic.first(), last.or(periodic.last())) else { return };
+    if sidecars.is_empty() {
+        // A peer's sidecars: nothing was read.
+        return;
+    }
     let (mut extra, mut attempts, mut timeouts) = (0.0, 0.0, 0.0);
     let (mut answered, mut answer, mut headroom, mut headroom_n) = (0.0, 0.0, 0.0, 0.0);
     for i in 0..sidecars.len() {

@@ -1,11 +1,13 @@
 //! One experiment in the lab: every selected scenario × variant in turn, each on its own set of
 //! processes that is started, measured and stopped before the next.
 
+use crate::cpu;
 use crate::error::LabError;
 use crate::faults;
 use crate::measure;
 use crate::memory;
 use crate::netns::Network;
+use crate::peers::{self, Sidecar};
 use crate::plan::{self, Isolation, Plan, ProxyFile, Replica, MAX_REPLICAS, MAX_SERVICES};
 use crate::process::Processes;
 use crate::real::{self, Probe};
@@ -18,7 +20,8 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tailguard_load::{LoadConfig, Shape, Stop, Target};
-use tailguard_model::schema::Arrival;
+use tailguard_model::results::round;
+use tailguard_model::schema::{Arrival, SidecarKind};
 use tailguard_model::{Experiment, Kind, Run};
 use tailguard_sim::{Results, RunResult};
 use tailguard_trace::{jaeger, JaegerError, Trace};
@@ -114,6 +117,10 @@ pub fn run(experiment: &Experiment, options: &Options, observer: &dyn Observer) 
     }
     if runs.is_empty() {
         return Err(LabError::NothingToRun { skipped });
+    }
+    // A peer that cannot express a variant's policy is refused before any process starts.
+    for run in &runs {
+        check_peer(run, &Plan::new(run, options.isolation, 0))?;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -219,7 +226,11 @@ fn run_one(
 
     observer.phase("measuring");
     let config = load_config(run, &plan, options.seed)?;
-    let sidecars = measure::sidecars(&plan);
+    // A peer has no tailguard `/metrics`: its between-services fields stay unmeasured.
+    let sidecars = if run.sidecar == SidecarKind::Tailguard { measure::sidecars(&plan) } else { Vec::new() };
+    let mut proxies: Vec<String> = plan.replicas.iter().filter(|r| r.sidecar).map(proxy_name).collect();
+    proxies.push(WORKLOAD_PROXY.to_string());
+    let proxy_pids: Vec<u32> = proxies.iter().filter_map(|name| processes.pid_of(name)).collect();
     let done = AtomicBool::new(false);
     // Every serve's clock starts with the load, as the simulator's does: fault windows and
     // latency models count from here, not from when each process happened to start.
@@ -232,10 +243,11 @@ fn run_one(
     let measured_from_us = (SystemTime::now() + warmup).duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
     let cancel = options.cancel.clone();
     let mut rss = memory::Samples::new(memory::watched(&plan, |name| processes.pid_of(name)));
-    let (report, (periodic, last)) = std::thread::scope(|scope| {
+    let (report, (periodic, last), cpu_s) = std::thread::scope(|scope| {
         let sampler =
             scope.spawn(|| measure::sample(&sidecars, start, warmup, &done, &options.cancel, &|t| observer.tick(t)));
         scope.spawn(|| memory::sample(&mut rss, start, warmup, &done, &options.cancel));
+        let cpu = scope.spawn(|| cpu::measure(&proxy_pids, start, warmup, &done, &options.cancel));
         let report = runtime.block_on(async {
             tokio::select! {
                 report = tailguard_load::run(config) => report.map_err(LabError::from),
@@ -243,11 +255,11 @@ fn run_one(
             }
         });
         done.store(true, Ordering::Release);
-        (report, sampler.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+        (report, sampler.join().unwrap_or_else(rethrow), cpu.join().unwrap_or_else(rethrow))
     });
     let report = report?;
     processes.check_alive()?;
-    keep_metrics(&plan, &dir);
+    keep_metrics(run.sidecar, &plan, &dir);
     observer.phase("stopping");
     // SIGTERM lets the sidecars send their last spans before they exit.
     processes.stop_within(if endpoint.is_some() { FLUSH_GRACE } else { crate::process::STOP_GRACE });
@@ -261,19 +273,33 @@ fn run_one(
             traces.extend(keep_measured(run_traces, measured_from_us, per_run, options.seed));
         }
     }
-    Ok(measure::result(run, &report, &sidecars, &periodic, last.as_ref(), rss.entries()))
+    let mut result = measure::result(run, &report, &sidecars, &periodic, last.as_ref(), rss.entries());
+    result.sidecar = run.sidecar.peer();
+    result.sidecar_cpu_s_per_1k =
+        cpu_s.filter(|_| result.requests > 0).map(|s| round(1000.0 * s / result.requests as f64));
+    Ok(result)
 }
 
-/// Saves each sidecar's final `/metrics` as `metrics-NAME.txt` beside its logs, for a closer
-/// look at a run (per-endpoint attempt histograms, rejections); a sidecar that cannot be read is
-/// skipped.
-fn keep_metrics(plan: &Plan, dir: &Path) {
+/// Saves each sidecar's final counters as `metrics-NAME.txt` beside its logs, for a closer look
+/// at a run: tailguard's `/metrics` (per-endpoint attempt histograms, rejections), HAProxy's
+/// statistics as CSV, nginx's `stub_status`; a sidecar that cannot be read is skipped.
+fn keep_metrics(kind: SidecarKind, plan: &Plan, dir: &Path) {
+    let path = match kind {
+        SidecarKind::Tailguard => "/metrics",
+        SidecarKind::Haproxy => "/stats;csv",
+        SidecarKind::Nginx => "/stub_status",
+    };
     let admins = plan.replicas.iter().filter(|r| r.sidecar).map(|r| (r.name(), r.admin()));
     for (name, admin) in admins.chain(plan.workload_admin.map(|a| ("workload".to_string(), a))) {
-        if let Ok((200, text)) = crate::http::get(admin, "/metrics") {
+        if let Ok((200, text)) = crate::http::get(admin, path) {
             let _ = std::fs::write(dir.join(format!("metrics-{name}.txt")), text);
         }
     }
+}
+
+/// A sampling thread's panic, raised again in the lab's.
+fn rethrow<T>(panic: Box<dyn std::any::Any + Send>) -> T {
+    std::panic::resume_unwind(panic)
 }
 
 /// Completes once `cancel` is set.
@@ -355,15 +381,97 @@ fn start(
         if !r.sidecar {
             continue;
         }
-        let file = traced(ProxyFile::sidecar(run, plan, r, options.seed), &r.service);
-        let path = write(dir, &format!("sidecar-{}.yaml", r.name()), &file.to_yaml())?;
-        spawn(format!("proxy {}", r.name()), proxy_command(options, &path), Some(r), Probe::Http(r.admin()))?;
+        let file = ProxyFile::sidecar(run, plan, r, options.seed);
+        let command = match run.sidecar {
+            SidecarKind::Tailguard => {
+                let file = traced(file, &r.service);
+                proxy_command(options, &write(dir, &format!("sidecar-{}.yaml", r.name()), &file.to_yaml())?)
+            }
+            peer => peer_command(run, peer, &r.service, &file, dir, &r.name())?,
+        };
+        spawn(proxy_name(r), command, Some(r), Probe::Http(r.admin()))?;
     }
     if let (Some(file), Some(admin)) = (ProxyFile::workload(run, plan, options.seed), plan.workload_admin) {
-        let path = write(dir, "sidecar-workload.yaml", &traced(file, CLIENT).to_yaml())?;
-        spawn("proxy workload".to_string(), proxy_command(options, &path), None, Probe::Http(admin))?;
+        let command = match run.sidecar {
+            SidecarKind::Tailguard => {
+                proxy_command(options, &write(dir, "sidecar-workload.yaml", &traced(file, CLIENT).to_yaml())?)
+            }
+            peer => peer_command(run, peer, CLIENT, &file, dir, CLIENT)?,
+        };
+        spawn(WORKLOAD_PROXY.to_string(), command, None, Probe::Http(admin))?;
+    }
+    if run.sidecar != SidecarKind::Tailguard && endpoint.is_some() {
+        observer.note(&format!(
+            "{} / {}: {} sidecars export no spans: this run has no traces",
+            run.scenario,
+            run.variant,
+            run.sidecar.name()
+        ));
     }
     Ok(checks)
+}
+
+/// The name the lab gives replica `r`'s sidecar process, whichever proxy it is.
+fn proxy_name(r: &Replica) -> String {
+    format!("proxy {}", r.name())
+}
+
+/// The name of the load generator's sidecar process.
+const WORKLOAD_PROXY: &str = "proxy workload";
+
+/// Whether `run`'s peer sidecars (if any) can express every policy of its sidecar files laid out
+/// as `plan`; the error names the first field one cannot.
+fn check_peer(run: &Run, plan: &Plan) -> Result<(), LabError> {
+    if run.sidecar == SidecarKind::Tailguard {
+        return Ok(());
+    }
+    let mut plan = plan.clone();
+    if plan.isolation == Isolation::Netns {
+        // netem delays the packets there (without it, starting the run refuses the delay).
+        plan.network_delay = None;
+    }
+    let replicas = plan.replicas.iter().filter(|r| r.sidecar);
+    let files = replicas.map(|r| (r.service.as_str(), ProxyFile::sidecar(run, &plan, r, 0)));
+    for (service, file) in files.chain(ProxyFile::workload(run, &plan, 0).map(|f| (CLIENT, f))) {
+        Sidecar::from_config(run.sidecar, service, &file.0).map_err(|refused| peer_error(run, refused))?;
+    }
+    Ok(())
+}
+
+fn peer_error(run: &Run, refused: peers::Refused) -> LabError {
+    LabError::Peer { scenario: run.scenario.clone(), variant: run.variant.clone(), refused }
+}
+
+/// Writes `peer`'s configuration for the sidecar `file` of a replica of `service` (named `name`)
+/// under `dir` and gives the command that runs it in the foreground.
+fn peer_command(
+    run: &Run,
+    peer: SidecarKind,
+    service: &str,
+    file: &ProxyFile,
+    dir: &Path,
+    name: &str,
+) -> Result<Command, LabError> {
+    let sidecar = Sidecar::from_config(peer, service, &file.0).map_err(|refused| peer_error(run, refused))?;
+    match peer {
+        SidecarKind::Haproxy => {
+            let path = write(dir, &format!("haproxy-{name}.cfg"), &peers::haproxy::config(&sidecar))?;
+            let mut c = Command::new(real::find("haproxy")?);
+            c.arg("-db").arg("-f").arg(path);
+            Ok(c)
+        }
+        SidecarKind::Nginx => {
+            let prefix = dir.join(format!("nginx-sidecar-{name}"));
+            // SAFETY: geteuid has no preconditions.
+            let conf = peers::nginx::config(&sidecar, unsafe { libc::geteuid() } == 0);
+            let path =
+                peers::nginx::write(&prefix, &conf).map_err(|error| LabError::Write { path: prefix.clone(), error })?;
+            let mut c = Command::new(real::find("nginx")?);
+            c.arg("-p").arg(&prefix).arg("-c").arg(path).args(["-e", "stderr"]);
+            Ok(c)
+        }
+        SidecarKind::Tailguard => unreachable!("tailguard's own sidecar is not a peer"),
+    }
 }
 
 /// The name the lab gives replica `r`'s `tailguard serve` process.

@@ -6,7 +6,7 @@
 //! (`client`, `edges`, `admission`); then validation of the result.
 
 use crate::error::ModelError;
-use crate::schema::{ExperimentFile, Network, Service, Variant, Workload};
+use crate::schema::{ExperimentFile, Network, Service, SidecarKind, Variant, Workload};
 use crate::{overrides, validate};
 use indexmap::IndexMap;
 use serde_yaml_ng::Value;
@@ -47,6 +47,9 @@ pub struct Run {
     pub workload: Workload,
     /// The experiment file's directory: relative paths in the run (empirical data) start here.
     pub base_dir: PathBuf,
+    /// The variant's sidecar (the lab runs it beside every replica; the simulator labels its
+    /// results with it).
+    pub sidecar: SidecarKind,
 }
 
 impl Run {
@@ -169,7 +172,15 @@ impl Experiment {
         let base_dir = self.base_dir();
         validate::topology(&services, &workload, &base_dir, validate::Stage::Resolved)
             .map_err(|e| e.in_file(origin).note(&note))?;
-        Ok(Run { scenario: scenario.to_string(), variant: variant.to_string(), services, network, workload, base_dir })
+        Ok(Run {
+            scenario: scenario.to_string(),
+            variant: variant.to_string(),
+            services,
+            network,
+            workload,
+            base_dir,
+            sidecar: v.sidecar,
+        })
     }
 
     fn scenario_index(&self, name: &str) -> Result<Option<usize>, ModelError> {

@@ -76,6 +76,14 @@ pub struct RunResult {
     /// elsewhere.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub work: Vec<ServiceWork>,
+    /// The variant's sidecar when it is a peer's (`haproxy`, `nginx`; docs/lab.md, "Peer
+    /// sidecars"); absent for tailguard's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sidecar: Option<String>,
+    /// The lab only: CPU seconds (user + system, from `/proc/PID/stat`) that every sidecar of the
+    /// run used from the end of the warm-up to the end of the load, per 1,000 measured requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sidecar_cpu_s_per_1k: Option<f64>,
 }
 
 /// The worker time one service spent on the attempts sent to it after the warm-up, over their
@@ -98,7 +106,8 @@ pub struct ServiceWork {
 pub struct ProcessMemory {
     pub service: String,
     pub replica: u32,
-    /// "service" (the replica's own work: `tailguard serve`) or "sidecar" (its `tailguard proxy`).
+    /// "service" (the replica's own work: `tailguard serve`) or "sidecar" (its proxy: tailguard's,
+    /// HAProxy or nginx).
     pub role: String,
     /// The most resident memory the process ever had (VmHWM), MB.
     pub peak_rss_mb: f64,

@@ -598,6 +598,40 @@ pub struct Variant {
     /// Any other overrides, as path → value.
     #[serde(default)]
     pub set: IndexMap<String, serde_yaml_ng::Value>,
+    /// The proxy the lab runs beside every replica for this variant: tailguard's own, or a peer
+    /// (HAProxy, nginx) configured from the variant's policies (docs/lab.md, "Peer sidecars").
+    #[serde(default)]
+    pub sidecar: SidecarKind,
+}
+
+/// Which proxy runs beside every replica in the lab.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum SidecarKind {
+    /// `tailguard proxy`: every policy of the schema.
+    #[default]
+    Tailguard,
+    /// Debian's HAProxy, its configuration translated from the variant's policies.
+    Haproxy,
+    /// Debian's nginx, its configuration translated from the variant's policies.
+    Nginx,
+}
+
+impl SidecarKind {
+    /// The name files and results use: `tailguard`, `haproxy`, `nginx`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SidecarKind::Tailguard => "tailguard",
+            SidecarKind::Haproxy => "haproxy",
+            SidecarKind::Nginx => "nginx",
+        }
+    }
+
+    /// The peer's name for results (`None` for tailguard's own sidecar, which results leave
+    /// unlabelled).
+    pub fn peer(self) -> Option<String> {
+        (self != SidecarKind::Tailguard).then(|| self.name().to_string())
+    }
 }
 
 /// A condition every variant is run under.

@@ -65,6 +65,15 @@ pub fn closeness_note(runs: &[&RunResult]) -> Option<String> {
     })
 }
 
+/// A run's variant as tables and the report show it: its name, and its sidecar in brackets when
+/// that is a peer's (`haproxy-best [haproxy]`), so a peer variant is never read as tailguard's.
+pub fn variant_label(run: &RunResult) -> String {
+    match &run.sidecar {
+        Some(peer) => format!("{} [{peer}]", run.variant),
+        None => run.variant.clone(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,7 +1,7 @@
 //! The page: header, one section per scenario with its plots and tables, and the stylesheet.
 //! Every string that comes from the results JSON goes through [`escape`].
 
-use crate::format::{closeness_note, fraction, number, percent};
+use crate::format::{closeness_note, fraction, number, percent, variant_label};
 use crate::{palette, plots};
 use std::fmt::Write as _;
 use tailguard_model::results::{ReplicaLoad, Results, RunResult, Series, TimeoutSeries};
@@ -154,7 +154,9 @@ impl Page {
 fn overview(out: &mut String, scenarios: &[(String, Vec<&RunResult>)], variants: &[String]) {
     out.push_str("<h3>Overview: p99 latency (ms) per scenario, and success where below 100 %</h3>\n<table>\n<tr><th>scenario</th>");
     for (i, variant) in variants.iter().enumerate() {
-        let _ = write!(out, "<th>{}{}</th>", swatch(palette::series(i)), escape(variant));
+        let run = scenarios.iter().flat_map(|(_, runs)| runs).find(|r| r.variant == *variant);
+        let label = run.map_or_else(|| variant.clone(), |r| variant_label(r));
+        let _ = write!(out, "<th>{}{}</th>", swatch(palette::series(i)), escape(&label));
     }
     out.push_str("</tr>\n");
     for (i, (scenario, runs)) in scenarios.iter().enumerate() {
@@ -201,7 +203,7 @@ fn swatch(color: plotters::style::RGBColor) -> String {
 }
 
 fn variant_cell(run: &RunResult, color: &dyn Fn(&RunResult) -> plotters::style::RGBColor) -> String {
-    format!("<td>{}{}</td>", swatch(color(run)), escape(&run.variant))
+    format!("<td>{}{}</td>", swatch(color(run)), escape(&variant_label(run)))
 }
 
 /// Whether `value` is the lowest of `all` (which holds it) and not merely equal to all of them.

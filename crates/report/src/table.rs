@@ -1,7 +1,7 @@
 //! The text comparison tables `tailguard sim` and `tailguard lab run` print, in the formats of
 //! [`crate::format`].
 
-use crate::format::{closeness_note, fraction, number, percent};
+use crate::format::{closeness_note, fraction, number, percent, variant_label};
 use std::fmt::Write;
 use tailguard_model::results::{Results, RunResult};
 
@@ -37,7 +37,7 @@ pub fn render(results: &Results) -> String {
         let l = &r.latency_ms;
         rows.push(vec![
             r.scenario.clone(),
-            r.variant.clone(),
+            variant_label(r),
             r.requests.to_string(),
             fraction(r.success_rate),
             number(r.throughput_rps),
@@ -86,7 +86,7 @@ pub fn memory(results: &Results) -> String {
             let held = of("service").filter_map(|m| m.peak_in_flight).max();
             rows.push(vec![
                 r.scenario.clone(),
-                r.variant.clone(),
+                variant_label(r),
                 service.to_string(),
                 peak("service"),
                 peak("sidecar"),
@@ -96,6 +96,27 @@ pub fn memory(results: &Results) -> String {
     }
     let mut out =
         "\nresident memory (peak RSS of the largest replica) and requests one replica held at most:\n".to_string();
+    layout(&rows, 3, &mut out);
+    out
+}
+
+/// The lab's CPU time of all sidecars per 1,000 measured requests, per run; empty when no run
+/// measured it (the simulator).
+pub fn sidecar_cpu(results: &Results) -> String {
+    if results.runs.iter().all(|r| r.sidecar_cpu_s_per_1k.is_none()) {
+        return String::new();
+    }
+    let header = ["scenario", "variant", "sidecar", "sidecar CPU s / 1k requests"];
+    let mut rows = vec![header.iter().map(|s| s.to_string()).collect::<Vec<_>>()];
+    for r in &results.runs {
+        rows.push(vec![
+            r.scenario.clone(),
+            r.variant.clone(),
+            r.sidecar.clone().unwrap_or_else(|| "tailguard".to_string()),
+            r.sidecar_cpu_s_per_1k.map_or("-".to_string(), |s| format!("{s:.3}")),
+        ]);
+    }
+    let mut out = "\nCPU time of every sidecar (user + system) per 1,000 measured requests:\n".to_string();
     layout(&rows, 3, &mut out);
     out
 }

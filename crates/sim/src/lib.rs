@@ -89,7 +89,14 @@ pub struct Progress<'a> {
 pub fn run_one(run: &Run, seed: u64) -> Result<(RunResult, u64), SimError> {
     synthetic_only(run)?;
     let seed = run_seed(seed, &run.scenario);
-    world::World::new(run, seed)?.run(&run.scenario, &run.variant)
+    let (result, events) = world::World::new(run, seed)?.run(&run.scenario, &run.variant)?;
+    Ok((labelled(run, result), events))
+}
+
+/// The result labelled with the run's peer sidecar, if any: the simulator runs a peer variant's
+/// policies as tailguard's, the nearest the lab's translation (docs/lab.md) could express.
+fn labelled(run: &Run, result: RunResult) -> RunResult {
+    RunResult { sidecar: run.sidecar.peer(), ..result }
 }
 
 /// [`run_one`], also keeping the spans of up to `sample` measured requests (docs/traces.md).
@@ -99,7 +106,8 @@ pub fn run_one_traced(run: &Run, seed: u64, sample: usize) -> Result<(RunResult,
     let seed = run_seed(seed, &run.scenario);
     let mut world = world::World::new(run, seed)?;
     world.trace(run, seed, sample);
-    world.run_traced(&run.scenario, &run.variant)
+    let (result, events, traces) = world.run_traced(&run.scenario, &run.variant)?;
+    Ok((labelled(run, result), events, traces))
 }
 
 /// Runs every scenario × variant of `experiment` and collects the results in file order.

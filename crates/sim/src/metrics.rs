@@ -188,6 +188,8 @@ impl Metrics {
                     extra_s: round(extra.as_secs_f64()),
                 })
                 .collect(),
+            sidecar: None,
+            sidecar_cpu_s_per_1k: None,
         }
     }
 
