@@ -15,15 +15,15 @@ use std::path::Path;
 
 /// The proxy file on `data`: [`Config::parse`], then what [`crate::Proxy::start`] builds from it
 /// before binding (each upstream's policy, the ingress's admission). A refused file's error names
-/// the file; an accepted one reads back equal from [`Config::to_yaml`].
-pub fn config(data: &[u8]) {
-    let Ok(text) = std::str::from_utf8(data) else { return };
+/// the file; an accepted one reads back equal from [`Config::to_yaml`]. Whether it was accepted.
+pub fn config(data: &[u8]) -> bool {
+    let Ok(text) = std::str::from_utf8(data) else { return false };
     let origin = Path::new("fuzz.yaml");
     let config = match Config::parse(text, origin) {
         Ok(config) => config,
         Err(e) => {
             assert!(e.file == origin && !e.message.is_empty(), "an error without its file or message: {e:?}");
-            return;
+            return false;
         }
     };
     for upstream in config.egress.iter().flat_map(|egress| egress.upstreams.values()) {
@@ -36,22 +36,23 @@ pub fn config(data: &[u8]) {
     let written = config.to_yaml();
     let again = Config::parse(&written, origin).unwrap_or_else(|e| panic!("{written}\nreads back as: {e}"));
     assert_eq!(Config { source: config.source.clone(), ..again }, config, "{written}");
+    true
 }
 
 /// The header rules on the request head in `data` (parsed by httparse, as hyper parses it): the
 /// server's [`http::malformed_head`] (one `Host`, and one in HTTP/1.1), the listeners'
 /// [`http::deadline_ms`], and [`http::forwardable`], after which no hop-by-hop header (but
 /// `TE: trailers`), no header `Connection` names and no `x-tailguard-*` header is left, and every
-/// other header keeps all its values in order.
-pub fn request_head(data: &[u8]) {
-    let Some(req) = parse_head(data) else { return };
+/// other header keeps all its values in order. Whether the head was forwarded.
+pub fn request_head(data: &[u8]) -> bool {
+    let Some(req) = parse_head(data) else { return false };
     let hosts = req.headers().get_all(hyper::header::HOST).iter().count();
     let refused = http::malformed_head(&req).is_some();
     assert_eq!(refused, hosts > 1 || (hosts == 0 && req.version() == Version::HTTP_11), "{hosts} Host headers");
     if refused {
-        return;
+        return false;
     }
-    let _ = check_deadline(req.headers());
+    let deadline = check_deadline(req.headers());
     let named: Vec<Vec<u8>> = req
         .headers()
         .get_all(hyper::header::CONNECTION)
@@ -82,6 +83,7 @@ pub fn request_head(data: &[u8]) {
             assert_eq!(before, after, "{name} changed on its way");
         }
     }
+    deadline.is_ok()
 }
 
 /// The hop-by-hop headers of RFC 9110 §7.6.1 and the two older ones proxies drop.
@@ -105,8 +107,9 @@ fn parse_head(data: &[u8]) -> Option<Request<()>> {
 
 /// The deadline header on `data`: its lines are the values of `x-tailguard-deadline-ms` (the
 /// first three, each that is a valid header value). One value of whole milliseconds is believed,
-/// cut to [`http::MAX_DEADLINE_MS`]; anything else is an error naming the header.
-pub fn deadline_header(data: &[u8]) {
+/// cut to [`http::MAX_DEADLINE_MS`]; anything else is an error naming the header. Whether a
+/// deadline was believed.
+pub fn deadline_header(data: &[u8]) -> bool {
     let mut headers = HeaderMap::new();
     for line in data.split(|b| *b == b'\n').take(3) {
         if let Ok(value) = HeaderValue::from_bytes(line) {
@@ -117,10 +120,13 @@ pub fn deadline_header(data: &[u8]) {
     let got = check_deadline(&headers);
     let expected = match values[..] {
         [] => Some(None),
-        [one] => one.to_str().ok().and_then(|t| t.trim().parse::<u64>().ok()).map(|ms| Some(ms.min(http::MAX_DEADLINE_MS))),
+        [one] => {
+            one.to_str().ok().and_then(|t| t.trim().parse::<u64>().ok()).map(|ms| Some(ms.min(http::MAX_DEADLINE_MS)))
+        }
         _ => None,
     };
     assert_eq!(got.ok(), expected, "{values:?}");
+    matches!(expected, Some(Some(_)))
 }
 
 /// [`http::deadline_ms`] on `headers`, checked for what holds whatever they are: a believed

@@ -22,18 +22,21 @@ fn the_proxy_file_parser_survives_its_corpus_and_20000_mutants() {
     for seed in &corpus {
         Config::parse(std::str::from_utf8(seed).unwrap(), Path::new("seed.yaml")).unwrap();
     }
-    assert_eq!(run(&corpus, 20_000, 1, fuzz::config), corpus.len() + 20_000);
+    let tally = run(&corpus, 20_000, 1, fuzz::config);
+    assert!(tally.accepted > 1000 && tally.refused > 1000, "{tally:?}");
 }
 
 #[test]
 fn the_header_rules_survive_their_corpus_and_20000_mutants() {
     let corpus = seeds("request_head");
     assert!(corpus.len() >= 6);
-    assert_eq!(run(&corpus, 20_000, 2, fuzz::request_head), corpus.len() + 20_000);
+    let tally = run(&corpus, 20_000, 2, fuzz::request_head);
+    assert!(tally.accepted > 1000 && tally.refused > 1000, "{tally:?}");
 }
 
 #[test]
 fn the_deadline_header_parser_survives_its_corpus_and_20000_mutants() {
     let corpus = seeds("deadline_header");
-    assert_eq!(run(&corpus, 20_000, 3, fuzz::deadline_header), corpus.len() + 20_000);
+    let tally = run(&corpus, 20_000, 3, fuzz::deadline_header);
+    assert!(tally.accepted > 1000 && tally.refused > 1000, "{tally:?}");
 }
