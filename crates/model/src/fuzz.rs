@@ -72,51 +72,19 @@ pub fn run(corpus: &[Vec<u8>], count: usize, seed: u64, entry: fn(&[u8]) -> bool
 }
 
 /// Bytes a mutation inserts: YAML's punctuation, numbers at the edges of their types, durations.
+#[rustfmt::skip]
 const TOKENS: &[&[u8]] = &[
-    b":",
-    b": ",
-    b"\n",
-    b"\n  ",
-    b"- ",
-    b"{",
-    b"}",
-    b"[",
-    b"]",
-    b",",
-    b"&a ",
-    b"*a",
-    b"<<: *a",
-    b"~",
-    b"!!str ",
-    b"\"",
-    b"'",
-    b"\t",
-    b"\r\n",
-    b"\0",
-    b"#",
-    b"0",
-    b"-1",
-    b"1e400",
-    b"-0.0",
-    b".nan",
-    b".inf",
-    b"4294967296",
-    b"18446744073709551616",
-    b"9223372036854775807",
-    b"0ms",
-    b"1ns",
-    b"584542y",
-    b"999999999h",
-    b"true",
-    b"null",
-    b"\xff",
-    b"\xc3\xa9",
+    b":", b": ", b"\n", b"\n  ", b"- ", b"{", b"}", b"[", b"]", b",", b"&a ", b"*a", b"<<: *a", b"~", b"!!str ",
+    b"\"", b"'", b"\t", b"\r\n", b"\0", b"#", b"0", b"-1", b"1e400", b"-0.0", b".nan", b".inf", b"4294967296",
+    b"18446744073709551616", b"9223372036854775807", b"0ms", b"1ns", b"584542y", b"999999999h", b"true", b"null",
+    b"\xff", b"\xc3\xa9",
 ];
 
 /// `count` inputs made from `corpus` by a generator seeded with `seed`: each is an entry changed
 /// in 1 to 4 places (a byte replaced, a token inserted, a range deleted, repeated or spliced in
-/// from another entry, a line deleted or repeated, a number replaced by one at its type's edge). The same arguments give the
-/// same inputs, so a failure names its seed and index and is replayed exactly.
+/// from another entry, a line deleted or repeated, a number replaced by one at its type's edge).
+/// The same arguments give the same inputs, so a failure names its seed and index and is
+/// replayed exactly.
 pub fn mutants(corpus: &[Vec<u8>], count: usize, seed: u64) -> impl Iterator<Item = Vec<u8>> + '_ {
     assert!(!corpus.is_empty(), "an empty corpus has nothing to mutate");
     let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(seed);
