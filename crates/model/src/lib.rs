@@ -22,6 +22,7 @@
 //!   implementation for the simulator, the lab and the load generator.
 //! - [`ArrivalSchedule`]: open-loop intended start times (constant or seeded Poisson), shared by
 //!   the simulator and the load generator.
+//! - [`fuzz`]: the experiment file's fuzz entry point and the seeded mutator tests run them with.
 //! - [`Dur`]: a `Duration` written with a unit (`250ms`, `1.5s`); a bare number is an error.
 //! - [`ModelError`]: `FILE: PATH: what was wrong, what was expected`.
 
@@ -31,6 +32,7 @@ pub mod dist;
 pub mod duration;
 pub mod error;
 pub mod experiment;
+pub mod fuzz;
 pub mod latency;
 pub mod overrides;
 pub mod real;

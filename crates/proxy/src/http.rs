@@ -97,12 +97,12 @@ fn hop_by_hop(name: &str) -> Option<usize> {
 /// Removes hop-by-hop headers: the standard set and every header `Connection` names (RFC 9110
 /// §7.6.1), only those present, since each removal hashes its name.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Split as bytes: one non-ASCII byte in the list must not hide the names beside it.
     let named: Vec<HeaderName> = headers
         .get_all(hyper::header::CONNECTION)
         .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|list| list.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .flat_map(|list| list.as_bytes().split(|b| *b == b','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim_ascii()).ok())
         .collect();
     for name in named {
         headers.remove(name);
@@ -112,6 +112,23 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
         if present & 1 << i != 0 {
             headers.remove(name);
         }
+    }
+}
+
+/// Makes a request's headers fit to forward (`found` is their [`scan`]): no hop-by-hop header
+/// but `TE: trailers`, which HTTP/2 keeps because gRPC servers expect it, and no `x-tailguard-*`
+/// header (the listener adds back what it believes).
+pub fn forwardable(headers: &mut HeaderMap, found: Found) {
+    if found.hop_by_hop {
+        let te_trailers =
+            headers.get(hyper::header::TE).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"));
+        strip_hop_by_hop(headers);
+        if te_trailers {
+            headers.insert(hyper::header::TE, HeaderValue::from_static("trailers"));
+        }
+    }
+    if found.internal {
+        strip_internal(headers, &[]);
     }
 }
 
@@ -194,6 +211,11 @@ mod tests {
         for name in ["x-hop", "authorization", "x-kept", "keep-alive"] {
             headers.insert(name, HeaderValue::from_static("1"));
         }
+        strip_hop_by_hop(&mut headers);
+        assert_eq!(headers.keys().map(|k| k.as_str()).collect::<Vec<_>>(), ["x-kept"]);
+        // A byte outside ASCII in the list does not hide the names beside it.
+        headers.append("connection", HeaderValue::from_bytes(b"authorization, x-\xff").unwrap());
+        headers.insert("authorization", HeaderValue::from_static("secret"));
         strip_hop_by_hop(&mut headers);
         assert_eq!(headers.keys().map(|k| k.as_str()).collect::<Vec<_>>(), ["x-kept"]);
     }

@@ -244,13 +244,8 @@ impl Ingress {
                 parts.version = Version::HTTP_2;
             }
         }
-        let te_trailers =
-            parts.headers.get(hyper::header::TE).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"));
-        http::strip_hop_by_hop(&mut parts.headers);
-        if te_trailers {
-            parts.headers.insert(hyper::header::TE, HeaderValue::from_static("trailers"));
-        }
-        http::strip_internal(&mut parts.headers, &[]);
+        let found = http::scan(&parts.headers);
+        http::forwardable(&mut parts.headers, found);
         if let Some(ms) = deadline_ms {
             parts.headers.insert(DEADLINE_MS, HeaderValue::from(ms));
         }

@@ -9,13 +9,14 @@
 //! `http` (bodies and header helpers), `body` (a client's request body: read timeout, client faults), `pool` (kept-alive HTTP/1 connections per endpoint), `probe` (Prequal's probes on the wire), `server` (HTTP/1.1 + h2c accept loops with limits and
 //! graceful shutdown), `reload` (watching the file and swapping the egress's upstreams), `trace`
 //! (OTLP spans, when configured) and `wire` (the network delay the ingress adds where the kernel
-//! adds none).
+//! adds none). [`fuzz`] holds the fuzz entry points of the parsers the proxy owns (fuzz/).
 
 mod admin;
 mod body;
 mod cap;
 pub mod config;
 mod egress;
+pub mod fuzz;
 mod http;
 mod ingress;
 pub mod metrics;

@@ -122,6 +122,11 @@ fn builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     builder
         .http2()
         .timer(TokioTimer::new())
+        // HTTP/2 rapid reset (CVE-2023-44487): a client resetting more streams than this before
+        // they are served, or making the server reset more, gets GOAWAY ENHANCE_YOUR_CALM. h2's
+        // and hyper's defaults, set here so the defence is visible (tests/proxy.rs floods it).
+        .max_pending_accept_reset_streams(20)
+        .max_local_error_reset_streams(1024)
         .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
     builder
 }

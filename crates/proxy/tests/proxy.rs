@@ -28,7 +28,8 @@ enum Mode {
     Status(u16),
     /// Never answers.
     Hang,
-    /// Reads the whole request body first, then 200 (500 if the body failed).
+    /// Reads the whole request body first, then 200 with its length in `x-body-length` (500 if
+    /// the body failed).
     Read,
 }
 
@@ -95,6 +96,7 @@ async fn answer(name: &str, mode: Mode, req: Request<Incoming>) -> Result<Respon
     let repeats = repeats.join(",");
     let names: Vec<&str> = req.headers().keys().map(|k| k.as_str()).collect();
     let names = names.join(",");
+    let mut body_length = 0;
     let status = match mode {
         Mode::Ok(delay) => {
             tokio::time::sleep(delay).await;
@@ -106,7 +108,10 @@ async fn answer(name: &str, mode: Mode, req: Request<Incoming>) -> Result<Respon
             500
         }
         Mode::Read => match req.into_body().collect().await {
-            Ok(_) => 200,
+            Ok(body) => {
+                body_length = body.to_bytes().len();
+                200
+            }
             Err(_) => 500,
         },
     };
@@ -117,6 +122,7 @@ async fn answer(name: &str, mode: Mode, req: Request<Incoming>) -> Result<Respon
         .header("x-seen", seen.join(","))
         .header("x-repeats", repeats)
         .header("x-names", names)
+        .header("x-body-length", body_length)
         .body(Full::new(Bytes::from(name.to_string())))
         .unwrap();
     Ok(response)
@@ -486,6 +492,19 @@ async fn the_ingress_strips_spoofed_headers_and_sets_its_chip() {
     assert_eq!(app.hits(), 4);
     assert_eq!(app.accepted.load(Ordering::SeqCst), 1, "the ingress keeps its connection to the app alive");
     proxy.shutdown().await;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_ingress_keeps_hop_by_hop_and_connection_named_headers_from_the_app() {
+    let app = Backend::start("app", Mode::Ok(Duration::ZERO)).await;
+    let server = sidecar(&app, "{kind: none}").await;
+    let head = "GET /x HTTP/1.1\r\nHost: app\r\nConnection: x-hop, authorization\r\nX-Hop: 1\r\nAuthorization: secret\r\nKeep-Alive: timeout=5\r\nUpgrade: websocket\r\nTE: trailers\r\nX-Kept: 1\r\n\r\n";
+    let (reply, _) = raw(server.ingress.unwrap(), head.as_bytes(), Duration::from_millis(500)).await;
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply:?}");
+    // `TE: trailers` is the one hop-by-hop header kept (gRPC servers expect it).
+    let names = reply.lines().find_map(|l| l.strip_prefix("x-names: ")).expect(&reply);
+    assert_eq!(names, "host,x-kept,te");
     server.shutdown().await;
 }
 
@@ -1072,6 +1091,103 @@ async fn heads_breaking_rfc_9112_get_400_and_connection_named_headers_stay_behin
 }
 
 #[tokio::test]
+async fn cl_te_and_te_cl_requests_are_framed_by_their_chunks_or_refused_never_smuggled() {
+    let backend = Backend::start("a", Mode::Read).await;
+    let proxy = proxy_of(&(egress_with_limits(&backend, "{}") + "admin: {listen: 127.0.0.1:0}\n")).await;
+    let addr = proxy.egress.unwrap();
+    let wait = Duration::from_secs(5);
+    let smuggled = "GET /smuggled HTTP/1.1\r\nHost: svc\r\n\r\n";
+    // CL.TE: a front end believing Content-Length would pass the rest on as this request's body;
+    // TE.CL: a back end believing Content-Length would read the chunk's data as a new request.
+    let cl_te = format!(
+        "POST /x HTTP/1.1\r\nHost: svc\r\nContent-Length: 60\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n{smuggled}"
+    );
+    let te_cl = format!("POST /x HTTP/1.1\r\nHost: svc\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{smuggled}\r\n0\r\n\r\n", smuggled.len());
+    for (name, request, body) in [("CL.TE", cl_te, 0), ("TE.CL", te_cl, smuggled.len())] {
+        let (reply, _) = raw(addr, request.as_bytes(), Duration::from_millis(500)).await;
+        let first = reply.split("\r\n\r\n").next().unwrap();
+        if first.starts_with("HTTP/1.1 400") {
+            continue;
+        }
+        // Framed by the chunks (RFC 9112 §6.3: Transfer-Encoding wins), and sent on framed by
+        // the body alone: the backend read exactly the chunks' bytes, under one framing.
+        assert!(first.starts_with("HTTP/1.1 200"), "{name}: {reply:?}");
+        let header =
+            |h: &str| first.lines().find_map(|l| l.strip_prefix(h)).unwrap_or_else(|| panic!("{name}: {reply:?}"));
+        assert_eq!(header("x-body-length: "), body.to_string(), "{name}: {reply:?}");
+        let names = header("x-names: ");
+        assert!(!(names.contains("content-length") && names.contains("transfer-encoding")), "{name}: {names}");
+    }
+    // Neither a second request hidden in a body nor a desynchronised upstream connection: the
+    // backend saw only /x requests, and the next request on the pooled connection is whole.
+    let (status, headers, _) = get(&client(), addr, "svc", &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers["x-body-length"], "0");
+    // Obfuscated or conflicting framing is refused outright.
+    for head in [
+        "POST /x HTTP/1.1\r\nHost: svc\r\nTransfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n",
+        "POST /x HTTP/1.1\r\nHost: svc\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n",
+        "POST /x HTTP/1.1\r\nHost: svc\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+        "POST /x HTTP/1.0\r\nHost: svc\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    ] {
+        let (reply, _) = raw(addr, head.as_bytes(), wait).await;
+        assert!(reply.starts_with("HTTP/1.1 400") || reply.starts_with("HTTP/1.0 400"), "{head:?}: {reply:?}");
+    }
+    let metrics = admin_metrics(&proxy).await;
+    assert_eq!(sample(&metrics, "tailguard_egress_failed_total{upstream=\"svc\"}"), 0.0, "{metrics}");
+    proxy.shutdown().await;
+}
+
+/// One HTTP/2 frame (RFC 9113 §4.1).
+fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let mut frame = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+    frame.extend([kind, flags]);
+    frame.extend(stream.to_be_bytes());
+    frame.extend(payload);
+    frame
+}
+
+#[tokio::test]
+async fn an_h2_rapid_reset_flood_is_ended_with_goaway_and_others_are_served() {
+    let backend = Backend::start("a", Mode::Ok(Duration::from_millis(50))).await;
+    let proxy = egress(&[&backend], "{}").await;
+    let addr = proxy.egress.unwrap();
+    // CVE-2023-44487: open a stream, reset it at once, again and again. GET / with authority svc
+    // (HPACK static entries 2, 6 and 4, and name 1 with a literal value), then RST_STREAM CANCEL.
+    let headers = [&[0x82, 0x86, 0x84, 0x01, 3][..], b"svc"].concat();
+    let mut flood = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    flood.extend(h2_frame(0x4, 0, 0, &[]));
+    let streams = 5000u32;
+    for i in 0..streams {
+        flood.extend(h2_frame(0x1, 0x5, 2 * i + 1, &headers));
+        flood.extend(h2_frame(0x3, 0, 2 * i + 1, &8u32.to_be_bytes()));
+    }
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    // The proxy may close before reading it all.
+    let _ = stream.write_all(&flood).await;
+    let mut reply = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut reply)).await.is_ok();
+    // A GOAWAY frame with ENHANCE_YOUR_CALM (0xb), then the connection closed.
+    let mut goaway = None;
+    let mut at = 0;
+    while at + 9 <= reply.len() {
+        let len = u32::from_be_bytes([0, reply[at], reply[at + 1], reply[at + 2]]) as usize;
+        let payload = &reply[(at + 9).min(reply.len())..(at + 9 + len).min(reply.len())];
+        if reply[at + 3] == 0x7 && payload.len() >= 8 {
+            goaway = Some(u32::from_be_bytes(payload[4..8].try_into().unwrap()));
+        }
+        at += 9 + len;
+    }
+    let calm = goaway == Some(0xb);
+    assert!(calm && closed, "GOAWAY {goaway:?}, closed: {closed}");
+    assert!(backend.hits() < 100, "{} of {streams} reset streams reached the backend", backend.hits());
+    // The proxy serves on.
+    let (status, _, _) = get(&client(), addr, "svc", &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_deadline_is_believed_from_trusted_peers_only_clamped_and_never_forwarded_spent() {
     let app = Backend::start("app", Mode::Ok(Duration::ZERO)).await;
     let client = client();
@@ -1098,11 +1214,13 @@ async fn a_deadline_is_believed_from_trusted_peers_only_clamped_and_never_forwar
 }
 
 #[tokio::test]
-async fn the_egress_answers_a_spent_deadline_without_calling_the_upstream() {
+async fn the_egress_answers_a_spent_or_doubled_deadline_without_calling_the_upstream() {
     let backend = Backend::start("a", Mode::Ok(Duration::ZERO)).await;
     let proxy = egress(&[&backend], "{}").await;
     let (status, _, _) = get(&client(), proxy.egress.unwrap(), "svc", &[("x-tailguard-deadline-ms", "0")]).await;
     assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
+    let two = [("x-tailguard-deadline-ms", "100"), ("x-tailguard-deadline-ms", "90000")];
+    assert_eq!(get(&client(), proxy.egress.unwrap(), "svc", &two).await.0, StatusCode::BAD_REQUEST);
     assert_eq!(backend.hits(), 0);
     proxy.shutdown().await;
 }

@@ -8,7 +8,6 @@ use crate::http::{self, BoxError};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Body as _;
-use hyper::header::HeaderValue;
 use hyper::http::uri::PathAndQuery;
 use hyper::{HeaderMap, Method, Request};
 
@@ -30,18 +29,7 @@ pub(super) async fn template(
 ) -> Result<(Template, Option<ClientBody>), BoxError> {
     let (parts, body) = req.into_parts();
     let mut headers = parts.headers;
-    if found.hop_by_hop {
-        // `te: trailers` is the one hop-by-hop header HTTP/2 keeps: gRPC servers expect it.
-        let te_trailers =
-            headers.get(hyper::header::TE).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"));
-        http::strip_hop_by_hop(&mut headers);
-        if te_trailers {
-            headers.insert(hyper::header::TE, HeaderValue::from_static("trailers"));
-        }
-    }
-    if found.internal {
-        http::strip_internal(&mut headers, &[]);
-    }
+    http::forwardable(&mut headers, found);
     let small = body.size_hint().upper().is_some_and(|n| n <= max_replay_body as u64);
     let (body, streamed) = if body.is_end_stream() {
         (Some(Bytes::new()), None)
