@@ -25,6 +25,10 @@
 //!   on every response, success or error, before the response head is sent. The published BLOC
 //!   proxy sets its chip header after the response headers have gone out, so its callers never
 //!   receive a chip and its Active list stays empty.
+//! - **Only a success earns a chip.** A replica that fails every request at once (a black hole)
+//!   has an empty queue, so its sidecar grants a chip on each 500; counted, those chips would make
+//!   it the Active endpoint with the fewest requests in flight, and it would draw nearly every
+//!   request. An error keeps the chips already held, a chip it carries is ignored.
 //! - A chip that arrives while the endpoint is backing off (a response to an attempt sent before the
 //!   429) is kept, but counts only once the back-off is over: a fresh refusal outweighs an older
 //!   grant.
@@ -271,7 +275,7 @@ impl Balancer for Bloc {
         if matches!(feedback.outcome, Outcome::Rejected | Outcome::Unavailable) {
             let until = nanos(now.saturating_add(self.config.reset));
             self.update(endpoint, |state| *state = Endpoint { chips: 0, backoff_until: until, probe_at: until });
-        } else if feedback.chip {
+        } else if feedback.chip && feedback.outcome == Outcome::Success {
             self.update(endpoint, |state| state.chips = state.chips.saturating_add(1));
         }
     }
@@ -421,12 +425,12 @@ mod tests {
     }
 
     #[test]
-    fn errors_and_timeouts_keep_the_chips_and_errors_may_bring_one() {
+    fn errors_and_timeouts_keep_the_chips_but_an_error_brings_none() {
         let (mut b, _) = bloc(1);
         grant(&mut b, 0, Time::ZERO, 2);
         b.on_feedback(0, SEC, &Feedback::new(Outcome::TimedOut, SEC));
         b.on_feedback(0, SEC, &Feedback::new(Outcome::Error, MS).with_chip(true));
-        assert_eq!(b.endpoints[0], Endpoint { chips: 3, ..Endpoint::default() });
+        assert_eq!(b.endpoints[0], Endpoint { chips: 2, ..Endpoint::default() });
     }
 
     #[test]
