@@ -4,8 +4,10 @@
   header   a request head that never ends: one more header byte every 2 s (classic slowloris)
   body     a whole head announcing a 1,000-byte body, then one body byte every 2 s
   preface  the first 16 bytes of the HTTP/2 preface, then nothing
+  idle     nothing at all: a connection opened and left idle
 
-Prints `open N` once every connection is open (SECONDS count from then) and `closed-by-peer C`
+Prints `open N failed-to-open F` once every connection is open (a connect that times out after
+5 s is counted in F, not retried; SECONDS count from then) and `closed-by-peer C`
 at the end (connections the proxy closed before the run ended). Bounded: every connect has a
 timeout and the run ends SECONDS after the last connection opened; every socket is closed.
 
@@ -19,8 +21,9 @@ FIRST = {
     "header": b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ",
     "body": b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n",
     "preface": b"PRI * HTTP/2.0\r\n",
+    "idle": b"",
 }
-TRICKLE = {"header": b"a", "body": b"a", "preface": None}
+TRICKLE = {"header": b"a", "body": b"a", "preface": None, "idle": None}
 EVERY = 2.0
 
 
@@ -30,12 +33,19 @@ def main():
         sys.exit(f"unknown kind {kind!r}: one of {', '.join(FIRST)}")
     conns = []
     try:
+        failed = 0
         for _ in range(n):
-            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            try:
+                s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            except OSError:
+                # beyond the proxy's max_connections and the kernel's backlog: counted, not fatal
+                failed += 1
+                continue
             s.sendall(FIRST[kind])
             s.setblocking(False)
             conns.append(s)
-        print(f"open {len(conns)}", flush=True)
+        print(f"open {len(conns)} failed-to-open {failed}", flush=True)
+        n = len(conns)
         start = time.monotonic()
         closed = set()
         # Connection k trickles at start + k * EVERY / n + j * EVERY: spread evenly, never a burst.

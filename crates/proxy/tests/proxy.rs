@@ -1306,6 +1306,44 @@ async fn beyond_max_requests_the_egress_answers_503_at_once_and_counts_it() {
 }
 
 #[tokio::test]
+async fn a_hung_upstream_at_its_own_max_requests_leaves_the_other_upstreams_served() {
+    let hung = Backend::start("hung", Mode::Hang).await;
+    let ok = Backend::start("ok", Mode::Ok(Duration::ZERO)).await;
+    let text = format!(
+        "egress:\n  listen: 127.0.0.1:0\n  max_requests: 8\n  upstreams:\n    hung:\n      endpoints: [{}]\n      match: {{host: hung}}\n      max_requests: 3\n    ok:\n      endpoints: [{}]\n      match: {{host: ok}}\nadmin: {{listen: 127.0.0.1:0}}\nshutdown_grace: 1s\n",
+        hung.addr, ok.addr
+    );
+    let proxy = proxy_of(&text).await;
+    let addr = proxy.egress.unwrap();
+    let mut held = JoinSet::new();
+    for _ in 0..3 {
+        hold(&mut held, addr, "hung");
+    }
+    until("3 requests at the hung backend", || hung.hits() == 3).await;
+    let client = client();
+    for _ in 0..2 {
+        let why = "tailguard: too many concurrent requests in flight to upstream hung: limit 3 (its max_requests)\n";
+        refused_at_once(&client, addr, "hung", why).await;
+    }
+    assert_eq!(hung.hits(), 3);
+    // The egress has 5 places left: the other upstream is served, 5 requests at once.
+    let mut answers = JoinSet::new();
+    for _ in 0..5 {
+        let client = client.clone();
+        answers.spawn(async move { get(&client, addr, "ok", &[]).await.0 });
+    }
+    while let Some(status) = answers.join_next().await {
+        assert_eq!(status.unwrap(), StatusCode::OK);
+    }
+    let metrics = admin_metrics(&proxy).await;
+    assert_eq!(sample(&metrics, "tailguard_egress_upstream_refused_total{upstream=\"hung\"}"), 2.0);
+    assert_eq!(sample(&metrics, "tailguard_egress_upstream_refused_total{upstream=\"ok\"}"), 0.0);
+    assert_eq!(sample(&metrics, "tailguard_egress_refused_total"), 0.0);
+    held.abort_all();
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
 async fn an_endpoint_at_its_connection_cap_refuses_at_once_without_being_ejected() {
     let hung = Backend::start("hung", Mode::Hang).await;
     let text = format!(

@@ -97,6 +97,16 @@ impl Egress {
         let Some(upstream) = routes.route(&req) else {
             return http::text(StatusCode::NOT_FOUND, "tailguard: no upstream matches this request");
         };
+        // A bulkhead per upstream: a hung one holds at most its own places, not the egress's.
+        let max = upstream.config.max_requests;
+        let Some(_upstream_in_flight) = upstream.in_flight.take(max) else {
+            upstream.metrics.refused.inc();
+            let why = format!(
+                "tailguard: too many concurrent requests in flight to upstream {}: limit {max} (its max_requests)",
+                upstream.name
+            );
+            return http::text(StatusCode::SERVICE_UNAVAILABLE, &why);
+        };
         let response = self.forward(&routes, upstream, req).await;
         upstream.metrics.responses.count(response.status());
         response

@@ -3,6 +3,7 @@
 //! state. A reload builds new routes; an unchanged upstream keeps its state, an endpoint its pool.
 
 use crate::body::ClientBody;
+use crate::cap::Count;
 use crate::config;
 use crate::metrics::{EndpointMetrics, Metrics, UpstreamMetrics};
 use crate::pool::Pool;
@@ -29,6 +30,9 @@ pub(super) struct Upstream {
     /// Per endpoint, in the order of `config.endpoints`.
     pub(super) endpoints: Vec<Endpoint>,
     pub(super) core: Mutex<Core>,
+    /// Requests in flight to this upstream, against its `max_requests` (kept while the
+    /// upstream is unchanged across reloads, like its policy state).
+    pub(super) in_flight: Count,
 }
 
 /// What a request needs of an endpoint, prepared once: its URI authority, its HTTP/1
@@ -114,6 +118,7 @@ impl Upstream {
             metrics: metrics.upstream(name),
             endpoints,
             core: Mutex::new(Core { policy, rng }),
+            in_flight: Count::default(),
         }
     }
 }
