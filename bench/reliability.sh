@@ -14,8 +14,9 @@
 # 2. Idle connections: IDLE (10,000) connections opened to tailguard's egress and left silent for
 #    HOLD, the same figures (a connect the kernel's backlog cannot take times out and is counted).
 # 3. Replica faults: three `tailguard serve` replicas (bench/reliability.yaml, 2 ms each) behind
-#    tailguard's egress, for every balancer the proxy offers; 200 req/s for 10 s, one replica
-#    SIGKILLed (or SIGSTOPped) at 3 s. The upstream's policy is the balancer and every other policy
+#    tailguard's egress, for every balancer the proxy offers (BALANCERS); bloc reaches each
+#    replica through its own ingress sidecar, whose chips it needs. 200 req/s for 10 s, one
+#    replica SIGKILLed (or SIGSTOPped) at 3 s (for bloc, its sidecar too). The upstream's policy is the balancer and every other policy
 #    at its defaults: `outlier: {}`, `timeout: {kind: adaptive}`, `retry: {max_attempts: 2}` (one
 #    retry, the default budget). Figure: failed requests %. Target <= 0.5 %.
 # 4. Proxy SIGTERM under load: 200 req/s to a 200 ms service (about 40 requests in flight), SIGTERM
@@ -31,6 +32,7 @@
 #    (/proc/PID/fd). Figures: other routes answered (all asked / answered) and the most fds.
 #    Target: every one answered, fds under the bound of docs/security.md.
 # Env: RUNS (3; slow-client and idle medians), N (2000), IDLE (10000), HOLD (8), FANOUT_S (15),
+# BALANCERS (all six),
 # PHASES (all: "slow idle faults term reload fanout"; a subset runs only those).
 # `ulimit -n` is raised to 65536 (the idle phase's 10,000 client sockets live in one process).
 source "$(dirname "$0")/lib.sh"
@@ -106,18 +108,27 @@ for p in "$PID_TG" "$PID_HA"; do stop_pid "$p"; done
 
 # ---- 3: replica SIGKILL and SIGSTOP per balancer ----
 if want faults; then
-R=(18191 18192 18193); P_F=18190
-start_replica() { start "serve$1" "$TG" serve bench/reliability.yaml --service backend --replica "$1" --listen "127.0.0.1:${R[$1]}"; RP[$1]=$LAST_PID; }
+R=(18191 18192 18193); ING=(18201 18202 18203); P_F=18190
+# Replica I: `tailguard serve`, and (for bloc, whose chips come from the callee's sidecar) its
+# ingress sidecar with BLOC's dynamic admission; a fault hits both, as it would a whole pod.
+start_replica() {
+  start "serve$1" "$TG" serve bench/reliability.yaml --service backend --replica "$1" --listen "127.0.0.1:${R[$1]}"
+  RP[$1]=$LAST_PID
+  printf 'ingress: {listen: 127.0.0.1:%s, app: 127.0.0.1:%s, admission: {kind: dynamic}}\nworkers: 1\n' "${ING[$1]}" "${R[$1]}" >"$WORK/ingress$1.yaml"
+  start "ingress$1" "$TG" proxy --config "$WORK/ingress$1.yaml"
+  IP[$1]=$LAST_PID
+  wait_port "${R[$1]}"; wait_port "${ING[$1]}"
+}
 for i in 0 1 2; do start_replica $i; done
-for i in 0 1 2; do wait_port "${R[$i]}"; done
-for bal in random round-robin least-request peak-ewma bloc prequal; do
+for bal in ${BALANCERS:-random round-robin least-request peak-ewma bloc prequal}; do
+  ports=("${R[@]}"); [ "$bal" = bloc ] && ports=("${ING[@]}")
   for sig in KILL STOP; do
     cat >"$WORK/fault.yaml" <<CONF
 egress:
   listen: 127.0.0.1:$P_F
   upstreams:
     backend:
-      endpoints: [127.0.0.1:${R[0]}, 127.0.0.1:${R[1]}, 127.0.0.1:${R[2]}]
+      endpoints: [127.0.0.1:${ports[0]}, 127.0.0.1:${ports[1]}, 127.0.0.1:${ports[2]}]
       policy:
         balancer: {kind: $bal}
         outlier: {}
@@ -129,17 +140,21 @@ CONF
     wait_port $P_F
     "$TG" load "http://127.0.0.1:$P_F/" --rate 200 --duration 10s --json "$WORK/f.json" >"$WORK/load.out" 2>&1 &
     lp=$!; PIDS+=("$lp")
-    sleep 3; kill -"$sig" "${RP[1]}"
+    sleep 3; kill -"$sig" "${RP[1]}" "${IP[1]}"
     wait "$lp" || true
-    if [ "$sig" = STOP ]; then kill -CONT "${RP[1]}"; else wait "${RP[1]}" 2>/dev/null || true; start_replica 1; wait_port "${R[1]}"; fi
+    if [ "$sig" = STOP ]; then
+      kill -CONT "${RP[1]}" "${IP[1]}"
+    else
+      wait "${RP[1]}" "${IP[1]}" 2>/dev/null || true; start_replica 1
+    fi
     stop_pid "$pp"
     fail=$(jget "$WORK/f.json" '(1 - r["success_rate"]) * 100')
     ejected=$(grep -c ejected "$WORK/fault-proxy.log" || true)
-    echo "  $bal SIG$sig: failed $fail %, $(grep '^Status' "$WORK/load.out"), ejections logged $ejected" >&2
+    echo "  $bal SIG$sig: failed $fail %, $(grep '^Status' "$WORK/load.out" | tr -s ' '), ejections logged $ejected" >&2
     row "replica SIG$sig" "$bal" "$(printf '%.2f %% failed' "$fail")" "<= 0.5 %" "$(verdict "$fail <= 0.5")"
   done
 done
-for i in 0 1 2; do stop_pid "${RP[$i]}"; done
+for i in 0 1 2; do stop_pid "${RP[$i]}"; stop_pid "${IP[$i]}"; done
 fi
 
 # ---- 4: proxy SIGTERM under load ----
@@ -232,13 +247,14 @@ while [ "$(date +%s)" -lt "$end" ]; do
 done
 wait "$hp" || true
 echo "  h2 fan-out: $(grep -E '^requests:|^status codes:' "$WORK/h2load.out" | tr '\n' ' ')" >&2
-refused=$(grep -o 'tailguard_egress_refused_total [0-9]*' <(curl -s "http://127.0.0.1:$P_A/metrics") | awk '{ print $2 }')
+refused=$(curl -s "http://127.0.0.1:$P_A/metrics" | awk '/^tailguard_egress_upstream_refused_total\{upstream="hung"\}/ { print $2 }')
 stop_pid "$pp"
-# the bound of docs/security.md for this file: 3 listeners' client connections (105 here) + the
-# hung endpoint's connections (<= egress.max_requests = 1024) + the other routes' few + the base
+# the bound of docs/security.md for this file: the descriptors before (listeners and the runtime's)
+# + the client connections (105 here) + the hung endpoint's connections (<= its upstream's
+# max_requests and max_connections_per_endpoint, 1024) + the other routes' few (16 allowed)
 BOUND=$((fd_before + 105 + 1024 + 16))
 row "h2 fan-out 105x200" "other routes" "$answered/$asked answered" "all" "$(verdict "$answered == $asked")"
-row "h2 fan-out 105x200" "proxy fds" "max $max_fds (before $fd_before; $refused refused 503)" "<= $BOUND" "$(verdict "$max_fds <= $BOUND")"
+row "h2 fan-out 105x200" "proxy fds" "max $max_fds (before $fd_before; $refused 503s)" "<= $BOUND" "$(verdict "$max_fds <= $BOUND")"
 fi
 
 echo

@@ -6,13 +6,14 @@
   preface  the first 16 bytes of the HTTP/2 preface, then nothing
   idle     nothing at all: a connection opened and left idle
 
-Prints `open N failed-to-open F` once every connection is open (a connect that times out after
-5 s is counted in F, not retried; SECONDS count from then) and `closed-by-peer C`
-at the end (connections the proxy closed before the run ended). Bounded: every connect has a
-timeout and the run ends SECONDS after the last connection opened; every socket is closed.
+Prints `open N failed-to-open F` once the connections are open (all connect at once; one not
+connected after 5 s is counted in F, not retried; SECONDS count from then) and `closed-by-peer C`
+at the end (connections the proxy closed before the run ended). Bounded: the connects have 5 s
+and the run ends SECONDS after the last connection opened; every socket is closed.
 
 usage: slowloris.py PORT N SECONDS KIND
 """
+import selectors
 import socket
 import sys
 import time
@@ -27,23 +28,41 @@ TRICKLE = {"header": b"a", "body": b"a", "preface": None, "idle": None}
 EVERY = 2.0
 
 
+def open_all(port, n):
+    """N connections to 127.0.0.1:PORT, connecting at once (non-blocking), with 5 s for all: the
+    sockets connected, and how many did not connect in time (beyond a server's accept backlog the
+    kernel drops SYNs, and a blocking connect would wait for each in turn)."""
+    sel = selectors.DefaultSelector()
+    pending = []
+    for _ in range(n):
+        s = socket.socket()
+        s.setblocking(False)
+        s.connect_ex(("127.0.0.1", port))
+        sel.register(s, selectors.EVENT_WRITE)
+        pending.append(s)
+    connected = []
+    end = time.monotonic() + 5
+    while sel.get_map() and time.monotonic() < end:
+        for key, _ in sel.select(max(0.0, end - time.monotonic())):
+            sel.unregister(key.fileobj)
+            if key.fileobj.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0:
+                connected.append(key.fileobj)
+            else:
+                key.fileobj.close()
+    for key in list(sel.get_map().values()):
+        key.fileobj.close()
+    return connected, n - len(connected)
+
+
 def main():
     port, n, seconds, kind = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
     if kind not in FIRST:
         sys.exit(f"unknown kind {kind!r}: one of {', '.join(FIRST)}")
     conns = []
     try:
-        failed = 0
-        for _ in range(n):
-            try:
-                s = socket.create_connection(("127.0.0.1", port), timeout=5)
-            except OSError:
-                # beyond the proxy's max_connections and the kernel's backlog: counted, not fatal
-                failed += 1
-                continue
-            s.sendall(FIRST[kind])
-            s.setblocking(False)
-            conns.append(s)
+        conns, failed = open_all(port, n)
+        for s in conns:
+            s.send(FIRST[kind])
         print(f"open {len(conns)} failed-to-open {failed}", flush=True)
         n = len(conns)
         start = time.monotonic()

@@ -759,7 +759,9 @@ async fn connections_beyond_the_limit_wait_for_a_slot() {
     let backend = Backend::start("a", Mode::Ok(Duration::ZERO)).await;
     let proxy = proxy_of(&egress_with_limits(&backend, "{max_connections: 1}")).await;
     let addr = proxy.egress.unwrap();
-    let holder = TcpStream::connect(addr).await.unwrap();
+    // A client that has begun a request is never closed to make room (a silent one would be).
+    let mut holder = TcpStream::connect(addr).await.unwrap();
+    holder.write_all(b"GET /x HTTP/1.1\r\n").await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     let waiting = tokio::spawn(async move { get(&client(), addr, "svc", &[]).await.0 });
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -767,6 +769,27 @@ async fn connections_beyond_the_limit_wait_for_a_slot() {
     drop(holder);
     let status = tokio::time::timeout(Duration::from_secs(5), waiting).await.expect("served once the slot frees");
     assert_eq!(status.unwrap(), StatusCode::OK);
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn at_max_connections_a_new_client_closes_the_oldest_silent_connections() {
+    let backend = Backend::start("a", Mode::Ok(Duration::ZERO)).await;
+    let proxy = proxy_of(&egress_with_limits(&backend, "{max_connections: 2}")).await;
+    let addr = proxy.egress.unwrap();
+    // Two connections that send nothing (one of them only part of the HTTP/2 preface) fill the
+    // slots; before, every other client waited for them to hit header_read_timeout (10 s).
+    let mut idle = TcpStream::connect(addr).await.unwrap();
+    let mut preface = TcpStream::connect(addr).await.unwrap();
+    preface.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let answered = tokio::time::timeout(Duration::from_secs(2), get(&client(), addr, "svc", &[])).await;
+    assert_eq!(answered.expect("a new client waited behind silent connections").0, StatusCode::OK);
+    for silent in [&mut idle, &mut preface] {
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(1), silent.read(&mut byte)).await;
+        assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "a silent connection is still open: {read:?}");
+    }
     proxy.shutdown().await;
 }
 
