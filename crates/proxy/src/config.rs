@@ -619,7 +619,8 @@ mod tests {
         let e = parse("egress: {listen: 127.0.0.1:1, upstreams: {a: {endpoints: [127.0.0.1:2], max_connections_per_endpoint: 0}}}")
             .unwrap_err();
         assert_eq!(e, "proxy.yaml: egress.upstreams.a.max_connections_per_endpoint: expected at least 1");
-        let e = parse("egress: {listen: 127.0.0.1:1, upstreams: {a: {endpoints: [127.0.0.1:2], max_requests: 0}}}").unwrap_err();
+        let e = parse("egress: {listen: 127.0.0.1:1, upstreams: {a: {endpoints: [127.0.0.1:2], max_requests: 0}}}")
+            .unwrap_err();
         assert_eq!(e, "proxy.yaml: egress.upstreams.a.max_requests: expected at least 1");
         let e = parse("egress: [127.0.0.1:1]").unwrap_err();
         assert_eq!(e, "proxy.yaml: egress: expected a mapping (egress settings), got a list, at line 1 column 9");

@@ -755,6 +755,25 @@ async fn an_oversized_head_gets_431() {
 }
 
 #[tokio::test]
+async fn shutdown_lets_requests_in_flight_finish_and_stops_accepting() {
+    // What SIGTERM does (`tailguard proxy` awaits `shutdown_signal`, then `Proxy::shutdown`).
+    let backend = Backend::start("a", Mode::Ok(Duration::from_millis(300))).await;
+    let proxy = proxy_of(&egress_with_limits(&backend, "{}")).await;
+    let addr = proxy.egress.unwrap();
+    let mut in_flight = JoinSet::new();
+    for _ in 0..10 {
+        in_flight.spawn(async move { get(&client(), addr, "svc", &[]).await.0 });
+    }
+    until("10 requests at the backend", || backend.hits() == 10).await;
+    let stopping = tokio::spawn(proxy.shutdown());
+    while let Some(status) = in_flight.join_next().await {
+        assert_eq!(status.unwrap(), StatusCode::OK, "a request in flight was cut by the shutdown");
+    }
+    tokio::time::timeout(Duration::from_secs(5), stopping).await.expect("shutdown ended").unwrap();
+    assert!(TcpStream::connect(addr).await.is_err(), "still accepting after shutdown");
+}
+
+#[tokio::test]
 async fn connections_beyond_the_limit_wait_for_a_slot() {
     let backend = Backend::start("a", Mode::Ok(Duration::ZERO)).await;
     let proxy = proxy_of(&egress_with_limits(&backend, "{max_connections: 1}")).await;
@@ -1363,6 +1382,28 @@ async fn a_hung_upstream_at_its_own_max_requests_leaves_the_other_upstreams_serv
     assert_eq!(sample(&metrics, "tailguard_egress_upstream_refused_total{upstream=\"ok\"}"), 0.0);
     assert_eq!(sample(&metrics, "tailguard_egress_refused_total"), 0.0);
     held.abort_all();
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn requests_whose_body_is_still_coming_hold_no_place_under_max_requests() {
+    let ok = Backend::start("ok", Mode::Ok(Duration::ZERO)).await;
+    let text = format!(
+        "egress:\n  listen: 127.0.0.1:0\n  max_requests: 2\n  upstreams:\n    ok:\n      endpoints: [{}]\n      match: {{host: ok}}\n      max_requests: 1\nshutdown_grace: 1s\n",
+        ok.addr
+    );
+    let proxy = proxy_of(&text).await;
+    let addr = proxy.egress.unwrap();
+    // Three clients announce a body and send none (a body slowloris), more than either cap.
+    let mut slow = Vec::new();
+    for _ in 0..3 {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream.write_all(b"POST /x HTTP/1.1\r\nHost: ok\r\nContent-Length: 1000\r\n\r\n").await.unwrap();
+        slow.push(stream);
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (status, _, body) = get(&client(), addr, "ok", &[]).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
     proxy.shutdown().await;
 }
 
