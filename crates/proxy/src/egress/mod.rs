@@ -94,25 +94,23 @@ impl Egress {
 
     /// A place for one request at the egress (`egress.max_requests`) and at `upstream` (its
     /// `max_requests`, a bulkhead: a hung upstream holds at most its own places), given back when
-    /// dropped; else the 503 to answer at once: requests are refused, not queued, so a hung
-    /// upstream cannot pile them up without bound.
-    fn admit(&self, routes: &Routes, upstream: &Upstream) -> Result<(Place, Place), Response<Body>> {
+    /// dropped; else why the request is answered 503 at once: requests are refused, not queued,
+    /// so a hung upstream cannot pile them up without bound.
+    fn admit(&self, routes: &Routes, upstream: &Upstream) -> Result<(Place, Place), String> {
         let max = routes.max_requests;
         let Some(egress) = self.in_flight.take(max) else {
             self.metrics.egress_refused.inc();
-            let why = format!(
+            return Err(format!(
                 "tailguard: too many concurrent requests in flight at the egress: limit {max} (egress.max_requests)"
-            );
-            return Err(http::text(StatusCode::SERVICE_UNAVAILABLE, &why));
+            ));
         };
         let max = upstream.config.max_requests;
         let Some(own) = upstream.in_flight.take(max) else {
             upstream.metrics.refused.inc();
-            let why = format!(
+            return Err(format!(
                 "tailguard: too many concurrent requests in flight to upstream {}: limit {max} (its max_requests)",
                 upstream.name
-            );
-            return Err(http::text(StatusCode::SERVICE_UNAVAILABLE, &why));
+            ));
         };
         Ok((egress, own))
     }
@@ -140,7 +138,7 @@ impl Egress {
         // never a place that requests to an upstream need.
         let _places = match self.admit(routes, upstream) {
             Ok(places) => places,
-            Err(refused) => return refused,
+            Err(why) => return http::text(StatusCode::SERVICE_UNAVAILABLE, &why),
         };
         upstream.metrics.requests.inc();
         let mut driver = Driver::new(self, upstream.clone(), Arc::new(template), streamed);
