@@ -4,13 +4,16 @@
   header   a request head that never ends: one more header byte every 2 s (classic slowloris)
   body     a whole head announcing a 1,000-byte body, then one body byte every 2 s
   preface  the first 16 bytes of the HTTP/2 preface, then nothing
+  idle     nothing at all: a connection opened and left idle
 
-Prints `open N` once every connection is open (SECONDS count from then) and `closed-by-peer C`
-at the end (connections the proxy closed before the run ended). Bounded: every connect has a
-timeout and the run ends SECONDS after the last connection opened; every socket is closed.
+Prints `open N failed-to-open F` once the connections are open (all connect at once; one not
+connected after 5 s is counted in F, not retried; SECONDS count from then) and `closed-by-peer C`
+at the end (connections the proxy closed before the run ended). Bounded: the connects have 5 s
+and the run ends SECONDS after the last connection opened; every socket is closed.
 
 usage: slowloris.py PORT N SECONDS KIND
 """
+import selectors
 import socket
 import sys
 import time
@@ -19,9 +22,36 @@ FIRST = {
     "header": b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ",
     "body": b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n",
     "preface": b"PRI * HTTP/2.0\r\n",
+    "idle": b"",
 }
-TRICKLE = {"header": b"a", "body": b"a", "preface": None}
+TRICKLE = {"header": b"a", "body": b"a", "preface": None, "idle": None}
 EVERY = 2.0
+
+
+def open_all(port, n):
+    """N connections to 127.0.0.1:PORT, connecting at once (non-blocking), with 5 s for all: the
+    sockets connected, and how many did not connect in time (beyond a server's accept backlog the
+    kernel drops SYNs, and a blocking connect would wait for each in turn)."""
+    sel = selectors.DefaultSelector()
+    pending = []
+    for _ in range(n):
+        s = socket.socket()
+        s.setblocking(False)
+        s.connect_ex(("127.0.0.1", port))
+        sel.register(s, selectors.EVENT_WRITE)
+        pending.append(s)
+    connected = []
+    end = time.monotonic() + 5
+    while sel.get_map() and time.monotonic() < end:
+        for key, _ in sel.select(max(0.0, end - time.monotonic())):
+            sel.unregister(key.fileobj)
+            if key.fileobj.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0:
+                connected.append(key.fileobj)
+            else:
+                key.fileobj.close()
+    for key in list(sel.get_map().values()):
+        key.fileobj.close()
+    return connected, n - len(connected)
 
 
 def main():
@@ -30,12 +60,11 @@ def main():
         sys.exit(f"unknown kind {kind!r}: one of {', '.join(FIRST)}")
     conns = []
     try:
-        for _ in range(n):
-            s = socket.create_connection(("127.0.0.1", port), timeout=5)
-            s.sendall(FIRST[kind])
-            s.setblocking(False)
-            conns.append(s)
-        print(f"open {len(conns)}", flush=True)
+        conns, failed = open_all(port, n)
+        for s in conns:
+            s.send(FIRST[kind])
+        print(f"open {len(conns)} failed-to-open {failed}", flush=True)
+        n = len(conns)
         start = time.monotonic()
         closed = set()
         # Connection k trickles at start + k * EVERY / n + j * EVERY: spread evenly, never a burst.

@@ -14,7 +14,9 @@ use tailguard_model::schema::{BalancerConfig, ClientPolicy, Network};
 use tailguard_model::{Dur, Run};
 use tailguard_proxy::config::Network as Peers;
 use tailguard_proxy::config::{Admin, Config, Egress, Ingress, Protocol, Route, Tracing, Upstream};
-use tailguard_proxy::config::{DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT, DEFAULT_MAX_REPLAY_BODY, DEFAULT_MAX_REQUESTS};
+use tailguard_proxy::config::{
+    DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT, DEFAULT_MAX_REPLAY_BODY, DEFAULT_MAX_REQUESTS, DEFAULT_UPSTREAM_MAX_REQUESTS,
+};
 
 pub const SERVE_PORT: u16 = 8080;
 pub const EGRESS_PORT: u16 = 4140;
@@ -261,6 +263,7 @@ fn upstream(plan: &Plan, callee: &str, policy: &ClientPolicy) -> Upstream {
         policy: policy.clone(),
         protocol: Protocol::Http1,
         max_connections_per_endpoint: DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT,
+        max_requests: DEFAULT_UPSTREAM_MAX_REQUESTS,
     }
 }
 

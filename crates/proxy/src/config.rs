@@ -18,8 +18,13 @@ use tailguard_model::{validate, Dur, ModelError};
 /// Bodies up to this size are buffered so retries and hedges can replay them.
 pub const DEFAULT_MAX_REPLAY_BODY: usize = 64 * 1024;
 
-/// Requests the egress carries at once by default (Envoy's circuit breaker `max_requests`).
-pub const DEFAULT_MAX_REQUESTS: usize = 1024;
+/// Requests the egress carries at once by default, every upstream together: as many as HTTP/1
+/// clients it holds connections for by default (`limits.max_connections`).
+pub const DEFAULT_MAX_REQUESTS: usize = 4096;
+
+/// Requests each upstream carries at once by default (Envoy's per-cluster circuit breaker
+/// `max_requests`), a quarter of the egress's: one hung upstream leaves room for the others.
+pub const DEFAULT_UPSTREAM_MAX_REQUESTS: usize = 1024;
 
 /// Upstream connections per endpoint by default (Envoy's circuit breaker `max_connections`).
 pub const DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT: usize = 1024;
@@ -146,9 +151,9 @@ pub struct Egress {
     /// Bodies larger than this are streamed once and never retried nor hedged.
     #[serde(default = "default_max_replay_body")]
     pub max_replay_body: usize,
-    /// Requests carried at once (Envoy's circuit breaker `max_requests`): beyond it a request is
-    /// answered 503 at once instead of waiting, so a hung upstream cannot pile up requests, and
-    /// the connections and memory they hold, without bound.
+    /// Requests carried at once, every upstream together: beyond it a request is answered 503
+    /// at once instead of waiting, so the egress cannot pile up requests, and the connections
+    /// and memory they hold, without bound. Each upstream has its own, lower, `max_requests`.
     #[serde(default = "default_max_requests")]
     pub max_requests: usize,
 }
@@ -179,6 +184,11 @@ pub struct Upstream {
     /// connection per endpoint.
     #[serde(default = "default_max_connections_per_endpoint")]
     pub max_connections_per_endpoint: usize,
+    /// Requests to this upstream carried at once (Envoy's per-cluster circuit breaker
+    /// `max_requests`): beyond it a request is answered 503 at once, so a hung upstream takes at
+    /// most this many of the egress's places and the other upstreams keep being served.
+    #[serde(default = "default_upstream_max_requests")]
+    pub max_requests: usize,
 }
 
 /// Endpoint discovery (docs/proxy.md, "Endpoint discovery"): exactly one source, asked every
@@ -377,6 +387,10 @@ fn default_max_requests() -> usize {
     DEFAULT_MAX_REQUESTS
 }
 
+fn default_upstream_max_requests() -> usize {
+    DEFAULT_UPSTREAM_MAX_REQUESTS
+}
+
 fn default_max_connections_per_endpoint() -> usize {
     DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT
 }
@@ -521,6 +535,9 @@ impl Upstream {
         if self.max_connections_per_endpoint == 0 {
             return Err(ModelError::at("max_connections_per_endpoint", "expected at least 1"));
         }
+        if self.max_requests == 0 {
+            return Err(ModelError::at("max_requests", "expected at least 1"));
+        }
         validate::client_policy(&self.policy).map_err(|e| e.under("policy"))
     }
 }
@@ -545,6 +562,7 @@ mod tests {
         assert_eq!(egress.max_replay_body, DEFAULT_MAX_REPLAY_BODY);
         assert_eq!(egress.max_requests, DEFAULT_MAX_REQUESTS);
         assert_eq!(egress.upstreams["backend"].max_connections_per_endpoint, DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT);
+        assert_eq!(egress.upstreams["backend"].max_requests, DEFAULT_UPSTREAM_MAX_REQUESTS);
         assert_eq!(c.ingress.unwrap().admission, AdmissionConfig::Fixed { capacity: 8 });
         assert_eq!(c.workers, None);
         assert_eq!(c.tracing, None);
@@ -684,6 +702,9 @@ mod tests {
         let e = parse("egress: {listen: 127.0.0.1:1, upstreams: {a: {endpoints: [127.0.0.1:2], max_connections_per_endpoint: 0}}}")
             .unwrap_err();
         assert_eq!(e, "proxy.yaml: egress.upstreams.a.max_connections_per_endpoint: expected at least 1");
+        let e = parse("egress: {listen: 127.0.0.1:1, upstreams: {a: {endpoints: [127.0.0.1:2], max_requests: 0}}}")
+            .unwrap_err();
+        assert_eq!(e, "proxy.yaml: egress.upstreams.a.max_requests: expected at least 1");
         let e = parse("egress: [127.0.0.1:1]").unwrap_err();
         assert_eq!(e, "proxy.yaml: egress: expected a mapping (egress settings), got a list, at line 1 column 9");
         let e = parse("egress: {listen: 127.0.0.1:1, upstreams: [a, b]}").unwrap_err();

@@ -95,6 +95,9 @@ pub struct Metrics {
     pub overflow: Family<EndpointLabels, Counter>,
     /// Requests answered 503 at once because the egress had `max_requests` in flight.
     pub egress_refused: Counter,
+    /// Requests answered 503 at once because their upstream had its `max_requests` in flight,
+    /// per upstream.
+    pub upstream_refused: Family<UpstreamLabels, Counter>,
     /// Responses to the application by status class, per upstream (the proxy's own 502, 503
     /// and 504 included).
     pub responses: Family<UpstreamClassLabels, Counter>,
@@ -161,6 +164,7 @@ impl Metrics {
             rejected: Family::default(),
             overflow: Family::default(),
             egress_refused: Counter::default(),
+            upstream_refused: Family::default(),
             responses: Family::default(),
             failed: Family::default(),
             retries: Family::default(),
@@ -197,6 +201,11 @@ impl Metrics {
             "egress_refused",
             "Requests answered 503 at once: the egress had max_requests in flight",
             m.egress_refused.clone(),
+        );
+        registry.register(
+            "egress_upstream_refused",
+            "Requests answered 503 at once: their upstream had its max_requests in flight",
+            m.upstream_refused.clone(),
         );
         registry.register("egress_responses", "Responses to the application by status class", m.responses.clone());
         registry.register("egress_failed", "Requests that ended without a successful answer", m.failed.clone());
@@ -262,6 +271,7 @@ impl Metrics {
         let labels = UpstreamLabels { upstream: upstream.to_string() };
         UpstreamMetrics {
             requests: self.requests.get_or_create(&labels).clone(),
+            refused: self.upstream_refused.get_or_create(&labels).clone(),
             responses: ResponseCounters::resolve(|class| {
                 let labels = UpstreamClassLabels { upstream: upstream.to_string(), class: class.into() };
                 self.responses.get_or_create(&labels).clone()
@@ -311,6 +321,8 @@ impl Metrics {
 pub struct UpstreamMetrics {
     /// See [`Metrics::requests`].
     pub requests: Counter,
+    /// See [`Metrics::upstream_refused`].
+    pub refused: Counter,
     /// See [`Metrics::responses`].
     pub responses: ResponseCounters,
     /// See [`Metrics::failed`].

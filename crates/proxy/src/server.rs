@@ -26,6 +26,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
 mod preface;
+mod silent;
+
+use silent::Silent;
 
 /// Serves `listener` with `handler` (given each request and its peer's address) until `stop`
 /// turns true, then drains for at most `grace`.
@@ -43,13 +46,16 @@ pub async fn serve<H, F>(
     let graceful = GracefulShutdown::new();
     let builders = Arc::new(Builders::new(&limits));
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let silent = Arc::new(Silent::default());
     loop {
-        // A connection slot first: beyond `max_connections`, new connections wait in the
-        // kernel's listen backlog until one closes.
-        let slot = tokio::select! {
-            slot = slots.clone().acquire_owned() => match slot {
-                Ok(slot) => slot,
-                Err(_) => break,
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                // Out of file descriptors and the like: back off instead of spinning.
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
             },
             changed = stop.changed() => {
                 if changed.is_err() || *stop.borrow() {
@@ -58,29 +64,38 @@ pub async fn serve<H, F>(
                 continue;
             }
         };
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    let _ = stream.set_nodelay(true);
-                    let watcher = graceful.watcher();
-                    let builders = builders.clone();
-                    let handler = handler.clone();
-                    let (idle, header_read) = (limits.idle_timeout.0, limits.header_read_timeout.0);
-                    tokio::spawn(async move {
-                        connection(stream, peer, builders, handler, idle, header_read, watcher).await;
-                        drop(slot);
-                        crate::trim::connection_closed();
-                    });
-                }
-                // Out of file descriptors and the like: back off instead of spinning.
-                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-            },
-            changed = stop.changed() => {
-                if changed.is_err() || *stop.borrow() {
-                    break;
+        // A connection slot: at `max_connections`, the oldest connections that have sent nothing
+        // are closed to make room (server/silent.rs); if none has, this one waits for a slot
+        // and the ones after it in the kernel's listen backlog.
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                silent.close_oldest(silent::CLOSED_PER_ARRIVAL);
+                tokio::select! {
+                    slot = slots.clone().acquire_owned() => match slot {
+                        Ok(slot) => slot,
+                        Err(_) => break,
+                    },
+                    changed = stop.changed() => {
+                        if changed.is_err() || *stop.borrow() {
+                            break;
+                        }
+                        continue;
+                    }
                 }
             }
-        }
+        };
+        let _ = stream.set_nodelay(true);
+        let watcher = graceful.watcher();
+        let builders = builders.clone();
+        let handler = handler.clone();
+        let entry = silent.enter();
+        let (idle, header_read) = (limits.idle_timeout.0, limits.header_read_timeout.0);
+        tokio::spawn(async move {
+            connection(stream, peer, entry, builders, handler, idle, header_read, watcher).await;
+            drop(slot);
+            crate::trim::connection_closed();
+        });
     }
     drop(listener);
     let _ = tokio::time::timeout(grace, graceful.shutdown()).await;
@@ -136,10 +151,12 @@ pub const MIN_HEADER_BYTES: usize = 8192;
 
 /// Serves one connection; closes it once idle (no bytes either way and no request waiting for its
 /// response) for `idle`, or, on HTTP/1, once it has waited longer than `header_read` for a request
-/// head.
+/// head; or, while it has not shown its protocol, when `silent` says so.
+#[allow(clippy::too_many_arguments)]
 async fn connection<H, F>(
     stream: TcpStream,
     peer: SocketAddr,
+    mut silent: silent::Entry,
     builders: Arc<Builders>,
     handler: H,
     idle: Duration,
@@ -149,11 +166,17 @@ async fn connection<H, F>(
     H: Fn(Request<ClientBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
-    let (h2c, stream) = match tokio::time::timeout(builders.preface_timeout, preface::open(stream)).await {
-        Ok(Ok(opened)) => opened,
-        // Too slow to show its protocol (a slowloris), or gone.
-        _ => return,
+    let opening = tokio::time::timeout(builders.preface_timeout, preface::open(stream));
+    let (h2c, stream) = tokio::select! {
+        opened = opening => match opened {
+            Ok(Ok(opened)) => opened,
+            // Too slow to show its protocol (a slowloris), or gone.
+            _ => return,
+        },
+        // The oldest silent connection of a listener at its cap.
+        _ = &mut silent.closing => return,
     };
+    drop(silent);
     let activity = Arc::new(Activity::default());
     let io = Tracked { inner: TokioIo::new(stream), activity: activity.clone() };
     let counted = activity.clone();

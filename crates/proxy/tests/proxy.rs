@@ -774,11 +774,32 @@ async fn an_oversized_head_gets_431() {
 }
 
 #[tokio::test]
+async fn shutdown_lets_requests_in_flight_finish_and_stops_accepting() {
+    // What SIGTERM does (`tailguard proxy` awaits `shutdown_signal`, then `Proxy::shutdown`).
+    let backend = Backend::start("a", Mode::Ok(Duration::from_millis(300))).await;
+    let proxy = proxy_of(&egress_with_limits(&backend, "{}")).await;
+    let addr = proxy.egress.unwrap();
+    let mut in_flight = JoinSet::new();
+    for _ in 0..10 {
+        in_flight.spawn(async move { get(&client(), addr, "svc", &[]).await.0 });
+    }
+    until("10 requests at the backend", || backend.hits() == 10).await;
+    let stopping = tokio::spawn(proxy.shutdown());
+    while let Some(status) = in_flight.join_next().await {
+        assert_eq!(status.unwrap(), StatusCode::OK, "a request in flight was cut by the shutdown");
+    }
+    tokio::time::timeout(Duration::from_secs(5), stopping).await.expect("shutdown ended").unwrap();
+    assert!(TcpStream::connect(addr).await.is_err(), "still accepting after shutdown");
+}
+
+#[tokio::test]
 async fn connections_beyond_the_limit_wait_for_a_slot() {
     let backend = Backend::start("a", Mode::Ok(Duration::ZERO)).await;
     let proxy = proxy_of(&egress_with_limits(&backend, "{max_connections: 1}")).await;
     let addr = proxy.egress.unwrap();
-    let holder = TcpStream::connect(addr).await.unwrap();
+    // A client that has begun a request is never closed to make room (a silent one would be).
+    let mut holder = TcpStream::connect(addr).await.unwrap();
+    holder.write_all(b"GET /x HTTP/1.1\r\n").await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     let waiting = tokio::spawn(async move { get(&client(), addr, "svc", &[]).await.0 });
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -786,6 +807,27 @@ async fn connections_beyond_the_limit_wait_for_a_slot() {
     drop(holder);
     let status = tokio::time::timeout(Duration::from_secs(5), waiting).await.expect("served once the slot frees");
     assert_eq!(status.unwrap(), StatusCode::OK);
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn at_max_connections_a_new_client_closes_the_oldest_silent_connections() {
+    let backend = Backend::start("a", Mode::Ok(Duration::ZERO)).await;
+    let proxy = proxy_of(&egress_with_limits(&backend, "{max_connections: 2}")).await;
+    let addr = proxy.egress.unwrap();
+    // Two connections that send nothing (one of them only part of the HTTP/2 preface) fill the
+    // slots; before, every other client waited for them to hit header_read_timeout (10 s).
+    let mut idle = TcpStream::connect(addr).await.unwrap();
+    let mut preface = TcpStream::connect(addr).await.unwrap();
+    preface.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let answered = tokio::time::timeout(Duration::from_secs(2), get(&client(), addr, "svc", &[])).await;
+    assert_eq!(answered.expect("a new client waited behind silent connections").0, StatusCode::OK);
+    for silent in [&mut idle, &mut preface] {
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(1), silent.read(&mut byte)).await;
+        assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "a silent connection is still open: {read:?}");
+    }
     proxy.shutdown().await;
 }
 
@@ -1420,6 +1462,66 @@ async fn beyond_max_requests_the_egress_answers_503_at_once_and_counts_it() {
         assert!(started.elapsed() < Duration::from_secs(5), "still refused 5 s after the clients left");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_hung_upstream_at_its_own_max_requests_leaves_the_other_upstreams_served() {
+    let hung = Backend::start("hung", Mode::Hang).await;
+    let ok = Backend::start("ok", Mode::Ok(Duration::ZERO)).await;
+    let text = format!(
+        "egress:\n  listen: 127.0.0.1:0\n  max_requests: 8\n  upstreams:\n    hung:\n      endpoints: [{}]\n      match: {{host: hung}}\n      max_requests: 3\n    ok:\n      endpoints: [{}]\n      match: {{host: ok}}\nadmin: {{listen: 127.0.0.1:0}}\nshutdown_grace: 1s\n",
+        hung.addr, ok.addr
+    );
+    let proxy = proxy_of(&text).await;
+    let addr = proxy.egress.unwrap();
+    let mut held = JoinSet::new();
+    for _ in 0..3 {
+        hold(&mut held, addr, "hung");
+    }
+    until("3 requests at the hung backend", || hung.hits() == 3).await;
+    let client = client();
+    for _ in 0..2 {
+        let why = "tailguard: too many concurrent requests in flight to upstream hung: limit 3 (its max_requests)\n";
+        refused_at_once(&client, addr, "hung", why).await;
+    }
+    assert_eq!(hung.hits(), 3);
+    // The egress has 5 places left: the other upstream is served, 5 requests at once.
+    let mut answers = JoinSet::new();
+    for _ in 0..5 {
+        let client = client.clone();
+        answers.spawn(async move { get(&client, addr, "ok", &[]).await.0 });
+    }
+    while let Some(status) = answers.join_next().await {
+        assert_eq!(status.unwrap(), StatusCode::OK);
+    }
+    let metrics = admin_metrics(&proxy).await;
+    assert_eq!(sample(&metrics, "tailguard_egress_upstream_refused_total{upstream=\"hung\"}"), 2.0);
+    assert_eq!(sample(&metrics, "tailguard_egress_upstream_refused_total{upstream=\"ok\"}"), 0.0);
+    assert_eq!(sample(&metrics, "tailguard_egress_refused_total"), 0.0);
+    held.abort_all();
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn requests_whose_body_is_still_coming_hold_no_place_under_max_requests() {
+    let ok = Backend::start("ok", Mode::Ok(Duration::ZERO)).await;
+    let text = format!(
+        "egress:\n  listen: 127.0.0.1:0\n  max_requests: 2\n  upstreams:\n    ok:\n      endpoints: [{}]\n      match: {{host: ok}}\n      max_requests: 1\nshutdown_grace: 1s\n",
+        ok.addr
+    );
+    let proxy = proxy_of(&text).await;
+    let addr = proxy.egress.unwrap();
+    // Three clients announce a body and send none (a body slowloris), more than either cap.
+    let mut slow = Vec::new();
+    for _ in 0..3 {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream.write_all(b"POST /x HTTP/1.1\r\nHost: ok\r\nContent-Length: 1000\r\n\r\n").await.unwrap();
+        slow.push(stream);
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (status, _, body) = get(&client(), addr, "ok", &[]).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
     proxy.shutdown().await;
 }
 

@@ -26,7 +26,7 @@ mod protocol;
 mod routes;
 
 use crate::body::ClientBody;
-use crate::cap::Count;
+use crate::cap::{Count, Place};
 use crate::config;
 use crate::http::{self, Body};
 use crate::metrics::Metrics;
@@ -95,22 +95,35 @@ impl Egress {
     /// Answers one request from the application.
     pub async fn handle(&self, req: Request<ClientBody>) -> Response<Body> {
         let routes = self.routes();
-        // Refused at once, not queued: a hung upstream must not pile up requests without bound.
-        let max = routes.max_requests;
-        // Given back when the request is answered or its client goes away (the future dropped).
-        let Some(_in_flight) = self.in_flight.take(max) else {
-            self.metrics.egress_refused.inc();
-            let why = format!(
-                "tailguard: too many concurrent requests in flight at the egress: limit {max} (egress.max_requests)"
-            );
-            return http::text(StatusCode::SERVICE_UNAVAILABLE, &why);
-        };
         let Some(upstream) = routes.route(&req) else {
             return http::text(StatusCode::NOT_FOUND, "tailguard: no upstream matches this request");
         };
         let response = self.forward(&routes, upstream, req).await;
         upstream.metrics.responses.count(response.status());
         response
+    }
+
+    /// A place for one request at the egress (`egress.max_requests`) and at `upstream` (its
+    /// `max_requests`, a bulkhead: a hung upstream holds at most its own places), given back when
+    /// dropped; else why the request is answered 503 at once: requests are refused, not queued,
+    /// so a hung upstream cannot pile them up without bound.
+    fn admit(&self, routes: &Routes, upstream: &Upstream) -> Result<(Place, Place), String> {
+        let max = routes.max_requests;
+        let Some(egress) = self.in_flight.take(max) else {
+            self.metrics.egress_refused.inc();
+            return Err(format!(
+                "tailguard: too many concurrent requests in flight at the egress: limit {max} (egress.max_requests)"
+            ));
+        };
+        let max = upstream.config.max_requests;
+        let Some(own) = upstream.in_flight.take(max) else {
+            upstream.metrics.refused.inc();
+            return Err(format!(
+                "tailguard: too many concurrent requests in flight to upstream {}: limit {max} (its max_requests)",
+                upstream.name
+            ));
+        };
+        Ok((egress, own))
     }
 
     /// Sends `req` to `upstream` under its policy.
@@ -130,6 +143,13 @@ impl Egress {
                 let cannot = || http::text(StatusCode::BAD_REQUEST, &format!("tailguard: cannot read the body: {e}"));
                 return fault.get().map_or_else(cannot, |fault| fault.response());
             }
+        };
+        // Places are taken once the body is read (or starts streaming): a client sending its
+        // body slowly holds its connection (bounded by max_connections and body_read_timeout),
+        // never a place that requests to an upstream need.
+        let _places = match self.admit(routes, upstream) {
+            Ok(places) => places,
+            Err(why) => return http::text(StatusCode::SERVICE_UNAVAILABLE, &why),
         };
         upstream.metrics.requests.inc();
         let mut driver = Driver::new(self, upstream.clone(), Arc::new(template), streamed);

@@ -5,6 +5,7 @@
 //! ([`Upstream::set_endpoints`]).
 
 use crate::body::ClientBody;
+use crate::cap::Count;
 use crate::config;
 use crate::metrics::{EndpointMetrics, Metrics, UpstreamMetrics};
 use crate::pool::Pool;
@@ -39,6 +40,9 @@ pub(super) struct Upstream {
     all_metrics: Arc<Metrics>,
     /// True once discovery answered (or failed) for the first time; always true without it.
     pub(super) discovered: watch::Sender<bool>,
+    /// Requests in flight to this upstream, against its `max_requests` (kept while the
+    /// upstream is unchanged across reloads, like its policy state).
+    pub(super) in_flight: Count,
 }
 
 /// What a request needs of an endpoint, prepared once: its URI authority, its HTTP/1
@@ -145,6 +149,7 @@ impl Upstream {
             core: Mutex::new(Core { policy: build::client_policy(&config.policy, addrs.len()), rng, ids }),
             all_metrics: metrics.clone(),
             discovered: watch::Sender::new(config.discovery.is_none()),
+            in_flight: Count::default(),
         });
         upstream.metrics.endpoints.set(addrs.len() as i64);
         if let Some(discovery) = &config.discovery {
