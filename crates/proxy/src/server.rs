@@ -1,10 +1,11 @@
-//! Accept loops: HTTP/1.1 and h2c (prior knowledge) connections served by a handler, within the
-//! listener's limits (docs/proxy.md, "Limits"), with graceful shutdown (stop accepting, let
-//! in-flight requests finish, give up after a grace period).
+//! Accept loops: HTTP/1.1 and h2c (prior knowledge) connections, or TLS ones (HTTP/2 by ALPN),
+//! served by a handler, within the listener's limits (docs/proxy.md, "Limits"), with graceful
+//! shutdown (stop accepting, let in-flight requests finish, give up after a grace period).
 
 use crate::body::ClientBody;
 use crate::config::Limits;
 use crate::http::{self, Body, BoxError};
+use crate::tls::{Acceptor, TrustedIdentity};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming, SizeHint};
@@ -22,16 +23,18 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
 mod preface;
 
 /// Serves `listener` with `handler` (given each request and its peer's address) until `stop`
-/// turns true, then drains for at most `grace`.
+/// turns true, then drains for at most `grace`; over TLS when given an acceptor, and then a
+/// request whose client certificate proves a trusted identity carries a [`TrustedIdentity`].
 /// Malformed requests are answered 400 by hyper and close only their own connection.
 pub async fn serve<H, F>(
     listener: TcpListener,
+    tls: Option<Arc<Acceptor>>,
     handler: H,
     limits: Limits,
     mut stop: watch::Receiver<bool>,
@@ -66,8 +69,21 @@ pub async fn serve<H, F>(
                     let builders = builders.clone();
                     let handler = handler.clone();
                     let (idle, header_read) = (limits.idle_timeout.0, limits.header_read_timeout.0);
+                    let tls = tls.clone();
                     tokio::spawn(async move {
-                        connection(stream, peer, builders, handler, idle, header_read, watcher).await;
+                        let peer = Peer { addr: peer, identity: None };
+                        let timeout = builders.preface_timeout;
+                        match tls {
+                            // Too slow to show its protocol or finish the handshake (a slowloris),
+                            // or gone, or refused by TLS: closed.
+                            None => if let Ok(Ok((h2c, stream))) = tokio::time::timeout(timeout, preface::open(stream)).await {
+                                connection(stream, h2c, peer, builders, handler, idle, header_read, watcher).await;
+                            },
+                            Some(tls) => if let Ok(Ok((stream, h2, identity))) = tokio::time::timeout(timeout, tls.accept(stream)).await {
+                                let peer = Peer { identity, ..peer };
+                                connection(stream, h2, peer, builders, handler, idle, header_read, watcher).await;
+                            },
+                        }
                         drop(slot);
                         crate::trim::connection_closed();
                     });
@@ -94,7 +110,8 @@ pub async fn serve<H, F>(
 struct Builders {
     http1: auto::Builder<TokioExecutor>,
     h2c: auto::Builder<TokioExecutor>,
-    /// How long a client may take to show which protocol it speaks.
+    /// How long a client may take to show which protocol it speaks (and finish its TLS
+    /// handshake).
     preface_timeout: Duration,
     /// How long a request body may send nothing.
     body_read_timeout: Duration,
@@ -129,32 +146,41 @@ fn builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
 /// hyper's smallest HTTP/1 read buffer, hence the smallest header limit.
 pub const MIN_HEADER_BYTES: usize = 8192;
 
-/// Serves one connection; closes it once idle (no bytes either way and no request waiting for its
-/// response) for `idle`, or, on HTTP/1, once it has waited longer than `header_read` for a request
-/// head.
-async fn connection<H, F>(
-    stream: TcpStream,
-    peer: SocketAddr,
+/// Who is at the other end of a connection.
+struct Peer {
+    addr: SocketAddr,
+    /// The trusted identity its client certificate proves, if any.
+    identity: Option<TrustedIdentity>,
+}
+
+/// Serves one connection, HTTP/2 if `h2c` (by prior knowledge or ALPN) else HTTP/1; closes it
+/// once idle (no bytes either way and no request waiting for its response) for `idle`, or, on
+/// HTTP/1, once it has waited longer than `header_read` for a request head.
+#[allow(clippy::too_many_arguments)]
+async fn connection<S, H, F>(
+    stream: S,
+    h2c: bool,
+    peer: Peer,
     builders: Arc<Builders>,
     handler: H,
     idle: Duration,
     header_read: Duration,
     watcher: hyper_util::server::graceful::Watcher,
 ) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     H: Fn(Request<ClientBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
-    let (h2c, stream) = match tokio::time::timeout(builders.preface_timeout, preface::open(stream)).await {
-        Ok(Ok(opened)) => opened,
-        // Too slow to show its protocol (a slowloris), or gone.
-        _ => return,
-    };
+    let Peer { addr: peer, identity } = peer;
     let activity = Arc::new(Activity::default());
     let io = Tracked { inner: TokioIo::new(stream), activity: activity.clone() };
     let counted = activity.clone();
     let body_read_timeout = builders.body_read_timeout;
     let service = service_fn(move |req: Request<Incoming>| {
-        let req = req.map(|body| ClientBody::new(body, body_read_timeout));
+        let mut req = req.map(|body| ClientBody::new(body, body_read_timeout));
+        if let Some(identity) = &identity {
+            req.extensions_mut().insert(identity.clone());
+        }
         // hyper keeps room for one request's future in every connection, idle or not: boxed, an
         // idle connection holds a pointer instead of the whole request state.
         let response: Pin<Box<dyn Future<Output = Response<Body>> + Send>> = match http::malformed_head(&req) {

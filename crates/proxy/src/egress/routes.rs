@@ -6,6 +6,7 @@ use crate::body::ClientBody;
 use crate::config;
 use crate::metrics::{EndpointMetrics, Metrics, UpstreamMetrics};
 use crate::pool::Pool;
+use crate::tls::{self, TlsError};
 use hyper::http::uri::Authority;
 use hyper::Request;
 use rand_pcg::Pcg64Mcg;
@@ -49,18 +50,27 @@ pub(super) struct Core {
 }
 
 impl Routes {
-    pub(super) fn new(config: &config::Egress, old: Option<&Routes>, metrics: &Metrics, seed: u64) -> Routes {
+    /// The routes of `config`, keeping what is unchanged from `old`; an error if an upstream's
+    /// TLS files cannot be used.
+    pub(super) fn new(
+        config: &config::Egress,
+        old: Option<&Routes>,
+        metrics: &Metrics,
+        seed: u64,
+    ) -> Result<Routes, TlsError> {
         let upstreams = config
             .upstreams
             .iter()
             .enumerate()
             .map(|(i, (name, u))| {
                 let same = old.and_then(|old| old.upstreams.iter().find(|o| o.name == *name && o.config == *u));
-                same.cloned()
-                    .unwrap_or_else(|| Arc::new(Upstream::new(name, u, crate::rng(seed, i as u64 + 1), metrics, old)))
+                match same {
+                    Some(same) => Ok(same.clone()),
+                    None => Ok(Arc::new(Upstream::new(name, u, crate::rng(seed, i as u64 + 1), metrics, old)?)),
+                }
             })
-            .collect();
-        Routes { upstreams, max_replay_body: config.max_replay_body, max_requests: config.max_requests }
+            .collect::<Result<_, TlsError>>()?;
+        Ok(Routes { upstreams, max_replay_body: config.max_replay_body, max_requests: config.max_requests })
     }
 
     /// The upstream for `req`: a Host match first, else the longest matching path prefix.
@@ -87,12 +97,23 @@ impl Routes {
 
 impl Upstream {
     /// The upstream `name`, drawing from `rng`; its endpoints keep their connection pools from
-    /// `old` routes.
-    fn new(name: &str, config: &config::Upstream, rng: Pcg64Mcg, metrics: &Metrics, old: Option<&Routes>) -> Upstream {
+    /// `old` routes when they speak the same TLS (or none).
+    fn new(
+        name: &str,
+        config: &config::Upstream,
+        rng: Pcg64Mcg,
+        metrics: &Metrics,
+        old: Option<&Routes>,
+    ) -> Result<Upstream, TlsError> {
         let policy = build::client_policy(&config.policy, config.endpoints.len());
+        let tls = match &config.tls {
+            Some(t) => Some(Arc::new(tls::Connector::new(t, &format!("egress.upstreams.{name}.tls"))?)),
+            None => None,
+        };
         let old_pool = |addr: &SocketAddr| {
             let mut endpoints = old.into_iter().flat_map(|r| r.upstreams.iter()).flat_map(|u| u.endpoints.iter());
-            endpoints.find(|e| e.addr == *addr).map(|e| e.pool.clone())
+            let same_tls = |pool: &Pool| pool.tls().map(|c| c.config()) == config.tls.as_ref();
+            endpoints.find(|e| e.addr == *addr && same_tls(&e.pool)).map(|e| e.pool.clone())
         };
         let endpoints = config
             .endpoints
@@ -103,17 +124,17 @@ impl Upstream {
                 Endpoint {
                     addr: *addr,
                     authority: Authority::try_from(addr.to_string()).ok(),
-                    pool: pool.unwrap_or_else(|| Arc::new(Pool::new(*addr, max))),
+                    pool: pool.unwrap_or_else(|| Arc::new(Pool::new(*addr, max).with_tls(tls.clone()))),
                     metrics: metrics.endpoint(name, &addr.to_string()),
                 }
             })
             .collect();
-        Upstream {
+        Ok(Upstream {
             name: name.to_string(),
             config: config.clone(),
             metrics: metrics.upstream(name),
             endpoints,
             core: Mutex::new(Core { policy, rng }),
-        }
+        })
     }
 }
