@@ -125,3 +125,23 @@ fn tls_config(tls: &ClientTls) -> Result<rustls::ClientConfig, LoadError> {
         _ => Err(LoadError::Tls("--cert and --key go together".into())),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{LoadConfig, Shape};
+    use hyper::Method;
+
+    #[test]
+    fn https_targets_need_a_ca_and_bad_files_are_named() {
+        let target = Target::parse("https://127.0.0.1:1/", &Method::GET).unwrap();
+        let mut config = LoadConfig::new(vec![target], Shape::Closed { clients: 1, think: Duration::ZERO });
+        let e = config.validate().unwrap_err().to_string();
+        assert!(e.contains("--cacert"), "{e}");
+        let missing = ClientTls { ca: "/nonexistent/ca.pem".into(), cert: None, key: None };
+        config.tls = Some(missing.clone());
+        config.validate().unwrap();
+        let e = HttpClient::new(false, Duration::from_secs(1), Some(&missing)).unwrap_err().to_string();
+        assert!(e.starts_with("TLS: --cacert /nonexistent/ca.pem: "), "{e}");
+    }
+}

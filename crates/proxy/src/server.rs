@@ -14,7 +14,7 @@ use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
 mod preface;
@@ -68,22 +68,9 @@ pub async fn serve<H, F>(
                     let watcher = graceful.watcher();
                     let builders = builders.clone();
                     let handler = handler.clone();
-                    let (idle, header_read) = (limits.idle_timeout.0, limits.header_read_timeout.0);
                     let tls = tls.clone();
                     tokio::spawn(async move {
-                        let peer = Peer { addr: peer, identity: None };
-                        let timeout = builders.preface_timeout;
-                        match tls {
-                            // Too slow to show its protocol or finish the handshake (a slowloris),
-                            // or gone, or refused by TLS: closed.
-                            None => if let Ok(Ok((h2c, stream))) = tokio::time::timeout(timeout, preface::open(stream)).await {
-                                connection(stream, h2c, peer, builders, handler, idle, header_read, watcher).await;
-                            },
-                            Some(tls) => if let Ok(Ok((stream, h2, identity))) = tokio::time::timeout(timeout, tls.accept(stream)).await {
-                                let peer = Peer { identity, ..peer };
-                                connection(stream, h2, peer, builders, handler, idle, header_read, watcher).await;
-                            },
-                        }
+                        open(stream, peer, tls, builders, handler, watcher).await;
                         drop(slot);
                         crate::trim::connection_closed();
                     });
@@ -115,6 +102,10 @@ struct Builders {
     preface_timeout: Duration,
     /// How long a request body may send nothing.
     body_read_timeout: Duration,
+    /// How long a connection may be idle.
+    idle: Duration,
+    /// How long an HTTP/1 connection may wait for a request head.
+    header_read: Duration,
 }
 
 impl Builders {
@@ -125,6 +116,8 @@ impl Builders {
             h2c: both.http2_only(),
             preface_timeout: limits.header_read_timeout.0,
             body_read_timeout: limits.body_read_timeout.0,
+            idle: limits.idle_timeout.0,
+            header_read: limits.header_read_timeout.0,
         }
     }
 }
@@ -149,29 +142,49 @@ pub const MIN_HEADER_BYTES: usize = 8192;
 /// Who is at the other end of a connection.
 struct Peer {
     addr: SocketAddr,
-    /// The trusted identity its client certificate proves, if any.
+    /// Whether its client certificate proves a trusted identity.
     identity: Option<TrustedIdentity>,
 }
 
-/// Serves one connection, HTTP/2 if `h2c` (by prior knowledge or ALPN) else HTTP/1; closes it
-/// once idle (no bytes either way and no request waiting for its response) for `idle`, or, on
-/// HTTP/1, once it has waited longer than `header_read` for a request head.
-#[allow(clippy::too_many_arguments)]
-async fn connection<S, H, F>(
-    stream: S,
-    h2c: bool,
-    peer: Peer,
+/// Opens an accepted connection from `addr` (the TLS handshake, or the look for the h2c preface)
+/// and serves it. One too slow to open (a slowloris), gone, or refused by TLS is closed.
+async fn open<H, F>(
+    stream: TcpStream,
+    addr: SocketAddr,
+    tls: Option<Arc<Acceptor>>,
     builders: Arc<Builders>,
     handler: H,
-    idle: Duration,
-    header_read: Duration,
-    watcher: hyper_util::server::graceful::Watcher,
+    watcher: Watcher,
 ) where
+    H: Fn(Request<ClientBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<Body>> + Send + 'static,
+{
+    let timeout = builders.preface_timeout;
+    match tls {
+        None => {
+            let Ok(Ok((h2c, stream))) = tokio::time::timeout(timeout, preface::open(stream)).await else { return };
+            connection(stream, h2c, Peer { addr, identity: None }, builders, handler, watcher).await;
+        }
+        Some(tls) => {
+            let Ok(Ok((stream, h2, identity))) = tokio::time::timeout(timeout, tls.accept(stream)).await else {
+                return;
+            };
+            connection(stream, h2, Peer { addr, identity }, builders, handler, watcher).await;
+        }
+    }
+}
+
+/// Serves one connection, HTTP/2 if `h2c` (by prior knowledge or ALPN) else HTTP/1; closes it
+/// once idle (no bytes either way and no request waiting for its response) for the idle limit,
+/// or, on HTTP/1, once it has waited longer than the header-read limit for a request head.
+async fn connection<S, H, F>(stream: S, h2c: bool, peer: Peer, builders: Arc<Builders>, handler: H, watcher: Watcher)
+where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     H: Fn(Request<ClientBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
     let Peer { addr: peer, identity } = peer;
+    let (idle, header_read) = (builders.idle, builders.header_read);
     let activity = Arc::new(Activity::default());
     let io = Tracked { inner: TokioIo::new(stream), activity: activity.clone() };
     let counted = activity.clone();
@@ -179,7 +192,7 @@ async fn connection<S, H, F>(
     let service = service_fn(move |req: Request<Incoming>| {
         let mut req = req.map(|body| ClientBody::new(body, body_read_timeout));
         if let Some(identity) = &identity {
-            req.extensions_mut().insert(identity.clone());
+            req.extensions_mut().insert(*identity);
         }
         // hyper keeps room for one request's future in every connection, idle or not: boxed, an
         // idle connection holds a pointer instead of the whole request state.

@@ -6,7 +6,6 @@ use crate::config::{self, ServerTls};
 use rustls::server::WebPkiClientVerifier;
 use rustls::ServerConfig;
 use rustls_pki_types::ServerName;
-use std::sync::Arc;
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
@@ -17,13 +16,13 @@ pub struct Acceptor {
     field: String,
     current: Reloading<ServerConfig>,
     /// The identities whose client certificates are trusted (`ingress.trusted_identities`).
-    trusted: Vec<(String, ServerName<'static>)>,
+    trusted: Vec<ServerName<'static>>,
 }
 
 /// In a request's extensions when its connection's client certificate is valid for one of the
-/// listener's `trusted_identities`: the identity it matched.
-#[derive(Clone, Debug)]
-pub struct TrustedIdentity(pub Arc<str>);
+/// listener's `trusted_identities`.
+#[derive(Clone, Copy, Debug)]
+pub struct TrustedIdentity;
 
 impl Acceptor {
     /// The acceptor of the listener `field` (`ingress.tls`), its files read now; client
@@ -33,7 +32,7 @@ impl Acceptor {
             [("cert", Some(&config.cert)), ("key", Some(&config.key)), ("client_ca", config.client_ca.as_ref())];
         let files = files.into_iter().filter_map(|(f, p)| Some((format!("{field}.{f}"), p?.clone()))).collect();
         let current = Reloading::new(files, || server_config(config, field))?;
-        let trusted = trusted.iter().filter_map(|name| Some((name.clone(), config::identity(name).ok()?))).collect();
+        let trusted = trusted.iter().filter_map(|name| config::identity(name).ok()).collect();
         Ok(Acceptor { config: config.clone(), field: field.to_string(), current, trusted })
     }
 
@@ -51,14 +50,13 @@ impl Acceptor {
         Ok((stream, h2, identity))
     }
 
-    /// The first trusted identity the (verified) client certificate `cert` is valid for.
+    /// Whether the (verified) client certificate `cert` is valid for a trusted identity.
     fn identity(&self, cert: &rustls_pki_types::CertificateDer<'_>) -> Option<TrustedIdentity> {
         if self.trusted.is_empty() {
             return None;
         }
         let cert = webpki::EndEntityCert::try_from(cert).ok()?;
-        let (name, _) = self.trusted.iter().find(|(_, n)| cert.verify_is_valid_for_subject_name(n).is_ok())?;
-        Some(TrustedIdentity(name.as_str().into()))
+        self.trusted.iter().any(|name| cert.verify_is_valid_for_subject_name(name).is_ok()).then_some(TrustedIdentity)
     }
 }
 
