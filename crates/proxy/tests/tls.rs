@@ -255,7 +255,7 @@ async fn a_rotated_certificate_serves_new_connections_and_no_request_fails() {
     for client in clients {
         client.await.unwrap();
     }
-    let served = served.lock().unwrap();
+    let served = std::mem::take(&mut *served.lock().unwrap());
     let failed: Vec<_> = served.iter().filter(|r| !matches!(r, Ok((StatusCode::OK, _)))).collect();
     assert!(failed.is_empty(), "{} of {} requests failed: {:?}", failed.len(), served.len(), failed.first());
     let with = |der: &CertificateDer| served.iter().filter(|r| matches!(r, Ok((_, c)) if c == der)).count();
