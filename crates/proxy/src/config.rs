@@ -692,6 +692,32 @@ mod tests {
     }
 
     #[test]
+    fn tls_sections_read_back_equal_and_are_checked() {
+        let c = parse(
+            "egress: {listen: 127.0.0.1:1, upstreams: {a: {endpoints: [127.0.0.1:2], tls: {ca: ca.pem, server_name: a.mesh, cert: c.pem, key: k.pem}}}, tls: {cert: s.pem, key: sk.pem}}\ningress: {listen: 127.0.0.1:3, app: 127.0.0.1:4, trusted_identities: [b.mesh, 10.0.0.7], tls: {cert: s.pem, key: sk.pem, client_ca: ca.pem}}\nadmin: {listen: 127.0.0.1:5, tls: {cert: s.pem, key: sk.pem}}",
+        )
+        .unwrap();
+        let ingress = c.ingress.as_ref().unwrap();
+        assert!(ingress.tls.as_ref().unwrap().requires_client_cert());
+        assert!(!c.admin.as_ref().unwrap().tls.as_ref().unwrap().requires_client_cert());
+        let again = Config::parse(&c.to_yaml(), Path::new("again.yaml")).unwrap();
+        assert_eq!(Config { source: c.source.clone(), ..again }, c, "{}", c.to_yaml());
+        let ingress = |more: &str| format!("ingress: {{listen: 127.0.0.1:1, app: 127.0.0.1:2{more}}}");
+        let e = parse(&ingress(", tls: {cert: s.pem, key: k.pem, require_client_cert: true}")).unwrap_err();
+        assert!(e.contains("ingress.tls.require_client_cert") && e.contains("client_ca"), "{e}");
+        let e = parse(&ingress(", tls: {cert: s.pem, key: k.pem, client_ca: ca.pem}, trusted_identities: ['a b']"))
+            .unwrap_err();
+        assert!(e.contains("ingress.trusted_identities[0]") && e.contains("DNS name"), "{e}");
+        let upstream = |more: &str| {
+            format!("egress: {{listen: 127.0.0.1:1, upstreams: {{a: {{endpoints: [127.0.0.1:2]{more}}}}}}}")
+        };
+        let e = parse(&upstream(", tls: {ca: ca.pem, cert: c.pem}")).unwrap_err();
+        assert!(e.contains("egress.upstreams.a.tls") && e.contains("both `cert` and `key`"), "{e}");
+        let e = parse(&upstream(", protocol: h2c, tls: {ca: ca.pem}")).unwrap_err();
+        assert!(e.contains("egress.upstreams.a.tls") && e.contains("protocol: http1"), "{e}");
+    }
+
+    #[test]
     fn errors_name_the_file_and_the_field() {
         let e =
             parse("egress: {listen: 127.0.0.1:1, upstreams: {a: {endpoints: [nope], match: {host: a}}}}").unwrap_err();
