@@ -10,7 +10,7 @@ use tailguard_model::Dur;
 /// Arguments of `tailguard load`.
 #[derive(clap::Args, Debug)]
 pub struct LoadArgs {
-    /// Target URLs (http:// only), used round robin; a quoted "METHOD URL" sets its own method.
+    /// Target URLs (http:// or https://), used round robin; a quoted "METHOD URL" sets its own method.
     #[arg(required = true, value_name = "URL")]
     urls: Vec<String>,
     /// Open loop: start this many requests per second, whatever the responses do.
@@ -41,9 +41,18 @@ pub struct LoadArgs {
     /// Each request's limit, from sending it to the end of its response.
     #[arg(long, value_parser = Dur::parse_duration, default_value = "5s")]
     timeout: Duration,
-    /// Speak HTTP/2 with prior knowledge (h2c) instead of HTTP/1.1.
+    /// Speak HTTP/2 instead of HTTP/1.1: with prior knowledge (h2c), or by ALPN over TLS.
     #[arg(long)]
     h2c: bool,
+    /// https:// targets: the CA certificates (PEM) to verify them with.
+    #[arg(long, value_name = "FILE")]
+    cacert: Option<PathBuf>,
+    /// https:// targets: a client certificate (PEM) to present (mTLS); needs --key.
+    #[arg(long, value_name = "FILE", requires = "key", requires = "cacert")]
+    cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    key: Option<PathBuf>,
     /// Open loop: the most requests outstanding at once (later ones are sent late but still
     /// measured from their intended start).
     #[arg(long, default_value_t = 10_000)]
@@ -97,6 +106,8 @@ fn config(args: &LoadArgs) -> anyhow::Result<LoadConfig> {
     config.warmup = args.warmup;
     config.timeout = args.timeout;
     config.h2c = args.h2c;
+    config.tls =
+        args.cacert.clone().map(|ca| tailguard_load::ClientTls { ca, cert: args.cert.clone(), key: args.key.clone() });
     config.max_in_flight = args.max_in_flight;
     config.seed = args.seed;
     config.validate()?;

@@ -153,17 +153,20 @@ fn proxy_file(options: &InjectOptions, app_port: Option<u16>) -> Config {
         protocol: Default::default(),
         trusted_peers: options.trusted_peers.clone(),
         network_delay: None,
+        tls: None,
+        trusted_identities: Vec::new(),
     });
     let egress = Egress {
         listen: sidecar::egress_listen(),
         upstreams: BTreeMap::new(),
         max_replay_body: DEFAULT_MAX_REPLAY_BODY,
         max_requests: DEFAULT_MAX_REQUESTS,
+        tls: None,
     };
     Config {
         ingress,
         egress: Some(egress),
-        admin: Some(Admin { listen: sidecar::admin_listen() }),
+        admin: Some(Admin { listen: sidecar::admin_listen(), tls: None }),
         ..Config::default()
     }
 }

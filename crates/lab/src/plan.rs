@@ -201,9 +201,11 @@ impl ProxyFile {
                 protocol: Protocol::Http1,
                 // The callers are the lab's own sidecars and load generator.
                 trusted_peers: plan.isolation.peers(plan.slot),
+                trusted_identities: Vec::new(),
+                tls: None,
                 network_delay: plan.network_delay.clone(),
             }),
-            admin: Some(Admin { listen: replica.admin() }),
+            admin: Some(Admin { listen: replica.admin(), tls: None }),
             shutdown_grace: Some(Dur(SHUTDOWN_GRACE)),
             seed: Some(sidecar_seed(seed, place as u64 + 1)),
             ..Config::default()
@@ -218,7 +220,7 @@ impl ProxyFile {
         let upstreams = BTreeMap::from([(target.clone(), upstream(plan, target, &run.workload.client))]);
         Some(ProxyFile(Config {
             egress: Some(egress(listen, upstreams)),
-            admin: Some(Admin { listen: admin }),
+            admin: Some(Admin { listen: admin, tls: None }),
             shutdown_grace: Some(Dur(SHUTDOWN_GRACE)),
             seed: Some(sidecar_seed(seed, 0)),
             ..Config::default()
@@ -252,7 +254,13 @@ pub fn sidecar_seed(seed: u64, n: u64) -> u64 {
 }
 
 fn egress(listen: SocketAddr, upstreams: BTreeMap<String, Upstream>) -> Egress {
-    Egress { listen, upstreams, max_replay_body: DEFAULT_MAX_REPLAY_BODY, max_requests: DEFAULT_MAX_REQUESTS }
+    Egress {
+        listen,
+        upstreams,
+        max_replay_body: DEFAULT_MAX_REPLAY_BODY,
+        max_requests: DEFAULT_MAX_REQUESTS,
+        tls: None,
+    }
 }
 
 fn upstream(plan: &Plan, callee: &str, policy: &ClientPolicy) -> Upstream {
@@ -264,6 +272,7 @@ fn upstream(plan: &Plan, callee: &str, policy: &ClientPolicy) -> Upstream {
         protocol: Protocol::Http1,
         max_connections_per_endpoint: DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT,
         max_requests: DEFAULT_UPSTREAM_MAX_REQUESTS,
+        tls: None,
     }
 }
 

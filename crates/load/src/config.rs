@@ -2,6 +2,7 @@
 //! checked once by [`LoadConfig::validate`].
 
 use crate::{LoadError, Target};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// How requests are started.
@@ -36,6 +37,15 @@ pub struct Stop {
     pub requests: Option<u64>,
 }
 
+/// TLS towards `https://` targets: the CA to verify them with and, for mTLS, a client
+/// certificate (PEM files, as curl's `--cacert`, `--cert` and `--key`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClientTls {
+    pub ca: PathBuf,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+}
+
 /// A whole load run.
 #[derive(Clone, Debug)]
 pub struct LoadConfig {
@@ -47,8 +57,10 @@ pub struct LoadConfig {
     pub warmup: Duration,
     /// Each request's limit, from the moment it is sent to the end of its response body.
     pub timeout: Duration,
-    /// Speak HTTP/2 with prior knowledge (h2c) instead of HTTP/1.1.
+    /// Speak HTTP/2 (h2c by prior knowledge; over TLS, by ALPN) instead of HTTP/1.1.
     pub h2c: bool,
+    /// TLS for `https://` targets (required by them).
+    pub tls: Option<ClientTls>,
     /// Open loop: the most requests outstanding at once. When reached, later requests are sent
     /// late, but their latency still counts from their intended start.
     pub max_in_flight: usize,
@@ -68,6 +80,7 @@ impl LoadConfig {
             warmup: Duration::ZERO,
             timeout: Duration::from_secs(5),
             h2c: false,
+            tls: None,
             max_in_flight: 10_000,
             seed: 1,
             keep_samples: false,
@@ -85,6 +98,9 @@ impl LoadConfig {
             }
             Shape::Closed { clients: 0, .. } => return Err(LoadError::NoClients),
             _ => {}
+        }
+        if self.tls.is_none() && self.targets.iter().any(|t| t.uri.scheme_str() == Some("https")) {
+            return Err(LoadError::Tls("https:// targets need the CA to verify them with (--cacert)".into()));
         }
         self.validate_limits()
     }

@@ -21,6 +21,9 @@ pub enum LoadError {
     /// Neither a duration nor a request count bounds the run.
     #[error("the run is unbounded: give a duration or a request count (or both)")]
     Unbounded,
+    /// TLS files that cannot be used, or an `https://` target without them.
+    #[error("TLS: {0}")]
+    Tls(String),
     /// A zero duration, request count, timeout or in-flight limit.
     #[error("{0} must be greater than zero")]
     Zero(&'static str),

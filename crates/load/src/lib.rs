@@ -32,7 +32,7 @@ mod report;
 mod run;
 mod target;
 
-pub use config::{LoadConfig, Shape, Stop};
+pub use config::{ClientTls, LoadConfig, Shape, Stop};
 pub use error::LoadError;
 pub use outcome::{ErrorKind, Outcome, Sample};
 pub use report::LoadReport;

@@ -20,7 +20,7 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport, LoadError> {
     let report = LoadReport::new(config.shape.describe(), config.seed);
     let collector = tokio::spawn(collect(received, report, window, config.keep_samples));
     let ctx = Arc::new(Context {
-        client: HttpClient::new(config.h2c, config.timeout),
+        client: HttpClient::new(config.h2c, config.timeout, config.tls.as_ref())?,
         targets: config.targets.clone(),
         next_target: AtomicUsize::new(0),
         start: Instant::now(),

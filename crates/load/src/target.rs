@@ -44,13 +44,12 @@ pub fn parse_method(text: &str) -> Result<Method, LoadError> {
     Method::from_bytes(text.to_ascii_uppercase().as_bytes()).map_err(|_| LoadError::BadMethod(text.to_string()))
 }
 
-/// Parses an absolute `http://host[:port]/path` URL, or says what is wrong with it.
+/// Parses an absolute `http(s)://host[:port]/path` URL, or says what is wrong with it.
 fn parse_url(text: &str) -> Result<Uri, String> {
     let uri: Uri = text.parse().map_err(|e| format!("not a URL ({e})"))?;
     match uri.scheme_str() {
-        Some("http") => {}
-        Some("https") => return Err("https is not supported (no TLS); use http://".into()),
-        Some(other) => return Err(format!("unsupported scheme {other:?}; use http://")),
+        Some("http" | "https") => {}
+        Some(other) => return Err(format!("unsupported scheme {other:?}; use http:// or https://")),
         None => return Err("expected an absolute URL such as http://127.0.0.1:8080/".into()),
     }
     if uri.host().is_none_or(str::is_empty) {
@@ -81,7 +80,6 @@ mod tests {
         let reason = |text: &str| Target::parse(text, &Method::GET).unwrap_err().to_string();
         assert!(reason("not a url").contains("not a URL"), "{}", reason("not a url"));
         assert!(reason("/x").contains("absolute URL"), "{}", reason("/x"));
-        assert!(reason("https://example.com/").contains("https is not supported"));
         assert!(reason("ftp://example.com/").contains("unsupported scheme"));
         assert!(reason("http://").contains("not a URL"));
         assert!(reason("G@T http://localhost/").contains("bad method"));

@@ -156,6 +156,9 @@ pub struct Egress {
     /// and memory they hold, without bound. Each upstream has its own, lower, `max_requests`.
     #[serde(default = "default_max_requests")]
     pub max_requests: usize,
+    /// TLS on the listener; absent, cleartext.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ServerTls>,
 }
 
 /// One called service: its replicas, how requests find it and the caller's policies towards it.
@@ -189,6 +192,9 @@ pub struct Upstream {
     /// most this many of the egress's places and the other upstreams keep being served.
     #[serde(default = "default_upstream_max_requests")]
     pub max_requests: usize,
+    /// TLS (or mTLS) towards the endpoints; absent, cleartext.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<UpstreamTls>,
 }
 
 /// Endpoint discovery (docs/proxy.md, "Endpoint discovery"): exactly one source, asked every
@@ -308,6 +314,13 @@ pub struct Ingress {
     /// ignored (and not passed on) and the trace is sampled afresh. Default: loopback only.
     #[serde(default = "Network::loopback")]
     pub trusted_peers: Vec<Network>,
+    /// Callers believed like `trusted_peers`, wherever they connect from: a client certificate
+    /// (verified against `tls.client_ca`) valid for one of these DNS names or IP addresses.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trusted_identities: Vec<String>,
+    /// TLS on the listener, with client certificates (mTLS) when it has a `client_ca`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ServerTls>,
     /// A network delay this ingress adds where the kernel adds none (the lab without `tc netem`):
     /// each request is held for one hop's `delay` (plus a uniform draw in [0, `jitter`)) before
     /// admission, and each response as long again after it (docs/lab.md).
@@ -377,6 +390,83 @@ impl From<Network> for String {
 pub struct Admin {
     /// Where `/healthz`, `/metrics` and `/config` are served.
     pub listen: SocketAddr,
+    /// TLS on the listener; absent, cleartext.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ServerTls>,
+}
+
+// TLS (docs/proxy.md, "TLS"): a listener's and an upstream's, as Envoy's
+// `DownstreamTlsContext` and `UpstreamTlsContext`. Files are read at start-up and again when they
+// change (`crate::tls`).
+
+/// A listener's TLS: its certificate and key, and the CA its clients' certificates must chain
+/// to, if it asks for them (mTLS).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ServerTls {
+    /// The certificate chain (PEM), the listener's own first.
+    pub cert: PathBuf,
+    /// Its private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// The CA certificates (PEM) clients' certificates are verified against; absent, clients
+    /// are not asked for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_ca: Option<PathBuf>,
+    /// Whether a client without a certificate is refused (at the handshake); default: yes when
+    /// there is a `client_ca`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require_client_cert: Option<bool>,
+}
+
+impl ServerTls {
+    /// Whether clients without a certificate are refused.
+    pub fn requires_client_cert(&self) -> bool {
+        self.require_client_cert.unwrap_or(self.client_ca.is_some())
+    }
+
+    fn validate(&self) -> Result<(), ModelError> {
+        if self.require_client_cert == Some(true) && self.client_ca.is_none() {
+            return Err(ModelError::at("require_client_cert", "needs a `client_ca` to verify the certificates with"));
+        }
+        Ok(())
+    }
+}
+
+/// TLS towards an upstream's endpoints: the CA their certificates must chain to, the name they
+/// must be valid for, and the proxy's own certificate if they ask for one (mTLS).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamTls {
+    /// The CA certificates (PEM) the endpoints' certificates are verified against.
+    pub ca: PathBuf,
+    /// The name (DNS name or IP address) the endpoints' certificates must be valid for, sent as
+    /// SNI; absent, each endpoint's IP address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_name: Option<String>,
+    /// The proxy's client certificate chain (PEM), for endpoints that require one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<PathBuf>,
+}
+
+impl UpstreamTls {
+    fn validate(&self) -> Result<(), ModelError> {
+        if self.cert.is_some() != self.key.is_some() {
+            return Err(ModelError::at("", "expected both `cert` and `key` (a client certificate), or neither"));
+        }
+        if let Some(name) = &self.server_name {
+            identity(name).map_err(|e| ModelError::at("server_name", e))?;
+        }
+        Ok(())
+    }
+}
+
+/// `name` as a certificate identity: a DNS name or an IP address.
+pub(crate) fn identity(name: &str) -> Result<rustls_pki_types::ServerName<'static>, String> {
+    rustls_pki_types::ServerName::try_from(name.to_string())
+        .map_err(|_| format!("expected a DNS name or an IP address, got {name:?}"))
 }
 
 fn default_max_replay_body() -> usize {
@@ -476,6 +566,14 @@ impl Config {
         }
         if let Some(ingress) = &self.ingress {
             validate::admission(&ingress.admission).map_err(|e| e.under("ingress.admission"))?;
+            ingress.validate_tls().map_err(|e| e.under("ingress"))?;
+        }
+        let listeners = [
+            ("egress.tls", self.egress.as_ref().and_then(|e| e.tls.as_ref())),
+            ("admin.tls", self.admin.as_ref().and_then(|a| a.tls.as_ref())),
+        ];
+        for (field, tls) in listeners {
+            tls.map(ServerTls::validate).transpose().map_err(|e| e.under(field))?;
         }
         if let Some(tracing) = &self.tracing {
             crate::trace::endpoint(&tracing.otlp_endpoint).map_err(|e| ModelError::at("tracing.otlp_endpoint", e))?;
@@ -520,6 +618,22 @@ fn plain(message: &str) -> String {
     }
 }
 
+impl Ingress {
+    fn validate_tls(&self) -> Result<(), ModelError> {
+        if let Some(tls) = &self.tls {
+            tls.validate().map_err(|e| e.under("tls"))?;
+        }
+        for (i, name) in self.trusted_identities.iter().enumerate() {
+            identity(name).map_err(|e| ModelError::at(format!("trusted_identities[{i}]"), e))?;
+        }
+        if !self.trusted_identities.is_empty() && self.tls.as_ref().is_none_or(|t| t.client_ca.is_none()) {
+            let why = "needs `tls.client_ca`: identities are read from verified client certificates";
+            return Err(ModelError::at("trusted_identities", why));
+        }
+        Ok(())
+    }
+}
+
 impl Upstream {
     fn validate(&self) -> Result<(), ModelError> {
         match &self.discovery {
@@ -537,6 +651,13 @@ impl Upstream {
         }
         if self.max_requests == 0 {
             return Err(ModelError::at("max_requests", "expected at least 1"));
+        }
+        if let Some(tls) = &self.tls {
+            tls.validate().map_err(|e| e.under("tls"))?;
+            if self.protocol == Protocol::H2c {
+                let why = "TLS towards an h2 upstream is not supported yet: use `protocol: http1`";
+                return Err(ModelError::at("tls", why));
+            }
         }
         validate::client_policy(&self.policy).map_err(|e| e.under("policy"))
     }
@@ -669,6 +790,32 @@ mod tests {
         ] {
             assert_eq!(parse(&file(upstream)).unwrap_err(), expected, "{upstream}");
         }
+    }
+
+    #[test]
+    fn tls_sections_read_back_equal_and_are_checked() {
+        let c = parse(
+            "egress: {listen: 127.0.0.1:1, upstreams: {a: {endpoints: [127.0.0.1:2], tls: {ca: ca.pem, server_name: a.mesh, cert: c.pem, key: k.pem}}}, tls: {cert: s.pem, key: sk.pem}}\ningress: {listen: 127.0.0.1:3, app: 127.0.0.1:4, trusted_identities: [b.mesh, 10.0.0.7], tls: {cert: s.pem, key: sk.pem, client_ca: ca.pem}}\nadmin: {listen: 127.0.0.1:5, tls: {cert: s.pem, key: sk.pem}}",
+        )
+        .unwrap();
+        let ingress = c.ingress.as_ref().unwrap();
+        assert!(ingress.tls.as_ref().unwrap().requires_client_cert());
+        assert!(!c.admin.as_ref().unwrap().tls.as_ref().unwrap().requires_client_cert());
+        let again = Config::parse(&c.to_yaml(), Path::new("again.yaml")).unwrap();
+        assert_eq!(Config { source: c.source.clone(), ..again }, c, "{}", c.to_yaml());
+        let ingress = |more: &str| format!("ingress: {{listen: 127.0.0.1:1, app: 127.0.0.1:2{more}}}");
+        let e = parse(&ingress(", tls: {cert: s.pem, key: k.pem, require_client_cert: true}")).unwrap_err();
+        assert!(e.contains("ingress.tls.require_client_cert") && e.contains("client_ca"), "{e}");
+        let e = parse(&ingress(", tls: {cert: s.pem, key: k.pem, client_ca: ca.pem}, trusted_identities: ['a b']"))
+            .unwrap_err();
+        assert!(e.contains("ingress.trusted_identities[0]") && e.contains("DNS name"), "{e}");
+        let upstream = |more: &str| {
+            format!("egress: {{listen: 127.0.0.1:1, upstreams: {{a: {{endpoints: [127.0.0.1:2]{more}}}}}}}")
+        };
+        let e = parse(&upstream(", tls: {ca: ca.pem, cert: c.pem}")).unwrap_err();
+        assert!(e.contains("egress.upstreams.a.tls") && e.contains("both `cert` and `key`"), "{e}");
+        let e = parse(&upstream(", protocol: h2c, tls: {ca: ca.pem}")).unwrap_err();
+        assert!(e.contains("egress.upstreams.a.tls") && e.contains("protocol: http1"), "{e}");
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! published BLOC proxy sets it too late, so its callers never see one).
 //!
 //! Headers from outside: `x-tailguard-*` headers are stripped from requests, except
-//! `x-tailguard-deadline-ms` from a trusted peer (`trusted_peers`, docs/security.md), which is
+//! `x-tailguard-deadline-ms` from a trusted peer (`trusted_peers`, or a client certificate valid
+//! for one of `trusted_identities`: docs/security.md), which is
 //! honoured (the application is given that long, at most an hour, then the caller gets 504) and
 //! passed on so the application's own calls can propagate it; a deadline spent on arrival is
 //! answered 504 at once.
@@ -126,7 +127,8 @@ impl Ingress {
         if let Some(wire) = &self.wire {
             wire.cross().await;
         }
-        let trusted = self.trusted_peers.iter().any(|n| n.contains(peer.ip()));
+        let trusted = self.trusted_peers.iter().any(|n| n.contains(peer.ip()))
+            || req.extensions().get::<crate::tls::TrustedIdentity>().is_some();
         let response = match &self.tracing {
             None => self.serve(req, trusted, None).await,
             Some(tracing) => {

@@ -7,7 +7,8 @@
 //!
 //! Modules, one concept each: [`config`] (the file), `egress`, `ingress`, `admin`, [`metrics`],
 //! `http` (bodies and header helpers), `body` (a client's request body: read timeout, client faults), `pool` (kept-alive HTTP/1 connections per endpoint), `probe` (Prequal's probes on the wire), `server` (HTTP/1.1 + h2c accept loops with limits and
-//! graceful shutdown), `reload` (watching the file and swapping the egress's upstreams), `trace`
+//! graceful shutdown), `tls` (rustls on the listeners and towards upstreams, files reloaded when
+//! they change), `reload` (watching the file and swapping the egress's upstreams), `trace`
 //! (OTLP spans, when configured) and `wire` (the network delay the ingress adds where the kernel
 //! adds none). [`fuzz`] holds the fuzz entry points of the parsers the proxy owns (fuzz/).
 
@@ -24,6 +25,7 @@ mod pool;
 mod probe;
 mod reload;
 mod server;
+mod tls;
 mod trace;
 mod trim;
 mod wire;
@@ -85,14 +87,16 @@ impl Proxy {
         if let Some(c) = &config.egress {
             let listener = bind(c.listen).await?;
             proxy.egress = Some(listener.local_addr()?);
-            let egress = Arc::new(egress::Egress::new(c, epoch, metrics.clone(), seed).traced(tracing.clone()));
+            let egress = egress::Egress::new(c, epoch, metrics.clone(), seed).map_err(std::io::Error::other)?;
+            let egress = Arc::new(egress.traced(tracing.clone()));
             egress.discovered().await;
             reloadable = Some(egress.clone());
             let handler = move |req, _peer| {
                 let egress = egress.clone();
                 async move { egress.handle(req).await }
             };
-            servers.spawn(server::serve(listener, handler, limits.clone(), stopped.clone(), grace));
+            let tls = acceptor(c.tls.as_ref(), "egress.tls", &[])?;
+            servers.spawn(server::serve(listener, tls, handler, limits.clone(), stopped.clone(), grace));
         }
         if let Some(c) = &config.ingress {
             let listener = bind(c.listen).await?;
@@ -102,7 +106,8 @@ impl Proxy {
                 let ingress = ingress.clone();
                 async move { ingress.handle(req, peer).await }
             };
-            servers.spawn(server::serve(listener, handler, limits.clone(), stopped.clone(), grace));
+            let tls = acceptor(c.tls.as_ref(), "ingress.tls", &c.trusted_identities)?;
+            servers.spawn(server::serve(listener, tls, handler, limits.clone(), stopped.clone(), grace));
         }
         if let Some(c) = &config.admin {
             let listener = bind(c.listen).await?;
@@ -112,7 +117,8 @@ impl Proxy {
                 let admin = admin.clone();
                 async move { admin.handle(req) }
             };
-            servers.spawn(server::serve(listener, handler, limits.clone(), stopped.clone(), grace));
+            let tls = acceptor(c.tls.as_ref(), "admin.tls", &[])?;
+            servers.spawn(server::serve(listener, tls, handler, limits.clone(), stopped.clone(), grace));
         }
         if let Some(path) = config.path.clone() {
             let watch = reload::Watch { path, current: config, egress: reloadable, source };
@@ -132,6 +138,16 @@ impl Proxy {
             tracing.shutdown().await;
         }
     }
+}
+
+/// The TLS acceptor of a listener's `tls` section (`field`), its files read now; the error names
+/// the field and the file.
+fn acceptor(
+    tls: Option<&config::ServerTls>,
+    field: &str,
+    trusted: &[String],
+) -> std::io::Result<Option<Arc<tls::Acceptor>>> {
+    tls.map(|t| tls::Acceptor::new(t, field, trusted).map(Arc::new)).transpose().map_err(std::io::Error::other)
 }
 
 /// A listener on `addr`; the error names the address (`cannot listen on 127.0.0.1:4140: address

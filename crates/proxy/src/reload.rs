@@ -76,7 +76,10 @@ impl Watch {
                 if c.listen != old.listen {
                     restart("egress.listen");
                 }
-                egress.reload(c);
+                if let Err(e) = egress.reload(c) {
+                    eprintln!("tailguard proxy: ignoring the changed config: {e}");
+                    return;
+                }
             }
             (_, None, None) => {}
             _ => restart("the presence of `egress`"),

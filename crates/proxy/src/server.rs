@@ -1,10 +1,11 @@
-//! Accept loops: HTTP/1.1 and h2c (prior knowledge) connections served by a handler, within the
-//! listener's limits (docs/proxy.md, "Limits"), with graceful shutdown (stop accepting, let
-//! in-flight requests finish, give up after a grace period).
+//! Accept loops: HTTP/1.1 and h2c (prior knowledge) connections, or TLS ones (HTTP/2 by ALPN),
+//! served by a handler, within the listener's limits (docs/proxy.md, "Limits"), with graceful
+//! shutdown (stop accepting, let in-flight requests finish, give up after a grace period).
 
 use crate::body::ClientBody;
 use crate::config::Limits;
 use crate::http::{self, Body, BoxError};
+use crate::tls::{Acceptor, TrustedIdentity};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming, SizeHint};
@@ -13,7 +14,7 @@ use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -31,10 +32,12 @@ mod silent;
 use silent::Silent;
 
 /// Serves `listener` with `handler` (given each request and its peer's address) until `stop`
-/// turns true, then drains for at most `grace`.
+/// turns true, then drains for at most `grace`; over TLS when given an acceptor, and then a
+/// request whose client certificate proves a trusted identity carries a [`TrustedIdentity`].
 /// Malformed requests are answered 400 by hyper and close only their own connection.
 pub async fn serve<H, F>(
     listener: TcpListener,
+    tls: Option<Arc<Acceptor>>,
     handler: H,
     limits: Limits,
     mut stop: watch::Receiver<bool>,
@@ -90,9 +93,9 @@ pub async fn serve<H, F>(
         let builders = builders.clone();
         let handler = handler.clone();
         let entry = silent.enter();
-        let (idle, header_read) = (limits.idle_timeout.0, limits.header_read_timeout.0);
+        let tls = tls.clone();
         tokio::spawn(async move {
-            connection(stream, peer, entry, builders, handler, idle, header_read, watcher).await;
+            open(stream, peer, tls, entry, builders, handler, watcher).await;
             drop(slot);
             crate::trim::connection_closed();
         });
@@ -109,10 +112,15 @@ pub async fn serve<H, F>(
 struct Builders {
     http1: auto::Builder<TokioExecutor>,
     h2c: auto::Builder<TokioExecutor>,
-    /// How long a client may take to show which protocol it speaks.
+    /// How long a client may take to show which protocol it speaks (and finish its TLS
+    /// handshake).
     preface_timeout: Duration,
     /// How long a request body may send nothing.
     body_read_timeout: Duration,
+    /// How long a connection may be idle.
+    idle: Duration,
+    /// How long an HTTP/1 connection may wait for a request head.
+    header_read: Duration,
 }
 
 impl Builders {
@@ -123,6 +131,8 @@ impl Builders {
             h2c: both.http2_only(),
             preface_timeout: limits.header_read_timeout.0,
             body_read_timeout: limits.body_read_timeout.0,
+            idle: limits.idle_timeout.0,
+            header_read: limits.header_read_timeout.0,
         }
     }
 }
@@ -149,40 +159,76 @@ fn builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
 /// hyper's smallest HTTP/1 read buffer, hence the smallest header limit.
 pub const MIN_HEADER_BYTES: usize = 8192;
 
-/// Serves one connection; closes it once idle (no bytes either way and no request waiting for its
-/// response) for `idle`, or, on HTTP/1, once it has waited longer than `header_read` for a request
-/// head; or, while it has not shown its protocol, when `silent` says so.
-#[allow(clippy::too_many_arguments)]
-async fn connection<H, F>(
+/// Who is at the other end of a connection.
+struct Peer {
+    addr: SocketAddr,
+    /// Whether its client certificate proves a trusted identity.
+    identity: Option<TrustedIdentity>,
+}
+
+/// Opens an accepted connection from `addr` (the TLS handshake, or the look for the h2c preface)
+/// and serves it. One too slow to open (a slowloris), gone, refused by TLS, or closed by
+/// `silent` (the oldest silent connection of a listener at its cap) is closed.
+async fn open<H, F>(
     stream: TcpStream,
-    peer: SocketAddr,
+    addr: SocketAddr,
+    tls: Option<Arc<Acceptor>>,
     mut silent: silent::Entry,
     builders: Arc<Builders>,
     handler: H,
-    idle: Duration,
-    header_read: Duration,
-    watcher: hyper_util::server::graceful::Watcher,
+    watcher: Watcher,
 ) where
     H: Fn(Request<ClientBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
-    let opening = tokio::time::timeout(builders.preface_timeout, preface::open(stream));
-    let (h2c, stream) = tokio::select! {
-        opened = opening => match opened {
-            Ok(Ok(opened)) => opened,
-            // Too slow to show its protocol (a slowloris), or gone.
-            _ => return,
-        },
-        // The oldest silent connection of a listener at its cap.
-        _ = &mut silent.closing => return,
-    };
-    drop(silent);
+    let timeout = builders.preface_timeout;
+    match tls {
+        None => {
+            let opening = tokio::time::timeout(timeout, preface::open(stream));
+            let Some((h2c, stream)) = opened(opening, &mut silent).await else { return };
+            drop(silent);
+            connection(stream, h2c, Peer { addr, identity: None }, builders, handler, watcher).await;
+        }
+        Some(tls) => {
+            let opening = tokio::time::timeout(timeout, tls.accept(stream));
+            let Some((stream, h2, identity)) = opened(opening, &mut silent).await else { return };
+            drop(silent);
+            connection(stream, h2, Peer { addr, identity }, builders, handler, watcher).await;
+        }
+    }
+}
+
+/// What `opening` gave in time, unless `silent` closed the connection first.
+async fn opened<T, E>(
+    opening: impl Future<Output = Result<Result<T, E>, tokio::time::error::Elapsed>>,
+    silent: &mut silent::Entry,
+) -> Option<T> {
+    tokio::select! {
+        opened = opening => opened.ok().and_then(Result::ok),
+        _ = &mut silent.closing => None,
+    }
+}
+
+/// Serves one connection, HTTP/2 if `h2c` (by prior knowledge or ALPN) else HTTP/1; closes it
+/// once idle (no bytes either way and no request waiting for its response) for the idle limit,
+/// or, on HTTP/1, once it has waited longer than the header-read limit for a request head.
+async fn connection<S, H, F>(stream: S, h2c: bool, peer: Peer, builders: Arc<Builders>, handler: H, watcher: Watcher)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    H: Fn(Request<ClientBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<Body>> + Send + 'static,
+{
+    let Peer { addr: peer, identity } = peer;
+    let (idle, header_read) = (builders.idle, builders.header_read);
     let activity = Arc::new(Activity::default());
     let io = Tracked { inner: TokioIo::new(stream), activity: activity.clone() };
     let counted = activity.clone();
     let body_read_timeout = builders.body_read_timeout;
     let service = service_fn(move |req: Request<Incoming>| {
-        let req = req.map(|body| ClientBody::new(body, body_read_timeout));
+        let mut req = req.map(|body| ClientBody::new(body, body_read_timeout));
+        if let Some(identity) = &identity {
+            req.extensions_mut().insert(*identity);
+        }
         // hyper keeps room for one request's future in every connection, idle or not: boxed, an
         // idle connection holds a pointer instead of the whole request state.
         let response: Pin<Box<dyn Future<Output = Response<Body>> + Send>> = match http::malformed_head(&req) {

@@ -30,6 +30,7 @@ use crate::cap::{Count, Place};
 use crate::config;
 use crate::http::{self, Body};
 use crate::metrics::Metrics;
+use crate::tls::TlsError;
 use crate::trace::Tracing;
 use body::template;
 use driver::Driver;
@@ -60,11 +61,12 @@ pub struct Egress {
 }
 
 impl Egress {
-    /// The egress of `config`; `epoch` is the proxy's time zero, `seed` its seed.
-    pub fn new(config: &config::Egress, epoch: Instant, metrics: Arc<Metrics>, seed: u64) -> Egress {
-        let routes = RwLock::new(Arc::new(Routes::new(config, None, &metrics, seed)));
+    /// The egress of `config`; `epoch` is the proxy's time zero, `seed` its seed. An error if an
+    /// upstream's TLS files cannot be used.
+    pub fn new(config: &config::Egress, epoch: Instant, metrics: Arc<Metrics>, seed: u64) -> Result<Egress, TlsError> {
+        let routes = RwLock::new(Arc::new(Routes::new(config, None, &metrics, seed)?));
         let h2c = Client::builder(TokioExecutor::new()).http2_only(true).build_http();
-        Egress { routes, h2c, epoch, metrics, tracing: None, seed, in_flight: Count::default() }
+        Ok(Egress { routes, h2c, epoch, metrics, tracing: None, seed, in_flight: Count::default() })
     }
 
     /// Waits until every upstream with discovery has had its first answer (or failure), so a
@@ -82,10 +84,12 @@ impl Egress {
     }
 
     /// Swaps in the upstreams of `config` for new requests; requests in flight finish with the
-    /// old ones. An upstream whose name and settings are unchanged keeps its policy state.
-    pub fn reload(&self, config: &config::Egress) {
+    /// old ones. An upstream whose name and settings are unchanged keeps its policy state. If an
+    /// upstream's TLS files cannot be used, nothing changes.
+    pub fn reload(&self, config: &config::Egress) -> Result<(), TlsError> {
         let mut routes = self.routes.write().unwrap_or_else(|poisoned| poisoned.into_inner());
-        *routes = Arc::new(Routes::new(config, Some(&routes), &self.metrics, self.seed));
+        *routes = Arc::new(Routes::new(config, Some(&routes), &self.metrics, self.seed)?);
+        Ok(())
     }
 
     fn routes(&self) -> Arc<Routes> {

@@ -9,6 +9,7 @@ use crate::cap::Count;
 use crate::config;
 use crate::metrics::{EndpointMetrics, Metrics, UpstreamMetrics};
 use crate::pool::Pool;
+use crate::tls::{self, TlsError};
 use hyper::http::uri::Authority;
 use hyper::Request;
 use rand_pcg::Pcg64Mcg;
@@ -43,6 +44,8 @@ pub(super) struct Upstream {
     /// Requests in flight to this upstream, against its `max_requests` (kept while the
     /// upstream is unchanged across reloads, like its policy state).
     pub(super) in_flight: Count,
+    /// How connections to the endpoints speak TLS (`None`: cleartext), for those discovered later.
+    tls: Option<Arc<tls::Connector>>,
 }
 
 /// What a request needs of an endpoint, prepared once: its URI authority, its HTTP/1
@@ -74,18 +77,27 @@ pub(super) struct Core {
 }
 
 impl Routes {
-    /// The routes of `config`; an upstream unchanged from `old` is kept whole, state and all.
-    pub(super) fn new(config: &config::Egress, old: Option<&Routes>, metrics: &Arc<Metrics>, seed: u64) -> Routes {
+    /// The routes of `config`, keeping what is unchanged from `old`; an error if an upstream's
+    /// TLS files cannot be used.
+    pub(super) fn new(
+        config: &config::Egress,
+        old: Option<&Routes>,
+        metrics: &Arc<Metrics>,
+        seed: u64,
+    ) -> Result<Routes, TlsError> {
         let upstreams = config
             .upstreams
             .iter()
             .enumerate()
             .map(|(i, (name, u))| {
                 let same = old.and_then(|old| old.upstreams.iter().find(|o| o.name == *name && o.config == *u));
-                same.cloned().unwrap_or_else(|| Upstream::new(name, u, crate::rng(seed, i as u64 + 1), metrics, old))
+                match same {
+                    Some(same) => Ok(same.clone()),
+                    None => Upstream::new(name, u, crate::rng(seed, i as u64 + 1), metrics, old),
+                }
             })
-            .collect();
-        Routes { upstreams, max_replay_body: config.max_replay_body, max_requests: config.max_requests }
+            .collect::<Result<_, TlsError>>()?;
+        Ok(Routes { upstreams, max_replay_body: config.max_replay_body, max_requests: config.max_requests })
     }
 
     /// The upstream for `req`: a Host match first, else the longest matching path prefix.
@@ -112,23 +124,30 @@ impl Routes {
 
 impl Upstream {
     /// The upstream `name`, drawing from `rng`; its endpoints keep their connection pools from
-    /// `old` routes. A discovered upstream starts from the set its namesake in `old` found with
-    /// the same source (the same name or file), else from none, and starts its discovery task.
+    /// `old` routes when they speak the same TLS (or none). A discovered upstream starts from the
+    /// set its namesake in `old` found with the same source (the same name or file), else from
+    /// none, and starts its discovery task.
     fn new(
         name: &str,
         config: &config::Upstream,
         rng: Pcg64Mcg,
         metrics: &Arc<Metrics>,
         old: Option<&Routes>,
-    ) -> Arc<Upstream> {
+    ) -> Result<Arc<Upstream>, TlsError> {
+        let tls = match &config.tls {
+            Some(t) => Some(Arc::new(tls::Connector::new(t, &format!("egress.upstreams.{name}.tls"))?)),
+            None => None,
+        };
         let old_pool = |addr: &SocketAddr| {
             let mut endpoints = old.into_iter().flat_map(|r| r.upstreams.iter()).flat_map(|u| u.all_endpoints());
-            endpoints.find(|e| e.addr == *addr).map(|e| e.pool.clone())
+            let same_tls = |pool: &Pool| pool.tls().map(|c| c.config()) == config.tls.as_ref();
+            endpoints.find(|e| e.addr == *addr && same_tls(&e.pool)).map(|e| e.pool.clone())
         };
         let max = config.max_connections_per_endpoint;
         let endpoint = |addr: &SocketAddr| {
             let pool = old_pool(addr).inspect(|pool| pool.set_max_connections(max));
-            Endpoint::new(*addr, pool.unwrap_or_else(|| Arc::new(Pool::new(*addr, max))), metrics, name)
+            let pool = pool.unwrap_or_else(|| Arc::new(Pool::new(*addr, max).with_tls(tls.clone())));
+            Endpoint::new(*addr, pool, metrics, name)
         };
         let addrs = match &config.discovery {
             None => config.endpoints.clone(),
@@ -150,6 +169,7 @@ impl Upstream {
             all_metrics: metrics.clone(),
             discovered: watch::Sender::new(config.discovery.is_none()),
             in_flight: Count::default(),
+            tls,
         });
         upstream.metrics.endpoints.set(addrs.len() as i64);
         if let Some(discovery) = &config.discovery {
@@ -159,7 +179,7 @@ impl Upstream {
                 discovery.interval.0,
             ));
         }
-        upstream
+        Ok(upstream)
     }
 
     /// The endpoint of id `id` (retired ones included).
@@ -212,7 +232,8 @@ impl Upstream {
             let max = self.config.max_connections_per_endpoint;
             for addr in fresh {
                 ids.insert(addr, endpoints.len());
-                endpoints.push(Endpoint::new(addr, Arc::new(Pool::new(addr, max)), &self.all_metrics, &self.name));
+                let pool = Arc::new(Pool::new(addr, max).with_tls(self.tls.clone()));
+                endpoints.push(Endpoint::new(addr, pool, &self.all_metrics, &self.name));
                 change.added.push(addr);
             }
             policy.grow(endpoints.len());
