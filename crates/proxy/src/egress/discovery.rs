@@ -163,7 +163,7 @@ mod tests {
             std::path::Path::new("proxy.yaml"),
         )
         .unwrap();
-        let routes = Routes::new(config.egress.as_ref().unwrap(), None, &Arc::new(Metrics::new()), 1);
+        let routes = Routes::new(config.egress.as_ref().unwrap(), None, &Arc::new(Metrics::new()), 1).expect("no TLS");
         let upstream = &routes.upstreams[0];
         let ids = |u: &Upstream| {
             let core = u.core();
