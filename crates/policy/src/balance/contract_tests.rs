@@ -117,9 +117,10 @@ fn picks_are_in_range_and_avoid_excluded_endpoints_under_a_random_script() {
     for s in subjects() {
         let picks = run_script(&s, 1);
         // BLOC drops most requests here (a third of all ends are refusals, each backing an endpoint
-        // off for 1 s, while a step lasts 7 ms), but the script still exercises its picks.
+        // off for 1 s, while a step lasts 7 ms, and only successes earn chips), but the script
+        // still exercises its picks.
         let picked = picks.iter().flatten().count();
-        assert!(picked >= 100, "{}: picked only {picked} of {}", s.name, picks.len());
+        assert!(picked >= 50, "{}: picked only {picked} of {}", s.name, picks.len());
     }
 }
 
