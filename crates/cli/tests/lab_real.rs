@@ -171,7 +171,10 @@ fn haproxy_and_nginx_sidecars_carry_a_variant_s_retries() {
         assert_eq!((run.requests, run.succeeded), (200, 200), "{run:?}");
         assert_eq!(run.sidecar.as_deref(), peer);
         let cpu = run.sidecar_cpu_s_per_1k.unwrap_or_else(|| panic!("{} has no sidecar CPU", run.variant));
-        assert!(cpu > 0.0 && cpu < 100.0, "{}: {cpu} s per 1000 requests", run.variant);
+        // /proc counts CPU in 10 ms ticks: 200 requests through nginx can cost less than one,
+        // so a peer may read 0; tailguard's three sidecars (and their metrics) cost more.
+        let least = if peer.is_none() { f64::MIN_POSITIVE } else { 0.0 };
+        assert!(cpu >= least && cpu < 100.0, "{}: {cpu} s per 1000 requests", run.variant);
     }
     let kept = |variant: &str| std::fs::read_to_string(out.join(format!("runs/default/{variant}/metrics-front-0.txt")));
     assert!(kept("haproxy").unwrap().lines().any(|l| l.starts_with("back,BACKEND,")), "HAProxy's CSV statistics");

@@ -48,7 +48,10 @@ pub fn read_numbered(text: &str, origin: &str) -> Result<Vec<(usize, Value)>, Ma
             Value::Null => {}
             Value::Mapping(_) => docs.push((i + 1, doc)),
             other => {
-                let message = format!("expected a Kubernetes object (a mapping with `kind`), got {}", kind_of(&other));
+                let message = format!(
+                    "expected a Kubernetes object (a mapping with `kind`), got {}",
+                    tailguard_model::overrides::kind(&other)
+                );
                 return Err(ManifestError::new(origin, i + 1, None, message));
             }
         }
@@ -82,18 +85,6 @@ pub fn list<'a>(map: &'a mut Mapping, key: &str) -> Option<&'a mut Vec<Value>> {
         map.insert(key.into(), Value::Sequence(Vec::new()));
     }
     map.get_mut(key)?.as_sequence_mut()
-}
-
-fn kind_of(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "nothing",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Sequence(_) => "a list",
-        Value::Mapping(_) => "a mapping",
-        Value::Tagged(_) => "a tagged value",
-    }
 }
 
 #[cfg(test)]

@@ -75,7 +75,8 @@ fn keys(map: &Mapping) -> String {
     }
 }
 
-fn kind(v: &Value) -> &'static str {
+/// What a YAML value is, for error messages ("a list", "a mapping", ...).
+pub fn kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "empty (null)",
         Value::Bool(_) => "a boolean",
