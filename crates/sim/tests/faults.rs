@@ -161,7 +161,8 @@ fn the_failures_example_bounds_the_hang_by_the_timeout() {
 /// examples/failures.yaml (quick): with outlier ejection at its defaults the black hole is out
 /// after five errors in a row. Round-robin and least-request then lose nothing; BLOC does as well
 /// as with the black hole taken out of the file (its remaining losses are its own drops at
-/// capacity 4), where without ejection the black hole looks idle and costs it 5 % more.
+/// capacity 4). Even without ejection the black hole costs BLOC under a point: only a success
+/// earns a chip, so its instant 500s do not make it look idle (when they did, it cost 5 points).
 #[test]
 fn the_failures_example_with_ejection_loses_nothing_to_the_black_hole() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/failures.yaml");
@@ -183,7 +184,7 @@ fn the_failures_example_with_ejection_loses_nothing_to_the_black_hole() {
     }
     let (bloc, ejecting, alone) = (with_black_hole("bloc"), with_black_hole("bloc-eject"), without_black_hole("bloc"));
     assert!(
-        ejecting >= alone && bloc < alone - 0.05,
+        ejecting >= alone && bloc > alone - 0.01,
         "bloc {bloc}, ejecting {ejecting}, without the black hole {alone}"
     );
 }
