@@ -86,7 +86,12 @@ type Nanos = u64;
 
 impl Endpoint {
     fn is_active(&self, now: Nanos) -> bool {
-        self.chips > 0 && now >= self.backoff_until
+        self.chips > 0 && !self.backing_off(now)
+    }
+
+    /// Whether it refused a request (429 or unreachable) within the last `reset`.
+    fn backing_off(&self, now: Nanos) -> bool {
+        now < self.backoff_until
     }
 
     /// Whether its probe timer has run out (which matters only while it is Inactive).
@@ -110,15 +115,19 @@ pub struct Bloc {
     active: RankedSet,
     /// Inactive endpoints whose probe timer has run out.
     probe_ready: RankedSet,
+    /// Endpoints not backing off (Active or not): where a request goes when no endpoint is Active
+    /// and none may be probed.
+    open: RankedSet,
     /// When endpoints may change class with time alone (stale entries are harmless).
     timers: BinaryHeap<Reverse<(Nanos, EndpointId)>>,
     /// The time the two sets are up to date for.
     as_of: Nanos,
-    /// Reused per pick: the tried endpoints, sorted, and those among the Active and the
-    /// probe-ready ones.
+    /// Reused per pick: the tried endpoints, sorted, and those among the Active, the probe-ready
+    /// and the open ones.
     exclusions: Vec<EndpointId>,
     tried_active: Vec<EndpointId>,
     tried_probes: Vec<EndpointId>,
+    tried_open: Vec<EndpointId>,
 }
 
 /// How a pick reached its endpoint.
@@ -128,6 +137,9 @@ enum Choice {
     Chip(EndpointId),
     /// A probe of an Inactive endpoint whose probe timer had expired.
     Probe(EndpointId),
+    /// An Inactive endpoint that is not backing off, when nothing is Active or may be probed: no
+    /// chip to spend, no timer to restart.
+    Open(EndpointId),
 }
 
 impl Bloc {
@@ -139,11 +151,13 @@ impl Bloc {
             in_flight: InFlight::new(endpoints),
             active: RankedSet::new(endpoints, false),
             probe_ready: RankedSet::new(endpoints, true),
+            open: RankedSet::new(endpoints, true),
             timers: BinaryHeap::new(),
             as_of: 0,
             exclusions: Vec::new(),
             tried_active: Vec::new(),
             tried_probes: Vec::new(),
+            tried_open: Vec::new(),
         }
     }
 
@@ -152,15 +166,13 @@ impl Bloc {
         let state = self.endpoints[e];
         let active = state.is_active(self.as_of);
         let probe = !active && state.probe_due(self.as_of);
-        if active {
-            self.active.insert(e);
-        } else {
-            self.active.remove(e);
-        }
-        if probe {
-            self.probe_ready.insert(e);
-        } else {
-            self.probe_ready.remove(e);
+        let open = !state.backing_off(self.as_of);
+        for (set, member) in [(&mut self.active, active), (&mut self.probe_ready, probe), (&mut self.open, open)] {
+            if member {
+                set.insert(e);
+            } else {
+                set.remove(e);
+            }
         }
     }
 
@@ -200,34 +212,45 @@ impl Bloc {
     }
 
     /// The choice, preferring endpoints not in `exclude`: an Active one by P2C least-request, else
-    /// a probe drawn uniformly; then the same among the excluded ones. Each list is in id order,
-    /// and only the list chosen from draws randomness.
+    /// a probe drawn uniformly, else an open one by P2C least-request; then the same among the
+    /// excluded ones. Each list is in id order, and only the list chosen from draws randomness.
     fn choose(&mut self, now: Time, rng: Rng<'_>, exclude: &[EndpointId]) -> Option<Choice> {
         self.advance(nanos(now));
         sorted_exclusions(exclude, self.endpoints.len(), &mut self.exclusions);
         self.tried_active.clear();
         self.tried_probes.clear();
+        self.tried_open.clear();
         for &e in &self.exclusions {
             if self.active.contains(e) {
                 self.tried_active.push(e);
             } else if self.probe_ready.contains(e) {
                 self.tried_probes.push(e);
             }
+            if self.open.contains(e) {
+                self.tried_open.push(e);
+            }
         }
         let fresh_active = self.active.without(&self.tried_active);
         let fresh_probes = self.probe_ready.without(&self.tried_probes);
-        let (tried_active, tried_probes) = (&self.tried_active, &self.tried_probes);
+        // Reached only once every untried Active and probe-ready endpoint is gone, so what is left
+        // of the open ones is Inactive and not yet due a probe.
+        let fresh_open = self.open.without(&self.tried_open);
+        let (tried_active, tried_probes, tried_open) = (&self.tried_active, &self.tried_probes, &self.tried_open);
         let in_flight = &self.in_flight;
         let least_loaded = |len: usize, at: &dyn Fn(usize) -> EndpointId, rng: Rng<'_>| {
-            p2c(len, at, rng, |e| f64::from(in_flight.get(e))).map(Choice::Chip)
+            p2c(len, at, rng, |e| f64::from(in_flight.get(e)))
         };
         least_loaded(fresh_active.len(), &|i| fresh_active.get(i), &mut *rng)
+            .map(Choice::Chip)
             .or_else(|| uniform(fresh_probes.len(), |i| fresh_probes.get(i), &mut *rng).map(Choice::Probe))
-            .or_else(|| least_loaded(tried_active.len(), &|i| tried_active[i], &mut *rng))
-            .or_else(|| uniform(tried_probes.len(), |i| tried_probes[i], rng).map(Choice::Probe))
+            .or_else(|| least_loaded(fresh_open.len(), &|i| fresh_open.get(i), &mut *rng).map(Choice::Open))
+            .or_else(|| least_loaded(tried_active.len(), &|i| tried_active[i], &mut *rng).map(Choice::Chip))
+            .or_else(|| uniform(tried_probes.len(), |i| tried_probes[i], &mut *rng).map(Choice::Probe))
+            .or_else(|| least_loaded(tried_open.len(), &|i| tried_open[i], rng).map(Choice::Open))
     }
 
-    /// Pays for a pick: a chip for an Active endpoint, a restarted probe timer for a probe.
+    /// Pays for a pick: a chip for an Active endpoint, a restarted probe timer for a probe, nothing
+    /// for an open endpoint.
     fn commit(&mut self, choice: Choice, now: Time) -> EndpointId {
         match choice {
             Choice::Chip(e) => {
@@ -239,6 +262,7 @@ impl Bloc {
                 self.update(e, |state| state.probe_at = probe_at);
                 e
             }
+            Choice::Open(e) => e,
         }
     }
 }
@@ -263,6 +287,7 @@ impl Balancer for Bloc {
         self.in_flight.grow(endpoints);
         self.active.grow(endpoints);
         self.probe_ready.grow(endpoints);
+        self.open.grow(endpoints);
         // New endpoints start Inactive and ready to be probed, as in `Bloc::new`.
         (old..endpoints).for_each(|e| self.classify(e));
     }
@@ -314,18 +339,59 @@ mod tests {
         assert_eq!(BlocConfig::default().reset, SEC);
     }
 
+    /// The probe timers of every endpoint, in nanoseconds.
+    fn probe_timers(b: &Bloc) -> Vec<Nanos> {
+        b.endpoints.iter().map(|state| state.probe_at).collect()
+    }
+
     #[test]
-    fn the_first_requests_probe_each_endpoint_once_then_drop() {
+    fn the_first_requests_probe_each_endpoint_once() {
         let (mut b, mut rng) = bloc(3);
         // No chips anywhere, every probe timer expired: three picks probe three distinct endpoints.
         let mut probed: Vec<_> = (0..3).filter_map(|_| pick_at(&mut b, &mut rng, Time::ZERO, &[])).collect();
         probed.sort_unstable();
         assert_eq!(probed, [0, 1, 2]);
-        // Every timer restarted at 0 and no chip came back: the fourth request is dropped.
-        assert_eq!(pick_at(&mut b, &mut rng, Time::ZERO, &[]), None);
-        assert_eq!(pick_at(&mut b, &mut rng, 999 * MS, &[]), None);
-        // One reset interval later the endpoints may be probed again.
+        assert_eq!(probe_timers(&b), [nanos(SEC); 3]);
+        // Every timer restarted at 0 and no chip came back: the fourth request is still sent (no
+        // endpoint refused one), without restarting a timer.
+        assert!(pick_at(&mut b, &mut rng, 999 * MS, &[]).is_some());
+        assert_eq!(probe_timers(&b), [nanos(SEC); 3]);
+        // One reset interval later the endpoints are probed again.
         assert!(pick_at(&mut b, &mut rng, SEC, &[]).is_some());
+        assert_eq!(probe_timers(&b).iter().filter(|&&t| t == nanos(2 * SEC)).count(), 1);
+    }
+
+    #[test]
+    fn without_a_chip_or_a_due_probe_a_request_goes_to_the_least_loaded_endpoint_not_backing_off() {
+        let (mut b, mut rng) = bloc(2);
+        // Both probed at t = 0; 0 answers at 5 ms without a chip, 1's probe is still out.
+        for _ in 0..2 {
+            let e = pick_at(&mut b, &mut rng, Time::ZERO, &[]).expect("both may be probed");
+            b.on_send(e, Time::ZERO);
+        }
+        answer(&mut b, 0, 5 * MS, false);
+        // Nothing Active, no probe due before 1 s, and neither refused a request: not a drop (the
+        // paper's §IV-B would drop it) but P2C least-request, which compares both: 0 has nothing
+        // in flight, 1 one. No chip is spent and no timer restarts.
+        assert_eq!(pick_at(&mut b, &mut rng, 10 * MS, &[]), Some(0));
+        assert_eq!(probe_timers(&b), [nanos(SEC); 2]);
+        b.on_send(0, 10 * MS);
+        // A retry of that request avoids 0, which it tried.
+        assert_eq!(pick_at(&mut b, &mut rng, 10 * MS, &[0]), Some(1));
+        // 0 refuses at 20 ms: backed off until 1.02 s, so 1 is the only endpoint left.
+        b.on_feedback(0, 20 * MS, &Feedback::new(Outcome::Rejected, MS));
+        assert_eq!(pick_at(&mut b, &mut rng, 30 * MS, &[]), Some(1));
+        // A retry that tried 1 goes back to it rather than to 0, which is backing off.
+        assert_eq!(pick_at(&mut b, &mut rng, 30 * MS, &[1]), Some(1));
+        // 1 refuses too: every endpoint is backing off, and only now is the request dropped.
+        b.on_feedback(1, 40 * MS, &Feedback::new(Outcome::Rejected, MS));
+        assert_eq!(pick_at(&mut b, &mut rng, 50 * MS, &[]), None);
+        assert_eq!(pick_at(&mut b, &mut rng, 1019 * MS, &[]), None);
+        // At 1.02 s 0's back-off is over and its probe is due: a probe, which restarts its timer.
+        assert_eq!(pick_at(&mut b, &mut rng, 1020 * MS, &[]), Some(0));
+        assert_eq!(probe_timers(&b), [nanos(2020 * MS), nanos(1040 * MS)]);
+        // Until 1.04 s, 0 is the one endpoint not backing off.
+        assert_eq!(pick_at(&mut b, &mut rng, 1030 * MS, &[]), Some(0));
     }
 
     #[test]
@@ -339,8 +405,6 @@ mod tests {
         // The next request goes to 1, the only Active endpoint, and spends the chip.
         assert_eq!(pick_at(&mut b, &mut rng, 20 * MS, &[]), Some(1));
         assert_eq!(b.endpoints[1].chips, 0);
-        // Out of chips, and nothing may be probed before t = 1 s: dropped.
-        assert_eq!(pick_at(&mut b, &mut rng, 30 * MS, &[]), None);
     }
 
     #[test]
@@ -350,8 +414,12 @@ mod tests {
         assert_eq!(pick_at(&mut b, &mut rng, Time::ZERO, &[]), Some(0));
         b.on_send(0, Time::ZERO);
         answer(&mut b, 0, 5 * MS, false);
-        // Still Inactive, and its probe timer runs from the probe: nothing until t = 1 s.
-        assert_eq!(pick_at(&mut b, &mut rng, 500 * MS, &[]), None);
+        // Still Inactive, and its probe timer runs from the probe: at 0.5 s a request still goes
+        // there (it refused nothing), but that is not a probe.
+        assert!(!b.endpoints[0].is_active(nanos(500 * MS)));
+        assert_eq!(pick_at(&mut b, &mut rng, 500 * MS, &[]), Some(0));
+        assert_eq!(b.endpoints[0].probe_at, nanos(SEC));
+        // At 1 s it is probed again.
         assert_eq!(pick_at(&mut b, &mut rng, SEC, &[]), Some(0));
         assert_eq!(b.endpoints[0].probe_at, nanos(2 * SEC));
     }
@@ -385,9 +453,9 @@ mod tests {
         let expected = [0, 1][twin.gen_range(0..2)];
         assert_eq!(pick_at(&mut b, &mut rng, Time::ZERO, &[]), Some(expected));
         assert_eq!(b.endpoints[expected].probe_at, nanos(SEC));
-        // The other one is probed next, and then nothing is left.
+        // The other one is probed next.
         assert_eq!(pick_at(&mut b, &mut rng, Time::ZERO, &[]), Some(1 - expected));
-        assert_eq!(pick_at(&mut b, &mut rng, Time::ZERO, &[]), None);
+        assert_eq!(probe_timers(&b), [nanos(SEC); 2]);
     }
 
     #[test]
@@ -400,14 +468,16 @@ mod tests {
         b.on_send(0, 2 * SEC);
         b.on_feedback(0, 2 * SEC, &Feedback::new(Outcome::Rejected, MS).with_chip(true));
         assert_eq!(b.endpoints[0], Endpoint { chips: 0, backoff_until: nanos(3 * SEC), probe_at: nanos(3 * SEC) });
-        // Nothing Active and no probe timer expired: dropped.
-        assert_eq!(pick_at(&mut b, &mut rng, 2 * SEC, &[]), None);
+        // Nothing Active and no probe timer expired: 1, which is not backing off, takes it.
+        assert_eq!(pick_at(&mut b, &mut rng, 2 * SEC, &[]), Some(1));
+        assert_eq!(b.endpoints[1].probe_at, nanos(2500 * MS));
         // At 2.2 s a chip arrives from 0 on an older attempt: kept, but 0 is still backing off.
         answer(&mut b, 0, 2200 * MS, true);
         assert_eq!(b.endpoints[0].chips, 1);
         // At 2.5 s, 1's probe timer has expired: 1 is probed, 0 is still avoided.
         assert_eq!(pick_at(&mut b, &mut rng, 2500 * MS, &[]), Some(1));
-        assert_eq!(pick_at(&mut b, &mut rng, 2999 * MS, &[]), None);
+        assert_eq!(b.endpoints[1].probe_at, nanos(3500 * MS));
+        assert_eq!(pick_at(&mut b, &mut rng, 2999 * MS, &[]), Some(1));
         // At 3 s the back-off is over and 0 holds a chip: Active again.
         assert_eq!(pick_at(&mut b, &mut rng, 3 * SEC, &[]), Some(0));
     }
@@ -446,9 +516,15 @@ mod tests {
         // Tried everything, nothing to probe: back to a tried Active endpoint, 0 or 1.
         let again = pick_at(&mut b, &mut rng, Time::ZERO, &[0, 1, 2]).expect("0 and 1 hold chips");
         assert!(again < 2);
-        // Tried 0 only, 1 spent, 2 probed: 0 is the only option left.
+        // Tried 0 only, 1 spent, 2 probed: an untried endpoint without a chip, the less loaded
+        // of 1 and 2, comes before the tried 0.
         b.update(1, |state| *state = Endpoint { chips: 0, probe_at: nanos(SEC), ..*state });
         b.update(0, |state| state.chips = 1);
+        b.on_send(2, Time::ZERO);
+        assert_eq!(pick_at(&mut b, &mut rng, Time::ZERO, &[0]), Some(1));
+        // 1 and 2 back off: the tried 0, the one Active endpoint, is the only option left.
+        b.on_feedback(1, Time::ZERO, &Feedback::new(Outcome::Rejected, MS));
+        b.on_feedback(2, Time::ZERO, &Feedback::new(Outcome::Rejected, MS));
         assert_eq!(pick_at(&mut b, &mut rng, Time::ZERO, &[0]), Some(0));
     }
 
