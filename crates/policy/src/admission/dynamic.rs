@@ -8,10 +8,10 @@
 //!
 //! The average is time-weighted: the driver reports every change of the replica's request count
 //! through [`Admission::observe`], and each count is weighted by how long it lasted. At the end of
-//! each window the capacity becomes that window's level of load times the headroom (below),
-//! rounded up and at least 1 (a capacity of 0 would refuse everything forever, since an idle
-//! replica's average stays 0), and a new average starts. While the capacity is set, a request is admitted iff the replica holds fewer requests than
-//! it, as with [`FixedCapacity`](super::FixedCapacity).
+//! each window the capacity becomes that window's level of load times the headroom (below), rounded
+//! up and at least 1 (a capacity of 0 would refuse everything forever, since an idle replica's
+//! average stays 0), and a new average starts. While the capacity is set, a request is admitted iff
+//! the replica holds fewer requests than it, as with [`FixedCapacity`](super::FixedCapacity).
 //!
 //! The headroom (`headroom`, default 1.5; 1 is the paper's rule) is ours. With the paper's rule a
 //! replica's capacity is about its share of the load, so the capacities of the others add up to
@@ -36,7 +36,9 @@
 //! responses leaving 3 held carry a chip. 2.33 is not fitted to a file: it puts a steady load's
 //! capacity, before the headroom, at about its 99th percentile, so the headroom is left for a load
 //! that grows (a lost replica). A closed loop's queues, which drift apart, get a looser capacity
-//! than the mean gave; docs/policies.md has what that costs.
+//! than the mean gave; docs/policies.md has what that costs. It is not enough on a loaded
+//! machine's loopback lab, whose scheduling stalls bunch requests beyond a capacity of 2 learnt at
+//! a load of 0.2 (docs/policies.md): a count of held requests cannot tell a bunch from overload.
 //!
 //! Details the paper leaves open:
 //! - the first window starts at the first `observe` call, when the replica first reports its load;

@@ -146,7 +146,7 @@ pub struct Bloc {
     refused: RankedSet,
     /// When endpoints may change class with time alone (stale entries are harmless).
     timers: BinaryHeap<Reverse<(Nanos, EndpointId)>>,
-    /// The time the two sets are up to date for.
+    /// The time the sets are up to date for.
     as_of: Nanos,
     /// Reused per pick: the tried endpoints, sorted, and those in each of the [`TIERS`].
     exclusions: Vec<EndpointId>,
@@ -158,6 +158,7 @@ pub struct Bloc {
 /// off after a 429, by P2C least-request.
 const TIERS: [Tier; 4] = [Tier::Active, Tier::ProbeReady, Tier::Open, Tier::Refused];
 
+/// A class of endpoints a pick may choose from (an endpoint may be in more than one).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Tier {
     Active,
@@ -173,7 +174,7 @@ enum Choice {
     Chip(EndpointId),
     /// A probe of an Inactive endpoint whose probe timer had expired.
     Probe(EndpointId),
-    /// An Inactive endpoint when nothing is Active or may be probed: no chip to spend, no timer to
+    /// An endpoint neither Active nor due a probe, when nothing is: no chip to spend, no timer to
     /// restart.
     Free(EndpointId),
 }
@@ -254,12 +255,13 @@ impl Bloc {
     }
 
     /// The choice: the first of the [`TIERS`] with an endpoint not in `exclude`, then the first
-    /// with an excluded one. A tier reached is never empty of what the earlier tiers offered, so
-    /// the Open tier gives an Inactive endpoint not due a probe. Each list is in id order, and only
-    /// the list chosen from draws randomness.
+    /// with an excluded one. A tier is read only when the earlier ones offer nothing, so the Open
+    /// tier gives an Inactive endpoint not due a probe. Each list is in id order, and only the list
+    /// chosen from draws randomness.
     fn choose(&mut self, now: Time, rng: Rng<'_>, exclude: &[EndpointId]) -> Option<Choice> {
         self.advance(nanos(now));
         sorted_exclusions(exclude, self.endpoints.len(), &mut self.exclusions);
+        // In the order of `TIERS`.
         let sets = [&self.active, &self.probe_ready, &self.open, &self.refused];
         for (set, tried) in sets.into_iter().zip(&mut self.tried) {
             tried.clear();
