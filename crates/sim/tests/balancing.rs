@@ -21,9 +21,12 @@ fn run(seed: u64, quick: bool) -> Results {
 const HELD_OUT: [u64; 2] = [4, 5];
 
 /// The open-loop scenarios and the most p99 the recommendation may have over the oracle's in each:
-/// what it does on the held-out seeds (at most 2.06 and 2.03 ×), with a little room. Issue 19 asks
-/// for 1.5 × up to 70 % and 2 × at 95 %: no balancer here reaches that (prequal is to try).
-const OPEN_LOOP_BOUNDS: [(&str, f64); 3] = [("open-50", 2.25), ("open-70", 2.25), ("open-95", 2.25)];
+/// what it does on the held-out seeds (at most 2.45, 2.70 and 2.18 ×), with a little room. Issue 19
+/// asks for 1.5 × up to 70 % and 2 × at 95 %: no balancer here reaches that (prequal is to try).
+/// These were 2.25 × each while BLOC dropped requests when out of chips and the dynamic capacity
+/// was 1.5 × the mean load alone: success is 100 % now, where the drops lost 0.1-0.6 %, and the
+/// tails are longer (docs/policies.md, "A capacity that small, fluctuating loads do not trip").
+const OPEN_LOOP_BOUNDS: [(&str, f64); 3] = [("open-50", 2.5), ("open-70", 2.8), ("open-95", 2.25)];
 
 fn show(r: &RunResult) -> String {
     format!(

@@ -30,9 +30,13 @@ pub enum AdmissionConfig {
     Dynamic {
         #[serde(default = "default_dynamic_window", with = "text")]
         window: Duration,
-        /// The capacity is the last window's average load times this (1 is the paper's rule).
+        /// The capacity is the last window's level of load times this (1 is the paper's rule).
         #[serde(default = "default_headroom")]
         headroom: f64,
+        /// The level of load is its mean plus this many standard deviations (0 is the paper's
+        /// rule).
+        #[serde(default = "default_deviations")]
+        deviations: f64,
     },
 }
 
@@ -44,8 +48,17 @@ fn default_headroom() -> f64 {
     DEFAULT_HEADROOM
 }
 
-/// The factor over the last window's average load that dynamic capacity admits by default.
+fn default_deviations() -> f64 {
+    DEFAULT_DEVIATIONS
+}
+
+/// The factor over the last window's level of load that dynamic capacity admits by default.
 pub const DEFAULT_HEADROOM: f64 = 1.5;
+
+/// The standard deviations of the load over its mean that dynamic capacity allows for by default:
+/// the normal approximation of its 99th percentile, so that at a steady load about 1 % of the
+/// arrivals would find the replica at that level (docs/policies.md).
+pub const DEFAULT_DEVIATIONS: f64 = 2.33;
 
 impl AdmissionConfig {
     /// Checks the parameters; the error names the field.
@@ -53,9 +66,10 @@ impl AdmissionConfig {
         match self {
             AdmissionConfig::None => Ok(()),
             AdmissionConfig::Fixed { capacity } => config::at_least_one("capacity", *capacity),
-            AdmissionConfig::Dynamic { window, headroom } => {
+            AdmissionConfig::Dynamic { window, headroom, deviations } => {
                 config::positive("window", *window)?;
-                config::at_least("headroom", *headroom, 1.0)
+                config::at_least("headroom", *headroom, 1.0)?;
+                config::at_least("deviations", *deviations, 0.0)
             }
         }
     }
@@ -65,8 +79,8 @@ impl AdmissionConfig {
         match self {
             AdmissionConfig::None => Box::new(AdmitAll),
             AdmissionConfig::Fixed { capacity } => Box::new(FixedCapacity::new(*capacity)),
-            AdmissionConfig::Dynamic { window, headroom } => {
-                Box::new(DynamicCapacity::new(*window).with_headroom(*headroom))
+            AdmissionConfig::Dynamic { window, headroom, deviations } => {
+                Box::new(DynamicCapacity::new(*window).with_headroom(*headroom).with_deviations(*deviations))
             }
         }
     }
@@ -118,5 +132,36 @@ impl Admission for AdmitAll {
     fn observe(&mut self, _now: Time, _in_system: u32) {}
     fn capacity(&self, _now: Time) -> Option<u32> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand_pcg::Pcg64Mcg;
+
+    const SEC: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn the_default_dynamic_capacity_admits_and_grants_chips_at_the_usual_load() {
+        let config: AdmissionConfig = serde_yaml_ng::from_str("{kind: dynamic}").unwrap();
+        let mut a = config.build();
+        // A replica with no queue at about 2 requests held, as a Poisson count of mean 2 would
+        // be: 0, 1, 2, 3, 4 and 5 held for 4, 8, 8, 5, 3 and 2 s of the 30 s window.
+        let mut at = Duration::ZERO;
+        for (load, secs) in [(0, 4), (1, 8), (2, 8), (3, 5), (4, 3), (5, 2)] {
+            a.observe(at, load);
+            at += secs * SEC;
+        }
+        // Mean 63/30 = 2.1, mean square 177/30 = 5.9, sd √(5.9 - 4.41) = 1.22: the capacity is
+        // 1.5 × (2.1 + 2.33 × 1.22) = 7.41 → 8 (1.5 × the mean alone would be 4).
+        assert_eq!(a.capacity(30 * SEC), Some(8));
+        assert!(a.admit(30 * SEC, 5));
+        // A response leaving 3 held carries a chip unless r < 3 / 6.4: about 53 % of them do
+        // (with a capacity of 4, none would: 3 > 0.8 × 4).
+        let mut rng = Pcg64Mcg::seed_from_u64(3);
+        let chips = (0..1000).filter(|_| a.grant_chip(30 * SEC, 3, &mut rng)).count();
+        assert_eq!(chips, 535);
     }
 }
