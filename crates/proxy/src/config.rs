@@ -309,6 +309,12 @@ pub struct Ingress {
     /// HTTP/1.1 (the default) or h2c towards the application.
     #[serde(default)]
     pub protocol: Protocol,
+    /// HTTP/1 connections open to the application at most (in use or idle), as an upstream's
+    /// `max_connections_per_endpoint`: a request that would open one more is answered 503 at
+    /// once, so a hung application cannot make the ingress open a connection (and descriptor)
+    /// per request in flight without bound. h2c multiplexes its requests over one connection.
+    #[serde(default = "default_max_connections_per_endpoint")]
+    pub max_app_connections: usize,
     /// The callers whose `x-tailguard-deadline-ms` and sampled `traceparent` are believed
     /// (docs/security.md): addresses or networks (`10.0.0.0/8`). From anyone else the deadline is
     /// ignored (and not passed on) and the trace is sampled afresh. Default: loopback only.
@@ -565,6 +571,9 @@ impl Config {
             }
         }
         if let Some(ingress) = &self.ingress {
+            if ingress.max_app_connections == 0 {
+                return Err(ModelError::at("ingress.max_app_connections", "expected at least 1"));
+            }
             validate::admission(&ingress.admission).map_err(|e| e.under("ingress.admission"))?;
             ingress.validate_tls().map_err(|e| e.under("ingress"))?;
         }
@@ -684,7 +693,9 @@ mod tests {
         assert_eq!(egress.max_requests, DEFAULT_MAX_REQUESTS);
         assert_eq!(egress.upstreams["backend"].max_connections_per_endpoint, DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT);
         assert_eq!(egress.upstreams["backend"].max_requests, DEFAULT_UPSTREAM_MAX_REQUESTS);
-        assert_eq!(c.ingress.unwrap().admission, AdmissionConfig::Fixed { capacity: 8 });
+        let ingress = c.ingress.unwrap();
+        assert_eq!(ingress.admission, AdmissionConfig::Fixed { capacity: 8 });
+        assert_eq!(ingress.max_app_connections, DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT);
         assert_eq!(c.workers, None);
         assert_eq!(c.tracing, None);
         let c = parse("workers: 1\negress: {listen: 127.0.0.1:1, upstreams: {}}").unwrap();
@@ -852,6 +863,8 @@ mod tests {
         let e = parse("egress: {listen: 127.0.0.1:1, upstreams: {a: {endpoints: [127.0.0.1:2], max_requests: 0}}}")
             .unwrap_err();
         assert_eq!(e, "proxy.yaml: egress.upstreams.a.max_requests: expected at least 1");
+        let e = parse("ingress: {listen: 127.0.0.1:1, app: 127.0.0.1:2, max_app_connections: 0}").unwrap_err();
+        assert_eq!(e, "proxy.yaml: ingress.max_app_connections: expected at least 1");
         let e = parse("egress: [127.0.0.1:1]").unwrap_err();
         assert_eq!(e, "proxy.yaml: egress: expected a mapping (egress settings), got a list, at line 1 column 9");
         let e = parse("egress: {listen: 127.0.0.1:1, upstreams: [a, b]}").unwrap_err();

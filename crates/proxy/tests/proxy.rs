@@ -532,6 +532,46 @@ async fn the_ingress_refuses_above_capacity_with_429() {
 }
 
 #[tokio::test]
+async fn a_hung_app_holds_at_most_max_app_connections_and_the_next_request_gets_503_at_once() {
+    let app = Backend::start("app", Mode::Hang).await;
+    let text = format!(
+        "ingress: {{listen: 127.0.0.1:0, app: {}, admission: {{kind: none}}, max_app_connections: 2}}\nadmin: {{listen: 127.0.0.1:0}}\nshutdown_grace: 1s\n",
+        app.addr
+    );
+    let server = proxy_of(&text).await;
+    let ingress = server.ingress.unwrap();
+    // Two requests the app never answers hold its two connections.
+    let hung: Vec<_> = (0..2)
+        .map(|_| {
+            tokio::spawn(async move {
+                let req = Request::get(format!("http://{ingress}/x")).header("host", "app").body(Empty::new());
+                client().request(req.unwrap()).await
+            })
+        })
+        .collect();
+    let since = Instant::now();
+    while app.hits() < 2 {
+        assert!(since.elapsed() < Duration::from_secs(5), "the app got {} requests", app.hits());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The third finds no idle connection and the cap reached: 503 at once, not a third
+    // connection and a wait.
+    let asked = Instant::now();
+    let (status, _, body) = get(&client(), ingress, "app", &[]).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert!(asked.elapsed() < Duration::from_secs(1), "answered after {:?}", asked.elapsed());
+    assert!(body.contains("ingress.max_app_connections 2"), "{body}");
+    assert_eq!(app.accepted.load(Ordering::SeqCst), 2);
+    let metrics = admin_metrics(&server).await;
+    assert_eq!(sample(&metrics, "tailguard_ingress_app_overflow_total"), 1.0, "{metrics}");
+    assert_eq!(app.hits(), 2);
+    for request in hung {
+        request.abort();
+    }
+    server.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_backend_answering_500_is_ejected_after_three_errors() {
     let broken = Backend::start("broken", Mode::Status(500)).await;
     let (a, b) =
