@@ -156,6 +156,7 @@ fn proxy_file(options: &InjectOptions, app_port: Option<u16>) -> Config {
         tls: None,
         trusted_identities: Vec::new(),
         max_app_connections: DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT,
+        app_tls: None,
     });
     let egress = Egress {
         listen: sidecar::egress_listen(),

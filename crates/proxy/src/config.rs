@@ -315,6 +315,11 @@ pub struct Ingress {
     /// per request in flight without bound. h2c multiplexes its requests over one connection.
     #[serde(default = "default_max_connections_per_endpoint")]
     pub max_app_connections: usize,
+    /// TLS (or mTLS) towards the application, when it listens with TLS: as an upstream's `tls`,
+    /// on the same code path (HTTP/2 when the application chooses `h2` by ALPN). Absent,
+    /// cleartext.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_tls: Option<UpstreamTls>,
     /// The callers whose `x-tailguard-deadline-ms` and sampled `traceparent` are believed
     /// (docs/security.md): addresses or networks (`10.0.0.0/8`). From anyone else the deadline is
     /// ignored (and not passed on) and the trace is sampled afresh. Default: loopback only.
@@ -475,6 +480,10 @@ pub(crate) fn identity(name: &str) -> Result<rustls_pki_types::ServerName<'stati
         .map_err(|_| format!("expected a DNS name or an IP address, got {name:?}"))
 }
 
+/// Why `protocol: h2c` and `tls` do not go together.
+const H2C_WITH_TLS: &str =
+    "h2c is cleartext: with `tls`, HTTP/2 is chosen by ALPN when the endpoints offer it (leave `protocol` out)";
+
 fn default_max_replay_body() -> usize {
     DEFAULT_MAX_REPLAY_BODY
 }
@@ -632,6 +641,12 @@ impl Ingress {
         if let Some(tls) = &self.tls {
             tls.validate().map_err(|e| e.under("tls"))?;
         }
+        if let Some(tls) = &self.app_tls {
+            tls.validate().map_err(|e| e.under("app_tls"))?;
+            if self.protocol == Protocol::H2c {
+                return Err(ModelError::at("protocol", H2C_WITH_TLS));
+            }
+        }
         for (i, name) in self.trusted_identities.iter().enumerate() {
             identity(name).map_err(|e| ModelError::at(format!("trusted_identities[{i}]"), e))?;
         }
@@ -664,8 +679,7 @@ impl Upstream {
         if let Some(tls) = &self.tls {
             tls.validate().map_err(|e| e.under("tls"))?;
             if self.protocol == Protocol::H2c {
-                let why = "TLS towards an h2 upstream is not supported yet: use `protocol: http1`";
-                return Err(ModelError::at("tls", why));
+                return Err(ModelError::at("protocol", H2C_WITH_TLS));
             }
         }
         validate::client_policy(&self.policy).map_err(|e| e.under("policy"))
@@ -806,7 +820,7 @@ mod tests {
     #[test]
     fn tls_sections_read_back_equal_and_are_checked() {
         let c = parse(
-            "egress: {listen: 127.0.0.1:1, upstreams: {a: {endpoints: [127.0.0.1:2], tls: {ca: ca.pem, server_name: a.mesh, cert: c.pem, key: k.pem}}}, tls: {cert: s.pem, key: sk.pem}}\ningress: {listen: 127.0.0.1:3, app: 127.0.0.1:4, trusted_identities: [b.mesh, 10.0.0.7], tls: {cert: s.pem, key: sk.pem, client_ca: ca.pem}}\nadmin: {listen: 127.0.0.1:5, tls: {cert: s.pem, key: sk.pem}}",
+            "egress: {listen: 127.0.0.1:1, upstreams: {a: {endpoints: [127.0.0.1:2], tls: {ca: ca.pem, server_name: a.mesh, cert: c.pem, key: k.pem}}}, tls: {cert: s.pem, key: sk.pem}}\ningress: {listen: 127.0.0.1:3, app: 127.0.0.1:4, app_tls: {ca: ca.pem, server_name: app.mesh}, trusted_identities: [b.mesh, 10.0.0.7], tls: {cert: s.pem, key: sk.pem, client_ca: ca.pem}}\nadmin: {listen: 127.0.0.1:5, tls: {cert: s.pem, key: sk.pem}}",
         )
         .unwrap();
         let ingress = c.ingress.as_ref().unwrap();
@@ -825,8 +839,12 @@ mod tests {
         };
         let e = parse(&upstream(", tls: {ca: ca.pem, cert: c.pem}")).unwrap_err();
         assert!(e.contains("egress.upstreams.a.tls") && e.contains("both `cert` and `key`"), "{e}");
+        let e = parse(&ingress(", protocol: h2c, app_tls: {ca: ca.pem}")).unwrap_err();
+        assert!(e.contains("ingress.protocol") && e.contains("chosen by ALPN"), "{e}");
+        let e = parse(&ingress(", app_tls: {ca: ca.pem, key: k.pem}")).unwrap_err();
+        assert!(e.contains("ingress.app_tls") && e.contains("both `cert` and `key`"), "{e}");
         let e = parse(&upstream(", protocol: h2c, tls: {ca: ca.pem}")).unwrap_err();
-        assert!(e.contains("egress.upstreams.a.tls") && e.contains("protocol: http1"), "{e}");
+        assert!(e.contains("egress.upstreams.a.protocol") && e.contains("chosen by ALPN"), "{e}");
     }
 
     #[test]

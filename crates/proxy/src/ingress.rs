@@ -24,6 +24,7 @@ use crate::config;
 use crate::http::{self, Body, BoxError, CHIP, DEADLINE_MS};
 use crate::metrics::{Metrics, ResponseCounters};
 use crate::pool::{self, Pool};
+use crate::tls::{self, TlsError};
 use crate::trace::{ServerSpan, Tracing};
 use crate::wire::Wire;
 use http_body_util::BodyExt;
@@ -65,7 +66,8 @@ pub struct Ingress {
 
 /// How the ingress reaches the application.
 enum AppClient {
-    /// Kept-alive HTTP/1 connections.
+    /// Kept-alive HTTP/1 connections, or over TLS one HTTP/2 connection if the application
+    /// chooses `h2` by ALPN (the egress's endpoint pool).
     Http1(Arc<Pool>),
     /// HTTP/2 by prior knowledge, through hyper-util's client.
     H2c(Box<Client<HttpConnector, Body>>),
@@ -82,18 +84,25 @@ struct State {
 
 impl Ingress {
     /// The ingress of `config`; `epoch` is the proxy's time zero, `seed` its seed (the ingress
-    /// draws from stream 0, its network delay's jitter from [`WIRE_STREAM`], [`crate::rng`]).
-    pub fn new(config: &config::Ingress, epoch: Instant, metrics: Arc<Metrics>, seed: u64) -> Ingress {
+    /// draws from stream 0, its network delay's jitter from [`WIRE_STREAM`], [`crate::rng`]). An
+    /// error if the TLS files towards the application (`app_tls`) cannot be used.
+    pub fn new(config: &config::Ingress, epoch: Instant, metrics: Arc<Metrics>, seed: u64) -> Result<Ingress, TlsError> {
         let state = State {
             admission: build::admission(&config.admission),
             in_flight: 0,
             rng: crate::rng(seed, 0),
             probes: ProbeResponder::default(),
         };
-        Ingress {
+        Ok(Ingress {
             app: config.app,
             client: match config.protocol {
-                config::Protocol::Http1 => AppClient::Http1(Arc::new(Pool::new(config.app, config.max_app_connections))),
+                config::Protocol::Http1 => {
+                    let tls = match &config.app_tls {
+                        Some(t) => Some(Arc::new(tls::Connector::new(t, "ingress.app_tls")?)),
+                        None => None,
+                    };
+                    AppClient::Http1(Arc::new(Pool::new(config.app, config.max_app_connections).with_tls(tls)))
+                }
                 config::Protocol::H2c => {
                     AppClient::H2c(Box::new(Client::builder(TokioExecutor::new()).http2_only(true).build_http()))
                 }
@@ -106,7 +115,7 @@ impl Ingress {
             trusted_peers: config.trusted_peers.clone(),
             wire: config.network_delay.clone().map(|network| Wire::new(network, crate::rng(seed, WIRE_STREAM))),
             max_app_connections: config.max_app_connections,
-        }
+        })
     }
 
     /// Makes a span per request when `tracing` is set.

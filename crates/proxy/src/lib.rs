@@ -101,7 +101,8 @@ impl Proxy {
         if let Some(c) = &config.ingress {
             let listener = bind(c.listen).await?;
             proxy.ingress = Some(listener.local_addr()?);
-            let ingress = Arc::new(ingress::Ingress::new(c, epoch, metrics.clone(), seed).traced(tracing.clone()));
+            let ingress = ingress::Ingress::new(c, epoch, metrics.clone(), seed).map_err(std::io::Error::other)?;
+            let ingress = Arc::new(ingress.traced(tracing.clone()));
             let handler = move |req, peer| {
                 let ingress = ingress.clone();
                 async move { ingress.handle(req, peer).await }
