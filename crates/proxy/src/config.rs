@@ -326,7 +326,9 @@ pub struct Ingress {
     #[serde(default = "Network::loopback")]
     pub trusted_peers: Vec<Network>,
     /// Callers believed like `trusted_peers`, wherever they connect from: a client certificate
-    /// (verified against `tls.client_ca`) valid for one of these DNS names or IP addresses.
+    /// (verified against `tls.client_ca`) valid for one of these DNS names or IP addresses, or
+    /// carrying one of these SPIFFE IDs as a URI SAN (`spiffe://td/ns/X/sa/Y` exactly, or
+    /// `spiffe://td/ns/X/*` for every ID under that path).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub trusted_identities: Vec<String>,
     /// TLS on the listener, with client certificates (mTLS) when it has a `client_ca`.
@@ -648,7 +650,7 @@ impl Ingress {
             }
         }
         for (i, name) in self.trusted_identities.iter().enumerate() {
-            identity(name).map_err(|e| ModelError::at(format!("trusted_identities[{i}]"), e))?;
+            crate::tls::Identity::parse(name).map_err(|e| ModelError::at(format!("trusted_identities[{i}]"), e))?;
         }
         if !self.trusted_identities.is_empty() && self.tls.as_ref().is_none_or(|t| t.client_ca.is_none()) {
             let why = "needs `tls.client_ca`: identities are read from verified client certificates";
@@ -820,7 +822,7 @@ mod tests {
     #[test]
     fn tls_sections_read_back_equal_and_are_checked() {
         let c = parse(
-            "egress: {listen: 127.0.0.1:1, upstreams: {a: {endpoints: [127.0.0.1:2], tls: {ca: ca.pem, server_name: a.mesh, cert: c.pem, key: k.pem}}}, tls: {cert: s.pem, key: sk.pem}}\ningress: {listen: 127.0.0.1:3, app: 127.0.0.1:4, app_tls: {ca: ca.pem, server_name: app.mesh}, trusted_identities: [b.mesh, 10.0.0.7], tls: {cert: s.pem, key: sk.pem, client_ca: ca.pem}}\nadmin: {listen: 127.0.0.1:5, tls: {cert: s.pem, key: sk.pem}}",
+            "egress: {listen: 127.0.0.1:1, upstreams: {a: {endpoints: [127.0.0.1:2], tls: {ca: ca.pem, server_name: a.mesh, cert: c.pem, key: k.pem}}}, tls: {cert: s.pem, key: sk.pem}}\ningress: {listen: 127.0.0.1:3, app: 127.0.0.1:4, app_tls: {ca: ca.pem, server_name: app.mesh}, trusted_identities: [b.mesh, 10.0.0.7, 'spiffe://mesh/ns/shop/*'], tls: {cert: s.pem, key: sk.pem, client_ca: ca.pem}}\nadmin: {listen: 127.0.0.1:5, tls: {cert: s.pem, key: sk.pem}}",
         )
         .unwrap();
         let ingress = c.ingress.as_ref().unwrap();
@@ -834,6 +836,9 @@ mod tests {
         let e = parse(&ingress(", tls: {cert: s.pem, key: k.pem, client_ca: ca.pem}, trusted_identities: ['a b']"))
             .unwrap_err();
         assert!(e.contains("ingress.trusted_identities[0]") && e.contains("DNS name"), "{e}");
+        let e = parse(&ingress(", tls: {cert: s.pem, key: k.pem, client_ca: ca.pem}, trusted_identities: ['spiffe://td/ns//sa']"))
+            .unwrap_err();
+        assert!(e.contains("ingress.trusted_identities[0]") && e.contains("no SPIFFE ID"), "{e}");
         let upstream = |more: &str| {
             format!("egress: {{listen: 127.0.0.1:1, upstreams: {{a: {{endpoints: [127.0.0.1:2]{more}}}}}}}")
         };

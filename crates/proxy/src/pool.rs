@@ -314,7 +314,7 @@ impl Pool {
 
     /// A new HTTP/1 connection.
     async fn connect(&self) -> Result<Box<Conn>, Error> {
-        let (place, stream) = self.open().await?;
+        let (place, stream) = self.dial().await?;
         if stream.is_h2() {
             // The endpoint chose h2 since it was learnt to speak HTTP/1 (a new version behind
             // the same address): its next request learns it again ([`h2`]).
@@ -325,7 +325,7 @@ impl Pool {
     }
 
     /// A new connection to the endpoint (TCP, then TLS if it speaks it), holding its place.
-    async fn open(&self) -> Result<(Place, Stream), Error> {
+    async fn dial(&self) -> Result<(Place, Stream), Error> {
         // Reserved before connecting: connections being opened count too.
         let max = self.max_connections.load(Ordering::Relaxed);
         let place = self.open.take(max).ok_or(Error::Overflow(self.addr, max))?;

@@ -1,6 +1,7 @@
 //! TLS and mTLS over real sockets on 127.0.0.1, with certificates made in the test (rcgen): the
 //! handshake (HTTP/1.1 and HTTP/2 by ALPN), a client without a certificate refused, a rotation
-//! under load, an upstream over mTLS, identities in the trust rule, and errors naming the file.
+//! under load, an upstream over mTLS (and over h2 by ALPN), an application behind TLS, identities
+//! (DNS names and SPIFFE IDs) in the trust rule, and errors naming the file.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Full};
@@ -59,9 +60,20 @@ impl Pki {
     /// A certificate for `names` signed by the CA, written as `{file}.pem` and `{file}-key.pem`
     /// (through a rename each, so a reader never sees half a file).
     fn leaf(&self, file: &str, names: &[&str]) -> Leaf {
-        let key = KeyPair::generate().unwrap();
         let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-        let cert = CertificateParams::new(names).unwrap().signed_by(&key, &self.ca, &self.ca_key).unwrap();
+        self.leaf_of(file, CertificateParams::new(names).unwrap())
+    }
+
+    /// A certificate whose only SAN is the URI `uri` (a SPIFFE ID), as [`Pki::leaf`] writes it.
+    fn spiffe_leaf(&self, file: &str, uri: &str) -> Leaf {
+        let mut params = CertificateParams::default();
+        params.subject_alt_names = vec![rcgen::SanType::URI(uri.try_into().unwrap())];
+        self.leaf_of(file, params)
+    }
+
+    fn leaf_of(&self, file: &str, params: CertificateParams) -> Leaf {
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.ca, &self.ca_key).unwrap();
         let (cert_path, key_path) = (self.dir.join(format!("{file}.pem")), self.dir.join(format!("{file}-key.pem")));
         write_atomically(&cert_path, &cert.pem());
         write_atomically(&key_path, &key.serialize_pem());
@@ -331,6 +343,36 @@ async fn a_client_certificate_with_a_trusted_identity_may_set_the_deadline() {
         assert_eq!((status, seen.as_str()), (StatusCode::OK, "2500"), "trusted identity over {alpn:?}");
         let (status, seen, ..) = request(&pki.client(Some(&other), alpn), addr, &deadline).await.unwrap();
         assert_eq!((status, seen.as_str()), (StatusCode::OK, "none"), "untrusted identity over {alpn:?}");
+    }
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_spiffe_id_in_a_uri_san_is_trusted_exactly_or_under_a_path_rule() {
+    let pki = Pki::new("spiffe");
+    let server = pki.leaf("server", &["proxy.test"]);
+    let (app, _app) = app(None).await;
+    let tls_more = format!(", client_ca: {}", pki.ca().display());
+    let more = ", trusted_peers: [192.0.2.0/24], trusted_identities: ['spiffe://cluster.local/ns/shop/sa/cart', 'spiffe://cluster.local/ns/ops/*']";
+    let proxy = proxy_of(&ingress(app, &server, &tls_more, more)).await;
+    let addr = proxy.ingress.unwrap();
+    let deadline = [("x-tailguard-deadline-ms", "2500")];
+    for (n, (uri, believed)) in [
+        ("spiffe://cluster.local/ns/shop/sa/cart", true),
+        ("spiffe://cluster.local/ns/ops/sa/deployer", true),
+        // Neither the same ID nor under the rule's path.
+        ("spiffe://cluster.local/ns/shop/sa/cart2", false),
+        ("spiffe://cluster.local/ns/shop/sa/other", false),
+        ("spiffe://cluster.local/ns/operations/sa/x", false),
+        ("spiffe://other.domain/ns/ops/sa/deployer", false),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let client = pki.spiffe_leaf(&format!("client{n}"), uri);
+        let (status, seen, ..) = request(&pki.client(Some(&client), H1), addr, &deadline).await.unwrap();
+        let expected = if believed { "2500" } else { "none" };
+        assert_eq!((status, seen.as_str()), (StatusCode::OK, expected), "{uri}");
     }
     proxy.shutdown().await;
 }

@@ -12,9 +12,11 @@
 //! connections to upstreams, and one whose endpoint chooses `h2` is multiplexed (`crate::pool`).
 
 mod client;
+mod identity;
 mod server;
 
 pub use client::{Connector, Stream};
+pub use identity::Identity;
 pub use server::{Acceptor, TrustedIdentity};
 
 use arc_swap::ArcSwap;
