@@ -836,8 +836,10 @@ mod tests {
         let e = parse(&ingress(", tls: {cert: s.pem, key: k.pem, client_ca: ca.pem}, trusted_identities: ['a b']"))
             .unwrap_err();
         assert!(e.contains("ingress.trusted_identities[0]") && e.contains("DNS name"), "{e}");
-        let e = parse(&ingress(", tls: {cert: s.pem, key: k.pem, client_ca: ca.pem}, trusted_identities: ['spiffe://td/ns//sa']"))
-            .unwrap_err();
+        let e = parse(&ingress(
+            ", tls: {cert: s.pem, key: k.pem, client_ca: ca.pem}, trusted_identities: ['spiffe://td/ns//sa']",
+        ))
+        .unwrap_err();
         assert!(e.contains("ingress.trusted_identities[0]") && e.contains("no SPIFFE ID"), "{e}");
         let upstream = |more: &str| {
             format!("egress: {{listen: 127.0.0.1:1, upstreams: {{a: {{endpoints: [127.0.0.1:2]{more}}}}}}}")

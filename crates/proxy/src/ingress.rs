@@ -86,7 +86,12 @@ impl Ingress {
     /// The ingress of `config`; `epoch` is the proxy's time zero, `seed` its seed (the ingress
     /// draws from stream 0, its network delay's jitter from [`WIRE_STREAM`], [`crate::rng`]). An
     /// error if the TLS files towards the application (`app_tls`) cannot be used.
-    pub fn new(config: &config::Ingress, epoch: Instant, metrics: Arc<Metrics>, seed: u64) -> Result<Ingress, TlsError> {
+    pub fn new(
+        config: &config::Ingress,
+        epoch: Instant,
+        metrics: Arc<Metrics>,
+        seed: u64,
+    ) -> Result<Ingress, TlsError> {
         let state = State {
             admission: build::admission(&config.admission),
             in_flight: 0,

@@ -125,8 +125,14 @@ mod tests {
     #[test]
     fn spiffe_ids_and_rules_parse_and_bad_ones_are_named() {
         let id = |t: &str| Identity::parse(t).unwrap();
-        assert_eq!(id("spiffe://cluster.local/ns/shop/sa/cart"), Identity::Spiffe("spiffe://cluster.local/ns/shop/sa/cart".into()));
-        assert_eq!(id("spiffe://cluster.local/ns/shop/*"), Identity::SpiffeUnder("spiffe://cluster.local/ns/shop/".into()));
+        assert_eq!(
+            id("spiffe://cluster.local/ns/shop/sa/cart"),
+            Identity::Spiffe("spiffe://cluster.local/ns/shop/sa/cart".into())
+        );
+        assert_eq!(
+            id("spiffe://cluster.local/ns/shop/*"),
+            Identity::SpiffeUnder("spiffe://cluster.local/ns/shop/".into())
+        );
         assert_eq!(id("spiffe://cluster.local/*"), Identity::SpiffeUnder("spiffe://cluster.local/".into()));
         assert!(matches!(id("caller.test"), Identity::Name(_)));
         assert!(matches!(id("10.0.0.7"), Identity::Name(_)));
