@@ -18,7 +18,7 @@ use serde_yaml_ng::{Mapping, Value};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use tailguard_proxy::config::{Admin, Config, Egress, Ingress, Network};
-use tailguard_proxy::config::{DEFAULT_MAX_REPLAY_BODY, DEFAULT_MAX_REQUESTS};
+use tailguard_proxy::config::{DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT, DEFAULT_MAX_REPLAY_BODY, DEFAULT_MAX_REQUESTS};
 
 /// How workloads are injected.
 #[derive(Clone, Debug)]
@@ -155,6 +155,8 @@ fn proxy_file(options: &InjectOptions, app_port: Option<u16>) -> Config {
         network_delay: None,
         tls: None,
         trusted_identities: Vec::new(),
+        max_app_connections: DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT,
+        app_tls: None,
     });
     let egress = Egress {
         listen: sidecar::egress_listen(),

@@ -202,6 +202,8 @@ impl ProxyFile {
                 // The callers are the lab's own sidecars and load generator.
                 trusted_peers: plan.isolation.peers(plan.slot),
                 trusted_identities: Vec::new(),
+                max_app_connections: DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT,
+                app_tls: None,
                 tls: None,
                 network_delay: plan.network_delay.clone(),
             }),

@@ -309,13 +309,26 @@ pub struct Ingress {
     /// HTTP/1.1 (the default) or h2c towards the application.
     #[serde(default)]
     pub protocol: Protocol,
+    /// HTTP/1 connections open to the application at most (in use or idle), as an upstream's
+    /// `max_connections_per_endpoint`: a request that would open one more is answered 503 at
+    /// once, so a hung application cannot make the ingress open a connection (and descriptor)
+    /// per request in flight without bound. h2c multiplexes its requests over one connection.
+    #[serde(default = "default_max_connections_per_endpoint")]
+    pub max_app_connections: usize,
+    /// TLS (or mTLS) towards the application, when it listens with TLS: as an upstream's `tls`,
+    /// on the same code path (HTTP/2 when the application chooses `h2` by ALPN). Absent,
+    /// cleartext.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_tls: Option<UpstreamTls>,
     /// The callers whose `x-tailguard-deadline-ms` and sampled `traceparent` are believed
     /// (docs/security.md): addresses or networks (`10.0.0.0/8`). From anyone else the deadline is
     /// ignored (and not passed on) and the trace is sampled afresh. Default: loopback only.
     #[serde(default = "Network::loopback")]
     pub trusted_peers: Vec<Network>,
     /// Callers believed like `trusted_peers`, wherever they connect from: a client certificate
-    /// (verified against `tls.client_ca`) valid for one of these DNS names or IP addresses.
+    /// (verified against `tls.client_ca`) valid for one of these DNS names or IP addresses, or
+    /// carrying one of these SPIFFE IDs as a URI SAN (`spiffe://td/ns/X/sa/Y` exactly, or
+    /// `spiffe://td/ns/X/*` for every ID under that path).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub trusted_identities: Vec<String>,
     /// TLS on the listener, with client certificates (mTLS) when it has a `client_ca`.
@@ -469,6 +482,10 @@ pub(crate) fn identity(name: &str) -> Result<rustls_pki_types::ServerName<'stati
         .map_err(|_| format!("expected a DNS name or an IP address, got {name:?}"))
 }
 
+/// Why `protocol: h2c` and `tls` do not go together.
+const H2C_WITH_TLS: &str =
+    "h2c is cleartext: with `tls`, HTTP/2 is chosen by ALPN when the endpoints offer it (leave `protocol` out)";
+
 fn default_max_replay_body() -> usize {
     DEFAULT_MAX_REPLAY_BODY
 }
@@ -565,6 +582,9 @@ impl Config {
             }
         }
         if let Some(ingress) = &self.ingress {
+            if ingress.max_app_connections == 0 {
+                return Err(ModelError::at("ingress.max_app_connections", "expected at least 1"));
+            }
             validate::admission(&ingress.admission).map_err(|e| e.under("ingress.admission"))?;
             ingress.validate_tls().map_err(|e| e.under("ingress"))?;
         }
@@ -623,8 +643,14 @@ impl Ingress {
         if let Some(tls) = &self.tls {
             tls.validate().map_err(|e| e.under("tls"))?;
         }
+        if let Some(tls) = &self.app_tls {
+            tls.validate().map_err(|e| e.under("app_tls"))?;
+            if self.protocol == Protocol::H2c {
+                return Err(ModelError::at("protocol", H2C_WITH_TLS));
+            }
+        }
         for (i, name) in self.trusted_identities.iter().enumerate() {
-            identity(name).map_err(|e| ModelError::at(format!("trusted_identities[{i}]"), e))?;
+            crate::tls::Identity::parse(name).map_err(|e| ModelError::at(format!("trusted_identities[{i}]"), e))?;
         }
         if !self.trusted_identities.is_empty() && self.tls.as_ref().is_none_or(|t| t.client_ca.is_none()) {
             let why = "needs `tls.client_ca`: identities are read from verified client certificates";
@@ -655,8 +681,7 @@ impl Upstream {
         if let Some(tls) = &self.tls {
             tls.validate().map_err(|e| e.under("tls"))?;
             if self.protocol == Protocol::H2c {
-                let why = "TLS towards an h2 upstream is not supported yet: use `protocol: http1`";
-                return Err(ModelError::at("tls", why));
+                return Err(ModelError::at("protocol", H2C_WITH_TLS));
             }
         }
         validate::client_policy(&self.policy).map_err(|e| e.under("policy"))
@@ -684,7 +709,9 @@ mod tests {
         assert_eq!(egress.max_requests, DEFAULT_MAX_REQUESTS);
         assert_eq!(egress.upstreams["backend"].max_connections_per_endpoint, DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT);
         assert_eq!(egress.upstreams["backend"].max_requests, DEFAULT_UPSTREAM_MAX_REQUESTS);
-        assert_eq!(c.ingress.unwrap().admission, AdmissionConfig::Fixed { capacity: 8 });
+        let ingress = c.ingress.unwrap();
+        assert_eq!(ingress.admission, AdmissionConfig::Fixed { capacity: 8 });
+        assert_eq!(ingress.max_app_connections, DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT);
         assert_eq!(c.workers, None);
         assert_eq!(c.tracing, None);
         let c = parse("workers: 1\negress: {listen: 127.0.0.1:1, upstreams: {}}").unwrap();
@@ -795,7 +822,7 @@ mod tests {
     #[test]
     fn tls_sections_read_back_equal_and_are_checked() {
         let c = parse(
-            "egress: {listen: 127.0.0.1:1, upstreams: {a: {endpoints: [127.0.0.1:2], tls: {ca: ca.pem, server_name: a.mesh, cert: c.pem, key: k.pem}}}, tls: {cert: s.pem, key: sk.pem}}\ningress: {listen: 127.0.0.1:3, app: 127.0.0.1:4, trusted_identities: [b.mesh, 10.0.0.7], tls: {cert: s.pem, key: sk.pem, client_ca: ca.pem}}\nadmin: {listen: 127.0.0.1:5, tls: {cert: s.pem, key: sk.pem}}",
+            "egress: {listen: 127.0.0.1:1, upstreams: {a: {endpoints: [127.0.0.1:2], tls: {ca: ca.pem, server_name: a.mesh, cert: c.pem, key: k.pem}}}, tls: {cert: s.pem, key: sk.pem}}\ningress: {listen: 127.0.0.1:3, app: 127.0.0.1:4, app_tls: {ca: ca.pem, server_name: app.mesh}, trusted_identities: [b.mesh, 10.0.0.7, 'spiffe://mesh/ns/shop/*'], tls: {cert: s.pem, key: sk.pem, client_ca: ca.pem}}\nadmin: {listen: 127.0.0.1:5, tls: {cert: s.pem, key: sk.pem}}",
         )
         .unwrap();
         let ingress = c.ingress.as_ref().unwrap();
@@ -809,13 +836,22 @@ mod tests {
         let e = parse(&ingress(", tls: {cert: s.pem, key: k.pem, client_ca: ca.pem}, trusted_identities: ['a b']"))
             .unwrap_err();
         assert!(e.contains("ingress.trusted_identities[0]") && e.contains("DNS name"), "{e}");
+        let e = parse(&ingress(
+            ", tls: {cert: s.pem, key: k.pem, client_ca: ca.pem}, trusted_identities: ['spiffe://td/ns//sa']",
+        ))
+        .unwrap_err();
+        assert!(e.contains("ingress.trusted_identities[0]") && e.contains("no SPIFFE ID"), "{e}");
         let upstream = |more: &str| {
             format!("egress: {{listen: 127.0.0.1:1, upstreams: {{a: {{endpoints: [127.0.0.1:2]{more}}}}}}}")
         };
         let e = parse(&upstream(", tls: {ca: ca.pem, cert: c.pem}")).unwrap_err();
         assert!(e.contains("egress.upstreams.a.tls") && e.contains("both `cert` and `key`"), "{e}");
+        let e = parse(&ingress(", protocol: h2c, app_tls: {ca: ca.pem}")).unwrap_err();
+        assert!(e.contains("ingress.protocol") && e.contains("chosen by ALPN"), "{e}");
+        let e = parse(&ingress(", app_tls: {ca: ca.pem, key: k.pem}")).unwrap_err();
+        assert!(e.contains("ingress.app_tls") && e.contains("both `cert` and `key`"), "{e}");
         let e = parse(&upstream(", protocol: h2c, tls: {ca: ca.pem}")).unwrap_err();
-        assert!(e.contains("egress.upstreams.a.tls") && e.contains("protocol: http1"), "{e}");
+        assert!(e.contains("egress.upstreams.a.protocol") && e.contains("chosen by ALPN"), "{e}");
     }
 
     #[test]
@@ -852,6 +888,8 @@ mod tests {
         let e = parse("egress: {listen: 127.0.0.1:1, upstreams: {a: {endpoints: [127.0.0.1:2], max_requests: 0}}}")
             .unwrap_err();
         assert_eq!(e, "proxy.yaml: egress.upstreams.a.max_requests: expected at least 1");
+        let e = parse("ingress: {listen: 127.0.0.1:1, app: 127.0.0.1:2, max_app_connections: 0}").unwrap_err();
+        assert_eq!(e, "proxy.yaml: ingress.max_app_connections: expected at least 1");
         let e = parse("egress: [127.0.0.1:1]").unwrap_err();
         assert_eq!(e, "proxy.yaml: egress: expected a mapping (egress settings), got a list, at line 1 column 9");
         let e = parse("egress: {listen: 127.0.0.1:1, upstreams: [a, b]}").unwrap_err();

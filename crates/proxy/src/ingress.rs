@@ -23,7 +23,8 @@ use crate::body::ClientBody;
 use crate::config;
 use crate::http::{self, Body, BoxError, CHIP, DEADLINE_MS};
 use crate::metrics::{Metrics, ResponseCounters};
-use crate::pool::Pool;
+use crate::pool::{self, Pool};
+use crate::tls::{self, TlsError};
 use crate::trace::{ServerSpan, Tracing};
 use crate::wire::Wire;
 use http_body_util::BodyExt;
@@ -59,11 +60,14 @@ pub struct Ingress {
     trusted_peers: Vec<config::Network>,
     /// The hop the sidecar delays itself, if any.
     wire: Option<Wire>,
+    /// The cap on HTTP/1 connections to the application, for the 503 that names it.
+    max_app_connections: usize,
 }
 
 /// How the ingress reaches the application.
 enum AppClient {
-    /// Kept-alive HTTP/1 connections.
+    /// Kept-alive HTTP/1 connections, or over TLS one HTTP/2 connection if the application
+    /// chooses `h2` by ALPN (the egress's endpoint pool).
     Http1(Arc<Pool>),
     /// HTTP/2 by prior knowledge, through hyper-util's client.
     H2c(Box<Client<HttpConnector, Body>>),
@@ -80,20 +84,30 @@ struct State {
 
 impl Ingress {
     /// The ingress of `config`; `epoch` is the proxy's time zero, `seed` its seed (the ingress
-    /// draws from stream 0, its network delay's jitter from [`WIRE_STREAM`], [`crate::rng`]).
-    pub fn new(config: &config::Ingress, epoch: Instant, metrics: Arc<Metrics>, seed: u64) -> Ingress {
+    /// draws from stream 0, its network delay's jitter from [`WIRE_STREAM`], [`crate::rng`]). An
+    /// error if the TLS files towards the application (`app_tls`) cannot be used.
+    pub fn new(
+        config: &config::Ingress,
+        epoch: Instant,
+        metrics: Arc<Metrics>,
+        seed: u64,
+    ) -> Result<Ingress, TlsError> {
         let state = State {
             admission: build::admission(&config.admission),
             in_flight: 0,
             rng: crate::rng(seed, 0),
             probes: ProbeResponder::default(),
         };
-        Ingress {
+        Ok(Ingress {
             app: config.app,
             client: match config.protocol {
-                // Uncapped: the local application's connections are bounded by the listener's
-                // `max_connections` and its admission control, not by a per-endpoint cap.
-                config::Protocol::Http1 => AppClient::Http1(Arc::new(Pool::new(config.app, usize::MAX))),
+                config::Protocol::Http1 => {
+                    let tls = match &config.app_tls {
+                        Some(t) => Some(Arc::new(tls::Connector::new(t, "ingress.app_tls")?)),
+                        None => None,
+                    };
+                    AppClient::Http1(Arc::new(Pool::new(config.app, config.max_app_connections).with_tls(tls)))
+                }
                 config::Protocol::H2c => {
                     AppClient::H2c(Box::new(Client::builder(TokioExecutor::new()).http2_only(true).build_http()))
                 }
@@ -105,7 +119,8 @@ impl Ingress {
             tracing: None,
             trusted_peers: config.trusted_peers.clone(),
             wire: config.network_delay.clone().map(|network| Wire::new(network, crate::rng(seed, WIRE_STREAM))),
-        }
+            max_app_connections: config.max_app_connections,
+        })
     }
 
     /// Makes a span per request when `tracing` is set.
@@ -183,6 +198,15 @@ impl Ingress {
         drop(held);
         let mut response = match (answer, fault.get()) {
             (None, _) => http::text(StatusCode::GATEWAY_TIMEOUT, "tailguard: the deadline passed"),
+            // Nothing was sent: the application's connections are at their cap, all in use.
+            (Some(Err(e)), _) if matches!(e.downcast_ref(), Some(pool::Error::Overflow(..))) => {
+                self.metrics.ingress_app_overflow.inc();
+                let why = format!(
+                    "tailguard: the application has its limit of connections open, all in use (ingress.max_app_connections {})",
+                    self.max_app_connections
+                );
+                return http::text(StatusCode::SERVICE_UNAVAILABLE, &why);
+            }
             // The client's body failed, not the application.
             (Some(Err(_)), Some(fault)) => return fault.response(),
             (Some(Err(_)), None) => http::text(StatusCode::BAD_GATEWAY, "tailguard: the application is unreachable"),

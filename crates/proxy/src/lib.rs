@@ -6,7 +6,7 @@
 //! application, and the admin listener serves health, metrics and the configuration.
 //!
 //! Modules, one concept each: [`config`] (the file), `egress`, `ingress`, `admin`, [`metrics`],
-//! `http` (bodies and header helpers), `body` (a client's request body: read timeout, client faults), `pool` (kept-alive HTTP/1 connections per endpoint), `probe` (Prequal's probes on the wire), `server` (HTTP/1.1 + h2c accept loops with limits and
+//! `http` (bodies and header helpers), `body` (a client's request body: read timeout, client faults), `pool` (an endpoint's connections: kept-alive HTTP/1, or one HTTP/2 when a TLS endpoint chooses it by ALPN), `probe` (Prequal's probes on the wire), `server` (HTTP/1.1 + h2c accept loops with limits and
 //! graceful shutdown), `tls` (rustls on the listeners and towards upstreams, files reloaded when
 //! they change), `reload` (watching the file and swapping the egress's upstreams), `trace`
 //! (OTLP spans, when configured) and `wire` (the network delay the ingress adds where the kernel
@@ -101,7 +101,8 @@ impl Proxy {
         if let Some(c) = &config.ingress {
             let listener = bind(c.listen).await?;
             proxy.ingress = Some(listener.local_addr()?);
-            let ingress = Arc::new(ingress::Ingress::new(c, epoch, metrics.clone(), seed).traced(tracing.clone()));
+            let ingress = ingress::Ingress::new(c, epoch, metrics.clone(), seed).map_err(std::io::Error::other)?;
+            let ingress = Arc::new(ingress.traced(tracing.clone()));
             let handler = move |req, peer| {
                 let ingress = ingress.clone();
                 async move { ingress.handle(req, peer).await }

@@ -143,6 +143,9 @@ pub struct Metrics {
     pub ingress_responses: Family<ClassLabels, Counter>,
     /// Requests the local application holds through the ingress.
     pub ingress_in_flight: Gauge,
+    /// Requests answered 503 at once because the application had `max_app_connections`
+    /// connections open, none idle.
+    pub ingress_app_overflow: Counter,
 }
 
 impl Default for Metrics {
@@ -184,6 +187,7 @@ impl Metrics {
             ingress_rejected: Counter::default(),
             ingress_responses: Family::default(),
             ingress_in_flight: Gauge::default(),
+            ingress_app_overflow: Counter::default(),
             registry: Registry::default(),
         };
         registry.register("egress_requests", "Requests from the application", m.requests.clone());
@@ -254,6 +258,11 @@ impl Metrics {
         registry.register("ingress_rejected", "Requests refused with 429", m.ingress_rejected.clone());
         registry.register("ingress_responses", "Responses of the ingress by status class", m.ingress_responses.clone());
         registry.register("ingress_in_flight", "Requests held by the application", m.ingress_in_flight.clone());
+        registry.register(
+            "ingress_app_overflow",
+            "Requests answered 503 at once: the application had max_app_connections connections open",
+            m.ingress_app_overflow.clone(),
+        );
         // The ingress's classes exist from the start, as every upstream's series do.
         let _ = m.ingress_response_counters();
         Metrics { registry, ..m }

@@ -17,11 +17,16 @@
 //! at once with [`Error::Overflow`], before connecting, rather than opening one connection (and
 //! descriptor) per request in flight without bound.
 //!
+//! Over TLS, an endpoint that chooses `h2` by ALPN gets one HTTP/2 connection that carries every
+//! request, multiplexed ([`h2`]); HTTP/1.1 (or no ALPN) gets the connections above.
+//!
 //! Replays follow hyper-util's client and RFC 9112 §9.3.1: a request that failed on a reused
 //! connection before any of its response arrived is sent once more on a new connection when hyper
 //! hands it back unsent, or when the caller can rebuild it (idempotent, buffered body) and the
 //! connection was closed or reset under it (an endpoint closing an idle connection as the request
 //! went out).
+
+mod h2;
 
 use crate::cap::{Count, Place};
 use crate::http::{Body, BoxError};
@@ -65,6 +70,8 @@ pub struct Pool {
     max_connections: AtomicUsize,
     /// TLS towards the endpoint, if it speaks it.
     tls: Option<Arc<tls::Connector>>,
+    /// Over TLS: whether the endpoint chose h2 by ALPN, and its one connection if so.
+    alpn: h2::Negotiated,
 }
 
 /// The idle stack, newest on top, and whether a sweeper watches it.
@@ -127,6 +134,9 @@ pub enum Error {
     /// The exchange failed.
     #[error(transparent)]
     Http(#[from] hyper::Error),
+    /// The request cannot be sent over HTTP/2 (its `Host` is no URI authority).
+    #[error("cannot send the request over HTTP/2: {0}")]
+    Request(#[source] BoxError),
 }
 
 impl Conn {
@@ -186,6 +196,7 @@ impl Pool {
             open: Count::default(),
             max_connections: AtomicUsize::new(max_connections),
             tls: None,
+            alpn: h2::Negotiated::default(),
         }
     }
 
@@ -238,6 +249,12 @@ impl Pool {
         F: FnOnce() -> Request<Body>,
         E: From<Error>,
     {
+        if self.tls.is_some() {
+            // Boxed: TLS endpoints only, and its future would otherwise take room in every attempt.
+            if let Some(sender) = Box::pin(self.multiplexed()).await? {
+                return Ok(Box::pin(self.send_h2(sender, request)).await?);
+            }
+        }
         self.set_host(&mut request);
         let (conn, reused) = match self.checkout() {
             Some(conn) => (conn, true),
@@ -295,7 +312,20 @@ impl Pool {
         Some(conn)
     }
 
+    /// A new HTTP/1 connection.
     async fn connect(&self) -> Result<Box<Conn>, Error> {
+        let (place, stream) = self.dial().await?;
+        if stream.is_h2() {
+            // The endpoint chose h2 since it was learnt to speak HTTP/1 (a new version behind
+            // the same address): its next request learns it again ([`h2`]).
+            self.forget_alpn();
+            return Err(Error::Connect(self.addr, std::io::Error::other("the endpoint now chose h2 by ALPN")));
+        }
+        self.handshake(place, stream).await
+    }
+
+    /// A new connection to the endpoint (TCP, then TLS if it speaks it), holding its place.
+    async fn dial(&self) -> Result<(Place, Stream), Error> {
         // Reserved before connecting: connections being opened count too.
         let max = self.max_connections.load(Ordering::Relaxed);
         let place = self.open.take(max).ok_or(Error::Overflow(self.addr, max))?;
@@ -309,6 +339,11 @@ impl Pool {
                 Stream::Tls(Box::new(tls.connect(self.addr, stream).await.map_err(|e| Error::Connect(self.addr, e))?))
             }
         };
+        Ok((place, stream))
+    }
+
+    /// HTTP/1 on `stream`.
+    async fn handshake(&self, place: Place, stream: Stream) -> Result<Box<Conn>, Error> {
         let (sender, driver) = self.builder.handshake(TokioIo::new(stream)).await?;
         Ok(Conn::new(sender, driver, place))
     }

@@ -2,70 +2,22 @@
 //! path a DNS answer takes) changes under load, and one upstream resolves `localhost` for real.
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty, Full};
-use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use hyper::{Request, StatusCode};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use std::convert::Infallible;
-use std::net::SocketAddr;
+use hyper_util::rt::TokioExecutor;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tailguard_proxy::{Config, Proxy};
-use tokio::net::TcpListener;
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::JoinSet;
 
-/// A backend on port 0 answering its name (with `status`) after `delay`; counts its requests.
-struct Backend {
-    addr: SocketAddr,
-    hits: Arc<AtomicUsize>,
-    task: JoinHandle<()>,
-}
+mod common;
+use common::{Backend, Mode};
 
-impl Backend {
-    async fn start(name: &'static str, status: u16, delay: Duration) -> Backend {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let hits = Arc::new(AtomicUsize::new(0));
-        let counter = hits.clone();
-        let task = tokio::spawn(async move {
-            let mut conns = JoinSet::new();
-            loop {
-                let Ok((stream, _)) = listener.accept().await else { continue };
-                let counter = counter.clone();
-                let service = service_fn(move |_req: Request<Incoming>| {
-                    counter.fetch_add(1, Ordering::SeqCst);
-                    async move {
-                        tokio::time::sleep(delay).await;
-                        let response = Response::builder().status(status).body(Full::new(Bytes::from(name)));
-                        Ok::<_, Infallible>(response.unwrap())
-                    }
-                });
-                conns.spawn(async move {
-                    let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
-                });
-            }
-        });
-        Backend { addr, hits, task }
-    }
-
-    async fn ok(name: &'static str) -> Backend {
-        Backend::start(name, 200, Duration::from_millis(2)).await
-    }
-
-    fn hits(&self) -> usize {
-        self.hits.load(Ordering::SeqCst)
-    }
-}
-
-impl Drop for Backend {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+/// A backend answering 200 with its name after 2 ms.
+async fn ok(name: &'static str) -> Backend {
+    Backend::start(name, Mode::Ok(Duration::from_millis(2))).await
 }
 
 /// An endpoint file in the temp directory, replaced whole on each write (write, then rename).
@@ -144,7 +96,7 @@ async fn until_known(proxy: &Proxy, backend: &Backend) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endpoints_changing_every_150_ms_under_steady_load_fail_no_request() {
-    let backends = [Backend::ok("a").await, Backend::ok("b").await, Backend::ok("c").await, Backend::ok("d").await];
+    let backends = [ok("a").await, ok("b").await, ok("c").await, ok("d").await];
     let file = EndpointFile::new("churn");
     file.write(&[&backends[0], &backends[1]]);
     // No retries: a request sent to an endpoint as it leaves must still be answered by it.
@@ -205,8 +157,8 @@ async fn endpoints_changing_every_150_ms_under_steady_load_fail_no_request() {
 
 #[tokio::test]
 async fn a_removed_endpoint_gets_no_new_request_and_its_request_in_flight_finishes() {
-    let slow = Backend::start("slow", 200, Duration::from_millis(800)).await;
-    let fast = Backend::ok("fast").await;
+    let slow = Backend::start("slow", Mode::Ok(Duration::from_millis(800))).await;
+    let fast = ok("fast").await;
     let file = EndpointFile::new("drain");
     file.write(&[&slow]);
     let proxy = Arc::new(proxy(&file_discovery(&file, "20ms"), "{}").await);
@@ -234,8 +186,8 @@ async fn a_removed_endpoint_gets_no_new_request_and_its_request_in_flight_finish
 
 #[tokio::test]
 async fn an_ejected_endpoint_that_stays_in_the_set_stays_ejected() {
-    let broken = Backend::start("broken", 500, Duration::ZERO).await;
-    let (a, b, c) = (Backend::ok("a").await, Backend::ok("b").await, Backend::ok("c").await);
+    let broken = Backend::start("broken", Mode::Status(500)).await;
+    let (a, b, c) = (ok("a").await, ok("b").await, ok("c").await);
     let file = EndpointFile::new("eject");
     file.write(&[&broken, &a, &b]);
     let policy =
@@ -262,7 +214,7 @@ async fn an_ejected_endpoint_that_stays_in_the_set_stays_ejected() {
 
 #[tokio::test]
 async fn a_dns_name_is_resolved_with_the_system_resolver() {
-    let backend = Backend::ok("a").await;
+    let backend = ok("a").await;
     // `localhost` may also resolve to ::1, where nothing listens: a retry takes it elsewhere.
     let discovery = format!("{{dns: 'localhost:{}', interval: 1s}}", backend.addr.port());
     let proxy = proxy(&discovery, "{retry: {max_attempts: 3}}").await;

@@ -19,114 +19,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 
-/// How a test backend answers.
-#[derive(Clone, Copy)]
-enum Mode {
-    /// 200 after `delay`, with a chip.
-    Ok(Duration),
-    /// This status at once.
-    Status(u16),
-    /// Never answers.
-    Hang,
-    /// Reads the whole request body first, then 200 with its length in `x-body-length` (500 if
-    /// the body failed).
-    Read,
-}
-
-/// A backend on port 0; dropping or killing it closes its listener and every connection.
-struct Backend {
-    addr: SocketAddr,
-    hits: Arc<AtomicUsize>,
-    /// Connections accepted.
-    accepted: Arc<AtomicUsize>,
-    task: JoinHandle<()>,
-}
-
-impl Backend {
-    async fn start(name: &'static str, mode: Mode) -> Backend {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let hits = Arc::new(AtomicUsize::new(0));
-        let counter = hits.clone();
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let accepts = accepted.clone();
-        let task = tokio::spawn(async move {
-            let mut conns = JoinSet::new();
-            loop {
-                let Ok((stream, _)) = listener.accept().await else { continue };
-                accepts.fetch_add(1, Ordering::SeqCst);
-                let counter = counter.clone();
-                let service = service_fn(move |req: Request<Incoming>| {
-                    counter.fetch_add(1, Ordering::SeqCst);
-                    answer(name, mode, req)
-                });
-                conns.spawn(async move {
-                    let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
-                });
-            }
-        });
-        Backend { addr, hits, accepted, task }
-    }
-
-    fn hits(&self) -> usize {
-        self.hits.load(Ordering::SeqCst)
-    }
-
-    fn kill(&self) {
-        self.task.abort();
-    }
-}
-
-impl Drop for Backend {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// The backend's answer: its name, which tailguard headers it saw (`x-seen`), every value of
-/// `x-repeat` it was sent (`x-repeats`) and the names of all headers it was sent (`x-names`).
-async fn answer(name: &str, mode: Mode, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
-    let seen: Vec<String> = req
-        .headers()
-        .iter()
-        .filter(|(k, _)| k.as_str().starts_with("x-tailguard-"))
-        .map(|(k, v)| format!("{k}={}", v.to_str().unwrap_or("?")))
-        .collect();
-    let repeats: Vec<&str> = req.headers().get_all("x-repeat").iter().map(|v| v.to_str().unwrap_or("?")).collect();
-    let repeats = repeats.join(",");
-    let names: Vec<&str> = req.headers().keys().map(|k| k.as_str()).collect();
-    let names = names.join(",");
-    let mut body_length = 0;
-    let status = match mode {
-        Mode::Ok(delay) => {
-            tokio::time::sleep(delay).await;
-            200
-        }
-        Mode::Status(s) => s,
-        Mode::Hang => {
-            std::future::pending::<()>().await;
-            500
-        }
-        Mode::Read => match req.into_body().collect().await {
-            Ok(body) => {
-                body_length = body.to_bytes().len();
-                200
-            }
-            Err(_) => 500,
-        },
-    };
-    let response = Response::builder()
-        .status(status)
-        .header("x-tailguard-chip", "1")
-        .header("x-tailguard-deadline", "spoof")
-        .header("x-seen", seen.join(","))
-        .header("x-repeats", repeats)
-        .header("x-names", names)
-        .header("x-body-length", body_length)
-        .body(Full::new(Bytes::from(name.to_string())))
-        .unwrap();
-    Ok(response)
-}
+mod common;
+use common::{Backend, Mode};
 
 fn endpoints(backends: &[&Backend]) -> String {
     let list: Vec<String> = backends.iter().map(|b| b.addr.to_string()).collect();
@@ -527,6 +421,46 @@ async fn the_ingress_refuses_above_capacity_with_429() {
     for (class, count) in [("1xx", 0.0), ("2xx", 1.0), ("3xx", 0.0), ("4xx", 1.0), ("5xx", 1.0)] {
         let series = format!("tailguard_ingress_responses_total{{class=\"{class}\"}}");
         assert_eq!(sample(&metrics, &series), count, "{series}: {metrics}");
+    }
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_hung_app_holds_at_most_max_app_connections_and_the_next_request_gets_503_at_once() {
+    let app = Backend::start("app", Mode::Hang).await;
+    let text = format!(
+        "ingress: {{listen: 127.0.0.1:0, app: {}, admission: {{kind: none}}, max_app_connections: 2}}\nadmin: {{listen: 127.0.0.1:0}}\nshutdown_grace: 1s\n",
+        app.addr
+    );
+    let server = proxy_of(&text).await;
+    let ingress = server.ingress.unwrap();
+    // Two requests the app never answers hold its two connections.
+    let hung: Vec<_> = (0..2)
+        .map(|_| {
+            tokio::spawn(async move {
+                let req = Request::get(format!("http://{ingress}/x")).header("host", "app").body(Empty::new());
+                client().request(req.unwrap()).await
+            })
+        })
+        .collect();
+    let since = Instant::now();
+    while app.hits() < 2 {
+        assert!(since.elapsed() < Duration::from_secs(5), "the app got {} requests", app.hits());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The third finds no idle connection and the cap reached: 503 at once, not a third
+    // connection and a wait.
+    let asked = Instant::now();
+    let (status, _, body) = get(&client(), ingress, "app", &[]).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert!(asked.elapsed() < Duration::from_secs(1), "answered after {:?}", asked.elapsed());
+    assert!(body.contains("ingress.max_app_connections 2"), "{body}");
+    assert_eq!(app.accepted.load(Ordering::SeqCst), 2);
+    let metrics = admin_metrics(&server).await;
+    assert_eq!(sample(&metrics, "tailguard_ingress_app_overflow_total"), 1.0, "{metrics}");
+    assert_eq!(app.hits(), 2);
+    for request in hung {
+        request.abort();
     }
     server.shutdown().await;
 }

@@ -1,6 +1,7 @@
 //! TLS and mTLS over real sockets on 127.0.0.1, with certificates made in the test (rcgen): the
 //! handshake (HTTP/1.1 and HTTP/2 by ALPN), a client without a certificate refused, a rotation
-//! under load, an upstream over mTLS, identities in the trust rule, and errors naming the file.
+//! under load, an upstream over mTLS (and over h2 by ALPN), an application behind TLS, identities
+//! (DNS names and SPIFFE IDs) in the trust rule, and errors naming the file.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Full};
@@ -59,9 +60,20 @@ impl Pki {
     /// A certificate for `names` signed by the CA, written as `{file}.pem` and `{file}-key.pem`
     /// (through a rename each, so a reader never sees half a file).
     fn leaf(&self, file: &str, names: &[&str]) -> Leaf {
-        let key = KeyPair::generate().unwrap();
         let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-        let cert = CertificateParams::new(names).unwrap().signed_by(&key, &self.ca, &self.ca_key).unwrap();
+        self.leaf_of(file, CertificateParams::new(names).unwrap())
+    }
+
+    /// A certificate whose only SAN is the URI `uri` (a SPIFFE ID), as [`Pki::leaf`] writes it.
+    fn spiffe_leaf(&self, file: &str, uri: &str) -> Leaf {
+        let mut params = CertificateParams::default();
+        params.subject_alt_names = vec![rcgen::SanType::URI(uri.try_into().unwrap())];
+        self.leaf_of(file, params)
+    }
+
+    fn leaf_of(&self, file: &str, params: CertificateParams) -> Leaf {
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.ca, &self.ca_key).unwrap();
         let (cert_path, key_path) = (self.dir.join(format!("{file}.pem")), self.dir.join(format!("{file}-key.pem")));
         write_atomically(&cert_path, &cert.pem());
         write_atomically(&key_path, &key.serialize_pem());
@@ -336,6 +348,36 @@ async fn a_client_certificate_with_a_trusted_identity_may_set_the_deadline() {
 }
 
 #[tokio::test]
+async fn a_spiffe_id_in_a_uri_san_is_trusted_exactly_or_under_a_path_rule() {
+    let pki = Pki::new("spiffe");
+    let server = pki.leaf("server", &["proxy.test"]);
+    let (app, _app) = app(None).await;
+    let tls_more = format!(", client_ca: {}", pki.ca().display());
+    let more = ", trusted_peers: [192.0.2.0/24], trusted_identities: ['spiffe://cluster.local/ns/shop/sa/cart', 'spiffe://cluster.local/ns/ops/*']";
+    let proxy = proxy_of(&ingress(app, &server, &tls_more, more)).await;
+    let addr = proxy.ingress.unwrap();
+    let deadline = [("x-tailguard-deadline-ms", "2500")];
+    for (n, (uri, believed)) in [
+        ("spiffe://cluster.local/ns/shop/sa/cart", true),
+        ("spiffe://cluster.local/ns/ops/sa/deployer", true),
+        // Neither the same ID nor under the rule's path.
+        ("spiffe://cluster.local/ns/shop/sa/cart2", false),
+        ("spiffe://cluster.local/ns/shop/sa/other", false),
+        ("spiffe://cluster.local/ns/operations/sa/x", false),
+        ("spiffe://other.domain/ns/ops/sa/deployer", false),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let client = pki.spiffe_leaf(&format!("client{n}"), uri);
+        let (status, seen, ..) = request(&pki.client(Some(&client), H1), addr, &deadline).await.unwrap();
+        let expected = if believed { "2500" } else { "none" };
+        assert_eq!((status, seen.as_str()), (StatusCode::OK, expected), "{uri}");
+    }
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_missing_or_bad_file_is_an_error_naming_the_field_and_the_file() {
     let pki = Pki::new("errors");
     let server = pki.leaf("server", &["proxy.test"]);
@@ -360,4 +402,139 @@ async fn a_missing_or_bad_file_is_an_error_naming_the_field_and_the_file() {
     let text = ingress(app, &server, "", ", trusted_identities: [caller.test]");
     let e = Config::parse(&text, Path::new("proxy.yaml")).unwrap_err().to_string();
     assert!(e.contains("ingress.trusted_identities") && e.contains("client_ca"), "{e}");
+}
+
+/// A TLS application on port 0 with `leaf`'s certificate, offering `alpn`, asking for a client
+/// certificate from `pki`'s CA when `mtls`; it serves HTTP/2 or HTTP/1.1 as ALPN chose, and
+/// answers each request after 100 ms with the HTTP version it arrived over.
+struct AlpnApp {
+    addr: SocketAddr,
+    /// Connections whose handshake succeeded.
+    accepted: Arc<AtomicUsize>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for AlpnApp {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn alpn_app(pki: &Pki, leaf: &Leaf, alpn: &[&[u8]], mtls: bool) -> AlpnApp {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions();
+    let builder = if mtls {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(pki.ca.der().clone()).unwrap();
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+        builder.unwrap().with_client_cert_verifier(verifier.build().unwrap())
+    } else {
+        builder.unwrap().with_no_client_auth()
+    };
+    let mut config = builder.with_single_cert(vec![leaf.der.clone()], leaf.key_der.clone_key()).unwrap();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    let task = tokio::spawn(async move {
+        let mut conns = tokio::task::JoinSet::new();
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            let (acceptor, counter) = (acceptor.clone(), counter.clone());
+            conns.spawn(async move {
+                let Ok(stream) = acceptor.accept(stream).await else { return };
+                counter.fetch_add(1, Ordering::SeqCst);
+                let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+                let service = service_fn(|req: Request<Incoming>| async move {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(format!("{:?}", req.version())))))
+                });
+                let io = TokioIo::new(stream);
+                if h2 {
+                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(io, service)
+                        .await;
+                } else {
+                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
+                }
+            });
+        }
+    });
+    AlpnApp { addr, accepted, task }
+}
+
+/// `n` concurrent GETs to `addr` (cleartext HTTP/1.1, Host `host`): each one's status and body.
+async fn concurrent_gets(addr: SocketAddr, host: &str, n: usize) -> Vec<(StatusCode, String)> {
+    let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let requests: Vec<_> = (0..n)
+        .map(|_| {
+            let (client, host) = (client.clone(), host.to_string());
+            tokio::spawn(async move {
+                let req = Request::get(format!("http://{addr}/")).header("host", host).body(Empty::new()).unwrap();
+                let response = client.request(req).await.unwrap();
+                let status = response.status();
+                let body = response.into_body().collect().await.unwrap().to_bytes();
+                (status, String::from_utf8_lossy(&body).into_owned())
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for request in requests {
+        answers.push(tokio::time::timeout(Duration::from_secs(10), request).await.unwrap().unwrap());
+    }
+    answers
+}
+
+#[tokio::test]
+async fn an_upstream_choosing_h2_by_alpn_carries_concurrent_requests_on_one_connection() {
+    let pki = Pki::new("h2-upstream");
+    let backend = pki.leaf("backend", &["backend.test"]);
+    let file = |upstream: SocketAddr| {
+        format!(
+            "egress:\n  listen: 127.0.0.1:0\n  upstreams:\n    svc: {{endpoints: [{upstream}], tls: {{ca: {}, server_name: backend.test}}}}\nshutdown_grace: 1s\n",
+            pki.ca().display()
+        )
+    };
+    // Offered h2, the upstream gets all 50 requests, each held 100 ms, over one connection.
+    let h2 = alpn_app(&pki, &backend, H2_AND_H1, false).await;
+    let proxy = proxy_of(&file(h2.addr)).await;
+    let answers = concurrent_gets(proxy.egress.unwrap(), "svc", 50).await;
+    assert!(answers.iter().all(|a| *a == (StatusCode::OK, "HTTP/2.0".to_string())), "{answers:?}");
+    assert_eq!(h2.accepted.load(Ordering::SeqCst), 1, "one multiplexed connection");
+    proxy.shutdown().await;
+    // An upstream choosing HTTP/1.1 is spoken to over HTTP/1.1: a connection per request in flight.
+    let h1 = alpn_app(&pki, &backend, H1, false).await;
+    let proxy = proxy_of(&file(h1.addr)).await;
+    let answers = concurrent_gets(proxy.egress.unwrap(), "svc", 20).await;
+    assert!(answers.iter().all(|a| *a == (StatusCode::OK, "HTTP/1.1".to_string())), "{answers:?}");
+    assert!(h1.accepted.load(Ordering::SeqCst) > 1, "{} connections", h1.accepted.load(Ordering::SeqCst));
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_ingress_reaches_an_application_listening_with_mtls_over_h2() {
+    let pki = Pki::new("app-tls");
+    let app_leaf = pki.leaf("app", &["app.test"]);
+    let sidecar = pki.leaf("sidecar", &["sidecar.test"]);
+    let app = alpn_app(&pki, &app_leaf, H2_AND_H1, true).await;
+    let file = |client_cert: &str| {
+        format!(
+            "ingress: {{listen: 127.0.0.1:0, app: {}, admission: {{kind: none}}, app_tls: {{ca: {}, server_name: app.test{client_cert}}}}}\nshutdown_grace: 1s\n",
+            app.addr,
+            pki.ca().display()
+        )
+    };
+    let with_cert = format!(", cert: {}, key: {}", sidecar.cert.display(), sidecar.key.display());
+    let proxy = proxy_of(&file(&with_cert)).await;
+    let answers = concurrent_gets(proxy.ingress.unwrap(), "app", 10).await;
+    assert!(answers.iter().all(|a| *a == (StatusCode::OK, "HTTP/2.0".to_string())), "{answers:?}");
+    assert_eq!(app.accepted.load(Ordering::SeqCst), 1, "one multiplexed connection");
+    proxy.shutdown().await;
+    // Without its client certificate the application refuses the ingress: 502.
+    let proxy = proxy_of(&file("")).await;
+    let answers = concurrent_gets(proxy.ingress.unwrap(), "app", 1).await;
+    assert_eq!(answers[0].0, StatusCode::BAD_GATEWAY, "{answers:?}");
+    proxy.shutdown().await;
 }

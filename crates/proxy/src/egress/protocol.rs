@@ -1,6 +1,7 @@
 //! Protocol: an attempt on the wire. HTTP/1 attempts go through each endpoint's own connection
 //! [`Pool`](crate::pool::Pool) (origin-form URI, rebuilt for a replay on a fresh connection when
-//! the request is replayable); h2c attempts through hyper-util's client (one multiplexed
+//! the request is replayable; over TLS the pool speaks HTTP/2 instead when the endpoint chooses
+//! it by ALPN); h2c attempts through hyper-util's client (one multiplexed
 //! connection per endpoint, absolute URI). Each carries the template's headers, the deadline left
 //! for the next hop and its trace context; a response loses internal and hop-by-hop headers.
 

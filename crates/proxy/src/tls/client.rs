@@ -1,7 +1,7 @@
 //! TLS towards an upstream: the CA its endpoints' certificates must chain to, the name they must
 //! be valid for, and the proxy's client certificate if the upstream requires one (mTLS).
 
-use super::{certs, key, provider, roots, Reloading, TlsError, HTTP1};
+use super::{certs, key, provider, roots, Reloading, TlsError, H2, HTTP1};
 use crate::config::{self, UpstreamTls};
 use rustls::ClientConfig;
 use rustls_pki_types::ServerName;
@@ -13,7 +13,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
-/// Opens TLS connections to one upstream's endpoints (HTTP/1.1 by ALPN).
+/// Opens TLS connections to one upstream's endpoints, offering `h2` and `http/1.1` by ALPN.
 pub struct Connector {
     config: UpstreamTls,
     field: String,
@@ -64,7 +64,7 @@ fn client_config(tls: &UpstreamTls, field: &str) -> Result<ClientConfig, TlsErro
         }
         _ => builder.with_no_client_auth(),
     };
-    config.alpn_protocols = vec![HTTP1.to_vec()];
+    config.alpn_protocols = vec![H2.to_vec(), HTTP1.to_vec()];
     Ok(config)
 }
 
@@ -72,6 +72,13 @@ fn client_config(tls: &UpstreamTls, field: &str) -> Result<ClientConfig, TlsErro
 pub enum Stream {
     Plain(TcpStream),
     Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl Stream {
+    /// Whether the endpoint chose HTTP/2 by ALPN.
+    pub fn is_h2(&self) -> bool {
+        matches!(self, Stream::Tls(s) if s.get_ref().1.alpn_protocol() == Some(H2))
+    }
 }
 
 impl AsyncRead for Stream {

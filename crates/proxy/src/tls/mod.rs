@@ -8,12 +8,15 @@
 //! new connections while open ones go on with the old. Invalid files are reported and the old
 //! configuration kept. Nothing polls a listener that takes no connections.
 //!
-//! ALPN: listeners offer `h2` and `http/1.1`, so HTTP/2 needs no prior knowledge over TLS.
+//! ALPN: listeners offer `h2` and `http/1.1`, so HTTP/2 needs no prior knowledge over TLS; so do
+//! connections to upstreams, and one whose endpoint chooses `h2` is multiplexed (`crate::pool`).
 
 mod client;
+mod identity;
 mod server;
 
 pub use client::{Connector, Stream};
+pub use identity::Identity;
 pub use server::{Acceptor, TrustedIdentity};
 
 use arc_swap::ArcSwap;

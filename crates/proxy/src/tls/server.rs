@@ -1,11 +1,10 @@
 //! A listener's TLS: the handshake, ALPN, client certificates (mTLS) and the identities a
 //! verified client certificate proves.
 
-use super::{certs, key, provider, roots, Reloading, TlsError, H2, HTTP1};
-use crate::config::{self, ServerTls};
+use super::{certs, key, provider, roots, Identity, Reloading, TlsError, H2, HTTP1};
+use crate::config::ServerTls;
 use rustls::server::WebPkiClientVerifier;
 use rustls::ServerConfig;
-use rustls_pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
@@ -16,7 +15,7 @@ pub struct Acceptor {
     field: String,
     current: Reloading<ServerConfig>,
     /// The identities whose client certificates are trusted (`ingress.trusted_identities`).
-    trusted: Vec<ServerName<'static>>,
+    trusted: Vec<Identity>,
 }
 
 /// In a request's extensions when its connection's client certificate is valid for one of the
@@ -26,13 +25,13 @@ pub struct TrustedIdentity;
 
 impl Acceptor {
     /// The acceptor of the listener `field` (`ingress.tls`), its files read now; client
-    /// certificates valid for one of `trusted` (checked by [`config::Config`]) are marked.
+    /// certificates proving one of `trusted` (checked by [`crate::config::Config`]) are marked.
     pub fn new(config: &ServerTls, field: &str, trusted: &[String]) -> Result<Acceptor, TlsError> {
         let files =
             [("cert", Some(&config.cert)), ("key", Some(&config.key)), ("client_ca", config.client_ca.as_ref())];
         let files = files.into_iter().filter_map(|(f, p)| Some((format!("{field}.{f}"), p?.clone()))).collect();
         let current = Reloading::new(files, || server_config(config, field))?;
-        let trusted = trusted.iter().filter_map(|name| config::identity(name).ok()).collect();
+        let trusted = trusted.iter().filter_map(|name| Identity::parse(name).ok()).collect();
         Ok(Acceptor { config: config.clone(), field: field.to_string(), current, trusted })
     }
 
@@ -50,13 +49,9 @@ impl Acceptor {
         Ok((stream, h2, identity))
     }
 
-    /// Whether the (verified) client certificate `cert` is valid for a trusted identity.
+    /// Whether the (verified) client certificate `cert` proves a trusted identity.
     fn identity(&self, cert: &rustls_pki_types::CertificateDer<'_>) -> Option<TrustedIdentity> {
-        if self.trusted.is_empty() {
-            return None;
-        }
-        let cert = webpki::EndEntityCert::try_from(cert).ok()?;
-        self.trusted.iter().any(|name| cert.verify_is_valid_for_subject_name(name).is_ok()).then_some(TrustedIdentity)
+        self.trusted.iter().any(|id| id.proven_by(cert)).then_some(TrustedIdentity)
     }
 }
 

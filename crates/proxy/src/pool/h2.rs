@@ -1,0 +1,93 @@
+//! HTTP/2 to a TLS endpoint that chooses `h2` by ALPN: one connection carries every request to
+//! the endpoint, multiplexed (as hyper-util's client does for `protocol: h2c`), and holds one
+//! place under the pool's connection cap. What the endpoint speaks is learnt from a handshake:
+//! the first request (and the first after the connection closed) opens one while the others
+//! wait for it, so concurrent first requests share it. An endpoint that chose HTTP/1.1, or no
+//! protocol, gets the pool's HTTP/1 connections (the one the handshake opened first among them).
+
+use super::{Error, Pool};
+use crate::http::{Body, BoxError};
+use http_body_util::BodyExt;
+use hyper::client::conn::http2::{self, SendRequest};
+use hyper::header::HOST;
+use hyper::http::uri::{Authority, Scheme};
+use hyper::{Request, Response, Uri, Version};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::sync::Arc;
+
+/// What a TLS endpoint speaks, as far as is known.
+#[derive(Default)]
+enum Alpn {
+    /// Not learnt yet, or its h2 connection closed.
+    #[default]
+    Unknown,
+    /// HTTP/1.1: the pool's kept-alive connections.
+    Http1,
+    /// HTTP/2 on this connection.
+    H2(SendRequest<Body>),
+}
+
+/// What the endpoint speaks; locked while a handshake learns it.
+#[derive(Default)]
+pub(super) struct Negotiated(tokio::sync::Mutex<Alpn>);
+
+impl Pool {
+    /// The HTTP/2 connection to send on if the endpoint chose h2: the open one, or a new one
+    /// when a handshake learns it. `None`: the endpoint speaks HTTP/1.
+    pub(super) async fn multiplexed(self: &Arc<Self>) -> Result<Option<SendRequest<Body>>, Error> {
+        let mut alpn = self.alpn.0.lock().await;
+        match &*alpn {
+            Alpn::Http1 => return Ok(None),
+            Alpn::H2(sender) if !sender.is_closed() => return Ok(Some(sender.clone())),
+            Alpn::H2(_) | Alpn::Unknown => {}
+        }
+        let (place, stream) = self.dial().await?;
+        if !stream.is_h2() {
+            *alpn = Alpn::Http1;
+            drop(alpn);
+            // Not wasted: the HTTP/1 connection waits idle for the request that learnt it.
+            let conn = self.handshake(place, stream).await?;
+            self.put(conn);
+            return Ok(None);
+        }
+        let (sender, connection) = http2::Builder::new(TokioExecutor::new()).handshake(TokioIo::new(stream)).await?;
+        tokio::spawn(async move {
+            // It ends when the endpoint closes it or every sender is dropped (the pool with them).
+            let _ = connection.await;
+            drop(place);
+        });
+        *alpn = Alpn::H2(sender.clone());
+        Ok(Some(sender))
+    }
+
+    /// Forgets what the endpoint speaks (it chose h2 on a connection meant for HTTP/1), unless
+    /// a handshake is learning it now.
+    pub(super) fn forget_alpn(&self) {
+        if let Ok(mut alpn) = self.alpn.0.try_lock() {
+            *alpn = Alpn::Unknown;
+        }
+    }
+
+    /// Sends `request` (origin-form URI) on the HTTP/2 connection `sender`: its `Host` (or the
+    /// endpoint's address) becomes the `:authority`.
+    pub(super) async fn send_h2(
+        &self,
+        mut sender: SendRequest<Body>,
+        mut request: Request<Body>,
+    ) -> Result<Response<Body>, Error> {
+        let host = request.headers_mut().remove(HOST);
+        let authority = host
+            .and_then(|h| Authority::try_from(h.as_bytes()).ok())
+            .map_or_else(|| Authority::try_from(self.host.as_bytes()), Ok)
+            .map_err(|e| Error::Request(e.into()))?;
+        let mut uri = Uri::builder().scheme(Scheme::HTTPS).authority(authority);
+        if let Some(path) = request.uri().path_and_query() {
+            uri = uri.path_and_query(path.clone());
+        }
+        *request.uri_mut() = uri.build().map_err(|e| Error::Request(e.into()))?;
+        *request.version_mut() = Version::HTTP_2;
+        sender.ready().await?;
+        let response = sender.send_request(request).await?;
+        Ok(response.map(|body| body.map_err(BoxError::from).boxed()))
+    }
+}

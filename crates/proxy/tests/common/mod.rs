@@ -1,0 +1,128 @@
+//! What several test files share: a backend on port 0 that answers as told.
+
+// Each test file compiles this module on its own and uses only part of it.
+#![allow(dead_code)]
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::task::{JoinHandle, JoinSet};
+
+/// How a test backend answers.
+#[derive(Clone, Copy)]
+pub enum Mode {
+    /// 200 after `delay`, with a chip.
+    Ok(Duration),
+    /// This status at once.
+    Status(u16),
+    /// Never answers.
+    Hang,
+    /// Reads the whole request body first, then 200 with its length in `x-body-length` (500 if
+    /// the body failed).
+    Read,
+}
+
+/// A backend on port 0; dropping or killing it closes its listener and every connection.
+pub struct Backend {
+    pub addr: SocketAddr,
+    pub hits: Arc<AtomicUsize>,
+    /// Connections accepted.
+    pub accepted: Arc<AtomicUsize>,
+    pub task: JoinHandle<()>,
+}
+
+impl Backend {
+    pub async fn start(name: &'static str, mode: Mode) -> Backend {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let hits = Arc::new(AtomicUsize::new(0));
+        let counter = hits.clone();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let accepts = accepted.clone();
+        let task = tokio::spawn(async move {
+            let mut conns = JoinSet::new();
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { continue };
+                accepts.fetch_add(1, Ordering::SeqCst);
+                let counter = counter.clone();
+                let service = service_fn(move |req: Request<Incoming>| {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    answer(name, mode, req)
+                });
+                conns.spawn(async move {
+                    let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+                });
+            }
+        });
+        Backend { addr, hits, accepted, task }
+    }
+
+    pub fn hits(&self) -> usize {
+        self.hits.load(Ordering::SeqCst)
+    }
+
+    pub fn kill(&self) {
+        self.task.abort();
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The backend's answer: its name, which tailguard headers it saw (`x-seen`), every value of
+/// `x-repeat` it was sent (`x-repeats`) and the names of all headers it was sent (`x-names`).
+async fn answer(name: &str, mode: Mode, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    let seen: Vec<String> = req
+        .headers()
+        .iter()
+        .filter(|(k, _)| k.as_str().starts_with("x-tailguard-"))
+        .map(|(k, v)| format!("{k}={}", v.to_str().unwrap_or("?")))
+        .collect();
+    let repeats: Vec<&str> = req.headers().get_all("x-repeat").iter().map(|v| v.to_str().unwrap_or("?")).collect();
+    let repeats = repeats.join(",");
+    let names: Vec<&str> = req.headers().keys().map(|k| k.as_str()).collect();
+    let names = names.join(",");
+    let mut body_length = 0;
+    let status = match mode {
+        Mode::Ok(delay) => {
+            tokio::time::sleep(delay).await;
+            200
+        }
+        Mode::Status(s) => s,
+        Mode::Hang => {
+            std::future::pending::<()>().await;
+            500
+        }
+        Mode::Read => match req.into_body().collect().await {
+            Ok(body) => {
+                body_length = body.to_bytes().len();
+                200
+            }
+            Err(_) => 500,
+        },
+    };
+    let response = Response::builder()
+        .status(status)
+        .header("x-tailguard-chip", "1")
+        .header("x-tailguard-deadline", "spoof")
+        .header("x-seen", seen.join(","))
+        .header("x-repeats", repeats)
+        .header("x-names", names)
+        .header("x-body-length", body_length)
+        .body(Full::new(Bytes::from(name.to_string())))
+        .unwrap();
+    Ok(response)
+}
