@@ -67,6 +67,15 @@ impl<E> EventQueue<E> {
         self.heap.push(Reverse((at, self.seq, slot)));
     }
 
+    /// Some of the next events, in no particular order, for prefetching what they will touch:
+    /// the first `depth` of each lane and the heap's top three (its next candidates).
+    pub(crate) fn upcoming(&self, depth: usize) -> impl Iterator<Item = &E> {
+        let lanes = self.lanes.iter().flat_map(move |lane| lane.events.iter().take(depth).map(|(_, _, e)| e));
+        let heap =
+            self.heap.as_slice().iter().take(3).filter_map(|&Reverse((_, _, slot))| self.slots[slot as usize].as_ref());
+        lanes.chain(heap)
+    }
+
     pub(crate) fn pop(&mut self) -> Option<(Duration, E)> {
         // The earliest (time, seq) among the heap's top (lane None) and the lanes' fronts.
         let mut best = self.heap.peek().map(|&Reverse((at, seq, _))| ((at, seq), None));
