@@ -7,6 +7,7 @@
 //! one scenario share their random streams' seeds, so they face the same luck.
 
 mod metrics;
+mod prefetch;
 mod queue;
 mod service;
 mod slab;

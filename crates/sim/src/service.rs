@@ -80,8 +80,19 @@ pub(crate) struct Replica {
     /// Requests admitted and not yet answered: queued, in service, or waiting for downstream calls.
     pub(crate) held: u32,
     pub(crate) admission: Box<dyn Admission>,
-    /// Its answers to Prequal's probes.
-    pub(crate) probes: ProbeResponder,
+    /// Its answers to Prequal's probes, if a balancer probes its service (a 1 kB table, written
+    /// on every answer, kept only where read).
+    pub(crate) probes: Option<Box<ProbeResponder>>,
+}
+
+impl Replica {
+    /// Hints the cache to load what an event at this replica reads (crate::prefetch): its model,
+    /// counters and queue.
+    pub(crate) fn prefetch(&self) {
+        crate::prefetch::prefetch(&self.model);
+        crate::prefetch::prefetch(&self.queue);
+        crate::prefetch::prefetch(&self.held);
+    }
 }
 
 impl ServiceModel {
@@ -122,7 +133,7 @@ impl ServiceModel {
                     busy: 0,
                     held: 0,
                     admission: build::admission(&svc.for_replica(r).admission),
-                    probes: ProbeResponder::default(),
+                    probes: None,
                 })
             })
             .collect::<Result<_, SimError>>()?;

@@ -45,6 +45,13 @@ impl<T> Slab<T> {
         }
     }
 
+    /// Hints the cache to load the entry at `key` (crate::prefetch), live or not.
+    pub(crate) fn prefetch(&self, key: Key) {
+        if let Some(entry) = self.entries.get(key.index as usize) {
+            crate::prefetch::prefetch(entry);
+        }
+    }
+
     /// The live entries, in slot order.
     pub(crate) fn values(&self) -> impl Iterator<Item = &T> {
         self.entries.iter().filter_map(|(_, v)| v.as_ref())

@@ -115,6 +115,18 @@ pub trait Balancer: Send {
 
     /// A probe of `endpoint` was answered with `reply`.
     fn on_probe(&mut self, _endpoint: EndpointId, _now: Time, _reply: ProbeReply) {}
+
+    /// Whether it sends probes ([`Balancer::take_probe`], [`Prequal`]): a simulator keeps its
+    /// replicas' [`ProbeResponder`] only for the services such a balancer picks among.
+    fn sends_probes(&self) -> bool {
+        false
+    }
+
+    /// Whether its picks read [`Pick::true_loads`] ([`Oracle`]): a simulator keeps them only for
+    /// the services such a balancer picks among.
+    fn reads_true_loads(&self) -> bool {
+        false
+    }
 }
 
 /// The in-flight request count of each endpoint, kept by the balancers that need it.

@@ -43,6 +43,9 @@ impl Balancer for Oracle {
     fn grow(&mut self, endpoints: usize) {
         self.in_flight.grow(endpoints);
     }
+    fn reads_true_loads(&self) -> bool {
+        true
+    }
     fn on_send(&mut self, endpoint: EndpointId, _now: Time) {
         self.in_flight.inc(endpoint);
     }

@@ -268,6 +268,10 @@ impl Balancer for Prequal {
         self.due.pop()
     }
 
+    fn sends_probes(&self) -> bool {
+        true
+    }
+
     fn on_probe(&mut self, endpoint: EndpointId, now: Time, reply: ProbeReply) {
         if endpoint >= self.endpoints {
             return;

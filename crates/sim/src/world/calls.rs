@@ -52,7 +52,7 @@ impl World {
             now: self.now,
             policy: &mut self.policies[policy].policy,
             rng: &mut self.policy_rng,
-            true_loads: Some(&self.loads[callee as usize]),
+            true_loads: self.loads[callee as usize].as_ref(),
             out: &mut actions,
         };
         // Built in its slot: a call is a few hundred bytes, not worth moving.
@@ -76,7 +76,7 @@ impl World {
                 now: self.now,
                 policy: &mut self.policies[state.policy].policy,
                 rng: &mut self.policy_rng,
-                true_loads: Some(&self.loads[state.callee as usize]),
+                true_loads: self.loads[state.callee as usize].as_ref(),
                 out: &mut actions,
             };
             step(&mut state.call, &mut ctx);
@@ -95,7 +95,9 @@ impl World {
                     if let Some(t) = &mut self.tracer {
                         t.attempt_sent(key, attempt, endpoint, policy_timeout, self.now);
                     }
-                    self.loads[state.callee as usize].inc(endpoint);
+                    if let Some(loads) = &mut self.loads[state.callee as usize] {
+                        loads.inc(endpoint);
+                    }
                     let series = self.policies[state.policy].series;
                     if let (Some(edge), Some(timeout)) = (series, policy_timeout) {
                         self.metrics.timeout_set(edge, self.now, timeout);

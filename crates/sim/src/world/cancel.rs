@@ -64,7 +64,7 @@ impl World {
         match self.pending.get_mut(&(call, attempt)) {
             Some(Pending::Overtaken) => {
                 self.pending.remove(&(call, attempt));
-                self.loads[s].dec(r);
+                self.load_dec(s, r);
                 if let Some(t) = &mut self.tracer {
                     t.visit(call, attempt, s, r as u32, Err(Outcome::Cancelled), self.now);
                 }
@@ -153,7 +153,7 @@ mod tests {
 
     #[test]
     fn a_cancel_that_overtakes_its_attempt_leaves_no_ghost_job() {
-        let yaml = "name: t\nservices:\n  s: { workers: 1, service_time: { dist: constant, value: 10ms } }\nnetwork: { delay: 1ms }\nworkload: { target: s, open: { rate: 1, arrival: constant }, requests: 1 }\nvariants: [ { name: v } ]\n";
+        let yaml = "name: t\nservices:\n  s: { workers: 1, service_time: { dist: constant, value: 10ms } }\nnetwork: { delay: 1ms }\nworkload: { target: s, open: { rate: 1, arrival: constant }, requests: 1, client: { balancer: { kind: oracle } } }\nvariants: [ { name: v } ]\n";
         let experiment = Experiment::parse(yaml, Path::new("t.yaml")).unwrap();
         let run = experiment.resolve(DEFAULT_SCENARIO, "v", false).unwrap();
         let mut world = World::new(&run, 1).unwrap();
@@ -173,7 +173,10 @@ mod tests {
         // Step: the attempt arrives and is dropped: no job, no work, no load, nothing pending.
         while step(&mut world).is_some() {}
         assert_eq!(world.jobs.values().count(), 0);
-        assert_eq!((world.loads[0].get(0), world.services[0].replicas[0].held), (0, 0));
+        assert_eq!(
+            (world.loads[0].as_ref().expect("an oracle reads the loads").get(0), world.services[0].replicas[0].held),
+            (0, 0)
+        );
         assert!(world.pending.is_empty());
         let result = world.metrics.finish("s", "v", Duration::from_secs(1), 0);
         assert_eq!(result.work[0].busy_s, 0.0);

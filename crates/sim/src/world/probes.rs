@@ -12,7 +12,9 @@ impl World {
         if rep.model.is_down(self.now) {
             return;
         }
-        let reply = rep.probes.reply(rep.held);
+        // Only a prequal balancer probes, and its callee's replicas answer probes (World::new).
+        let Some(probes) = &rep.probes else { return };
+        let reply = probes.reply(rep.held);
         let hop = self.hop();
         self.events.push(self.now + hop, Event::ProbeAnswered { policy, endpoint: replica, reply });
     }

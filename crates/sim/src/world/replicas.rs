@@ -30,7 +30,7 @@ impl World {
             if let Some(t) = &mut world.tracer {
                 t.visit(call, attempt, s, replica, Err(outcome), now);
             }
-            world.loads[s].dec(r);
+            world.load_dec(s, r);
             world.visit_started(call, attempt, s, None);
             let event = Event::AttemptEnds(AttemptEnd { call, attempt, sent, timeout, series, outcome, chip: false });
             let hop = world.hop();
@@ -101,7 +101,7 @@ impl World {
         if let Some(t) = &mut self.tracer {
             t.work_started(key, start);
         }
-        self.events.push(end, Event::WorkDone { job: key });
+        self.events.push(end, Event::WorkDone { job: key, service: s as u16, replica: r as u32 });
     }
 
     pub(super) fn work_done(&mut self, key: Key) {
@@ -192,7 +192,9 @@ impl World {
         let (s, r) = (job.service as usize, job.replica as usize);
         let held = self.release(s, r);
         let replica = &mut self.services[s].replicas[r];
-        replica.probes.on_answer(job.rif, self.now - job.arrived);
+        if let Some(probes) = &mut replica.probes {
+            probes.on_answer(job.rif, self.now - job.arrived);
+        }
         let chip = replica.admission.grant_chip(self.now, held, replica.model.rng());
         let (call, attempt) = job.reply;
         let (sent, timeout, series) = (job.sent, job.timeout, job.series);
@@ -206,7 +208,8 @@ impl World {
         let rep = &mut self.services[s].replicas[r];
         rep.held -= 1;
         rep.admission.observe(self.now, rep.held);
-        self.loads[s].dec(r);
-        rep.held
+        let held = rep.held;
+        self.load_dec(s, r);
+        held
     }
 }
