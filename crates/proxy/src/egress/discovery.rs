@@ -10,7 +10,7 @@
 //! counted in `tailguard_egress_discovery_errors_total`.
 //!
 //! The task holds its upstream weakly: once a reload replaced the upstream and its last request
-//! finished, the task ends at its next interval (a watch: within [`LIVENESS`]).
+//! finished, the task ends at its next interval (a Kubernetes watch: within 5 s).
 
 use super::routes::Upstream;
 use crate::config;
@@ -21,10 +21,6 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
-
-/// How often a watch that hears nothing checks that its upstream is still in use.
-#[cfg_attr(not(feature = "kube"), allow(dead_code))]
-pub(super) const LIVENESS: Duration = Duration::from_secs(5);
 
 /// An endpoint set, or why none could be had.
 pub(super) type Answer = Result<BTreeSet<SocketAddr>, String>;

@@ -12,7 +12,7 @@
 //! Service's namespace (docs/deploy.md). A watch that fails is retried with kube-rs's backoff;
 //! each failure is logged and counted, and the last set is kept.
 
-use super::discovery::{self, Answer, LIVENESS};
+use super::discovery::{self, Answer};
 use super::routes::Upstream;
 use crate::config::{KubernetesPort, KubernetesService};
 use futures::StreamExt;
@@ -24,6 +24,11 @@ use kube::{Api, Client, Config};
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// How often a watch that hears nothing checks that its upstream is still in use, and how long
+/// a client that could not be configured waits before it tries again.
+const LIVENESS: Duration = Duration::from_secs(5);
 
 /// Watches `service`'s EndpointSlices and applies each change to `upstream`, until the upstream
 /// is gone.
