@@ -197,9 +197,10 @@ pub struct Upstream {
     pub tls: Option<UpstreamTls>,
 }
 
-/// Endpoint discovery (docs/proxy.md, "Endpoint discovery"): exactly one source, asked every
-/// `interval`; the endpoints that join are added, those that leave are drained, the others keep
-/// their balancer state. Like Envoy's `STRICT_DNS` cluster.
+/// Endpoint discovery (docs/proxy.md, "Endpoint discovery"): exactly one source. DNS and a file
+/// are asked every `interval`, Kubernetes is watched; the endpoints that join are added, those that
+/// leave are drained, the others keep their balancer state. Like Envoy's `STRICT_DNS` and EDS
+/// clusters.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Discovery {
@@ -212,19 +213,28 @@ pub struct Discovery {
     /// half-written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<PathBuf>,
-    /// How often the source is asked again (default 5s; Envoy's `dns_refresh_rate` is 5 s).
-    #[serde(default = "default_discovery_interval")]
-    pub interval: Dur,
+    /// A Kubernetes Service's EndpointSlices, watched through the API server (a proxy built with
+    /// the `kube` feature).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<KubernetesService>,
+    /// How often `dns` or `file` is asked again (default 5s; Envoy's `dns_refresh_rate` is 5 s).
+    /// Not for `kubernetes`: its watch is told of each change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<Dur>,
 }
 
-fn default_discovery_interval() -> Dur {
-    Dur(Duration::from_secs(5))
-}
+/// The default `interval` of DNS and file discovery.
+pub const DEFAULT_DISCOVERY_INTERVAL: Duration = Duration::from_secs(5);
 
 impl Discovery {
+    /// How often a polled source (`dns`, `file`) is asked.
+    pub fn interval(&self) -> Duration {
+        self.interval.map_or(DEFAULT_DISCOVERY_INTERVAL, |i| i.0)
+    }
+
     fn validate(&self) -> Result<(), ModelError> {
-        match (&self.dns, &self.file) {
-            (Some(name), None) => {
+        match (&self.dns, &self.file, &self.kubernetes) {
+            (Some(name), None, None) => {
                 let port = name
                     .rsplit_once(':')
                     .and_then(|(host, port)| port.parse::<u16>().ok().filter(|_| !host.is_empty()));
@@ -235,14 +245,79 @@ impl Discovery {
                     return Err(ModelError::at("dns", what));
                 }
             }
-            (None, Some(_)) => {}
-            _ => return Err(ModelError::at("", "expected exactly one of `dns` and `file`")),
+            (None, Some(_), None) => {}
+            (None, None, Some(service)) => {
+                if !cfg!(feature = "kube") {
+                    let why = "needs the `kube` feature, which this build of tailguard left out (the tailguard binary has it unless built with --no-default-features)";
+                    return Err(ModelError::at("kubernetes", why));
+                }
+                service.validate().map_err(|e| e.under("kubernetes"))?;
+                if self.interval.is_some() {
+                    let why = "applies to `dns` and `file` only: a Kubernetes watch is told of each change";
+                    return Err(ModelError::at("interval", why));
+                }
+            }
+            _ => return Err(ModelError::at("", "expected exactly one of `dns`, `file` and `kubernetes`")),
         }
-        if self.interval.0.is_zero() {
+        if self.interval.is_some_and(|i| i.0.is_zero()) {
             return Err(ModelError::at("interval", "expected a positive duration"));
         }
         Ok(())
     }
+}
+
+/// A Kubernetes Service whose endpoints are the addresses of its EndpointSlices (those labelled
+/// `kubernetes.io/service-name: SERVICE`) that are ready and not terminating, at one port.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq, Hash)]
+#[serde(deny_unknown_fields)]
+pub struct KubernetesService {
+    /// The Service's name.
+    pub service: String,
+    /// Its namespace; left out, the proxy's own (its service account's, or the kubeconfig
+    /// context's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The port: the Service port's name (`http`), or the number the endpoints listen on (its
+    /// `targetPort`, `8080`).
+    pub port: KubernetesPort,
+}
+
+/// A port of a Service's endpoints, by name or by number.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq, Hash)]
+#[serde(untagged)]
+pub enum KubernetesPort {
+    /// The endpoints' port number.
+    Number(u16),
+    /// The name of the Service's port (EndpointSlices carry it).
+    Name(String),
+}
+
+impl KubernetesService {
+    fn validate(&self) -> Result<(), ModelError> {
+        dns_label(&self.service).map_err(|e| ModelError::at("service", e))?;
+        if let Some(namespace) = &self.namespace {
+            dns_label(namespace).map_err(|e| ModelError::at("namespace", e))?;
+        }
+        match &self.port {
+            KubernetesPort::Number(0) => {
+                Err(ModelError::at("port", "expected a port name or a number from 1 to 65535"))
+            }
+            KubernetesPort::Number(_) => Ok(()),
+            KubernetesPort::Name(name) => dns_label(name).map_err(|e| ModelError::at("port", e)),
+        }
+    }
+}
+
+/// A Kubernetes object or port name (an RFC 1123 label): lower-case letters, digits and `-`, at
+/// most 63, starting and ending with a letter or digit.
+fn dns_label(name: &str) -> Result<(), String> {
+    let allowed = name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if !allowed || name.is_empty() || name.len() > 63 || name.starts_with('-') || name.ends_with('-') {
+        return Err(format!(
+            "expected a Kubernetes name (lower-case letters, digits and '-', at most 63), got {name:?}"
+        ));
+    }
+    Ok(())
 }
 
 /// How a request is routed to an upstream: by its Host (port ignored) or by a path prefix.
@@ -800,23 +875,60 @@ mod tests {
         let c = parse("egress: {listen: 127.0.0.1:1, upstreams: {a: {discovery: {dns: 'backend.default.svc:8080'}}, b: {discovery: {file: /run/b.endpoints, interval: 1s}}}}").unwrap();
         let upstreams = &c.egress.as_ref().unwrap().upstreams;
         let a = upstreams["a"].discovery.as_ref().unwrap();
-        assert_eq!((a.dns.as_deref(), a.interval.0), (Some("backend.default.svc:8080"), Duration::from_secs(5)));
+        assert_eq!((a.dns.as_deref(), a.interval()), (Some("backend.default.svc:8080"), Duration::from_secs(5)));
         assert!(upstreams["a"].endpoints.is_empty());
         let b = upstreams["b"].discovery.as_ref().unwrap();
-        assert_eq!((b.file.as_deref(), b.interval.0), (Some(Path::new("/run/b.endpoints")), Duration::from_secs(1)));
+        assert_eq!((b.file.as_deref(), b.interval()), (Some(Path::new("/run/b.endpoints")), Duration::from_secs(1)));
         let again = Config::parse(&c.to_yaml(), Path::new("again.yaml")).unwrap();
         assert_eq!(Config { source: c.source.clone(), ..again }, c, "{}", c.to_yaml());
         let file = |upstream: &str| format!("egress: {{listen: 127.0.0.1:1, upstreams: {{a: {upstream}}}}}");
         for (upstream, expected) in [
             ("{discovery: {dns: backend}}", "proxy.yaml: egress.upstreams.a.discovery.dns: expected a name and a port, like backend.default.svc.cluster.local:8080, got \"backend\""),
-            ("{discovery: {dns: 'b:80', file: x}}", "proxy.yaml: egress.upstreams.a.discovery: expected exactly one of `dns` and `file`"),
-            ("{discovery: {interval: 1s}}", "proxy.yaml: egress.upstreams.a.discovery: expected exactly one of `dns` and `file`"),
+            ("{discovery: {dns: 'b:80', file: x}}", "proxy.yaml: egress.upstreams.a.discovery: expected exactly one of `dns`, `file` and `kubernetes`"),
+            ("{discovery: {interval: 1s}}", "proxy.yaml: egress.upstreams.a.discovery: expected exactly one of `dns`, `file` and `kubernetes`"),
             ("{discovery: {dns: 'b:80', interval: 0s}}", "proxy.yaml: egress.upstreams.a.discovery.interval: expected a positive duration"),
             ("{endpoints: [127.0.0.1:2], discovery: {dns: 'b:80'}}", "proxy.yaml: egress.upstreams.a: expected one of `endpoints` and `discovery`, not both"),
             ("{}", "proxy.yaml: egress.upstreams.a.endpoints: expected at least one endpoint address (or `discovery`)"),
         ] {
             assert_eq!(parse(&file(upstream)).unwrap_err(), expected, "{upstream}");
         }
+    }
+
+    #[test]
+    fn an_upstream_may_watch_a_kubernetes_service_when_built_with_the_kube_feature() {
+        let file =
+            |discovery: &str| format!("egress: {{listen: 127.0.0.1:1, upstreams: {{a: {{discovery: {discovery}}}}}}}");
+        let text = file("{kubernetes: {service: backend, namespace: shop, port: http}}");
+        if !cfg!(feature = "kube") {
+            let expected = "proxy.yaml: egress.upstreams.a.discovery.kubernetes: needs the `kube` feature, which this build of tailguard left out (the tailguard binary has it unless built with --no-default-features)";
+            assert_eq!(parse(&text).unwrap_err(), expected);
+            return;
+        }
+        let c = parse(&text).unwrap();
+        let discovery = c.egress.as_ref().unwrap().upstreams["a"].discovery.clone().unwrap();
+        let service = KubernetesService {
+            service: "backend".into(),
+            namespace: Some("shop".into()),
+            port: KubernetesPort::Name("http".into()),
+        };
+        assert_eq!(discovery.kubernetes, Some(service));
+        let again = Config::parse(&c.to_yaml(), Path::new("again.yaml")).unwrap();
+        assert_eq!(Config { source: c.source.clone(), ..again }, c, "{}", c.to_yaml());
+        let by_number = parse(&file("{kubernetes: {service: backend, port: 8080}}")).unwrap();
+        let service = by_number.egress.unwrap().upstreams["a"].discovery.clone().unwrap().kubernetes.unwrap();
+        assert_eq!((service.namespace, service.port), (None, KubernetesPort::Number(8080)));
+        for (discovery, expected) in [
+            ("{kubernetes: {service: Backend, port: 80}}", ".kubernetes.service: expected a Kubernetes name (lower-case letters, digits and '-', at most 63), got \"Backend\""),
+            ("{kubernetes: {service: b, namespace: '', port: 80}}", ".kubernetes.namespace: expected a Kubernetes name (lower-case letters, digits and '-', at most 63), got \"\""),
+            ("{kubernetes: {service: b, port: 0}}", ".kubernetes.port: expected a port name or a number from 1 to 65535"),
+            ("{kubernetes: {service: b, port: -http}}", ".kubernetes.port: expected a Kubernetes name (lower-case letters, digits and '-', at most 63), got \"-http\""),
+            ("{kubernetes: {service: b, port: 80}, interval: 1s}", ".interval: applies to `dns` and `file` only: a Kubernetes watch is told of each change"),
+            ("{kubernetes: {service: b, port: 80}, dns: 'b:80'}", ": expected exactly one of `dns`, `file` and `kubernetes`"),
+        ] {
+            let e = parse(&file(discovery)).unwrap_err();
+            assert_eq!(e, format!("proxy.yaml: egress.upstreams.a.discovery{expected}"), "{discovery}");
+        }
+        assert!(parse(&file("{kubernetes: {service: b}}")).unwrap_err().contains("missing field `port`"));
     }
 
     #[test]

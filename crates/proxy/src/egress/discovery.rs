@@ -1,15 +1,16 @@
 //! Endpoint discovery: an upstream's endpoint set found by a [`Source`] (DNS, a file) asked every
-//! interval, and applied with [`Upstream::set_endpoints`]: endpoints that join are added, those
-//! that leave are drained (no new attempt; attempts in flight finish), the others keep their
-//! balancer and outlier state. Envoy's `STRICT_DNS` cluster and Linkerd's destination watch do
-//! the same.
+//! interval, or pushed by a Kubernetes watch (`super::kubernetes`, the `kube` feature), and
+//! applied with [`Upstream::set_endpoints`]: endpoints that join are added, those that leave are
+//! drained (no new attempt; attempts in flight finish), the others keep their balancer and
+//! outlier state. Envoy's `STRICT_DNS` and EDS clusters and Linkerd's destination watch do the
+//! same.
 //!
 //! A failed answer, or one naming no endpoint, keeps the last set (as Envoy does: a DNS hiccup or
 //! a service scaled to zero for a moment must not leave the caller with nothing), is logged and
 //! counted in `tailguard_egress_discovery_errors_total`.
 //!
 //! The task holds its upstream weakly: once a reload replaced the upstream and its last request
-//! finished, the task ends at its next interval.
+//! finished, the task ends at its next interval (a Kubernetes watch: within 5 s).
 
 use super::routes::Upstream;
 use crate::config;
@@ -18,7 +19,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 /// An endpoint set, or why none could be had.
@@ -79,33 +80,41 @@ pub(super) fn parse_list(text: &str) -> Answer {
         .collect()
 }
 
-/// The source a file's `discovery` names.
-pub(super) fn source(config: &config::Discovery) -> Box<dyn Source> {
-    match (&config.dns, &config.file) {
-        (Some(name), _) => Box::new(Dns(name.clone())),
-        (None, Some(path)) => Box::new(File(path.clone())),
-        // Validation asks for exactly one.
-        (None, None) => unreachable!("a validated discovery has a source"),
-    }
+/// Starts the task that finds `upstream`'s endpoints as its file's `discovery` says.
+pub(super) fn spawn(upstream: &Arc<Upstream>, config: &config::Discovery) {
+    let upstream = Arc::downgrade(upstream);
+    match (&config.dns, &config.file, &config.kubernetes) {
+        (Some(name), _, _) => tokio::spawn(run(upstream, Box::new(Dns(name.clone())), config.interval())),
+        (None, Some(path), _) => tokio::spawn(run(upstream, Box::new(File(path.clone())), config.interval())),
+        #[cfg(feature = "kube")]
+        (None, None, Some(service)) => tokio::spawn(super::kubernetes::run(upstream, service.clone())),
+        // Validation asks for exactly one, and refuses `kubernetes` without the feature.
+        _ => unreachable!("a validated discovery has a source this build supports"),
+    };
 }
 
 /// Asks `source` at once and then every `interval`, applying each answer to `upstream`, until
 /// the upstream is gone.
-pub(super) async fn run(upstream: Weak<Upstream>, source: Box<dyn Source>, interval: Duration) {
+async fn run(upstream: Weak<Upstream>, source: Box<dyn Source>, interval: Duration) {
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
         let answer = source.resolve().await;
         let Some(upstream) = upstream.upgrade() else { return };
-        apply(&upstream, &*source, answer);
-        upstream.discovered.send_replace(true);
+        apply(&upstream, &source.describe(), answer);
     }
 }
 
-/// Applies one answer of `source`: a set replaces the endpoints; an error or an empty set keeps
-/// them and is logged and counted.
-pub(super) fn apply(upstream: &Upstream, source: &dyn Source, answer: Answer) {
+/// Applies one answer of `source` (described for logs): a set replaces the endpoints; an error or
+/// an empty set keeps them and is logged and counted. Either way the upstream counts as
+/// discovered from then on.
+pub(super) fn apply(upstream: &Upstream, source: &str, answer: Answer) {
+    apply_answer(upstream, source, answer);
+    upstream.discovered.send_replace(true);
+}
+
+fn apply_answer(upstream: &Upstream, source: &str, answer: Answer) {
     let name = &upstream.name;
     let why = match answer {
         Ok(addrs) if !addrs.is_empty() => {
@@ -115,7 +124,7 @@ pub(super) fn apply(upstream: &Upstream, source: &dyn Source, answer: Answer) {
                 eprintln!(
                     "tailguard proxy: upstream {name}: {} endpoints from {}: added [{}], draining [{}]",
                     addrs.len(),
-                    source.describe(),
+                    source,
                     list(&change.added),
                     list(&change.removed)
                 );
@@ -127,10 +136,7 @@ pub(super) fn apply(upstream: &Upstream, source: &dyn Source, answer: Answer) {
     };
     upstream.metrics.discovery_errors.inc();
     let kept = upstream.live().len();
-    eprintln!(
-        "tailguard proxy: upstream {name}: {} answered {why}; keeping the last {kept} endpoints",
-        source.describe()
-    );
+    eprintln!("tailguard proxy: upstream {name}: {source} answered {why}; keeping the last {kept} endpoints");
 }
 
 #[cfg(test)]
@@ -139,18 +145,6 @@ mod tests {
     use super::*;
     use crate::metrics::Metrics;
     use std::sync::Arc;
-
-    /// A source a test answers for.
-    struct Fed;
-
-    impl Source for Fed {
-        fn resolve(&self) -> Pin<Box<dyn Future<Output = Answer> + Send + '_>> {
-            Box::pin(async { Err("not asked in these tests".to_string()) })
-        }
-        fn describe(&self) -> String {
-            "fed".to_string()
-        }
-    }
 
     fn set(addrs: &[&str]) -> BTreeSet<SocketAddr> {
         addrs.iter().map(|a| a.parse().unwrap()).collect()
@@ -172,7 +166,7 @@ mod tests {
             (ids, core.policy.retired.clone())
         };
         // 1001 leaves, 1003 joins: 1001 keeps its id, retired; 1003 gets the next id.
-        apply(upstream, &Fed, Ok(set(&["127.0.0.1:1002", "127.0.0.1:1003"])));
+        apply(upstream, "fed", Ok(set(&["127.0.0.1:1002", "127.0.0.1:1003"])));
         assert_eq!(upstream.live(), set(&["127.0.0.1:1002", "127.0.0.1:1003"]).into_iter().collect::<Vec<_>>());
         let all = vec![
             ("127.0.0.1:1001".parse().unwrap(), 0),
@@ -183,8 +177,8 @@ mod tests {
         assert_eq!(upstream.endpoint(2).map(|e| e.addr), Some("127.0.0.1:1003".parse().unwrap()));
         assert_eq!(upstream.metrics.endpoints.get(), 2);
         // A failure and an empty answer keep the set, and count.
-        apply(upstream, &Fed, Err("timed out".to_string()));
-        apply(upstream, &Fed, Ok(BTreeSet::new()));
+        apply(upstream, "fed", Err("timed out".to_string()));
+        apply(upstream, "fed", Ok(BTreeSet::new()));
         assert_eq!(ids(upstream), (all.clone(), vec![0]));
         assert_eq!(upstream.metrics.discovery_errors.get(), 2);
         // 1001 comes back with its id; nothing else changes.

@@ -14,6 +14,8 @@
 //!   headers it carries (remaining deadline, trace context);
 //! - [`discovery`]: endpoint sets found by DNS or in a file, re-read on an interval and applied
 //!   to an upstream in place (joined endpoints added, left ones drained);
+//! - `kubernetes` (the `kube` feature): endpoint sets from a Service's EndpointSlices, watched
+//!   through the Kubernetes API and applied the same way;
 //! - [`metrics`]: what a request and its attempts add to the proxy's metrics.
 //!
 //! Trace spans are [`CallTrace`](crate::trace::CallTrace)'s, made per call when tracing is on.
@@ -21,6 +23,8 @@
 mod body;
 mod discovery;
 mod driver;
+#[cfg(feature = "kube")]
+mod kubernetes;
 mod metrics;
 mod protocol;
 mod routes;

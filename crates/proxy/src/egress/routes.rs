@@ -153,7 +153,9 @@ impl Upstream {
             None => config.endpoints.clone(),
             Some(discovery) => {
                 let namesake = old.into_iter().flat_map(|r| r.upstreams.iter()).find(|u| u.name == name);
-                let same_source = |d: &config::Discovery| d.dns == discovery.dns && d.file == discovery.file;
+                let same_source = |d: &config::Discovery| {
+                    (&d.dns, &d.file, &d.kubernetes) == (&discovery.dns, &discovery.file, &discovery.kubernetes)
+                };
                 let same = namesake.filter(|u| u.config.discovery.as_ref().is_some_and(same_source));
                 same.map_or_else(Vec::new, |u| u.live())
             }
@@ -173,11 +175,7 @@ impl Upstream {
         });
         upstream.metrics.endpoints.set(addrs.len() as i64);
         if let Some(discovery) = &config.discovery {
-            tokio::spawn(super::discovery::run(
-                Arc::downgrade(&upstream),
-                super::discovery::source(discovery),
-                discovery.interval.0,
-            ));
+            super::discovery::spawn(&upstream, discovery);
         }
         Ok(upstream)
     }
