@@ -7,8 +7,9 @@
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .
-# The command `make build` runs (a test checks they are the same): the release profile, fat LTO.
-RUN cargo build --release --locked \
+# The command `make build` runs (a test checks they are the same): the release profile, fat LTO,
+# plus the `kube` feature (EndpointSlice discovery) that a pod's sidecar may use.
+RUN cargo build --release --locked --features kube \
     && cp target/release/tailguard /tailguard
 
 # Debian slim rather than distroless: the lab's rendered Job prints its results with `cat`.

@@ -45,12 +45,14 @@ deps:
 # Tests run in release mode: the simulator's reproduction tests simulate minutes of traffic.
 test: deps build
 	$(CARGO) test --release --locked --workspace
+	$(CARGO) test --release --locked -p tailguard-proxy --features kube --test kubernetes
 	$(VENV)/bin/python -m pytest -q python/tests
 	$(PYTHON) scripts/measured.py --check
 
 # The tuner: ruff (lint and format) and mypy, configured in python/pyproject.toml.
 lint: python
 	$(CARGO) clippy --release --locked --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --release --locked -p tailguard-proxy --features kube --all-targets -- -D warnings
 	$(CARGO) fmt --all --check
 	$(VENV)/bin/ruff check python scripts
 	$(VENV)/bin/ruff format --check python scripts

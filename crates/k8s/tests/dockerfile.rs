@@ -1,4 +1,4 @@
-//! The Dockerfile builds the binary the way `make build` does, with a Rust at least the
+//! The Dockerfile builds the binary the way `make build` does (plus the `kube` feature), with a Rust at least the
 //! workspace's `rust-version`, and runs it as a non-root user. (No Docker engine runs in the
 //! tests: the image itself is never built here; docs/deploy.md says so.)
 
@@ -22,7 +22,8 @@ fn the_dockerfile_builds_as_make_build_does_and_runs_as_non_root() {
     let recipe = build.lines().nth(1).unwrap().trim().replace("$(CARGO)", "cargo");
     assert_eq!(recipe, "cargo build --release --locked");
     let run: Vec<&str> = dockerfile.lines().filter(|l| l.starts_with("RUN ")).collect();
-    assert!(run.iter().any(|l| l.trim_end_matches(" \\").trim() == format!("RUN {recipe}")), "{run:?}");
+    let image_build = format!("RUN {recipe} --features kube");
+    assert!(run.iter().any(|l| l.trim_end_matches(" \\").trim() == image_build), "{run:?}");
 
     let from: Vec<&str> = dockerfile.lines().filter_map(|l| l.strip_prefix("FROM ")).collect();
     assert_eq!(from.len(), 2, "a builder stage and a runtime stage: {from:?}");

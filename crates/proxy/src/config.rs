@@ -248,7 +248,7 @@ impl Discovery {
             (None, Some(_), None) => {}
             (None, None, Some(service)) => {
                 if !cfg!(feature = "kube") {
-                    let why = "needs the `kube` feature, which this build of tailguard left out (the tailguard binary has it unless built with --no-default-features)";
+                    let why = "needs the `kube` feature, which this build of tailguard left out (build with `cargo build --release --features kube`; the image has it)";
                     return Err(ModelError::at("kubernetes", why));
                 }
                 service.validate().map_err(|e| e.under("kubernetes"))?;
@@ -900,7 +900,7 @@ mod tests {
             |discovery: &str| format!("egress: {{listen: 127.0.0.1:1, upstreams: {{a: {{discovery: {discovery}}}}}}}");
         let text = file("{kubernetes: {service: backend, namespace: shop, port: http}}");
         if !cfg!(feature = "kube") {
-            let expected = "proxy.yaml: egress.upstreams.a.discovery.kubernetes: needs the `kube` feature, which this build of tailguard left out (the tailguard binary has it unless built with --no-default-features)";
+            let expected = "proxy.yaml: egress.upstreams.a.discovery.kubernetes: needs the `kube` feature, which this build of tailguard left out (build with `cargo build --release --features kube`; the image has it)";
             assert_eq!(parse(&text).unwrap_err(), expected);
             return;
         }
