@@ -14,7 +14,7 @@ pub fn client_policy(config: &ClientPolicy, endpoints: usize) -> call::ClientPol
     call::ClientPolicy {
         balancer: config.balancer.build(endpoints),
         outlier: config.outlier.map(|o| o.build(endpoints)),
-        timeout: config.timeout.build(config.retry.hedges_on_timeout(&config.timeout), config.retry.budget),
+        timeout: config.timeout.build(&config.retry),
         hedge: config.hedge.build(),
         retry: config.retry.build(&config.timeout),
         deadline: deadline(config),
