@@ -72,10 +72,10 @@
 //! above the headroom costs one timeout (each dip's end, each spike's start).
 
 use super::{hedge_model, AttemptResult, TimeoutPolicy};
-use crate::tail_model::Race;
 use crate::config::{self, Check};
 use crate::duration::text;
 use crate::stats::{from_nanos, nanos, Window};
+use crate::tail_model::Race;
 use crate::{Rng, Time};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -777,13 +777,14 @@ mod tests {
             }
             first(&mut p).unwrap()
         };
-        // The median of the answers is ≈ 159 µs. Racing, the timeout fires about where a fresh
-        // attempt beats the running one as often as not: well inside the tail (the spread's rule
-        // put it past 1 ms). Limited to a fifth of the attempts, it fires later.
+        // The median of the answers is ≈ 159 µs. Racing shortens the request's p99, so the
+        // timeout fires well inside the tail (the spread's rule put it past 1 ms): as early as
+        // a fifth of extra attempts allows, on at most a fifth of the answers; with no budget,
+        // as often as the mean model's optimum does.
         let (free, within) = (run(None), run(Some(0.2)));
         assert!(free > us(160) && free < us(400), "{free:?}");
-        assert!(within >= free && within < us(400), "{within:?}");
-        assert!((0..32).filter(|&i| pareto(i) > within).count() <= 7, "{within:?}");
+        assert!(within > us(160) && within < us(400), "{within:?}");
+        assert!((0..32).filter(|&i| pareto(i) > within).count() <= 6, "{within:?}");
         // Each retry gets the same timeout: fresh draws.
         let mut p = hedging(Some(0.2));
         for _ in 0..8 {
