@@ -15,8 +15,9 @@
 //! exactly. The extra attempts a request sends are `Σ_{1 ≤ k < n} P(L > kT)` (attempt `k` starts
 //! only if none answered by `kT`).
 //!
-//! [`best_timeout`] takes, among candidate `T`, the one with the smallest predicted quantile whose
-//! extra attempts fit a budget; ties go to the larger `T` (less load for the same tail).
+//! [`best_timeout`] takes, among candidate `T` whose extra attempts fit a budget, the one with the
+//! smallest predicted quantile plus a price per extra attempt; ties go to the larger `T` (less
+//! load for the same tail).
 
 /// The survival function of one attempt's latency: a discrete distribution (sorted values and
 /// their probabilities) plus the probability that the attempt never answers.
@@ -188,6 +189,16 @@ mod tests {
         // A budget of 5 % allows only 100: never racing, p95 100.
         assert_eq!(best_timeout(&s, &candidates, race(0.95, 2, Some(0.05))), Some((100.0, 100.0)));
         assert_eq!(best_timeout(&s, &[5.0, 10.0], race(0.95, 2, Some(0.0))), None);
+    }
+
+    #[test]
+    fn a_price_per_extra_attempt_weighs_against_the_tail() {
+        // Racing at 10 gains 80 on p95 (20 against 100) for 0.1 extra attempts a request: worth
+        // it below a price of 800 an attempt, not above.
+        let s = two_point(10.0, 100.0, 0.9);
+        let priced = |price| best_timeout(&s, &[10.0, 100.0], Race { price, ..race(0.95, 2, None) });
+        assert_eq!(priced(100.0), Some((10.0, 20.0)));
+        assert_eq!(priced(1000.0), Some((100.0, 100.0)));
     }
 
     #[test]
