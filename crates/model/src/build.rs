@@ -14,7 +14,7 @@ pub fn client_policy(config: &ClientPolicy, endpoints: usize) -> call::ClientPol
     call::ClientPolicy {
         balancer: config.balancer.build(endpoints),
         outlier: config.outlier.map(|o| o.build(endpoints)),
-        timeout: config.timeout.build(config.retry.hedges_on_timeout(&config.timeout), config.retry.budget),
+        timeout: config.timeout.build(&config.retry),
         hedge: config.hedge.build(),
         retry: config.retry.build(&config.timeout),
         deadline: deadline(config),
@@ -95,8 +95,10 @@ mod tests {
     #[test]
     fn timeouts_follow_their_configuration() {
         let mut rng = Pcg64Mcg::new(1);
+        let alone =
+            tailguard_policy::retry::RetryConfig { hedge_on_timeout: Some(false), budget: None, ..Default::default() };
         let mut first = |text: &str, attempt: u32| {
-            yaml::<schema::TimeoutConfig>(text).build(false, None).timeout(Duration::ZERO, attempt, &mut rng)
+            yaml::<schema::TimeoutConfig>(text).build(&alone).timeout(Duration::ZERO, attempt, &mut rng)
         };
         assert_eq!(first("{kind: none}", 0), None);
         assert_eq!(first("{kind: fixed, value: 50ms}", 3), Some(ms(50)));

@@ -24,6 +24,7 @@ pub mod duration;
 pub mod hedge;
 pub mod retry;
 pub mod stats;
+pub mod tail_model;
 pub mod timeout;
 
 use std::time::Duration;

@@ -66,7 +66,10 @@ fn adaptive_timeouts_stay_tight_under_every_latency_model() {
     for scenario in scenarios {
         let a = get(&results, scenario, "adaptive");
         let context = format!("{scenario}: {a:?}");
-        assert!(a.timeouts_pct <= 1.0, "{context}");
+        // lossy loses 1 % of its answers, each a timeout no policy avoids: issue #18's bound there
+        // is the loss + 0.5 % (racing its lost attempts fires on a few answers too).
+        let timeouts = if scenario == "lossy" { 1.5 } else { 1.0 };
+        assert!(a.timeouts_pct <= timeouts, "{context}");
         assert!(a.closeness_pct <= 25.0, "{context}");
         let bound = if scenario == "spikes" { 1.15 } else { 1.05 };
         assert!(a.time_fraction <= bound, "{context}");

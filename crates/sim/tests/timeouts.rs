@@ -80,14 +80,16 @@ fn adaptive_defaults_stay_tight_on_the_papers_latency_models() {
 
 const TAILS: [&str; 3] = ["adaptive", "fixed-best", "exp-backoff"];
 
-/// Where the adaptive timeout is still outside issue #18's bounds (means over the seeds):
-/// its p99 on the heavy tails is 1.21 (lognormal) and 1.26 (pareto) times the best fixed
-/// timeout's, and 1.04 times exp-backoff's on lognormal (whose p99 counts only its 78 % of
-/// successes); on `loss` 1.06 times exp-backoff's; on `hang` its slowest success is 72.7 ms against
-/// 35.3 ms and 61.9 ms: it abandons attempts lost in the hang and sends new requests, some of which
-/// succeed right after it, where the others' requests sent before it fail at the deadline.
-const OPEN: [(&str, Check); 4] =
-    [("lognormal", Check::P99), ("pareto", Check::P99), ("loss", Check::P99), ("hang", Check::Max)];
+/// Where the adaptive timeout is still outside issue #18's bounds (means over the seeds, as this
+/// file's tests draw them): its p99 is 1.06 times the best fixed timeout's on both heavy tails
+/// (lognormal 97.4 ms against 91.9, Pareto 67.2 against 63.3; it was 1.21 and 1.26 before the
+/// tail-quantile rule, and the same runs drawn in the example's variant order give 1.02 and 0.99:
+/// the remaining gap is within the draws' noise but not yet under the bound); on `hang` its
+/// slowest success is 56.5 ms against 35.3 ms for the best fixed timeout (1.60 times; the bound is
+/// 1.5) and 61.9 ms for exp-backoff: it abandons attempts lost in the hang and sends new
+/// requests, some of which succeed right after it, where the others' requests sent before it fail
+/// at the deadline.
+const OPEN: [(&str, Check); 3] = [("lognormal", Check::P99), ("pareto", Check::P99), ("hang", Check::Max)];
 
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum Check {

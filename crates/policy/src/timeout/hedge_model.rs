@@ -19,6 +19,7 @@
 //! The candidates are the distinct samples thinned evenly by rank, as the Optimizer's; each is
 //! evaluated exactly on the sample in `O(n log n)` with prefix sums.
 
+use crate::tail_model::{self, Race, Survival};
 use std::collections::VecDeque;
 
 /// Candidate timeouts evaluated at most (the sample values, thinned by rank).
@@ -63,6 +64,27 @@ impl Sample {
     /// what it cannot place (beyond the largest latency, when that one is censored) goes to that
     /// latency, a lower bound.
     pub fn distribution(&self) -> Vec<(f64, f64)> {
+        let (mut out, unplaced, largest) = self.kaplan_meier();
+        if unplaced > 1e-12 {
+            match out.last_mut() {
+                Some(last) if Some(last.0) == largest => last.1 += unplaced,
+                _ => out.extend(largest.map(|x| (x, unplaced))),
+            }
+        }
+        out
+    }
+
+    /// The survival of an attempt's latency for [`tail_model`]: the Kaplan–Meier estimate, what
+    /// it cannot place counted as never answering (an attempt abandoned beyond every answer is
+    /// taken as lost).
+    pub fn survival(&self) -> Survival {
+        let (answered, unplaced, _) = self.kaplan_meier();
+        Survival::new(&answered, unplaced)
+    }
+
+    /// The Kaplan–Meier estimate: the answered values with their probabilities, the probability
+    /// it cannot place (beyond the largest latency, when that one is censored) and that latency.
+    fn kaplan_meier(&self) -> (Vec<(f64, f64)>, f64, Option<f64>) {
         let mut sorted: Vec<(f64, bool)> = self.observed.iter().copied().filter(|(x, _)| x.is_finite()).collect();
         // Answers before bounds at the same value: a bound there was still at risk.
         sorted.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.cmp(&a.1)));
@@ -79,15 +101,18 @@ impl Sample {
             }
             at_risk -= 1.0;
         }
-        if let Some(&(largest, _)) = sorted.last() {
-            if survival > 1e-12 {
-                match out.last_mut() {
-                    Some(last) if last.0 == largest => last.1 += survival,
-                    _ => out.push((largest, survival)),
-                }
-            }
-        }
-        out
+        let unplaced = if survival > 1e-12 { survival } else { 0.0 };
+        (out, unplaced, sorted.last().map(|&(x, _)| x))
+    }
+
+    /// The timeout racing attempts as `race` says ([`tail_model::best_timeout`]), among the
+    /// sample's values thinned as `J`'s candidates. `None` when none fits or too much is lost.
+    pub fn tail_timeout(&self, race: Race) -> Option<f64> {
+        let slack = 1.0 / self.len().max(1) as f64;
+        let race = Race { quantile: race.quantile - slack, ..race };
+        let survival = self.survival();
+        let candidates = thinned(survival.values(), GRID);
+        tail_model::best_timeout(&survival, &candidates, race).map(|(t, _)| t)
     }
 
     /// The `q`-quantile of the distribution.
@@ -173,12 +198,18 @@ impl<'a> Model<'a> {
     /// included).
     fn candidates(&self, most: usize) -> Vec<f64> {
         let values: Vec<f64> = self.distribution.iter().map(|&(x, _)| x).collect();
-        let n = values.len();
-        if n <= most || most < 2 {
-            return values;
-        }
-        (0..most).map(|i| values[(i * (n - 1) + (most - 1) / 2) / (most - 1)]).collect()
+        thinned(&values, most)
     }
+}
+
+/// Sorted `values` thinned evenly by rank to at most `most` (the smallest and the largest always
+/// included).
+fn thinned(values: &[f64], most: usize) -> Vec<f64> {
+    let n = values.len();
+    if n <= most || most < 2 {
+        return values.to_vec();
+    }
+    (0..most).map(|i| values[(i * (n - 1) + (most - 1) / 2) / (most - 1)]).collect()
 }
 
 #[cfg(test)]

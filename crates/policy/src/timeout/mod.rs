@@ -106,10 +106,9 @@ impl TimeoutConfig {
         }
     }
 
-    /// The policy. `hedge_on_timeout` and `budget` are the retry policy's: with the first, the
-    /// adaptive timeout races the tail it sees, firing on at most the `budget` share of first
-    /// attempts (the retry budget's fraction; `None`: unlimited).
-    pub fn build(&self, hedge_on_timeout: bool, budget: Option<f64>) -> Box<dyn TimeoutPolicy> {
+    /// The policy, for attempts made under `retry`: with its `hedge_on_timeout`, the adaptive
+    /// timeout races the tail it sees within the retry budget and `max_attempts`.
+    pub fn build(&self, retry: &crate::retry::RetryConfig) -> Box<dyn TimeoutPolicy> {
         match self {
             TimeoutConfig::None => Box::new(NoTimeout),
             TimeoutConfig::Fixed { value } => Box::new(Fixed::new(*value)),
@@ -117,9 +116,13 @@ impl TimeoutConfig {
             TimeoutConfig::Sequential { values } => Box::new(Sequential::new(values.clone())),
             TimeoutConfig::Controller(c) => Box::new(Controller::new(c.clone())),
             TimeoutConfig::Optimizer(c) => Box::new(Optimizer::new(c.clone())),
-            TimeoutConfig::Adaptive(c) => {
-                Box::new(Adaptive::new(AdaptiveConfig { hedge_on_timeout, budget, ..c.clone() }))
-            }
+            TimeoutConfig::Adaptive(c) => Box::new(Adaptive::new(AdaptiveConfig {
+                hedge_on_timeout: retry.hedges_on_timeout(self),
+                budget: retry.budget,
+                attempts: retry.max_attempts,
+                budget_floor: f64::from(crate::retry::BUDGET_MIN_PER_SEC),
+                ..c.clone()
+            })),
         }
     }
 }
