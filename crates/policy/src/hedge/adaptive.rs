@@ -19,10 +19,10 @@
 //!   same ratio), the *inflation*. Past `max_inflation` hedging stops until the queue drains, and
 //!   opens again only within half the margin, so a queue that drains for a moment does not let a
 //!   burst of hedges refill it.
-//! - **How far, by callee** ([`Rule`]): where the callee stops cancelled work (the default), a
-//!   winning hedge frees the loser's worker and hedging the tail helps up to high load, so the
-//!   percentile *slides*: the hedged share shrinks from `100 − percentile` % at no inflation to
-//!   none as the window's median reaches 1.5 × its base. Where the callee runs abandoned work to
+//! - **How far, by callee** ([`AdaptiveRule`]): where the callee stops cancelled work (the
+//!   default), a winning hedge frees the loser's worker and hedging the tail helps up to high
+//!   load, so the percentile *slides*: the hedged share shrinks from `100 − percentile` % at no
+//!   inflation to none as the window's median reaches 1.5 × its base. Where the callee runs abandoned work to
 //!   the end, every hedge adds its whole service time: the gate reads the window's 90th percentile
 //!   (which rises before the median does) and shuts past 1.25 × its base, with a fixed percentile.
 //! - **How much** (gRFC A6 retry throttling, Finagle's `RetryBudget`): no budget of its own. The
@@ -68,7 +68,7 @@ pub struct AdaptiveHedgeConfig {
     pub min_samples: usize,
     /// Whether the callee stops the work of an attempt the caller cancels (true). Say `false` for
     /// a service that runs abandoned requests to the end: hedges then add their whole service
-    /// time, and the gate becomes stricter ([`Rule`]).
+    /// time, and the gate becomes stricter ([`AdaptiveRule`]).
     pub callee_cancels: bool,
     /// The load signal's limit over its base: the gate shuts past it (1.5 when the callee
     /// cancels, where the hedged share slides to none at it; 1.25 when it does not).
@@ -106,11 +106,11 @@ impl AdaptiveHedgeConfig {
     }
 
     /// The rule for the declared callee.
-    pub fn rule(&self) -> Rule {
+    pub fn rule(&self) -> AdaptiveRule {
         if self.callee_cancels {
-            Rule::Sliding { max_inflation: self.max_inflation.unwrap_or(1.5) }
+            AdaptiveRule::Sliding { max_inflation: self.max_inflation.unwrap_or(1.5) }
         } else {
-            Rule::Strict { max_inflation: self.max_inflation.unwrap_or(1.25) }
+            AdaptiveRule::Strict { max_inflation: self.max_inflation.unwrap_or(1.25) }
         }
     }
 }
@@ -118,7 +118,7 @@ impl AdaptiveHedgeConfig {
 /// How the load gate reads queueing and what it does with it, chosen by
 /// [`AdaptiveHedgeConfig::callee_cancels`].
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Rule {
+pub enum AdaptiveRule {
     /// The callee stops cancelled work: the load signal is the window's median, and the hedge
     /// percentile slides from `percentile` at no inflation to the 100th at `max_inflation`
     /// (linearly in the hedged share), past which the gate shuts.
@@ -129,18 +129,18 @@ pub enum Rule {
     Strict { max_inflation: f64 },
 }
 
-impl Rule {
+impl AdaptiveRule {
     fn max_inflation(self) -> f64 {
         match self {
-            Rule::Sliding { max_inflation } | Rule::Strict { max_inflation } => max_inflation,
+            AdaptiveRule::Sliding { max_inflation } | AdaptiveRule::Strict { max_inflation } => max_inflation,
         }
     }
 
     /// The quantile of the window that measures load.
     fn signal_quantile(self) -> f64 {
         match self {
-            Rule::Sliding { .. } => 0.5,
-            Rule::Strict { .. } => 0.9,
+            AdaptiveRule::Sliding { .. } => 0.5,
+            AdaptiveRule::Strict { .. } => 0.9,
         }
     }
 }
@@ -149,7 +149,7 @@ impl Rule {
 #[derive(Clone, Debug)]
 pub struct AdaptiveHedge {
     config: AdaptiveHedgeConfig,
-    rule: Rule,
+    rule: AdaptiveRule,
     latencies: Window,
     /// Latencies since the base was last updated.
     fresh: usize,
@@ -166,12 +166,12 @@ impl AdaptiveHedge {
         AdaptiveHedge { latencies: Window::new(config.window), fresh: 0, base: None, open: false, rule, config }
     }
 
-    /// The percentile the hedge waits for now: `percentile`, or with [`Rule::Sliding`] the point
-    /// that leaves `(100 − percentile) × (max_inflation − inflation) / (max_inflation − 1)` % of
-    /// requests to hedge.
+    /// The percentile the hedge waits for now: `percentile`, or with [`AdaptiveRule::Sliding`] the
+    /// point that leaves `(100 − percentile) × (max_inflation − inflation) / (max_inflation − 1)` %
+    /// of requests to hedge.
     pub fn hedge_percentile(&self) -> f64 {
         let p = self.config.percentile;
-        let Rule::Sliding { max_inflation } = self.rule else { return p };
+        let AdaptiveRule::Sliding { max_inflation } = self.rule else { return p };
         let x = self.inflation().unwrap_or(1.0);
         let room = if max_inflation > 1.0 { (max_inflation - x) / (max_inflation - 1.0) } else { f64::from(x <= 1.0) };
         100.0 - (100.0 - p) * room.clamp(0.0, 1.0)
@@ -186,8 +186,8 @@ impl AdaptiveHedge {
         self.latencies.quantile(self.hedge_percentile() / 100.0).map(from_nanos)
     }
 
-    /// The load signal (the window's median, or its 90th percentile with [`Rule::Strict`]) over
-    /// its base (1 when unloaded), once both are known.
+    /// The load signal (the window's median, or its 90th percentile with [`AdaptiveRule::Strict`])
+    /// over its base (1 when unloaded), once both are known.
     pub fn inflation(&self) -> Option<f64> {
         let (base, _) = self.base?;
         Some(self.signal()? / base)
@@ -354,7 +354,7 @@ mod tests {
     #[test]
     fn the_hedged_share_slides_to_none_as_the_median_reaches_one_and_a_half_times_its_base() {
         let mut h = hundred(true);
-        assert_eq!(h.rule, Rule::Sliding { max_inflation: 1.5 });
+        assert_eq!(h.rule, AdaptiveRule::Sliding { max_inflation: 1.5 });
         // No inflation: the 96th percentile, 4 % of requests hedged.
         assert_eq!(h.inflation(), Some(1.0));
         assert_eq!(h.hedge_percentile(), 96.0);
@@ -384,7 +384,7 @@ mod tests {
     #[test]
     fn a_callee_that_does_not_cancel_gets_a_fixed_percentile_gated_on_the_ninetieth() {
         let mut h = hundred(false);
-        assert_eq!(h.rule, Rule::Strict { max_inflation: 1.25 });
+        assert_eq!(h.rule, AdaptiveRule::Strict { max_inflation: 1.25 });
         // 11..=110: the 90th percentile is 100 ms, 1.11 × its base of 90 ms; the hedge still waits
         // for the 96th percentile (106 ms).
         feed(&mut h, at(0), 11..=110);
@@ -407,10 +407,10 @@ mod tests {
     #[test]
     fn the_callee_is_declared_once_and_the_limit_can_still_be_set() {
         let parse = |yaml: &str| serde_yaml_ng::from_str::<AdaptiveHedgeConfig>(yaml).unwrap().rule();
-        assert_eq!(parse("{}"), Rule::Sliding { max_inflation: 1.5 });
-        assert_eq!(parse("{callee_cancels: false}"), Rule::Strict { max_inflation: 1.25 });
-        assert_eq!(parse("{callee_cancels: false, max_inflation: 1.4}"), Rule::Strict { max_inflation: 1.4 });
-        assert_eq!(parse("{max_inflation: 1.75}"), Rule::Sliding { max_inflation: 1.75 });
+        assert_eq!(parse("{}"), AdaptiveRule::Sliding { max_inflation: 1.5 });
+        assert_eq!(parse("{callee_cancels: false}"), AdaptiveRule::Strict { max_inflation: 1.25 });
+        assert_eq!(parse("{callee_cancels: false, max_inflation: 1.4}"), AdaptiveRule::Strict { max_inflation: 1.4 });
+        assert_eq!(parse("{max_inflation: 1.75}"), AdaptiveRule::Sliding { max_inflation: 1.75 });
     }
 
     #[test]
