@@ -796,10 +796,15 @@ mod tests {
     #[test]
     fn a_file_written_with_to_yaml_reads_back_equal() {
         let c = parse(
-            "egress:\n  listen: 127.0.0.1:4140\n  upstreams:\n    a: {endpoints: [127.0.0.1:1], match: {host: a}, protocol: h2c, policy: {timeout: {kind: adaptive}, hedge: {kind: percentile}, retry: {max_attempts: 2, backoff: 5ms}, deadline: 1s}}\n    b: {endpoints: ['[::1]:2'], match: {path_prefix: /b}}\ningress: {listen: 127.0.0.1:4143, app: 127.0.0.1:8080, admission: {kind: dynamic}}\nadmin: {listen: 127.0.0.1:9990}\nseed: 42\nworkers: 2\nshutdown_grace: 2s\nlimits: {max_connections: 10}\ntracing: {otlp_endpoint: 'http://127.0.0.1:4318', resource: {env: test}}\n",
+            "egress:\n  listen: 127.0.0.1:4140\n  upstreams:\n    a: {endpoints: [127.0.0.1:1], match: {host: a}, protocol: h2c, policy: {timeout: {kind: adaptive}, hedge: {kind: percentile}, retry: {max_attempts: 2, backoff: 5ms}, deadline: 1s}}\n    b: {endpoints: ['[::1]:2'], match: {path_prefix: /b}, policy: {hedge: {kind: adaptive, callee_cancels: false}}}\ningress: {listen: 127.0.0.1:4143, app: 127.0.0.1:8080, admission: {kind: dynamic}}\nadmin: {listen: 127.0.0.1:9990}\nseed: 42\nworkers: 2\nshutdown_grace: 2s\nlimits: {max_connections: 10}\ntracing: {otlp_endpoint: 'http://127.0.0.1:4318', resource: {env: test}}\n",
         )
         .unwrap();
         assert_eq!(c.seed, Some(42));
+        let declared = tailguard_policy::hedge::AdaptiveHedgeConfig { callee_cancels: false, ..Default::default() };
+        assert_eq!(
+            c.egress.as_ref().unwrap().upstreams["b"].policy.hedge,
+            tailguard_model::schema::HedgeConfig::Adaptive(declared)
+        );
         let again = Config::parse(&c.to_yaml(), Path::new("again.yaml")).unwrap();
         assert_eq!(Config { source: c.source.clone(), ..again }, c, "{}", c.to_yaml());
     }

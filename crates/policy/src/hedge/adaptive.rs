@@ -1,6 +1,7 @@
-//! Adaptive hedging: a hedge once the request has waited longer than the live 96th percentile of
+//! Adaptive hedging: a hedge once the request has waited longer than a live high percentile of
 //! its upstream's recent request latencies, only while a load gate says the upstream has idle
-//! capacity. The defaults are the recommendation: `hedge: {kind: adaptive}` needs no parameter.
+//! capacity. The defaults are the recommendation: `hedge: {kind: adaptive}` needs no parameter;
+//! a callee that cannot stop abandoned work is declared with `callee_cancels: false`.
 //!
 //! Sources and what each gives:
 //! - **When** (Dean & Barroso, "The Tail at Scale", CACM 2013): "defer sending a secondary request
@@ -13,12 +14,17 @@
 //!   NSDI 2021): a hedge helps only when it lands on idle capacity; under load the extra attempts
 //!   queue, lengthen everyone's wait and make the tail worse. LÆDGE's coordinator sees idle
 //!   workers; a caller does not, so the gate infers queueing from what the caller has, as TCP
-//!   Vegas and concurrency limiters do: the median latency against its unloaded level (by Little's
-//!   law, the caller's in-flight count over the learnt no-queueing concurrency `rate ×
-//!   base latency` is the same ratio). While the recent median is within `max_inflation` (1.25)
-//!   of the base, the typical request does not wait for a worker and a hedge finds one free; past
-//!   it, hedging stops until the queue drains, and opens again only within half the margin
-//!   (1.125), so a queue that drains for a moment does not let a burst of hedges refill it.
+//!   Vegas and concurrency limiters do: a recent latency quantile against its unloaded level (by
+//!   Little's law, the caller's in-flight count over the learnt no-queueing concurrency is the
+//!   same ratio), the *inflation*. Past `max_inflation` hedging stops until the queue drains, and
+//!   opens again only within half the margin, so a queue that drains for a moment does not let a
+//!   burst of hedges refill it.
+//! - **How far, by callee** ([`AdaptiveRule`]): where the callee stops cancelled work (the
+//!   default), a winning hedge frees the loser's worker and hedging the tail helps up to high
+//!   load, so the percentile *slides*: the hedged share shrinks from `100 − percentile` % at no
+//!   inflation to none as the window's median reaches 1.5 × its base. Where the callee runs abandoned work to
+//!   the end, every hedge adds its whole service time: the gate reads the window's 90th percentile
+//!   (which rises before the median does) and shuts past 1.25 × its base, with a fixed percentile.
 //! - **How much** (gRFC A6 retry throttling, Finagle's `RetryBudget`): no budget of its own. The
 //!   edge's shared retry budget ([`crate::retry::RetryPolicy::budget_allows`], checked by the
 //!   [`Call`](crate::call::Call)) caps retries and hedges together; the gate keeps hedges off
@@ -33,16 +39,12 @@
 //! tail sample, and the hedged share settles at `100 − percentile` % of requests. (Winning hedges'
 //! own latencies are fast draws and would pull the percentile down, hedging more and more.)
 //!
-//! The base latency is the lowest window median seen (recomputed every `min_samples` requests),
-//! which relaxes upwards towards higher medians with time constant `base_memory` (5 min), so a
+//! The base is the lowest value of the load signal seen (recomputed every `min_samples` requests),
+//! which relaxes upwards towards higher values with time constant `base_memory` (5 min), so a
 //! service that has really become slower reopens the gate after a few minutes, while a
 //! utilisation surge of a minute keeps it shut. Until `min_samples` latencies are in, it does not
-//! hedge. `max_inflation` 1.25 was chosen on examples/hedging.yaml (seeds 1–4 and 17), where the
-//! bimodal store's median grows 8 % at 70 % utilisation and 31 % at 80 %.
-//!
-//! Where it falls short (docs/policies.md): when servers do not stop cancelled work, the gate
-//! reacts too late to a latency that climbs, and the live percentile lags it, so hedges can still
-//! feed a growing queue at 70–90 % utilisation.
+//! hedge. The rules and limits were chosen on examples/hedging.yaml (seeds 1–4 and 17) and
+//! checked on seeds 101, 202 and 303 (docs/policies.md, crates/sim/tests/hedging.rs).
 
 use super::{HedgePolicy, RequestEnd, PAST};
 use crate::config::{self, Check, ConfigError};
@@ -57,15 +59,22 @@ use std::time::Duration;
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AdaptiveHedgeConfig {
-    /// The percentile of recent request latencies after which a hedge goes out (96).
+    /// The percentile of recent request latencies after which a hedge goes out with no queueing
+    /// (96).
     pub percentile: f64,
-    /// Request latencies kept for the percentile and the median (1000).
+    /// Request latencies kept for the percentile and the load signal (1000).
     pub window: usize,
-    /// Latencies needed before hedging starts, and the spacing of base-latency updates (200).
+    /// Latencies needed before hedging starts, and the spacing of base updates (200).
     pub min_samples: usize,
-    /// The gate is open while the recent median is at most this times the base latency (1.25).
-    pub max_inflation: f64,
-    /// How slowly the base latency follows a higher median (5 min).
+    /// Whether the callee stops the work of an attempt the caller cancels (true). Say `false` for
+    /// a service that runs abandoned requests to the end: hedges then add their whole service
+    /// time, and the gate becomes stricter ([`AdaptiveRule`]).
+    pub callee_cancels: bool,
+    /// The load signal's limit over its base: the gate shuts past it (1.5 when the callee
+    /// cancels, where the hedged share slides to none at it; 1.25 when it does not).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_inflation: Option<f64>,
+    /// How slowly the base follows a higher load signal (5 min).
     #[serde(with = "text")]
     pub base_memory: Duration,
 }
@@ -76,7 +85,8 @@ impl Default for AdaptiveHedgeConfig {
             percentile: 96.0,
             window: 1000,
             min_samples: 200,
-            max_inflation: 1.25,
+            callee_cancels: true,
+            max_inflation: None,
             base_memory: Duration::from_secs(300),
         }
     }
@@ -91,8 +101,47 @@ impl AdaptiveHedgeConfig {
         }
         config::at_least_one("window", self.window as u64)?;
         config::at_least_one("min_samples", self.min_samples as u64)?;
-        config::at_least("max_inflation", self.max_inflation, 1.0)?;
+        self.max_inflation.map_or(Ok(()), |x| config::at_least("max_inflation", x, 1.0))?;
         config::positive("base_memory", self.base_memory)
+    }
+
+    /// The rule for the declared callee.
+    pub fn rule(&self) -> AdaptiveRule {
+        if self.callee_cancels {
+            AdaptiveRule::Sliding { max_inflation: self.max_inflation.unwrap_or(1.5) }
+        } else {
+            AdaptiveRule::Strict { max_inflation: self.max_inflation.unwrap_or(1.25) }
+        }
+    }
+}
+
+/// How the load gate reads queueing and what it does with it, chosen by
+/// [`AdaptiveHedgeConfig::callee_cancels`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum AdaptiveRule {
+    /// The callee stops cancelled work: the load signal is the window's median, and the hedge
+    /// percentile slides from `percentile` at no inflation to the 100th at `max_inflation`
+    /// (linearly in the hedged share), past which the gate shuts.
+    Sliding { max_inflation: f64 },
+    /// The callee runs abandoned work to the end: the load signal is the window's 90th percentile,
+    /// which rises with the first queueing, and the gate shuts past `max_inflation`; the hedge
+    /// percentile stays `percentile`.
+    Strict { max_inflation: f64 },
+}
+
+impl AdaptiveRule {
+    fn max_inflation(self) -> f64 {
+        match self {
+            AdaptiveRule::Sliding { max_inflation } | AdaptiveRule::Strict { max_inflation } => max_inflation,
+        }
+    }
+
+    /// The quantile of the window that measures load.
+    fn signal_quantile(self) -> f64 {
+        match self {
+            AdaptiveRule::Sliding { .. } => 0.5,
+            AdaptiveRule::Strict { .. } => 0.9,
+        }
     }
 }
 
@@ -100,10 +149,11 @@ impl AdaptiveHedgeConfig {
 #[derive(Clone, Debug)]
 pub struct AdaptiveHedge {
     config: AdaptiveHedgeConfig,
+    rule: AdaptiveRule,
     latencies: Window,
     /// Latencies since the base was last updated.
     fresh: usize,
-    /// The base (unloaded) median latency in nanoseconds, and when it was last updated.
+    /// The base (unloaded) load signal in nanoseconds, and when it was last updated.
     base: Option<(f64, Time)>,
     /// Whether the gate is open.
     open: bool,
@@ -112,7 +162,19 @@ pub struct AdaptiveHedge {
 impl AdaptiveHedge {
     /// Adaptive hedging that has seen nothing yet (so it does not hedge).
     pub fn new(config: AdaptiveHedgeConfig) -> Self {
-        AdaptiveHedge { latencies: Window::new(config.window), fresh: 0, base: None, open: false, config }
+        let rule = config.rule();
+        AdaptiveHedge { latencies: Window::new(config.window), fresh: 0, base: None, open: false, rule, config }
+    }
+
+    /// The percentile the hedge waits for now: `percentile`, or with [`AdaptiveRule::Sliding`] the
+    /// point that leaves `(100 − percentile) × (max_inflation − inflation) / (max_inflation − 1)` %
+    /// of requests to hedge.
+    pub fn hedge_percentile(&self) -> f64 {
+        let p = self.config.percentile;
+        let AdaptiveRule::Sliding { max_inflation } = self.rule else { return p };
+        let x = self.inflation().unwrap_or(1.0);
+        let room = if max_inflation > 1.0 { (max_inflation - x) / (max_inflation - 1.0) } else { f64::from(x <= 1.0) };
+        100.0 - (100.0 - p) * room.clamp(0.0, 1.0)
     }
 
     /// The live percentile, once enough latencies are in: the hedge goes out once the request has
@@ -121,40 +183,46 @@ impl AdaptiveHedge {
         if self.latencies.len() < self.config.min_samples.max(1) {
             return None;
         }
-        self.latencies.quantile(self.config.percentile / 100.0).map(from_nanos)
+        self.latencies.quantile(self.hedge_percentile() / 100.0).map(from_nanos)
     }
 
-    /// The recent median over the base latency (1 when unloaded), once both are known.
+    /// The load signal (the window's median, or its 90th percentile with [`AdaptiveRule::Strict`])
+    /// over its base (1 when unloaded), once both are known.
     pub fn inflation(&self) -> Option<f64> {
         let (base, _) = self.base?;
-        Some(self.latencies.median()? / base)
+        Some(self.signal()? / base)
+    }
+
+    fn signal(&self) -> Option<f64> {
+        self.latencies.quantile(self.rule.signal_quantile())
     }
 
     /// Whether the load gate lets hedges out. Closed until enough latencies are in; it closes when
-    /// the recent median exceeds `max_inflation` × the base latency, and opens again once the
-    /// median is back within half that margin (hysteresis: a queue that only briefly drains
-    /// does not let a burst of hedges refill it).
+    /// the inflation exceeds `max_inflation`, and opens again once it is back within half that
+    /// margin (hysteresis: a queue that only briefly drains does not let a burst of hedges refill
+    /// it).
     pub fn gate_open(&self) -> bool {
         self.open
     }
 
     fn update_gate(&mut self) {
         let Some(x) = self.inflation() else { return };
-        let reopen = 1.0 + (self.config.max_inflation - 1.0) / 2.0;
-        self.open = if self.open { x <= self.config.max_inflation } else { x <= reopen };
+        let limit = self.rule.max_inflation();
+        let reopen = 1.0 + (limit - 1.0) / 2.0;
+        self.open = if self.open { x <= limit } else { x <= reopen };
     }
 
-    /// Moves the base towards the current median: down at once, up by `elapsed / base_memory` of
-    /// the gap (an exponential forgetting of old lows).
+    /// Moves the base towards the current load signal: down at once, up by `elapsed /
+    /// base_memory` of the gap (an exponential forgetting of old lows).
     fn update_base(&mut self, now: Time) {
-        let Some(median) = self.latencies.median() else { return };
+        let Some(signal) = self.signal() else { return };
         self.base = Some(match self.base {
-            Some((base, since)) if median > base => {
+            Some((base, since)) if signal > base => {
                 let elapsed = now.saturating_sub(since).as_secs_f64();
                 let step = (elapsed / self.config.base_memory.as_secs_f64()).min(1.0);
-                (base + (median - base) * step, now)
+                (base + (signal - base) * step, now)
             }
-            _ => (median, now),
+            _ => (signal, now),
         });
     }
 }
@@ -254,23 +322,95 @@ mod tests {
         feed(&mut h, at(0), [10; 10]);
         assert_eq!(h.inflation(), Some(1.0));
         assert!(h.gate_open());
-        // Queueing: requests take 12 ms (1.2 × the base): still open.
-        feed(&mut h, at(0), [12; 10]);
-        assert_eq!(h.inflation(), Some(1.2));
+        // Queueing: requests take 14 ms (1.4 × the base): still open.
+        feed(&mut h, at(0), [14; 10]);
+        assert_eq!(h.inflation(), Some(1.4));
         assert!(h.gate_open());
-        // 13 ms is 1.3 × the base: closed; a request starting now gets no hedge, and one whose
-        // hedge is due now is refused. The base did not follow (no time passed).
-        feed(&mut h, at(0), [13; 10]);
-        assert_eq!(h.inflation(), Some(1.3));
+        // 16 ms is 1.6 × the base, past the default limit 1.5: closed; a request starting now gets
+        // no hedge, and one whose hedge is due now is refused. The base did not follow (no time
+        // passed).
+        feed(&mut h, at(0), [16; 10]);
+        assert_eq!(h.inflation(), Some(1.6));
         assert_eq!(h.delay(at(0), 1), None);
         assert!(!h.try_send(at(0), 1));
         assert_eq!(h.gate(), Some(false));
-        // Back to 12 ms: within the bound, but not within half its margin (1.125): still closed.
-        feed(&mut h, at(0), [12; 10]);
+        // Back to 14 ms: within the bound, but not within half its margin (1.25): still closed.
+        feed(&mut h, at(0), [14; 10]);
         assert!(!h.gate_open());
-        // The queue drains: back to 10 ms, the gate opens again.
-        feed(&mut h, at(0), [10; 10]);
+        // The queue drains to 12 ms, the gate opens again.
+        feed(&mut h, at(0), [12; 10]);
         assert!(h.gate_open());
+    }
+
+    /// A policy with a window of 100, the base set every 100 requests, fed 1..=100 ms at time 0
+    /// (base: the median 50 ms, or the 90th percentile 90 ms without cancellation).
+    fn hundred(callee_cancels: bool) -> AdaptiveHedge {
+        let config = AdaptiveHedgeConfig { window: 100, min_samples: 100, callee_cancels, ..Default::default() };
+        let mut h = AdaptiveHedge::new(config);
+        feed(&mut h, at(0), 1..=100);
+        h
+    }
+
+    #[test]
+    fn the_hedged_share_slides_to_none_as_the_median_reaches_one_and_a_half_times_its_base() {
+        let mut h = hundred(true);
+        assert_eq!(h.rule, AdaptiveRule::Sliding { max_inflation: 1.5 });
+        // No inflation: the 96th percentile, 4 % of requests hedged.
+        assert_eq!(h.inflation(), Some(1.0));
+        assert_eq!(h.hedge_percentile(), 96.0);
+        assert_eq!(h.delay(at(0), 1), Some(ms(96) + PAST));
+        // Every latency 10 ms slower (11..=110): the median is 60 ms, 1.2 × its base, so 0.6 of the
+        // room is left: 2.4 % hedged, past the 97.6th percentile (the 98th sample, 108 ms).
+        feed(&mut h, at(0), 11..=110);
+        assert_eq!(h.inflation(), Some(1.2));
+        assert!((h.hedge_percentile() - 97.6).abs() < 1e-9, "{}", h.hedge_percentile());
+        assert_eq!(h.delay(at(0), 1), Some(ms(108) + PAST));
+        // 26..=125: the median is 75 ms, 1.5 × the base: the gate is still open but only a request
+        // slower than every one in the window (125 ms) is hedged.
+        feed(&mut h, at(0), 26..=125);
+        assert_eq!(h.inflation(), Some(1.5));
+        assert_eq!(h.hedge_percentile(), 100.0);
+        assert_eq!(h.delay(at(0), 1), Some(ms(125) + PAST));
+        // Past the limit the gate shuts, and reopens within half the margin (1.25 × the base).
+        feed(&mut h, at(0), 31..=130);
+        assert_eq!(h.delay(at(0), 1), None);
+        feed(&mut h, at(0), 21..=120);
+        assert_eq!(h.inflation(), Some(1.4));
+        assert!(!h.gate_open());
+        feed(&mut h, at(0), 11..=110);
+        assert_eq!(h.delay(at(0), 1), Some(ms(108) + PAST));
+    }
+
+    #[test]
+    fn a_callee_that_does_not_cancel_gets_a_fixed_percentile_gated_on_the_ninetieth() {
+        let mut h = hundred(false);
+        assert_eq!(h.rule, AdaptiveRule::Strict { max_inflation: 1.25 });
+        // 11..=110: the 90th percentile is 100 ms, 1.11 × its base of 90 ms; the hedge still waits
+        // for the 96th percentile (106 ms).
+        feed(&mut h, at(0), 11..=110);
+        assert_eq!(h.inflation(), Some(100.0 / 90.0));
+        assert_eq!(h.hedge_percentile(), 96.0);
+        assert_eq!(h.delay(at(0), 1), Some(ms(106) + PAST));
+        // The median is unchanged but the slowest tenth is slower: a cancelling callee's gate stays
+        // open, this one shuts (the 90th percentile, 116 ms, is 1.29 × its base).
+        let mut cancelling = hundred(true);
+        let tail = (1..=89).chain([116; 11]);
+        feed(&mut cancelling, at(0), tail.clone());
+        feed(&mut h, at(0), 1..=100);
+        feed(&mut h, at(0), tail);
+        assert_eq!(cancelling.inflation(), Some(1.0));
+        assert!(cancelling.gate_open());
+        assert_eq!(h.inflation(), Some(116.0 / 90.0));
+        assert_eq!(h.delay(at(0), 1), None);
+    }
+
+    #[test]
+    fn the_callee_is_declared_once_and_the_limit_can_still_be_set() {
+        let parse = |yaml: &str| serde_yaml_ng::from_str::<AdaptiveHedgeConfig>(yaml).unwrap().rule();
+        assert_eq!(parse("{}"), AdaptiveRule::Sliding { max_inflation: 1.5 });
+        assert_eq!(parse("{callee_cancels: false}"), AdaptiveRule::Strict { max_inflation: 1.25 });
+        assert_eq!(parse("{callee_cancels: false, max_inflation: 1.4}"), AdaptiveRule::Strict { max_inflation: 1.4 });
+        assert_eq!(parse("{max_inflation: 1.75}"), AdaptiveRule::Sliding { max_inflation: 1.75 });
     }
 
     #[test]
@@ -308,7 +448,7 @@ mod tests {
         assert_eq!(AdaptiveHedgeConfig::default().validate(), Ok(()));
         let bad = |c: AdaptiveHedgeConfig| c.validate().unwrap_err().path;
         assert_eq!(bad(AdaptiveHedgeConfig { percentile: 100.0, ..Default::default() }), "percentile");
-        assert_eq!(bad(AdaptiveHedgeConfig { max_inflation: 0.5, ..Default::default() }), "max_inflation");
+        assert_eq!(bad(AdaptiveHedgeConfig { max_inflation: Some(0.5), ..Default::default() }), "max_inflation");
         assert_eq!(bad(AdaptiveHedgeConfig { min_samples: 0, ..Default::default() }), "min_samples");
         assert_eq!(bad(AdaptiveHedgeConfig { base_memory: Duration::ZERO, ..Default::default() }), "base_memory");
     }

@@ -6,7 +6,7 @@ mod bucket;
 mod percentile;
 mod speculative;
 
-pub use adaptive::{AdaptiveHedge, AdaptiveHedgeConfig};
+pub use adaptive::{AdaptiveHedge, AdaptiveHedgeConfig, AdaptiveRule};
 pub use bucket::{HedgeBucket, BUCKET_CAP};
 pub use percentile::{PercentileHedge, PercentileHedgeConfig, PAST};
 pub use speculative::Speculative;
