@@ -284,7 +284,7 @@ term_run() {   # one SIGTERM: a sample of the requests cut and of the connects r
   sample term.refused "$(errors connect)"
 }
 term_row() {
-  row "proxy SIGTERM" "200 ms service" "$(total term.cut) cut in $RUNS runs ($(med term.refused) refused after close)" \
+  row "proxy SIGTERM" "200 ms service" "$(total term.cut) cut in $RUNS runs ($(printf %.0f "$(med term.refused)") refused after close)" \
     "0 cut" "$(verdict "$(total term.cut) == 0")"
 }
 
