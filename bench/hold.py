@@ -15,6 +15,8 @@ import socket
 import sys
 import time
 
+from sockets import ready
+
 
 def main():
     port, n, seconds = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
@@ -50,16 +52,9 @@ def main():
             slot = due_slot + 1
         next_at = start + slot * period / n
         timeout = max(0.0, min(next_at - time.monotonic(), 0.05))
-        for key, _ in sel.select(timeout):
+        for key, data in ready(sel, timeout):
             i = key.data
-            try:
-                data = key.fileobj.recv(65536)
-            except BlockingIOError:
-                continue
-            except OSError:
-                data = b""
             if not data:
-                sel.unregister(key.fileobj)
                 failed += 1
                 waiting[i] = False
                 continue

@@ -1,4 +1,5 @@
-# Shared helpers for the bench scripts (sourced, not run). Everything listens on 127.0.0.1 only.
+# Shared helpers for the bench scripts (sourced, not run). Everything listens on 127.0.0.1, except
+# in the network namespaces bench/reliability.sh creates (and removes on exit).
 # Every process started through `start` is recorded and stopped by its PID on EXIT.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -7,10 +8,12 @@ TG=$ROOT/target/release/tailguard
 BIN=${BENCH_BIN:-$ROOT/target/bench-bin}   # where vegeta is installed
 WORK=$(mktemp -d /tmp/tailguard-bench.XXXXXX)
 PIDS=()
+AT_EXIT=()   # commands run on exit once every process is stopped (e.g. removing network namespaces)
 cleanup() {
-  local p
+  local p c
   for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
   for p in "${PIDS[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
+  for c in "${AT_EXIT[@]:-}"; do [ -n "$c" ] && { $c || true; }; done
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -24,14 +27,14 @@ start() {
   PIDS+=("$LAST_PID")
 }
 
-# wait_port PORT: until something accepts on 127.0.0.1:PORT (at most 10 s)
+# wait_port PORT [HOST]: until something accepts on HOST (127.0.0.1):PORT (at most 10 s)
 wait_port() {
-  local i
+  local i host=${2:-127.0.0.1}
   for i in $(seq 1 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    (exec 3<>"/dev/tcp/$host/$1") 2>/dev/null && return 0
     sleep 0.1
   done
-  echo "nothing listening on 127.0.0.1:$1 after 10 s" >&2; return 1
+  echo "nothing listening on $host:$1 after 10 s" >&2; return 1
 }
 
 # builds target/release/tailguard (3 tries a minute apart, the tree may be mid-edit);

@@ -15,7 +15,8 @@ use tailguard_model::{Dur, Run};
 use tailguard_proxy::config::Network as Peers;
 use tailguard_proxy::config::{Admin, Config, Egress, Ingress, Protocol, Route, Tracing, Upstream};
 use tailguard_proxy::config::{
-    DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT, DEFAULT_MAX_REPLAY_BODY, DEFAULT_MAX_REQUESTS, DEFAULT_UPSTREAM_MAX_REQUESTS,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT, DEFAULT_MAX_REPLAY_BODY, DEFAULT_MAX_REQUESTS,
+    DEFAULT_UPSTREAM_MAX_REQUESTS,
 };
 
 pub const SERVE_PORT: u16 = 8080;
@@ -274,6 +275,7 @@ fn upstream(plan: &Plan, callee: &str, policy: &ClientPolicy) -> Upstream {
         protocol: Protocol::Http1,
         max_connections_per_endpoint: DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT,
         max_requests: DEFAULT_UPSTREAM_MAX_REQUESTS,
+        connect_timeout: Dur(DEFAULT_CONNECT_TIMEOUT),
         tls: None,
     }
 }

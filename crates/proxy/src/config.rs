@@ -29,6 +29,10 @@ pub const DEFAULT_UPSTREAM_MAX_REQUESTS: usize = 1024;
 /// Upstream connections per endpoint by default (Envoy's circuit breaker `max_connections`).
 pub const DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT: usize = 1024;
 
+/// How long opening an upstream connection may take by default (Linkerd's outbound connect
+/// timeout).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// A whole proxy file: any of the three listeners may be left out.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -187,6 +191,12 @@ pub struct Upstream {
     /// connection per endpoint.
     #[serde(default = "default_max_connections_per_endpoint")]
     pub max_connections_per_endpoint: usize,
+    /// How long opening a connection to an endpoint may take, TCP and TLS handshakes together
+    /// (Linkerd's outbound connect timeout, 1 s): then the attempt fails as if refused, so it is
+    /// retried on another endpoint and counts towards ejection, instead of waiting out the
+    /// kernel's SYN retries (about 2 minutes) on an address whose host has gone silent.
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout: Dur,
     /// Requests to this upstream carried at once (Envoy's per-cluster circuit breaker
     /// `max_requests`): beyond it a request is answered 503 at once, so a hung upstream takes at
     /// most this many of the egress's places and the other upstreams keep being served.
@@ -577,6 +587,10 @@ fn default_max_connections_per_endpoint() -> usize {
     DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT
 }
 
+fn default_connect_timeout() -> Dur {
+    Dur(DEFAULT_CONNECT_TIMEOUT)
+}
+
 impl Config {
     /// Reads, parses and validates the file at `path`.
     pub fn load(path: impl AsRef<Path>) -> Result<Config, ModelError> {
@@ -753,6 +767,13 @@ impl Upstream {
         if self.max_requests == 0 {
             return Err(ModelError::at("max_requests", "expected at least 1"));
         }
+        if self.connect_timeout.0.is_zero() {
+            return Err(ModelError::at("connect_timeout", "expected a positive duration"));
+        }
+        if self.protocol == Protocol::H2c && self.connect_timeout.0 != DEFAULT_CONNECT_TIMEOUT {
+            let why = "h2c upstreams share one client whose connect timeout is the default (1s): leave it out";
+            return Err(ModelError::at("connect_timeout", why));
+        }
         if let Some(tls) = &self.tls {
             tls.validate().map_err(|e| e.under("tls"))?;
             if self.protocol == Protocol::H2c {
@@ -783,6 +804,7 @@ mod tests {
         assert_eq!(egress.max_replay_body, DEFAULT_MAX_REPLAY_BODY);
         assert_eq!(egress.max_requests, DEFAULT_MAX_REQUESTS);
         assert_eq!(egress.upstreams["backend"].max_connections_per_endpoint, DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT);
+        assert_eq!(egress.upstreams["backend"].connect_timeout, Dur(DEFAULT_CONNECT_TIMEOUT));
         assert_eq!(egress.upstreams["backend"].max_requests, DEFAULT_UPSTREAM_MAX_REQUESTS);
         let ingress = c.ingress.unwrap();
         assert_eq!(ingress.admission, AdmissionConfig::Fixed { capacity: 8 });
@@ -1007,6 +1029,14 @@ mod tests {
         assert_eq!(e, "proxy.yaml: egress.upstreams.a.max_requests: expected at least 1");
         let e = parse("ingress: {listen: 127.0.0.1:1, app: 127.0.0.1:2, max_app_connections: 0}").unwrap_err();
         assert_eq!(e, "proxy.yaml: ingress.max_app_connections: expected at least 1");
+        let e = parse("egress: {listen: 127.0.0.1:1, upstreams: {a: {endpoints: [127.0.0.1:2], connect_timeout: 0s}}}")
+            .unwrap_err();
+        assert_eq!(e, "proxy.yaml: egress.upstreams.a.connect_timeout: expected a positive duration");
+        let e = parse(
+            "egress: {listen: 127.0.0.1:1, upstreams: {a: {endpoints: [127.0.0.1:2], protocol: h2c, connect_timeout: 5s}}}",
+        )
+        .unwrap_err();
+        assert!(e.contains("egress.upstreams.a.connect_timeout: h2c upstreams share one client"), "{e}");
         let e = parse("egress: [127.0.0.1:1]").unwrap_err();
         assert_eq!(e, "proxy.yaml: egress: expected a mapping (egress settings), got a list, at line 1 column 9");
         let e = parse("egress: {listen: 127.0.0.1:1, upstreams: [a, b]}").unwrap_err();

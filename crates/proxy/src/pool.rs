@@ -20,6 +20,10 @@
 //! Over TLS, an endpoint that chooses `h2` by ALPN gets one HTTP/2 connection that carries every
 //! request, multiplexed ([`h2`]); HTTP/1.1 (or no ALPN) gets the connections above.
 //!
+//! Opening a connection (TCP, then TLS if any) has a timeout (`connect_timeout`): an endpoint
+//! whose host has gone silent drops the SYNs, and the kernel would retry them for about two
+//! minutes. A connect that times out is an [`Error::Connect`] like a refused one.
+//!
 //! Replays follow hyper-util's client and RFC 9112 §9.3.1: a request that failed on a reused
 //! connection before any of its response arrived is sent once more on a new connection when hyper
 //! hands it back unsent, or when the caller can rebuild it (idempotent, buffered body) and the
@@ -38,9 +42,10 @@ use hyper::header::HeaderValue;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use std::future::{poll_fn, Future};
+use std::io;
 use std::net::SocketAddr;
 use std::pin::{pin, Pin};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -68,6 +73,8 @@ pub struct Pool {
     open: Count,
     /// The cap on `open`.
     max_connections: AtomicUsize,
+    /// How long opening a connection may take, in microseconds (changed by a reload).
+    connect_timeout_us: AtomicU64,
     /// TLS towards the endpoint, if it speaks it.
     tls: Option<Arc<tls::Connector>>,
     /// Over TLS: whether the endpoint chose h2 by ALPN, and its one connection if so.
@@ -195,9 +202,21 @@ impl Pool {
             idle: Mutex::new(Idle { conns: Vec::new(), swept: false }),
             open: Count::default(),
             max_connections: AtomicUsize::new(max_connections),
+            connect_timeout_us: AtomicU64::new(micros(crate::config::DEFAULT_CONNECT_TIMEOUT)),
             tls: None,
             alpn: h2::Negotiated::default(),
         }
+    }
+
+    /// The pool, its connects given up after `timeout`.
+    pub fn with_connect_timeout(self, timeout: Duration) -> Pool {
+        self.set_connect_timeout(timeout);
+        self
+    }
+
+    /// Sets how long opening a connection may take (a reloaded file's).
+    pub fn set_connect_timeout(&self, timeout: Duration) {
+        self.connect_timeout_us.store(micros(timeout), Ordering::Relaxed);
     }
 
     /// The pool, its connections made over TLS by `connector`.
@@ -324,22 +343,32 @@ impl Pool {
         self.handshake(place, stream).await
     }
 
-    /// A new connection to the endpoint (TCP, then TLS if it speaks it), holding its place.
+    /// A new connection to the endpoint (TCP, then TLS if it speaks it) within `connect_timeout`,
+    /// holding its place.
     async fn dial(&self) -> Result<(Place, Stream), Error> {
         // Reserved before connecting: connections being opened count too.
         let max = self.max_connections.load(Ordering::Relaxed);
         let place = self.open.take(max).ok_or(Error::Overflow(self.addr, max))?;
-        let stream = TcpStream::connect(self.addr).await.map_err(|e| Error::Connect(self.addr, e))?;
+        let timeout = Duration::from_micros(self.connect_timeout_us.load(Ordering::Relaxed));
+        let stream = tokio::time::timeout(timeout, self.open_stream())
+            .await
+            .unwrap_or_else(|_| {
+                Err(io::Error::new(io::ErrorKind::TimedOut, format!("no connection within {timeout:?}")))
+            })
+            .map_err(|e| Error::Connect(self.addr, e))?;
+        Ok((place, stream))
+    }
+
+    /// A TCP connection to the endpoint, with TLS if it speaks it.
+    async fn open_stream(&self) -> io::Result<Stream> {
+        let stream = TcpStream::connect(self.addr).await?;
         // No TCP_NODELAY, as hyper-util's connector: each request head goes out in one write
         // anyway, and with it set the proxy spent ~0.7 µs more system time per request (64
         // clients through `--workers 1` to nginx, same syscalls).
-        let stream = match &self.tls {
+        Ok(match &self.tls {
             None => Stream::Plain(stream),
-            Some(tls) => {
-                Stream::Tls(Box::new(tls.connect(self.addr, stream).await.map_err(|e| Error::Connect(self.addr, e))?))
-            }
-        };
-        Ok((place, stream))
+            Some(tls) => Stream::Tls(Box::new(tls.connect(self.addr, stream).await?)),
+        })
     }
 
     /// HTTP/1 on `stream`.
@@ -403,6 +432,11 @@ async fn sweep(pool: Weak<Pool>) {
 
 /// Whether `error` says the connection was closed or reset before the response began: an
 /// endpoint closing an idle connection as the request was written.
+/// `d` in whole microseconds, saturating (a file's duration is far below 584,000 years).
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
 fn closed_under(error: &hyper::Error) -> bool {
     if error.is_incomplete_message() {
         return true;

@@ -215,6 +215,48 @@ async fn a_hung_backend_is_cut_by_the_timeout() {
     proxy.shutdown().await;
 }
 
+/// A black hole on 127.0.0.1: a listener whose accept queue (of one) is full and never drained,
+/// so the kernel drops every further SYN and a connect to it hangs, as to a host gone silent.
+/// The listener and the connection filling its queue must be kept.
+async fn black_hole() -> (SocketAddr, TcpListener, Vec<TcpStream>) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut held = Vec::new();
+    while let Ok(Ok(stream)) = tokio::time::timeout(Duration::from_millis(200), TcpStream::connect(addr)).await {
+        held.push(stream);
+        assert!(held.len() < 16, "the accept queue of {addr} never filled");
+    }
+    (addr, listener, held)
+}
+
+#[tokio::test]
+async fn a_connect_that_hangs_is_given_up_after_connect_timeout_and_retried_elsewhere() {
+    let (hole, _listener, _held) = black_hole().await;
+    let ok = Backend::start("ok", Mode::Ok(Duration::ZERO)).await;
+    // No timeout in the policy: only connect_timeout bounds the attempt to the black hole.
+    let text = format!(
+        "egress:\n  listen: 127.0.0.1:0\n  upstreams:\n    svc:\n      endpoints: [{hole}, {}]\n      connect_timeout: 300ms\n      policy: {{balancer: {{kind: round-robin}}, retry: {{max_attempts: 2}}}}\nadmin: {{listen: 127.0.0.1:0}}\n",
+        ok.addr
+    );
+    let proxy = proxy_of(&text).await;
+    let client = client();
+    let mut waited = Vec::new();
+    for _ in 0..4 {
+        let started = Instant::now();
+        let (status, _, body) = get(&client, proxy.egress.unwrap(), "svc", &[]).await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
+        waited.push(started.elapsed());
+    }
+    // Round robin sends each request to the black hole first (the retry takes the other's turn):
+    // each waited out the connect timeout, not the kernel's two minutes of SYN retries, and was
+    // answered by the other endpoint.
+    let bounded = |w: &Duration| (Duration::from_millis(290)..Duration::from_millis(1500)).contains(w);
+    assert!(waited.iter().all(bounded), "{waited:?}");
+    proxy.shutdown().await;
+}
+
 #[tokio::test]
 async fn hedging_on_timeout_lets_a_slow_answer_win() {
     let slow = Backend::start("slow", Mode::Ok(Duration::from_millis(300))).await;

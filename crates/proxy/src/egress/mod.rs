@@ -39,7 +39,7 @@ use crate::trace::Tracing;
 use body::template;
 use driver::Driver;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use protocol::HttpClient;
 use routes::{Routes, Upstream};
@@ -69,7 +69,9 @@ impl Egress {
     /// upstream's TLS files cannot be used.
     pub fn new(config: &config::Egress, epoch: Instant, metrics: Arc<Metrics>, seed: u64) -> Result<Egress, TlsError> {
         let routes = RwLock::new(Arc::new(Routes::new(config, None, &metrics, seed)?));
-        let h2c = Client::builder(TokioExecutor::new()).http2_only(true).build_http();
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(config::DEFAULT_CONNECT_TIMEOUT));
+        let h2c = Client::builder(TokioExecutor::new()).http2_only(true).build(connector);
         Ok(Egress { routes, h2c, epoch, metrics, tracing: None, seed, in_flight: Count::default() })
     }
 

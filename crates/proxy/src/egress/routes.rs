@@ -143,10 +143,13 @@ impl Upstream {
             let same_tls = |pool: &Pool| pool.tls().map(|c| c.config()) == config.tls.as_ref();
             endpoints.find(|e| e.addr == *addr && same_tls(&e.pool)).map(|e| e.pool.clone())
         };
-        let max = config.max_connections_per_endpoint;
+        let (max, connect_timeout) = (config.max_connections_per_endpoint, config.connect_timeout.0);
         let endpoint = |addr: &SocketAddr| {
-            let pool = old_pool(addr).inspect(|pool| pool.set_max_connections(max));
-            let pool = pool.unwrap_or_else(|| Arc::new(Pool::new(*addr, max).with_tls(tls.clone())));
+            let pool = old_pool(addr).inspect(|pool| {
+                pool.set_max_connections(max);
+                pool.set_connect_timeout(connect_timeout);
+            });
+            let pool = pool.unwrap_or_else(|| Arc::new(new_pool(*addr, config, tls.clone())));
             Endpoint::new(*addr, pool, metrics, name)
         };
         let addrs = match &config.discovery {
@@ -227,10 +230,9 @@ impl Upstream {
         let fresh: Vec<SocketAddr> = addrs.iter().filter(|a| !ids.contains_key(a)).copied().collect();
         if !fresh.is_empty() {
             let mut endpoints = self.endpoints.write().unwrap_or_else(|poisoned| poisoned.into_inner());
-            let max = self.config.max_connections_per_endpoint;
             for addr in fresh {
                 ids.insert(addr, endpoints.len());
-                let pool = Arc::new(Pool::new(addr, max).with_tls(self.tls.clone()));
+                let pool = Arc::new(new_pool(addr, &self.config, self.tls.clone()));
                 endpoints.push(Endpoint::new(addr, pool, &self.all_metrics, &self.name));
                 change.added.push(addr);
             }
@@ -248,4 +250,9 @@ impl Upstream {
 pub(super) struct Change {
     pub(super) added: Vec<SocketAddr>,
     pub(super) removed: Vec<SocketAddr>,
+}
+
+/// An empty pool towards `addr`, an endpoint of the upstream `config`.
+fn new_pool(addr: SocketAddr, config: &config::Upstream, tls: Option<Arc<tls::Connector>>) -> Pool {
+    Pool::new(addr, config.max_connections_per_endpoint).with_tls(tls).with_connect_timeout(config.connect_timeout.0)
 }
