@@ -3,7 +3,10 @@
 //! disappear while requests go through the proxy, and the proxy's endpoint set follows without a
 //! failed request.
 
+mod common;
+
 use bytes::Bytes;
+use common::{Backend, Mode};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
@@ -17,7 +20,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tailguard_proxy::{Config, Proxy};
@@ -25,52 +28,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
-/// A backend answering its name; counts its requests.
-struct Backend {
-    addr: SocketAddr,
-    hits: Arc<AtomicUsize>,
-    task: JoinHandle<()>,
-}
-
-impl Backend {
-    /// Listens on `addr` (port 0: any).
-    async fn start(name: &'static str, addr: SocketAddr) -> Backend {
-        let listener = TcpListener::bind(addr).await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let hits = Arc::new(AtomicUsize::new(0));
-        let counter = hits.clone();
-        let task = tokio::spawn(async move {
-            let mut conns = JoinSet::new();
-            loop {
-                let Ok((stream, _)) = listener.accept().await else { continue };
-                let counter = counter.clone();
-                let service = service_fn(move |_req: Request<Incoming>| {
-                    counter.fetch_add(1, Ordering::SeqCst);
-                    async move {
-                        tokio::time::sleep(Duration::from_millis(2)).await;
-                        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(name))))
-                    }
-                });
-                conns.spawn(async move {
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
-        Backend { addr, hits, task }
-    }
-
-    fn hits(&self) -> usize {
-        self.hits.load(Ordering::SeqCst)
-    }
-}
-
-impl Drop for Backend {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
+/// The backends answer 200 after 2 ms.
+const PODS: Mode = Mode::Ok(Duration::from_millis(2));
 
 const NAMESPACE: &str = "shop";
 const SLICES: &str = "/apis/discovery.k8s.io/v1/namespaces/shop/endpointslices";
@@ -302,11 +261,14 @@ async fn until_endpoints(proxy: &Proxy, n: usize) {
 async fn the_endpoint_set_follows_endpoint_slices_under_load_without_a_failed_request() {
     // Like pods, the backends share a port on addresses of their own (all of 127.0.0.0/8 is
     // loopback).
-    let a = Backend::start("a", "127.0.0.1:0".parse().unwrap()).await;
+    let a = Backend::start_on("127.0.0.1:0".parse().unwrap(), "a", PODS).await;
     let port = a.addr.port();
     let on = |last: u8| SocketAddr::from(([127, 0, 0, last], port));
-    let (b, c, other) =
-        (Backend::start("b", on(2)).await, Backend::start("c", on(3)).await, Backend::start("other", on(4)).await);
+    let (b, c, other) = (
+        Backend::start_on(on(2), "b", PODS).await,
+        Backend::start_on(on(3), "c", PODS).await,
+        Backend::start_on(on(4), "other", PODS).await,
+    );
     let api = FakeApi::start().await;
     // `b` is not ready yet; `other` belongs to another Service.
     api.put("backend-1", "backend", &[(&a, true, false), (&b, false, false)]);

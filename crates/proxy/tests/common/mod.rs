@@ -1,4 +1,4 @@
-//! What several test files share: a backend on port 0 that answers as told.
+//! What several test files share: a backend on a loopback port that answers as told.
 
 // Each test file compiles this module on its own and uses only part of it.
 #![allow(dead_code)]
@@ -43,7 +43,12 @@ pub struct Backend {
 
 impl Backend {
     pub async fn start(name: &'static str, mode: Mode) -> Backend {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Backend::start_on("127.0.0.1:0".parse().unwrap(), name, mode).await
+    }
+
+    /// Listens on `addr` (port 0: any free port), e.g. another loopback address, as pods share a port.
+    pub async fn start_on(addr: SocketAddr, name: &'static str, mode: Mode) -> Backend {
+        let listener = TcpListener::bind(addr).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let hits = Arc::new(AtomicUsize::new(0));
         let counter = hits.clone();
