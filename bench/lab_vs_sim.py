@@ -1,0 +1,142 @@
+"""The table of bench/lab-vs-sim.sh: each lab run's p50 and p99 as ratios to the simulator's run of
+the same scenario and variant, both success rates, and whether the run is within the parity
+bounds (docs/lab.md, "How close it comes").
+
+    python3 bench/lab_vs_sim.py SIM_JSON LAB_JSON
+
+Exits 1 when any lab run is out of bounds (the last column says which), and 2 when the two
+documents cannot be compared: a lab run the simulator did not run, or runs of different lengths
+or seeds (a ratio between a 20 s and a 60 s run, or two seeds, says nothing about parity).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+P50_BOUND = 0.10  # the lab's p50 within ±10 % of the simulator's
+P99_BOUND = 0.20  # its p99 within ±20 %
+SUCCESS_BOUND_PP = 1.0  # its success rate within ±1 percentage point
+
+Run = dict[str, Any]
+
+
+class Incomparable(Exception):
+    """The two documents do not hold the same runs: no ratio between them means anything."""
+
+
+@dataclass
+class Row:
+    """One lab run against the simulator's."""
+
+    scenario: str
+    variant: str  # with the peer's name for a peer sidecar, e.g. "haproxy [haproxy]"
+    sim_p50: float
+    lab_p50: float
+    sim_p99: float
+    lab_p99: float
+    sim_success: float  # fractions, as in the results JSON
+    lab_success: float
+
+    @property
+    def p50_ratio(self) -> float:
+        return ratio(self.lab_p50, self.sim_p50)
+
+    @property
+    def p99_ratio(self) -> float:
+        return ratio(self.lab_p99, self.sim_p99)
+
+    @property
+    def success_diff_pp(self) -> float:
+        return 100 * (self.lab_success - self.sim_success)
+
+    def missed(self) -> list[str]:
+        """The bounds this run misses, in the table's order (a NaN ratio misses its bound)."""
+        checks = (
+            ("p50", abs(self.p50_ratio - 1) <= P50_BOUND),
+            ("p99", abs(self.p99_ratio - 1) <= P99_BOUND),
+            ("success", abs(self.success_diff_pp) <= SUCCESS_BOUND_PP),
+        )
+        return [name for name, ok in checks if not ok]
+
+
+def ratio(lab: float, sim: float) -> float:
+    return lab / sim if sim else math.nan
+
+
+def compare(sim: dict[str, Any], lab: dict[str, Any]) -> list[Row]:
+    """A row per lab run, in the lab's order. Raises `Incomparable` when the documents' seeds
+    differ, when a lab run has no simulator run, or when the two measured different durations."""
+    if sim.get("seed") != lab.get("seed"):
+        raise Incomparable(f"the simulator ran seed {sim.get('seed')}, the lab seed {lab.get('seed')}")
+    by_key = {(r["scenario"], r["variant"]): r for r in sim["runs"]}
+    rows = []
+    for r in lab["runs"]:
+        key = (r["scenario"], r["variant"])
+        s = by_key.get(key)
+        if s is None:
+            raise Incomparable(f"{key[0]} / {key[1]}: the lab ran it, the simulator did not")
+        if s["duration_s"] != r["duration_s"]:
+            raise Incomparable(
+                f"{key[0]} / {key[1]}: the simulator measured {s['duration_s']} s, the lab {r['duration_s']} s "
+                "(give both sides the same duration: the file's own, or its `quick` one)"
+            )
+        variant = r["variant"] + (f" [{r['sidecar']}]" if r.get("sidecar") else "")
+        rows.append(
+            Row(
+                r["scenario"],
+                variant,
+                s["latency_ms"]["p50"],
+                r["latency_ms"]["p50"],
+                s["latency_ms"]["p99"],
+                r["latency_ms"]["p99"],
+                s["success_rate"],
+                r["success_rate"],
+            )
+        )
+    return rows
+
+
+def table(rows: list[Row]) -> str:
+    lines = [
+        f"{'scenario':15} {'variant':19} {'sim p50':>9} {'lab p50':>9} {'ratio':>6} {'sim p99':>9} {'lab p99':>9} "
+        f"{'ratio':>6} {'sim ok':>7} {'lab ok':>7} {'diff':>6}  within"
+    ]
+    for r in rows:
+        missed = r.missed()
+        lines.append(
+            f"{r.scenario:15} {r.variant:19} {r.sim_p50:9.1f} {r.lab_p50:9.1f} {r.p50_ratio:6.3f} "
+            f"{r.sim_p99:9.1f} {r.lab_p99:9.1f} {r.p99_ratio:6.3f} "
+            f"{100 * r.sim_success:6.2f}% {100 * r.lab_success:6.2f}% {r.success_diff_pp:+6.2f}  "
+            f"{'NO: ' + ', '.join(missed) if missed else 'yes'}"
+        )
+    lines.append(
+        f"bounds: p50 ratio within ±{P50_BOUND:.0%}, p99 ratio within ±{P99_BOUND:.0%}, "
+        f"success within ±{SUCCESS_BOUND_PP:g} percentage point"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3:
+        print("usage: lab_vs_sim.py SIM_JSON LAB_JSON", file=sys.stderr)
+        return 2
+    with open(argv[1]) as f:
+        sim = json.load(f)
+    with open(argv[2]) as f:
+        lab = json.load(f)
+    try:
+        rows = compare(sim, lab)
+    except Incomparable as e:
+        print(f"error: cannot compare {argv[1]} with {argv[2]}: {e}", file=sys.stderr)
+        return 2
+    print(table(rows))
+    print(f"lab results: {argv[2]}")
+    return 1 if any(r.missed() for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,103 @@
+"""bench/lab_vs_sim.py, the table of bench/lab-vs-sim.sh: the parity bounds, and the documents it
+refuses to compare (different seeds, durations, or a lab run the simulator did not run)."""
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+_spec = importlib.util.spec_from_file_location("lab_vs_sim", os.path.join(ROOT, "bench", "lab_vs_sim.py"))
+assert _spec is not None and _spec.loader is not None
+lab_vs_sim = importlib.util.module_from_spec(_spec)
+sys.modules["lab_vs_sim"] = lab_vs_sim  # the dataclass looks its module up there
+_spec.loader.exec_module(lab_vs_sim)
+
+
+def run(scenario, variant, p50, p99, success, duration=60.0, sidecar=None):
+    r = {
+        "scenario": scenario,
+        "variant": variant,
+        "duration_s": duration,
+        "success_rate": success,
+        "latency_ms": {"p50": p50, "p99": p99},
+    }
+    if sidecar:
+        r["sidecar"] = sidecar
+    return r
+
+
+def doc(*runs, seed=19):
+    return {"seed": seed, "runs": list(runs)}
+
+
+def test_each_bound_is_checked_at_its_edge():
+    sim = doc(run("s", "a", 100.0, 200.0, 1.0), run("s", "b", 100.0, 200.0, 1.0), run("s", "c", 100.0, 200.0, 1.0))
+    lab = doc(
+        run("s", "a", 109.9, 239.9, 0.9901),  # every ratio just within its bound
+        run("s", "b", 111.0, 241.0, 0.989),  # every one just past it
+        run("s", "c", 89.0, 159.0, 1.0),  # too fast is no match either
+    )
+    a, b, c = lab_vs_sim.compare(sim, lab)
+    assert a.missed() == []
+    assert b.missed() == ["p50", "p99", "success"]
+    assert c.missed() == ["p50", "p99"]
+    assert b.p99_ratio == pytest.approx(1.205)
+    assert b.success_diff_pp == pytest.approx(-1.1)
+
+
+def test_a_simulator_latency_of_zero_misses_rather_than_divides():
+    (row,) = lab_vs_sim.compare(doc(run("s", "a", 0.0, 0.0, 0.0)), doc(run("s", "a", 5.0, 9.0, 0.0)))
+    assert math.isnan(row.p50_ratio)
+    assert row.missed() == ["p50", "p99"]
+
+
+def test_rows_follow_the_lab_and_label_peers():
+    sim = doc(run("s", "nginx", 10.0, 20.0, 1.0), run("s", "a", 10.0, 20.0, 1.0), run("t", "a", 1.0, 2.0, 1.0))
+    lab = doc(run("s", "a", 10.0, 20.0, 1.0), run("s", "nginx", 10.0, 20.0, 1.0, sidecar="nginx"))
+    rows = lab_vs_sim.compare(sim, lab)
+    assert [(r.scenario, r.variant) for r in rows] == [("s", "a"), ("s", "nginx [nginx]")]
+    assert "nginx [nginx]" in lab_vs_sim.table(rows)
+
+
+@pytest.mark.parametrize(
+    ("sim", "lab", "message"),
+    [
+        (doc(run("s", "a", 1, 2, 1)), doc(run("s", "a", 1, 2, 1), seed=20), "seed 19, the lab seed 20"),
+        (doc(run("s", "a", 1, 2, 1)), doc(run("s", "b", 1, 2, 1)), "s / b: the lab ran it, the simulator did not"),
+        (doc(run("s", "a", 1, 2, 1)), doc(run("s", "a", 1, 2, 1, duration=20.0)), "measured 60.0 s, the lab 20.0 s"),
+    ],
+)
+def test_documents_that_cannot_be_compared_are_refused(sim, lab, message):
+    with pytest.raises(lab_vs_sim.Incomparable, match=message):
+        lab_vs_sim.compare(sim, lab)
+
+
+def test_main_exits_1_out_of_bounds_and_2_when_incomparable(tmp_path, capsys):
+    sim, ok, slow, other_seed = (tmp_path / n for n in ("sim.json", "ok.json", "slow.json", "seed.json"))
+    sim.write_text(json.dumps(doc(run("s", "a", 10.0, 20.0, 1.0))))
+    ok.write_text(json.dumps(doc(run("s", "a", 10.5, 21.0, 1.0))))
+    slow.write_text(json.dumps(doc(run("s", "a", 10.5, 30.0, 1.0))))
+    other_seed.write_text(json.dumps(doc(run("s", "a", 10.0, 20.0, 1.0), seed=3)))
+    assert lab_vs_sim.main(["lab_vs_sim.py", str(sim), str(ok)]) == 0
+    assert lab_vs_sim.main(["lab_vs_sim.py", str(sim), str(slow)]) == 1
+    assert "NO: p99" in capsys.readouterr().out
+    assert lab_vs_sim.main(["lab_vs_sim.py", str(sim), str(other_seed)]) == 2
+    assert "cannot compare" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option", ["--duration", "--warmup=5s", "--quick"])
+def test_the_script_refuses_what_the_simulator_cannot_follow(option):
+    # Refused while parsing the arguments: nothing is built or started.
+    done = subprocess.run(
+        ["bash", os.path.join(ROOT, "bench", "lab-vs-sim.sh"), "examples/balancing.yaml", option, "30s"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert f"error: {option}: the simulator cannot follow it" in done.stderr
