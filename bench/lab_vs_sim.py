@@ -31,6 +31,7 @@ REQUEST_LIMIT_S = 30.0
 def same_window(sim_s: float, lab_s: float) -> bool:
     return (1 - DURATION_TOLERANCE) * sim_s <= lab_s <= (1 + DURATION_TOLERANCE) * sim_s + REQUEST_LIMIT_S
 
+
 Run = dict[str, Any]
 
 
