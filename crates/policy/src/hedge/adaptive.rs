@@ -1,7 +1,8 @@
 //! Adaptive hedging: a hedge once the request has waited longer than a live high percentile of
-//! its upstream's recent request latencies, only while a load gate says the upstream has idle
-//! capacity. The defaults are the recommendation: `hedge: {kind: adaptive}` needs no parameter;
-//! a callee that cannot stop abandoned work is declared with `callee_cancels: false`.
+//! its upstream's recent request latencies, while a load gate says the upstream has idle capacity
+//! (and, with a callee that stops cancelled work, past the gate only for a request slower than
+//! every recent one). The defaults are the recommendation: `hedge: {kind: adaptive}` needs no
+//! parameter; a callee that cannot stop abandoned work is declared with `callee_cancels: false`.
 //!
 //! Sources and what each gives:
 //! - **When** (Dean & Barroso, "The Tail at Scale", CACM 2013): "defer sending a secondary request
