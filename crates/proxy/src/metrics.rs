@@ -115,7 +115,8 @@ pub struct Metrics {
     pub budget_exhausted: Family<UpstreamLabels, Gauge>,
     /// 1 when the hedge policy let hedges out at the latest request's start: an adaptive hedge's
     /// load gate open, or any other hedge policy (they have no gate); 0 when the gate was closed
-    /// or the upstream does not hedge; per upstream.
+    /// (an adaptive hedge for a cancelling callee then hedges only requests slower than every
+    /// recent one) or the upstream does not hedge; per upstream.
     pub hedge_gate: Family<UpstreamLabels, Gauge>,
     /// Endpoints ejected by outlier detection, per upstream.
     pub ejections: Family<UpstreamLabels, Counter>,
@@ -227,7 +228,7 @@ impl Metrics {
         );
         registry.register(
             "egress_hedge_gate",
-            "1 when the hedge policy's load gate let hedges out at the latest request's start",
+            "1 when the hedge policy's load gate was open (or it has none) at the latest request's start",
             m.hedge_gate.clone(),
         );
         registry.register("egress_ejections", "Endpoints ejected by outlier detection", m.ejections.clone());

@@ -11,6 +11,10 @@ use tailguard_sim::{simulate, Options, RunResult};
 /// Seeds never looked at while the defaults were chosen.
 const HELD_OUT: [u64; 3] = [101, 202, 303];
 
+/// Seeds first run after the rule for a shut gate (the sliding percentile stops at the 100th) was
+/// found on seed 101's stall-90: it has no constant of its own, and these check it.
+const FRESH: [u64; 3] = [404, 505, 606];
+
 fn runs(file: &str, seed: u64, quick: bool, variants: &[&str]) -> Vec<RunResult> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(file);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -29,8 +33,9 @@ fn find<'a>(runs: &'a [RunResult], scenario: &str, variant: &str) -> &'a RunResu
 }
 
 /// examples/speculative.yaml (full length): p99 at most half of no hedging's and p99.9 at most a
-/// quarter, for at most 5 % extra attempts. (The issue asks p99.9 ≤ 0.15 ×: out of reach for any
-/// single hedge within 5 %; docs/policies.md works it out.)
+/// quarter, for at most 5 % extra attempts (measured 0.42 × and 0.17–0.21 × at 3.7–3.8 %). The
+/// issue asks p99.9 ≤ 0.15 ×: out of reach within 5 % extra attempts for one hedge or for two or
+/// three (0.170 × at best on the store's distribution); docs/policies.md works it out.
 #[test]
 fn adaptive_cuts_the_speculative_stores_tail_within_five_percent() {
     // The file's variants and outputs stay as they are; the adaptive variant is added here.
@@ -56,18 +61,16 @@ fn utilisation(scenario: &str) -> u32 {
     scenario.rsplit('-').next().and_then(|u| u.parse().ok()).unwrap_or_else(|| panic!("{scenario}: no utilisation"))
 }
 
-/// examples/hedging.yaml (quick), every scenario and every run (seeds 17, 101, 202, 303): adaptive
-/// never loses success against no hedging, its p99 and p99.9 are at most 1.02 × no hedging's,
-/// and at utilisations up to 50 % its p99.9 is at most 0.3 × no hedging's.
+/// examples/hedging.yaml (quick), every scenario and every run (seeds 17, 101, 202, 303, 404, 505
+/// and 606): adaptive never loses success against no hedging, its p99 and p99.9 are at most 1.02
+/// × no hedging's, and at utilisations up to 50 % its p99.9 is at most 0.3 × no hedging's.
 ///
-/// One run exceeds 1.02: seed 101's stall-90, p99.9 1.022 × (1031.6 ms against 1009.1 ms, p99
-/// 1.008 ×) with 2.9 % of requests hedged. At 90–95 % the simulated queue is chaotic (no
-/// hedging's p99 on one scenario ranges from 0.3 to 4 s over seeds) and a few hedges move a run's
-/// tail either way; that run is held to 1.025 ×.
+/// Measured: the worst run is 0.90 × (seed 101's bimodal-95); at most 0.56 × up to 80 %. When the
+/// gate shut hedging altogether, seed 101's stall-90 was 1.022 × and seed 606's stall-95 1.235 ×:
+/// the requests stuck behind the stalled replica and its backlog, none hedged (docs/policies.md).
 #[test]
 fn adaptive_never_hurts_across_the_utilisation_sweep() {
-    let exceptions = [(101, "stall-90", 1.025)];
-    for seed in [17].into_iter().chain(HELD_OUT) {
+    for seed in [17].into_iter().chain(HELD_OUT).chain(FRESH) {
         let runs = runs("hedging.yaml", seed, true, &["none", "adaptive"]);
         assert_eq!(runs.len(), 42, "21 scenarios, two variants");
         for adaptive in runs.iter().filter(|r| r.variant == "adaptive") {
@@ -76,8 +79,7 @@ fn adaptive_never_hurts_across_the_utilisation_sweep() {
             let (n, a) = (&none.latency_ms, &adaptive.latency_ms);
             let at = format!("seed {seed}, {scenario}: p99 {} / {}, p99.9 {} / {}", a.p99, n.p99, a.p999, n.p999);
             assert!(adaptive.success_rate >= none.success_rate, "{at}");
-            let bound = exceptions.iter().find(|e| (e.0, e.1) == (seed, scenario)).map_or(1.02, |e| e.2);
-            assert!(a.p99 <= bound * n.p99 && a.p999 <= bound * n.p999, "{at}");
+            assert!(a.p99 <= 1.02 * n.p99 && a.p999 <= 1.02 * n.p999, "{at}");
             if utilisation(scenario) <= 50 {
                 assert!(a.p999 <= 0.3 * n.p999, "{at}");
             }
@@ -139,8 +141,8 @@ fn a_declared_callee_that_does_not_cancel_is_hedged_within_measured_bounds() {
 }
 
 /// The same store, undeclared (the default rule for a callee that cancels): up to 30 %
-/// utilisation it never hurts (at most 0.55 ×); from 50 % it does (seed 17's heavy-50: p99 3.05 ×
-/// no hedging's; 3–4 × at 70–80 %), which is what `callee_cancels: false` is for.
+/// utilisation it never hurts (at most 0.55 ×); from 50 % it does (seed 17's heavy-50: p99 3.35 ×
+/// no hedging's; up to 3.5–8 × at 70–95 %), which is what `callee_cancels: false` is for.
 #[test]
 fn an_undeclared_callee_that_does_not_cancel_is_safe_at_low_load_only() {
     let ratios = ratios(&uncancellable_runs(false), |u| u <= 50);

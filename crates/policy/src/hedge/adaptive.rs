@@ -1,7 +1,8 @@
 //! Adaptive hedging: a hedge once the request has waited longer than a live high percentile of
-//! its upstream's recent request latencies, only while a load gate says the upstream has idle
-//! capacity. The defaults are the recommendation: `hedge: {kind: adaptive}` needs no parameter;
-//! a callee that cannot stop abandoned work is declared with `callee_cancels: false`.
+//! its upstream's recent request latencies, while a load gate says the upstream has idle capacity
+//! (and, with a callee that stops cancelled work, past the gate only for a request slower than
+//! every recent one). The defaults are the recommendation: `hedge: {kind: adaptive}` needs no
+//! parameter; a callee that cannot stop abandoned work is declared with `callee_cancels: false`.
 //!
 //! Sources and what each gives:
 //! - **When** (Dean & Barroso, "The Tail at Scale", CACM 2013): "defer sending a secondary request
@@ -22,9 +23,12 @@
 //! - **How far, by callee** ([`AdaptiveRule`]): where the callee stops cancelled work (the
 //!   default), a winning hedge frees the loser's worker and hedging the tail helps up to high
 //!   load, so the percentile *slides*: the hedged share shrinks from `100 − percentile` % at no
-//!   inflation to none as the window's median reaches 1.5 × its base. Where the callee runs abandoned work to
-//!   the end, every hedge adds its whole service time: the gate reads the window's 90th percentile
-//!   (which rises before the median does) and shuts past 1.25 × its base, with a fixed percentile.
+//!   inflation to none as the window's median reaches 1.5 × its base, and while the gate is shut
+//!   the percentile stays at the 100th: only a request slower than every one in the window (one
+//!   stuck behind a stalled endpoint or its backlog) is hedged, and the loser it cancels gives its
+//!   place back. Where the callee runs abandoned work to the end, every hedge adds its whole
+//!   service time: the gate reads the window's 90th percentile (which rises before the median
+//!   does) and shuts past 1.25 × its base, with a fixed percentile, and a shut gate stops hedging.
 //! - **How much** (gRFC A6 retry throttling, Finagle's `RetryBudget`): no budget of its own. The
 //!   edge's shared retry budget ([`crate::retry::RetryPolicy::budget_allows`], checked by the
 //!   [`Call`](crate::call::Call)) caps retries and hedges together; the gate keeps hedges off
@@ -121,11 +125,12 @@ impl AdaptiveHedgeConfig {
 pub enum AdaptiveRule {
     /// The callee stops cancelled work: the load signal is the window's median, and the hedge
     /// percentile slides from `percentile` at no inflation to the 100th at `max_inflation`
-    /// (linearly in the hedged share), past which the gate shuts.
+    /// (linearly in the hedged share), past which the gate shuts and the percentile stays at the
+    /// 100th until it opens again.
     Sliding { max_inflation: f64 },
     /// The callee runs abandoned work to the end: the load signal is the window's 90th percentile,
-    /// which rises with the first queueing, and the gate shuts past `max_inflation`; the hedge
-    /// percentile stays `percentile`.
+    /// which rises with the first queueing, and the gate shuts past `max_inflation`, stopping
+    /// hedges; the hedge percentile stays `percentile`.
     Strict { max_inflation: f64 },
 }
 
@@ -168,10 +173,14 @@ impl AdaptiveHedge {
 
     /// The percentile the hedge waits for now: `percentile`, or with [`AdaptiveRule::Sliding`] the
     /// point that leaves `(100 − percentile) × (max_inflation − inflation) / (max_inflation − 1)` %
-    /// of requests to hedge.
+    /// of requests to hedge, and the 100th (slower than every request in the window) while the
+    /// gate is shut.
     pub fn hedge_percentile(&self) -> f64 {
         let p = self.config.percentile;
         let AdaptiveRule::Sliding { max_inflation } = self.rule else { return p };
+        if !self.open {
+            return 100.0;
+        }
         let x = self.inflation().unwrap_or(1.0);
         let room = if max_inflation > 1.0 { (max_inflation - x) / (max_inflation - 1.0) } else { f64::from(x <= 1.0) };
         100.0 - (100.0 - p) * room.clamp(0.0, 1.0)
@@ -197,12 +206,21 @@ impl AdaptiveHedge {
         self.latencies.quantile(self.rule.signal_quantile())
     }
 
-    /// Whether the load gate lets hedges out. Closed until enough latencies are in; it closes when
-    /// the inflation exceeds `max_inflation`, and opens again once it is back within half that
-    /// margin (hysteresis: a queue that only briefly drains does not let a burst of hedges refill
-    /// it).
+    /// Whether the load gate is open. Closed until enough latencies are in; it closes when the
+    /// inflation exceeds `max_inflation`, and opens again once it is back within half that margin
+    /// (hysteresis: a queue that only briefly drains does not let a burst of hedges refill it).
     pub fn gate_open(&self) -> bool {
         self.open
+    }
+
+    /// Whether a hedge may go out now: while the gate is open, or with [`AdaptiveRule::Sliding`]
+    /// once enough latencies are in, for a request slower than every one in the window (a shut
+    /// gate stops the sliding percentile at the 100th, it does not stop hedging).
+    fn hedges(&self) -> bool {
+        match self.rule {
+            AdaptiveRule::Sliding { .. } => self.latencies.len() >= self.config.min_samples.max(1),
+            AdaptiveRule::Strict { .. } => self.open,
+        }
     }
 
     fn update_gate(&mut self) {
@@ -230,17 +248,18 @@ impl AdaptiveHedge {
 impl HedgePolicy for AdaptiveHedge {
     fn on_request(&mut self, _now: Time) {}
 
-    /// Only one hedge per request, and only while the gate is open when the request starts.
+    /// Only one hedge per request, past the percentile of the moment the request starts.
     fn delay(&mut self, _now: Time, hedge: u32) -> Option<Duration> {
-        if hedge != 1 || !self.gate_open() {
+        if hedge != 1 || !self.hedges() {
             return None;
         }
         Some(self.patience()?.saturating_add(PAST))
     }
 
-    /// The gate is asked again when the hedge is due: it may have closed since the start.
+    /// Asked again when the hedge is due: a [`AdaptiveRule::Strict`] gate may have shut since the
+    /// start. (A sliding percentile near the gate's limit is already near the 100th.)
     fn try_send(&mut self, _now: Time, _hedge: u32) -> bool {
-        self.gate_open()
+        self.hedges()
     }
 
     /// Attempt latencies are not used: the whole request's latency comes with [`Self::on_finish`].
@@ -326,20 +345,23 @@ mod tests {
         feed(&mut h, at(0), [14; 10]);
         assert_eq!(h.inflation(), Some(1.4));
         assert!(h.gate_open());
-        // 16 ms is 1.6 × the base, past the default limit 1.5: closed; a request starting now gets
-        // no hedge, and one whose hedge is due now is refused. The base did not follow (no time
+        // 16 ms is 1.6 × the base, past the default limit 1.5: closed, and only a request slower
+        // than every one in the window (16 ms) is hedged. The base did not follow (no time
         // passed).
         feed(&mut h, at(0), [16; 10]);
         assert_eq!(h.inflation(), Some(1.6));
-        assert_eq!(h.delay(at(0), 1), None);
-        assert!(!h.try_send(at(0), 1));
         assert_eq!(h.gate(), Some(false));
+        assert_eq!(h.hedge_percentile(), 100.0);
+        assert_eq!(h.delay(at(0), 1), Some(ms(16) + PAST));
+        assert!(h.try_send(at(0), 1));
         // Back to 14 ms: within the bound, but not within half its margin (1.25): still closed.
         feed(&mut h, at(0), [14; 10]);
         assert!(!h.gate_open());
-        // The queue drains to 12 ms, the gate opens again.
+        assert_eq!(h.hedge_percentile(), 100.0);
+        // The queue drains to 12 ms, the gate opens again: 1.2 × the base, the 97.6th percentile.
         feed(&mut h, at(0), [12; 10]);
         assert!(h.gate_open());
+        assert!((h.hedge_percentile() - 97.6).abs() < 1e-9, "{}", h.hedge_percentile());
     }
 
     /// A policy with a window of 100, the base set every 100 requests, fed 1..=100 ms at time 0
@@ -371,12 +393,16 @@ mod tests {
         assert_eq!(h.inflation(), Some(1.5));
         assert_eq!(h.hedge_percentile(), 100.0);
         assert_eq!(h.delay(at(0), 1), Some(ms(125) + PAST));
-        // Past the limit the gate shuts, and reopens within half the margin (1.25 × the base).
+        // Past the limit the gate shuts and the percentile stays at the 100th: a request stuck
+        // behind a stalled endpoint is still hedged. The gate reopens within half the margin (1.25
+        // × the base).
         feed(&mut h, at(0), 31..=130);
-        assert_eq!(h.delay(at(0), 1), None);
+        assert!(!h.gate_open());
+        assert_eq!(h.delay(at(0), 1), Some(ms(130) + PAST));
         feed(&mut h, at(0), 21..=120);
         assert_eq!(h.inflation(), Some(1.4));
         assert!(!h.gate_open());
+        assert_eq!(h.delay(at(0), 1), Some(ms(120) + PAST));
         feed(&mut h, at(0), 11..=110);
         assert_eq!(h.delay(at(0), 1), Some(ms(108) + PAST));
     }
@@ -402,6 +428,7 @@ mod tests {
         assert!(cancelling.gate_open());
         assert_eq!(h.inflation(), Some(116.0 / 90.0));
         assert_eq!(h.delay(at(0), 1), None);
+        assert!(!h.try_send(at(0), 1));
     }
 
     #[test]
