@@ -299,6 +299,7 @@ impl World {
                 }
                 Event::Answer { job, .. } | Event::NextCalls { job } => self.jobs.prefetch(*job),
                 Event::AttemptEnds(AttemptEnd { call, .. }) | Event::Wake { call } => self.calls.prefetch(*call),
+                Event::ProbeArrives { service, replica, .. } => self.prefetch_replica(*service, *replica),
                 _ => {}
             }
         }
