@@ -69,6 +69,10 @@ pub(crate) struct ServiceModel {
     pub(crate) edge_policy_base: Vec<usize>,
     pub(crate) edge_callee: Vec<u16>,
     pub(crate) replicas: Vec<Replica>,
+    /// Each replica's answers to Prequal's probes (1 kB, written on every answer), by replica;
+    /// empty unless a balancer probes the service. Beside the replicas rather than in them, so a
+    /// probe's or an answer's table is found (and prefetched) without reading its replica first.
+    pub(crate) probes: Vec<ProbeResponder>,
 }
 
 pub(crate) struct Replica {
@@ -80,9 +84,6 @@ pub(crate) struct Replica {
     /// Requests admitted and not yet answered: queued, in service, or waiting for downstream calls.
     pub(crate) held: u32,
     pub(crate) admission: Box<dyn Admission>,
-    /// Its answers to Prequal's probes, if a balancer probes its service (a 1 kB table, written
-    /// on every answer, kept only where read).
-    pub(crate) probes: Option<Box<ProbeResponder>>,
 }
 
 impl Replica {
@@ -94,6 +95,20 @@ impl Replica {
         crate::prefetch::prefetch(&self.held);
     }
 }
+
+impl ServiceModel {
+    /// Hints the cache to load the start of replica `r`'s probe table, if it has one: where the
+    /// estimates for the few requests in flight that a replica mostly holds lie.
+    pub(crate) fn prefetch_probes(&self, r: usize) {
+        if let Some(table) = self.probes.get(r) {
+            crate::prefetch::prefetch_lines(table, PROBE_LINES);
+        }
+    }
+}
+
+/// The lines of a probe table [`ServiceModel::prefetch_probes`] asks for: the estimates for up to
+/// 7 requests in flight.
+const PROBE_LINES: usize = 2;
 
 impl ServiceModel {
     /// The model of `svc`, the `index`-th service, with the policies of its call edges appended to
@@ -133,7 +148,6 @@ impl ServiceModel {
                     busy: 0,
                     held: 0,
                     admission: build::admission(&svc.for_replica(r).admission),
-                    probes: None,
                 })
             })
             .collect::<Result<_, SimError>>()?;
@@ -144,6 +158,7 @@ impl ServiceModel {
             edge_policy_base,
             edge_callee,
             replicas,
+            probes: Vec::new(),
         })
     }
 }

@@ -35,7 +35,7 @@ use tailguard_model::replica::child_key;
 use tailguard_model::results::{load_service, RunResult};
 use tailguard_model::schema::Network;
 use tailguard_model::{build, ArrivalSchedule, Run};
-use tailguard_policy::balance::{LoadIndex, ProbeReply};
+use tailguard_policy::balance::{LoadIndex, ProbeReply, ProbeResponder};
 use tailguard_policy::call::Action;
 use tailguard_policy::{Outcome, Time};
 use tailguard_trace::Trace;
@@ -179,7 +179,7 @@ impl World {
         }
         for (svc, probed) in services.iter_mut().zip(probed) {
             if probed {
-                svc.replicas.iter_mut().for_each(|r| r.probes = Some(Box::default()));
+                svc.probes = vec![ProbeResponder::default(); svc.replicas.len()];
             }
         }
         let loads = services
@@ -296,10 +296,14 @@ impl World {
                 Event::WorkDone { job, service, replica } => {
                     self.jobs.prefetch(*job);
                     self.prefetch_replica(*service, *replica);
+                    self.prefetch_probes(*service, *replica);
                 }
                 Event::Answer { job, .. } | Event::NextCalls { job } => self.jobs.prefetch(*job),
                 Event::AttemptEnds(AttemptEnd { call, .. }) | Event::Wake { call } => self.calls.prefetch(*call),
-                Event::ProbeArrives { service, replica, .. } => self.prefetch_replica(*service, *replica),
+                Event::ProbeArrives { service, replica, .. } => {
+                    self.prefetch_replica(*service, *replica);
+                    self.prefetch_probes(*service, *replica);
+                }
                 _ => {}
             }
         }
@@ -308,6 +312,12 @@ impl World {
     fn prefetch_replica(&self, service: u16, replica: u32) {
         if let Some(rep) = self.services.get(service as usize).and_then(|s| s.replicas.get(replica as usize)) {
             rep.prefetch();
+        }
+    }
+
+    fn prefetch_probes(&self, service: u16, replica: u32) {
+        if let Some(svc) = self.services.get(service as usize) {
+            svc.prefetch_probes(replica as usize);
         }
     }
 
