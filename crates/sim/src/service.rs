@@ -2,7 +2,7 @@
 //! service times, latency model and faults, and the client policies of its outgoing call edges.
 
 use crate::SimError;
-use std::collections::VecDeque;
+use crate::job_queue::JobQueue;
 use std::time::Duration;
 use tailguard_model::replica::{Fate, ReplicaModel};
 use tailguard_model::schema::{Fanout, Service, TimeoutConfig};
@@ -79,7 +79,7 @@ pub(crate) struct Replica {
     /// Faults, service times, workers and this replica's own random stream, as `tailguard serve`
     /// has them (its group's, if it is in one).
     pub(crate) model: ReplicaModel,
-    pub(crate) queue: VecDeque<Key>,
+    pub(crate) queue: JobQueue,
     pub(crate) busy: u32,
     /// Requests admitted and not yet answered: queued, in service, or waiting for downstream calls.
     pub(crate) held: u32,
@@ -144,7 +144,7 @@ impl ServiceModel {
             .map(|r| {
                 Ok(Replica {
                     model: ReplicaModel::new(svc, index, r, seed, run.horizon(), &run.base_dir)?,
-                    queue: VecDeque::new(),
+                    queue: JobQueue::default(),
                     busy: 0,
                     held: 0,
                     admission: build::admission(&svc.for_replica(r).admission),
