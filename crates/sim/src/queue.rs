@@ -7,6 +7,7 @@
 //! waits in a 4-ary heap. A pop takes the earliest of the lanes' fronts and the heap's top, so the
 //! order is exactly the heap-only order.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::time::Duration;
 use tailguard_policy::nanos;
@@ -18,6 +19,8 @@ pub(crate) struct EventQueue<E> {
     slots: Vec<Option<E>>,
     free: Vec<u32>,
     lanes: Vec<Lane<E>>,
+    /// The seq of the heap's top [`EventQueue::upcoming`] last returned.
+    heap_shown: Cell<u64>,
     /// The time of the last event popped: the current time of whoever pushes.
     now: u64,
     seq: u64,
@@ -27,6 +30,8 @@ pub(crate) struct EventQueue<E> {
 struct Lane<E> {
     delay: u64,
     events: VecDeque<(u64, u64, E)>,
+    /// The seq of the front [`EventQueue::upcoming`] last returned (0: none; seqs start at 1).
+    shown: Cell<u64>,
 }
 
 impl<E> EventQueue<E> {
@@ -36,10 +41,18 @@ impl<E> EventQueue<E> {
         let mut lanes: Vec<Lane<E>> = Vec::new();
         for delay in lane_delays.iter().map(|&d| nanos(d)) {
             if lanes.iter().all(|lane| lane.delay != delay) {
-                lanes.push(Lane { delay, events: VecDeque::new() });
+                lanes.push(Lane { delay, events: VecDeque::new(), shown: Cell::new(0) });
             }
         }
-        EventQueue { heap: KeyHeap::default(), slots: Vec::new(), free: Vec::new(), lanes, now: 0, seq: 0 }
+        EventQueue {
+            heap: KeyHeap::default(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            lanes,
+            heap_shown: Cell::new(0),
+            now: 0,
+            seq: 0,
+        }
     }
 
     /// Schedules `event` at `at`, which must not be before the last event popped.
@@ -66,11 +79,18 @@ impl<E> EventQueue<E> {
         self.heap.push((at, self.seq, slot));
     }
 
-    /// Some of the next events, in no particular order, for prefetching what they will touch:
-    /// the first `depth` of each lane and the heap's top.
-    pub(crate) fn upcoming(&self, depth: usize) -> impl Iterator<Item = &E> {
-        let lanes = self.lanes.iter().flat_map(move |lane| lane.events.iter().take(depth).map(|(_, _, e)| e));
-        let heap = self.heap.peek().and_then(|(_, _, slot)| self.slots[slot as usize].as_ref());
+    /// The next events not returned by an earlier call, in no particular order, for prefetching
+    /// what they will touch: each lane's front and the heap's top, once each. A front stays the
+    /// front for several events, and asking again for lines already asked for only fills the
+    /// CPU's queue of pending misses.
+    pub(crate) fn upcoming(&self) -> impl Iterator<Item = &E> {
+        let lanes = self.lanes.iter().filter_map(|lane| {
+            let &(_, seq, ref event) = lane.events.front()?;
+            (lane.shown.replace(seq) != seq).then_some(event)
+        });
+        let heap = self.heap.peek().and_then(|(_, seq, slot)| {
+            (self.heap_shown.replace(seq) != seq).then(|| self.slots[slot as usize].as_ref()).flatten()
+        });
         lanes.chain(heap)
     }
 

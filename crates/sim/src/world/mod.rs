@@ -47,8 +47,6 @@ const MAX_EVENTS: u64 = 2_000_000_000;
 /// The replicas' state above which the event loop prefetches: about a core's L2 cache. Below it
 /// everything stays cached, and prefetching would only add work (5-25 % at 50 replicas).
 const PREFETCH_ABOVE_BYTES: usize = 1 << 20;
-/// How many of each event lane's next events [`World::prefetch_upcoming`] looks at.
-const PREFETCH_DEPTH: usize = 1;
 /// The key of the network's jitter stream, under the run's seed.
 const NETWORK_STREAM: u64 = 0x006E_6574_776F_726B; // "network" in ASCII
 
@@ -287,7 +285,7 @@ impl World {
     /// Hints the cache to load the calls, jobs and replicas the next events will touch, so that
     /// their memory latencies overlap the current event's work (crate::prefetch).
     fn prefetch_upcoming(&self) {
-        for event in self.events.upcoming(PREFETCH_DEPTH) {
+        for event in self.events.upcoming() {
             match event {
                 Event::AttemptArrives { call, service, replica, .. } => {
                     self.calls.prefetch(*call);
