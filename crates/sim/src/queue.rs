@@ -19,7 +19,7 @@ pub(crate) struct EventQueue<E> {
     slots: Vec<Option<E>>,
     free: Vec<u32>,
     lanes: Vec<Lane<E>>,
-    /// The seq of the heap's top [`EventQueue::upcoming`] last returned.
+    /// The seq of the heap's top [`EventQueue::upcoming`] last returned (0: none).
     heap_shown: Cell<u64>,
     /// The time of the last event popped: the current time of whoever pushes.
     now: u64,
@@ -152,7 +152,8 @@ struct HeapKey {
 }
 
 /// Bits of a packed key for the slot: 2^28 pending heap events would take over 20 GB of events,
-/// and the 2^36 seqs left exceed what the event loop's runaway guard lets a run push.
+/// and the 2^36 seqs left are 34 pushes per event the event loop runs before its runaway guard
+/// (2·10^9 events) stops it.
 const SLOT_BITS: u32 = 28;
 
 impl HeapKey {
@@ -268,6 +269,24 @@ mod tests {
         q.push(5 * MS, "d");
         q.push(MS, "b");
         assert_eq!(drain(&mut q), [(1, "a"), (1, "b"), (5, "c"), (5, "d")]);
+    }
+
+    #[test]
+    fn upcoming_shows_each_front_and_top_once() {
+        let mut q = EventQueue::new(&[Duration::ZERO]);
+        q.push(Duration::ZERO, "lane a");
+        q.push(Duration::ZERO, "lane b");
+        q.push(5 * MS, "heap a");
+        q.push(7 * MS, "heap b");
+        let mut shown: Vec<_> = q.upcoming().copied().collect();
+        shown.sort();
+        assert_eq!(shown, ["heap a", "lane a"]);
+        assert_eq!(q.upcoming().count(), 0, "shown already");
+        assert_eq!(q.pop(), Some((Duration::ZERO, "lane a")));
+        assert_eq!(q.upcoming().copied().collect::<Vec<_>>(), ["lane b"]);
+        q.pop();
+        q.pop();
+        assert_eq!(q.upcoming().copied().collect::<Vec<_>>(), ["heap b"]);
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! A simulated service: its replicas (workers, FIFO queue, admission, own random stream), its
 //! service times, latency model and faults, and the client policies of its outgoing call edges.
 
-use crate::SimError;
 use crate::job_queue::JobQueue;
+use crate::SimError;
 use std::time::Duration;
 use tailguard_model::replica::{Fate, ReplicaModel};
 use tailguard_model::schema::{Fanout, Service, TimeoutConfig};
@@ -96,16 +96,6 @@ impl Replica {
     }
 }
 
-impl ServiceModel {
-    /// Hints the cache to load the start of replica `r`'s probe table, if it has one: where the
-    /// estimates for the few requests in flight that a replica mostly holds lie.
-    pub(crate) fn prefetch_probes(&self, r: usize) {
-        if let Some(table) = self.probes.get(r) {
-            crate::prefetch::prefetch_lines(table, PROBE_LINES);
-        }
-    }
-}
-
 /// The lines of a probe table [`ServiceModel::prefetch_probes`] asks for: the estimates for up to
 /// 7 requests in flight.
 const PROBE_LINES: usize = 2;
@@ -160,5 +150,13 @@ impl ServiceModel {
             replicas,
             probes: Vec::new(),
         })
+    }
+
+    /// Hints the cache to load the start of replica `r`'s probe table, if it has one: where the
+    /// estimates for the few requests in flight that a replica mostly holds lie.
+    pub(crate) fn prefetch_probes(&self, r: usize) {
+        if let Some(table) = self.probes.get(r) {
+            crate::prefetch::prefetch_lines(table, PROBE_LINES);
+        }
     }
 }
