@@ -3,7 +3,7 @@
 # measured in the same run: the same least-request model written in SimPy (bench/peers/simpy_bloc.py).
 # Both simulate 300 s without warm-up. Prints medians of 5 samples and the ratio.
 # Aim (issue #2): over 1,000,000 requests/s per core.
-# Then the scale bench (issue #19): wall time per simulated request at 50 and at 10,000 replicas,
+# Then the scale bench (issue #19): CPU time per simulated request at 50 and at 10,000 replicas,
 # for every balancer, and the speed ratio (aim: >= 0.5), median of SCALE_RUNS (default 5) runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."

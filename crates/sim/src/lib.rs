@@ -6,6 +6,7 @@
 //! instances, and the workload. The same seed gives the same results, byte for byte; variants of
 //! one scenario share their random streams' seeds, so they face the same luck.
 
+mod job_queue;
 mod metrics;
 mod prefetch;
 mod queue;

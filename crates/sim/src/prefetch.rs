@@ -6,8 +6,14 @@
 /// Asks the CPU to bring the cache lines of `value` into the cache (up to [`MAX_LINES`] lines).
 #[inline(always)]
 pub(crate) fn prefetch<T>(value: &T) {
+    prefetch_lines(value, MAX_LINES);
+}
+
+/// Asks the CPU to bring the first `lines` cache lines of `value` into the cache.
+#[inline(always)]
+pub(crate) fn prefetch_lines<T>(value: &T, lines: usize) {
     let start = value as *const T as *const u8;
-    let len = std::mem::size_of::<T>().min(MAX_LINES * LINE);
+    let len = std::mem::size_of::<T>().min(lines * LINE);
     let mut offset = 0;
     while offset < len {
         line(start.wrapping_add(offset));

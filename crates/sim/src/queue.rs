@@ -7,6 +7,7 @@
 //! waits in a 4-ary heap. A pop takes the earliest of the lanes' fronts and the heap's top, so the
 //! order is exactly the heap-only order.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::time::Duration;
 use tailguard_policy::nanos;
@@ -18,6 +19,8 @@ pub(crate) struct EventQueue<E> {
     slots: Vec<Option<E>>,
     free: Vec<u32>,
     lanes: Vec<Lane<E>>,
+    /// The seq of the heap's top [`EventQueue::upcoming`] last returned (0: none).
+    heap_shown: Cell<u64>,
     /// The time of the last event popped: the current time of whoever pushes.
     now: u64,
     seq: u64,
@@ -27,6 +30,8 @@ pub(crate) struct EventQueue<E> {
 struct Lane<E> {
     delay: u64,
     events: VecDeque<(u64, u64, E)>,
+    /// The seq of the front [`EventQueue::upcoming`] last returned (0: none; seqs start at 1).
+    shown: Cell<u64>,
 }
 
 impl<E> EventQueue<E> {
@@ -36,10 +41,18 @@ impl<E> EventQueue<E> {
         let mut lanes: Vec<Lane<E>> = Vec::new();
         for delay in lane_delays.iter().map(|&d| nanos(d)) {
             if lanes.iter().all(|lane| lane.delay != delay) {
-                lanes.push(Lane { delay, events: VecDeque::new() });
+                lanes.push(Lane { delay, events: VecDeque::new(), shown: Cell::new(0) });
             }
         }
-        EventQueue { heap: KeyHeap::default(), slots: Vec::new(), free: Vec::new(), lanes, now: 0, seq: 0 }
+        EventQueue {
+            heap: KeyHeap::default(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            lanes,
+            heap_shown: Cell::new(0),
+            now: 0,
+            seq: 0,
+        }
     }
 
     /// Schedules `event` at `at`, which must not be before the last event popped.
@@ -66,11 +79,25 @@ impl<E> EventQueue<E> {
         self.heap.push((at, self.seq, slot));
     }
 
-    /// Some of the next events, in no particular order, for prefetching what they will touch:
-    /// the first `depth` of each lane and the heap's top.
-    pub(crate) fn upcoming(&self, depth: usize) -> impl Iterator<Item = &E> {
-        let lanes = self.lanes.iter().flat_map(move |lane| lane.events.iter().take(depth).map(|(_, _, e)| e));
-        let heap = self.heap.peek().and_then(|(_, _, slot)| self.slots[slot as usize].as_ref());
+    /// The next events not returned by an earlier call, in no particular order, for prefetching
+    /// what they will touch: each lane's front and the heap's top, once each. A front stays the
+    /// front for several events, and asking again for lines already asked for only fills the
+    /// CPU's queue of pending misses.
+    pub(crate) fn upcoming(&self) -> impl Iterator<Item = &E> {
+        let lanes = self.lanes.iter().filter_map(|lane| {
+            let &(_, seq, ref event) = lane.events.front()?;
+            (lane.shown.replace(seq) != seq).then_some(event)
+        });
+        let heap = self.heap.peek().and_then(|(_, seq, slot)| {
+            if self.heap_shown.replace(seq) == seq {
+                return None;
+            }
+            // The next top's slot, for when it is shown in turn.
+            if let Some(next) = self.heap.next_top() {
+                crate::prefetch::prefetch(&self.slots[next as usize]);
+            }
+            self.slots[slot as usize].as_ref()
+        });
         lanes.chain(heap)
     }
 
@@ -98,58 +125,128 @@ impl<E> EventQueue<E> {
     }
 }
 
-/// A min-heap of (time, seq, slot) keys with four children a node: half the levels of a binary
-/// heap, and a node's children side by side in memory. With thousands of events pending (one per
-/// busy worker at 10,000 replicas) a pop reads about half the cache lines a binary heap's does.
-/// Keys are unique (seq), so any heap pops them in the same order.
+/// A min-heap of event keys with four children a node: half the levels of a binary heap. A key
+/// is 16 bytes, (time, seq and slot packed in one word), and the heap is laid out so that a
+/// node's four children fill one 64-byte cache line; sifting down, it asks for the next level's
+/// lines (crate::prefetch) while comparing this one's. With thousands of events pending (one per
+/// busy worker at 10,000 replicas) most of a pop's reads miss the cache otherwise. Keys are unique
+/// (seq), so any heap pops them in the same order.
 #[derive(Default)]
 struct KeyHeap {
-    keys: Vec<(u64, u64, u32)>,
+    /// Node i is at position i + [`KeyHeap::OFFSET`] of the lines' keys.
+    lines: Vec<Line>,
+    len: usize,
+}
+
+/// Four keys, aligned as a cache line.
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(64))]
+struct Line([HeapKey; KeyHeap::ARITY]);
+
+/// A heap key: the event's time, then its seq and its slot packed as `seq << SLOT_BITS | slot`,
+/// which orders as (time, seq) since seqs are unique.
+#[derive(Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+struct HeapKey {
+    at: u64,
+    order: u64,
+}
+
+/// Bits of a packed key for the slot: 2^28 pending heap events would take over 20 GB of events,
+/// and the 2^36 seqs left are 34 pushes per event the event loop runs before its runaway guard
+/// (2·10^9 events) stops it.
+const SLOT_BITS: u32 = 28;
+
+impl HeapKey {
+    fn new((at, seq, slot): (u64, u64, u32)) -> Self {
+        assert!(seq < 1 << (64 - SLOT_BITS) && slot < 1 << SLOT_BITS, "event queue overflow");
+        HeapKey { at, order: seq << SLOT_BITS | u64::from(slot) }
+    }
+
+    fn unpack(self) -> (u64, u64, u32) {
+        (self.at, self.order >> SLOT_BITS, (self.order & ((1 << SLOT_BITS) - 1)) as u32)
+    }
 }
 
 impl KeyHeap {
     const ARITY: usize = 4;
+    /// The root sits at the last place of the first line, so node i's children (4i + 1 to 4i + 4)
+    /// sit at positions 4(i + 1) to 4(i + 1) + 3: the whole of line i + 1.
+    const OFFSET: usize = Self::ARITY - 1;
+
+    fn get(&self, i: usize) -> HeapKey {
+        let p = i + Self::OFFSET;
+        self.lines[p / Self::ARITY].0[p % Self::ARITY]
+    }
+
+    fn set(&mut self, i: usize, key: HeapKey) {
+        let p = i + Self::OFFSET;
+        self.lines[p / Self::ARITY].0[p % Self::ARITY] = key;
+    }
 
     fn peek(&self) -> Option<(u64, u64, u32)> {
-        self.keys.first().copied()
+        (self.len > 0).then(|| self.get(0).unpack())
+    }
+
+    /// The slot of the key that will most likely be on top after the next pop: the top's least
+    /// child (in the root's line, which every pop reads, so this costs no cache miss).
+    fn next_top(&self) -> Option<u32> {
+        let children = self.lines.get(1)?.0.get(..Self::ARITY.min(self.len.saturating_sub(1)))?;
+        children.iter().min().map(|key| key.unpack().2)
     }
 
     fn push(&mut self, key: (u64, u64, u32)) {
-        let mut i = self.keys.len();
-        self.keys.push(key);
+        let key = HeapKey::new(key);
+        let mut i = self.len;
+        self.len += 1;
+        if (i + Self::OFFSET) / Self::ARITY >= self.lines.len() {
+            self.lines.push(Line::default());
+        }
         while i > 0 {
             let parent = (i - 1) / Self::ARITY;
-            if self.keys[parent] <= key {
+            let up = self.get(parent);
+            if up <= key {
                 break;
             }
-            self.keys[i] = self.keys[parent];
+            self.set(i, up);
             i = parent;
         }
-        self.keys[i] = key;
+        self.set(i, key);
     }
 
     fn pop(&mut self) -> Option<(u64, u64, u32)> {
-        let last = self.keys.pop()?;
-        let Some(&top) = self.keys.first() else { return Some(last) };
+        if self.len == 0 {
+            return None;
+        }
+        self.len -= 1;
+        let n = self.len;
+        let last = self.get(n);
+        let top = self.get(0);
+        if n == 0 {
+            return Some(top.unpack());
+        }
         // The last key sinks from the root to where its smallest child is no smaller.
-        let n = self.keys.len();
         let mut i = 0;
         loop {
             let first = Self::ARITY * i + 1;
             if first >= n {
                 break;
             }
-            let children = &self.keys[first..(first + Self::ARITY).min(n)];
-            let (offset, &least) =
-                children.iter().enumerate().min_by_key(|&(_, key)| *key).expect("at least one child");
+            // The children of node i's children: lines 4i + 2 to 4i + 5.
+            let next = Self::ARITY * i + 2;
+            for line in self.lines.get(next..(next + Self::ARITY).min(self.lines.len())).into_iter().flatten() {
+                crate::prefetch::prefetch(line);
+            }
+            // Line i + 1 holds the children; those past the end are stale, so only n - first count.
+            let children = &self.lines[i + 1].0[..Self::ARITY.min(n - first)];
+            let (offset, &least) = children.iter().enumerate().min_by_key(|&(_, key)| *key).expect("a child");
             if last <= least {
                 break;
             }
-            self.keys[i] = least;
+            self.set(i, least);
             i = first + offset;
         }
-        self.keys[i] = last;
-        Some(top)
+        self.set(i, last);
+        Some(top.unpack())
     }
 }
 
@@ -172,6 +269,24 @@ mod tests {
         q.push(5 * MS, "d");
         q.push(MS, "b");
         assert_eq!(drain(&mut q), [(1, "a"), (1, "b"), (5, "c"), (5, "d")]);
+    }
+
+    #[test]
+    fn upcoming_shows_each_front_and_top_once() {
+        let mut q = EventQueue::new(&[Duration::ZERO]);
+        q.push(Duration::ZERO, "lane a");
+        q.push(Duration::ZERO, "lane b");
+        q.push(5 * MS, "heap a");
+        q.push(7 * MS, "heap b");
+        let mut shown: Vec<_> = q.upcoming().copied().collect();
+        shown.sort();
+        assert_eq!(shown, ["heap a", "lane a"]);
+        assert_eq!(q.upcoming().count(), 0, "shown already");
+        assert_eq!(q.pop(), Some((Duration::ZERO, "lane a")));
+        assert_eq!(q.upcoming().copied().collect::<Vec<_>>(), ["lane b"]);
+        q.pop();
+        q.pop();
+        assert_eq!(q.upcoming().copied().collect::<Vec<_>>(), ["heap b"]);
     }
 
     #[test]

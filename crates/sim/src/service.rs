@@ -1,8 +1,8 @@
 //! A simulated service: its replicas (workers, FIFO queue, admission, own random stream), its
 //! service times, latency model and faults, and the client policies of its outgoing call edges.
 
+use crate::job_queue::JobQueue;
 use crate::SimError;
-use std::collections::VecDeque;
 use std::time::Duration;
 use tailguard_model::replica::{Fate, ReplicaModel};
 use tailguard_model::schema::{Fanout, Service, TimeoutConfig};
@@ -69,20 +69,21 @@ pub(crate) struct ServiceModel {
     pub(crate) edge_policy_base: Vec<usize>,
     pub(crate) edge_callee: Vec<u16>,
     pub(crate) replicas: Vec<Replica>,
+    /// Each replica's answers to Prequal's probes (1 kB, written on every answer), by replica;
+    /// empty unless a balancer probes the service. Beside the replicas rather than in them, so a
+    /// probe's or an answer's table is found (and prefetched) without reading its replica first.
+    pub(crate) probes: Vec<ProbeResponder>,
 }
 
 pub(crate) struct Replica {
     /// Faults, service times, workers and this replica's own random stream, as `tailguard serve`
     /// has them (its group's, if it is in one).
     pub(crate) model: ReplicaModel,
-    pub(crate) queue: VecDeque<Key>,
+    pub(crate) queue: JobQueue,
     pub(crate) busy: u32,
     /// Requests admitted and not yet answered: queued, in service, or waiting for downstream calls.
     pub(crate) held: u32,
     pub(crate) admission: Box<dyn Admission>,
-    /// Its answers to Prequal's probes, if a balancer probes its service (a 1 kB table, written
-    /// on every answer, kept only where read).
-    pub(crate) probes: Option<Box<ProbeResponder>>,
 }
 
 impl Replica {
@@ -94,6 +95,10 @@ impl Replica {
         crate::prefetch::prefetch(&self.held);
     }
 }
+
+/// The lines of a probe table [`ServiceModel::prefetch_probes`] asks for: the estimates for up to
+/// 7 requests in flight.
+const PROBE_LINES: usize = 2;
 
 impl ServiceModel {
     /// The model of `svc`, the `index`-th service, with the policies of its call edges appended to
@@ -129,11 +134,10 @@ impl ServiceModel {
             .map(|r| {
                 Ok(Replica {
                     model: ReplicaModel::new(svc, index, r, seed, run.horizon(), &run.base_dir)?,
-                    queue: VecDeque::new(),
+                    queue: JobQueue::default(),
                     busy: 0,
                     held: 0,
                     admission: build::admission(&svc.for_replica(r).admission),
-                    probes: None,
                 })
             })
             .collect::<Result<_, SimError>>()?;
@@ -144,6 +148,15 @@ impl ServiceModel {
             edge_policy_base,
             edge_callee,
             replicas,
+            probes: Vec::new(),
         })
+    }
+
+    /// Hints the cache to load the start of replica `r`'s probe table, if it has one: where the
+    /// estimates for the few requests in flight that a replica mostly holds lie.
+    pub(crate) fn prefetch_probes(&self, r: usize) {
+        if let Some(table) = self.probes.get(r) {
+            crate::prefetch::prefetch_lines(table, PROBE_LINES);
+        }
     }
 }

@@ -116,9 +116,8 @@ impl World {
         }
         match job.stage {
             Stage::Queued => {
-                let queue = &mut self.services[s].replicas[r].queue;
-                let at = queue.iter().position(|&k| k == key).expect("a queued job is in its queue");
-                queue.remove(at);
+                let queued = self.services[s].replicas[r].queue.remove(key);
+                assert!(queued, "a queued job is in its queue");
             }
             Stage::Working(started) => {
                 self.metrics.work(s, job.sent >= self.warmup, self.now - started, false);

@@ -35,7 +35,7 @@ use tailguard_model::replica::child_key;
 use tailguard_model::results::{load_service, RunResult};
 use tailguard_model::schema::Network;
 use tailguard_model::{build, ArrivalSchedule, Run};
-use tailguard_policy::balance::{LoadIndex, ProbeReply};
+use tailguard_policy::balance::{LoadIndex, ProbeReply, ProbeResponder};
 use tailguard_policy::call::Action;
 use tailguard_policy::{Outcome, Time};
 use tailguard_trace::Trace;
@@ -47,8 +47,6 @@ const MAX_EVENTS: u64 = 2_000_000_000;
 /// The replicas' state above which the event loop prefetches: about a core's L2 cache. Below it
 /// everything stays cached, and prefetching would only add work (5-25 % at 50 replicas).
 const PREFETCH_ABOVE_BYTES: usize = 1 << 20;
-/// How many of each event lane's next events [`World::prefetch_upcoming`] looks at.
-const PREFETCH_DEPTH: usize = 1;
 /// The key of the network's jitter stream, under the run's seed.
 const NETWORK_STREAM: u64 = 0x006E_6574_776F_726B; // "network" in ASCII
 
@@ -179,7 +177,7 @@ impl World {
         }
         for (svc, probed) in services.iter_mut().zip(probed) {
             if probed {
-                svc.replicas.iter_mut().for_each(|r| r.probes = Some(Box::default()));
+                svc.probes = vec![ProbeResponder::default(); svc.replicas.len()];
             }
         }
         let loads = services
@@ -287,7 +285,7 @@ impl World {
     /// Hints the cache to load the calls, jobs and replicas the next events will touch, so that
     /// their memory latencies overlap the current event's work (crate::prefetch).
     fn prefetch_upcoming(&self) {
-        for event in self.events.upcoming(PREFETCH_DEPTH) {
+        for event in self.events.upcoming() {
             match event {
                 Event::AttemptArrives { call, service, replica, .. } => {
                     self.calls.prefetch(*call);
@@ -296,9 +294,14 @@ impl World {
                 Event::WorkDone { job, service, replica } => {
                     self.jobs.prefetch(*job);
                     self.prefetch_replica(*service, *replica);
+                    self.prefetch_probes(*service, *replica);
                 }
                 Event::Answer { job, .. } | Event::NextCalls { job } => self.jobs.prefetch(*job),
                 Event::AttemptEnds(AttemptEnd { call, .. }) | Event::Wake { call } => self.calls.prefetch(*call),
+                Event::ProbeArrives { service, replica, .. } => {
+                    self.prefetch_replica(*service, *replica);
+                    self.prefetch_probes(*service, *replica);
+                }
                 _ => {}
             }
         }
@@ -307,6 +310,12 @@ impl World {
     fn prefetch_replica(&self, service: u16, replica: u32) {
         if let Some(rep) = self.services.get(service as usize).and_then(|s| s.replicas.get(replica as usize)) {
             rep.prefetch();
+        }
+    }
+
+    fn prefetch_probes(&self, service: u16, replica: u32) {
+        if let Some(svc) = self.services.get(service as usize) {
+            svc.prefetch_probes(replica as usize);
         }
     }
 

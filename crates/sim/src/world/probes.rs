@@ -8,12 +8,13 @@ use tailguard_policy::balance::ProbeReply;
 
 impl World {
     pub(super) fn probe_arrives(&mut self, policy: u32, service: u16, replica: u32) {
-        let rep = &self.services[service as usize].replicas[replica as usize];
+        let svc = &self.services[service as usize];
+        let rep = &svc.replicas[replica as usize];
         if rep.model.is_down(self.now) {
             return;
         }
         // Only a prequal balancer probes, and its callee's replicas answer probes (World::new).
-        let Some(probes) = &rep.probes else { return };
+        let Some(probes) = svc.probes.get(replica as usize) else { return };
         let reply = probes.reply(rep.held);
         let hop = self.hop();
         self.events.push(self.now + hop, Event::ProbeAnswered { policy, endpoint: replica, reply });

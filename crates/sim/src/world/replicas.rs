@@ -191,10 +191,11 @@ impl World {
         }
         let (s, r) = (job.service as usize, job.replica as usize);
         let held = self.release(s, r);
-        let replica = &mut self.services[s].replicas[r];
-        if let Some(probes) = &mut replica.probes {
+        let svc = &mut self.services[s];
+        if let Some(probes) = svc.probes.get_mut(r) {
             probes.on_answer(job.rif, self.now - job.arrived);
         }
+        let replica = &mut svc.replicas[r];
         let chip = replica.admission.grant_chip(self.now, held, replica.model.rng());
         let (call, attempt) = job.reply;
         let (sent, timeout, series) = (job.sent, job.timeout, job.series);
