@@ -52,13 +52,19 @@ pub struct PrequalConfig {
     pub probes_per_request: f64,
     /// The most probe replies kept (default 16, the paper's pool size).
     pub pool_size: u32,
-    /// How long a probe reply stays usable (default 1 s).
+    /// The longest a probe reply stays usable (default 1 s). A reply is stale sooner, once it is
+    /// older than the quickest latency estimate among the last [`RECENT_RIFS`] replies (zeros
+    /// aside): by then even the quickest replica has finished a request, and queues have moved.
     #[serde(with = "text")]
     pub max_age: Duration,
     /// How many picks one probe reply may serve (default 2).
     pub reuse_budget: u32,
     /// The quantile of recent RIFs above which a replica is hot (default 0.84, the paper's Q_RIF).
     pub hot_quantile: f64,
+    /// How long a pick whose pool holds no usable reply waits for its probes, sent before it
+    /// rather than after (default 5 ms; 0: never, the pick is random as in the paper).
+    #[serde(with = "text")]
+    pub probe_wait: Duration,
 }
 
 impl Default for PrequalConfig {
@@ -69,6 +75,7 @@ impl Default for PrequalConfig {
             max_age: Duration::from_secs(1),
             reuse_budget: 2,
             hot_quantile: 0.84,
+            probe_wait: Duration::from_millis(5),
         }
     }
 }
@@ -161,11 +168,15 @@ pub struct Prequal {
     pool: Vec<Probe>,
     /// RIFs of the last [`RECENT_RIFS`] replies, a ring written at `recent_next`.
     recent: Vec<u32>,
+    /// Their latency estimates, in the same ring.
+    recent_latencies: Vec<Duration>,
     recent_next: usize,
     /// Probes owed: the fraction of `probes_per_request` not sent yet.
     credit: f64,
     /// Probes asked for by the last pick and not yet taken by the driver.
     due: Vec<EndpointId>,
+    /// The next pick's probes went out before it ([`Balancer::probe_before_pick`]).
+    probed_ahead: bool,
     eligible: Eligible,
 }
 
@@ -177,9 +188,11 @@ impl Prequal {
             endpoints,
             pool: Vec::with_capacity(config.pool_size as usize),
             recent: Vec::with_capacity(RECENT_RIFS),
+            recent_latencies: Vec::with_capacity(RECENT_RIFS),
             recent_next: 0,
             credit: 0.0,
             due: Vec::new(),
+            probed_ahead: false,
             eligible: Eligible::new(endpoints),
         }
     }
@@ -225,6 +238,19 @@ impl Prequal {
         endpoint
     }
 
+    /// How long a reply stays usable: `max_age`, or less, the quickest nonzero latency estimate
+    /// among the recent replies.
+    fn max_age(&self) -> Duration {
+        let quickest = self.recent_latencies.iter().filter(|l| !l.is_zero()).min();
+        quickest.map_or(self.config.max_age, |q| self.config.max_age.min(*q))
+    }
+
+    /// Drops the replies older than [`Prequal::max_age`].
+    fn age_out(&mut self, now: Time) {
+        let max_age = self.max_age();
+        self.pool.retain(|p| now.saturating_sub(p.received) <= max_age);
+    }
+
     /// Draws this pick's probes: distinct endpoints, uniformly at random.
     fn draw_probes(&mut self, rng: crate::Rng<'_>) {
         self.credit += self.config.probes_per_request;
@@ -239,8 +265,7 @@ impl Prequal {
 
 impl Balancer for Prequal {
     fn pick(&mut self, pick: &mut Pick<'_>) -> Option<EndpointId> {
-        let (max_age, now) = (self.config.max_age, pick.now);
-        self.pool.retain(|p| now.saturating_sub(p.received) <= max_age);
+        self.age_out(pick.now);
         let chosen = match self.hcl(pick.exclude) {
             Some(index) => Some(self.use_probe(index)),
             None => {
@@ -248,8 +273,23 @@ impl Balancer for Prequal {
                 (!candidates.is_empty()).then(|| candidates.get(pick.rng.gen_range(0..candidates.len())))
             }
         };
-        self.draw_probes(&mut *pick.rng);
+        if !std::mem::take(&mut self.probed_ahead) {
+            self.draw_probes(&mut *pick.rng);
+        }
         chosen
+    }
+
+    fn probe_before_pick(&mut self, now: Time, rng: crate::Rng<'_>, exclude: &[EndpointId]) -> Option<Duration> {
+        if self.config.probe_wait.is_zero() {
+            return None;
+        }
+        self.age_out(now);
+        if self.pool.iter().any(|p| !exclude.contains(&p.endpoint)) {
+            return None;
+        }
+        self.draw_probes(rng);
+        self.probed_ahead = !self.due.is_empty();
+        self.probed_ahead.then_some(self.config.probe_wait)
     }
 
     fn grow(&mut self, endpoints: usize) {
@@ -278,8 +318,10 @@ impl Balancer for Prequal {
         }
         if self.recent.len() < RECENT_RIFS {
             self.recent.push(reply.in_flight);
+            self.recent_latencies.push(reply.latency);
         } else {
             self.recent[self.recent_next] = reply.in_flight;
+            self.recent_latencies[self.recent_next] = reply.latency;
         }
         self.recent_next = (self.recent_next + 1) % RECENT_RIFS;
         self.pool.retain(|p| p.endpoint != endpoint);
