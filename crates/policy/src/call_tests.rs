@@ -788,3 +788,51 @@ fn random_scripts_keep_the_call_invariants() {
     assert!(overdue_cases > 100 && ejections > 500, "{overdue_cases} {ejections}");
     assert!(awaited_probes > 1000 && lost_probes > 200, "{awaited_probes} {lost_probes}");
 }
+
+#[test]
+fn a_pick_that_waits_for_probes_goes_ahead_once_they_answered_or_when_the_wait_is_over() {
+    use crate::balance::{Prequal, PrequalConfig, ProbeReply};
+    let mut d = Driver::new(4, Box::new(NoTimeout));
+    let config = PrequalConfig { probe_wait: ms(5), probes_per_request: 2.0, ..PrequalConfig::default() };
+    d.policy.balancer = Box::new(Prequal::new(4, config));
+    let probed = |out: &[Action]| -> Vec<EndpointId> {
+        out.iter()
+            .filter_map(|a| match *a {
+                Action::Probe { endpoint, awaited } => {
+                    assert!(awaited, "{out:?}");
+                    Some(endpoint)
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    // t=0, an empty pool: two awaited probes and a wake at the end of the wait; nothing sent.
+    let (mut call, out) = d.start(true);
+    let sent = probed(&out);
+    assert_eq!((sent.len(), out.len()), (2, 3), "{out:?}");
+    assert_eq!(out[2], Action::WakeAt(ms(5)));
+    // t=1: the first reply (3 in flight) is not enough; the second (idle) sends the attempt there.
+    d.at(ms(1));
+    d.policy.balancer.on_probe(sent[0], ms(1), ProbeReply { in_flight: 3, latency: ms(900) });
+    assert_eq!(d.step(|ctx| call.on_probe_done(ctx)), vec![]);
+    d.policy.balancer.on_probe(sent[1], ms(1), ProbeReply { in_flight: 0, latency: ms(250) });
+    let out = d.step(|ctx| call.on_probe_done(ctx));
+    assert_eq!(out, vec![send(0, sent[1], None)]);
+    // The wake at 5 ms finds the pick made.
+    assert_eq!(d.at(ms(5)).wake(&mut call), vec![]);
+    assert_eq!(d.at(ms(300)).end(&mut call, 0, Feedback::success(ms(299))), vec![finish(Outcome::Success, 1)]);
+
+    // Two seconds on, the pool has aged out: a lost probe leaves the pick to the end of the wait,
+    // and it goes ahead with the reply that came.
+    let (mut call, out) = d.at(Duration::from_secs(2)).start(true);
+    let sent = probed(&out);
+    let t = Duration::from_secs(2);
+    d.at(t + ms(1));
+    d.policy.balancer.on_probe(sent[1], t + ms(1), ProbeReply { in_flight: 1, latency: ms(400) });
+    assert_eq!(d.step(|ctx| call.on_probe_done(ctx)), vec![]);
+    let out = d.at(t + ms(5)).wake(&mut call);
+    assert_eq!(out, vec![send(0, sent[1], None)]);
+    // Finished calls ignore late replies.
+    d.at(t + ms(300)).end(&mut call, 0, Feedback::success(ms(295)));
+    assert_eq!(d.step(|ctx| call.on_probe_done(ctx)), vec![]);
+}

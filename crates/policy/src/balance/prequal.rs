@@ -373,7 +373,7 @@ mod tests {
     fn the_defaults_are_the_papers_where_it_gives_them() {
         let c = PrequalConfig::default();
         assert_eq!((c.probes_per_request, c.pool_size, c.hot_quantile), (3.0, 16, 0.84));
-        assert_eq!((c.max_age, c.reuse_budget), (Duration::from_secs(1), 2));
+        assert_eq!((c.max_age, c.reuse_budget, c.probe_wait), (SEC, 2, 5 * MS));
         assert!(c.validate().is_ok());
     }
 
@@ -466,14 +466,56 @@ mod tests {
     #[test]
     fn replies_age_out_and_newer_ones_replace_older() {
         let (mut b, mut rng) = prequal(3, no_probes());
-        b.on_probe(0, Time::ZERO, reply(0, 5));
-        b.on_probe(1, 500 * MS, reply(0, 9));
+        // Estimates of 5 s and more: the 1 s `max_age` is the limit.
+        b.on_probe(0, Time::ZERO, reply(0, 5000));
+        b.on_probe(1, 500 * MS, reply(0, 9000));
         // At 1.2 s, 0's reply (1.2 s old) is gone, 1's (0.7 s) remains.
         assert_eq!(pick_at(&mut b, &mut rng, 1200 * MS, &[]), Some(1));
         assert_eq!(b.pool.len(), 1);
         // A new reply from 1 replaces its old one, with a fresh budget.
-        b.on_probe(1, 1300 * MS, reply(4, 9));
-        assert_eq!(b.pool, [Probe { endpoint: 1, in_flight: 4, latency: 9 * MS, received: 1300 * MS, uses_left: 2 }]);
+        b.on_probe(1, 1300 * MS, reply(4, 9000));
+        let fresh = Probe { endpoint: 1, in_flight: 4, latency: 9 * SEC, received: 1300 * MS, uses_left: 2 };
+        assert_eq!(b.pool, [fresh]);
+    }
+
+    #[test]
+    fn a_reply_is_stale_once_older_than_the_quickest_recent_estimate() {
+        let (mut b, mut rng) = prequal(3, no_probes());
+        // A replica that answers at once (0) says nothing of the time scale; 300 ms is the quickest.
+        b.on_probe(0, Time::ZERO, reply(0, 0));
+        b.on_probe(1, Time::ZERO, reply(1, 300));
+        b.on_probe(2, 100 * MS, reply(2, 700));
+        assert_eq!(b.max_age(), 300 * MS);
+        // At 350 ms the replies of 0 and 1 (350 ms old) are gone; 2's (250 ms) is left.
+        assert_eq!(pick_at(&mut b, &mut rng, 350 * MS, &[]), Some(2));
+        assert_eq!(b.pool.iter().map(|p| p.endpoint).collect::<Vec<_>>(), [2]);
+    }
+
+    #[test]
+    fn a_pick_with_no_usable_reply_has_its_probes_sent_first() {
+        let config = PrequalConfig { probe_wait: 5 * MS, ..PrequalConfig::default() };
+        let (mut b, mut rng) = prequal(10, config);
+        // Empty pool: three distinct probes are due before the pick, which may wait 5 ms for them.
+        assert_eq!(b.probe_before_pick(Time::ZERO, &mut rng, &[]), Some(5 * MS));
+        let mut sent = probes(&mut b);
+        sent.sort_unstable();
+        sent.dedup();
+        assert_eq!(sent.len(), 3);
+        // Their replies come; the pick takes the best and sends no probes of its own (it had them).
+        for (rif, &e) in sent.iter().enumerate() {
+            b.on_probe(e, MS, reply(rif as u32, 250 * (rif as u32 + 1)));
+        }
+        assert_eq!(pick_at(&mut b, &mut rng, MS, &[]), Some(sent[0]));
+        assert_eq!(b.take_probe(), None);
+        // The pool now has usable replies: the next pick does not wait, and probes after itself.
+        assert_eq!(b.probe_before_pick(MS, &mut rng, &[]), None);
+        let _ = pick_at(&mut b, &mut rng, MS, &[]);
+        assert_eq!(probes(&mut b).len(), 3);
+        // A pool holding only replicas this request avoids is as good as empty.
+        assert!(b.probe_before_pick(MS, &mut rng, &sent).is_some());
+        // `probe_wait: 0` never waits.
+        let (mut b, mut rng) = prequal(10, PrequalConfig { probe_wait: Duration::ZERO, ..config });
+        assert_eq!(b.probe_before_pick(Time::ZERO, &mut rng, &[]), None);
     }
 
     #[test]
