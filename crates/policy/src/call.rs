@@ -432,7 +432,7 @@ impl Call {
     /// when the balancer found no endpoint.
     fn send(&mut self, ctx: &mut Ctx<'_>, index: u32) -> bool {
         let now = ctx.now;
-        if self.probing.is_none() {
+        if self.probing.is_none() && ctx.policy.balancer.sends_probes() {
             let policy = &mut *ctx.policy;
             let exclude = match &mut policy.outlier {
                 Some(outlier) => outlier.exclude(now, &self.tried),
