@@ -9,8 +9,9 @@
 //!   ([`Balancer::take_probe`], the proxy and the simulator alike) and hands each reply to
 //!   [`Balancer::on_probe`]: the replica's RIF and its latency estimate ([`ProbeResponder`]).
 //! - **The pool** holds at most `pool_size` replies, at most one per replica (a newer reply
-//!   replaces an older one); a reply older than `max_age` is dropped, and a new reply into a full
-//!   pool evicts the oldest.
+//!   replaces an older one); a reply older than `max_age`, or than the quickest nonzero latency
+//!   estimate among the last [`RECENT_RIFS`] replies, is dropped, and a new reply into a full pool
+//!   evicts the oldest.
 //! - **HCL.** A replica is *hot* when its RIF is above the `hot_quantile` quantile of the RIFs of the
 //!   last [`RECENT_RIFS`] probe replies, *cold* otherwise. Among cold replicas in the pool the one
 //!   with the lowest latency estimate wins (ties: lower RIF, then the older reply); if every one is
@@ -18,14 +19,16 @@
 //! - **Reuse.** A reply serves at most `reuse_budget` picks. Each use also adds one to the reply's
 //!   RIF, as the request just sent is one more in flight there, so a reused reply degrades instead
 //!   of attracting a burst.
-//! - With no usable reply (the pool empty, aged out, or holding only endpoints this request tried),
-//!   the pick is uniform at random among the eligible endpoints, as the paper falls back to a
-//!   random replica.
+//! - With no usable reply (the pool empty, aged out, or holding only endpoints this request
+//!   avoids), the pick's probes go out before it and it waits for their replies, at most
+//!   `probe_wait` ([`Balancer::probe_before_pick`]); with still none, it is uniform at random
+//!   among the eligible endpoints, as the paper falls back to a random replica.
 //!
 //! Where we differ from or fill in the paper:
 //! - The paper's clients also probe on a timer when idle, so the pool is fresh when a request
-//!   comes; a balancer here has no timers, so after an idle spell the first picks are random
-//!   while the probes they send return.
+//!   comes; a balancer here has no timers, so a pick that finds the pool stale waits one round
+//!   trip for its own probes instead (a caller sending under one request per reply lifetime
+//!   would otherwise always pick at random).
 //! - The paper derives the reuse budget from the probe rate, the pool's turnover and `hot_quantile`
 //!   and periodically removes the worst probe; we use a fixed budget and the age limit.
 //! - The paper's replicas report the median latency of recent requests that arrived at the current
