@@ -83,9 +83,11 @@ pub enum Action {
     Overdue { attempt: u32, endpoint: EndpointId },
     /// An endpoint was ejected by the outlier detector (for the driver's logs and metrics).
     Eject(Ejection),
-    /// Probe `endpoint` for its load, without waiting for it, and hand the reply to the balancer
-    /// ([`Balancer::on_probe`]); a probe that gets no reply is simply lost (Prequal).
-    Probe { endpoint: EndpointId },
+    /// Probe `endpoint` for its load and hand the reply to the balancer ([`Balancer::on_probe`]);
+    /// a probe that gets no reply is simply lost (Prequal). When `awaited`, the call's next pick
+    /// waits for it: once the reply is handed over, or the probe failed, tell the call with
+    /// [`Call::on_probe_done`] (a lost one it stops waiting for by itself).
+    Probe { endpoint: EndpointId, awaited: bool },
     /// Call [`Call::on_wake`] at this time, unless the call has finished. Later wakes supersede
     /// earlier ones only in being later: a wake that finds nothing due is harmless.
     WakeAt(Time),
@@ -151,6 +153,19 @@ pub struct Call {
     armed: Option<Time>,
     last_failure: Outcome,
     finished: bool,
+    /// An attempt whose pick waits for probes ([`Balancer::probe_before_pick`]).
+    probing: Option<Probing>,
+}
+
+/// An attempt waiting for the probes its pick needs.
+#[derive(Clone, Copy, Debug)]
+struct Probing {
+    /// The attempt's timeout index.
+    index: u32,
+    /// Probes not yet answered.
+    left: u32,
+    /// When the pick goes ahead with what has answered.
+    until: Time,
 }
 
 /// The inputs every step of a call needs besides the event itself.
@@ -191,6 +206,7 @@ impl Call {
             armed: None,
             last_failure: Outcome::Rejected,
             finished: false,
+            probing: None,
         };
         ctx.policy.retry.on_request(now);
         if !call.send(ctx, 0) {
@@ -318,6 +334,12 @@ impl Call {
                 return;
             }
         }
+        if self.probing.is_some_and(|p| p.until <= now) {
+            self.pick_after_probes(ctx);
+            if self.finished {
+                return;
+            }
+        }
         if self.retry_at.is_some_and(|t| t <= now) {
             self.retry_at = None;
             self.retries += 1;
@@ -349,6 +371,25 @@ impl Call {
         self.arm(ctx);
     }
 
+    /// One probe the waiting pick sent ([`Action::Probe`] with `awaited`) was answered (its reply
+    /// already handed to the balancer) or failed: once all have, the pick goes ahead.
+    pub fn on_probe_done(&mut self, ctx: &mut Ctx<'_>) {
+        let Some(probing) = self.probing.as_mut().filter(|_| !self.finished) else { return };
+        probing.left = probing.left.saturating_sub(1);
+        if probing.left == 0 {
+            self.pick_after_probes(ctx);
+            self.arm(ctx);
+        }
+    }
+
+    /// The waiting pick goes ahead with the replies it has.
+    fn pick_after_probes(&mut self, ctx: &mut Ctx<'_>) {
+        let Some(Probing { index, .. }) = self.probing.take() else { return };
+        if !self.pick_and_send(ctx, index) && self.idle() {
+            self.finish(ctx, self.last_failure);
+        }
+    }
+
     fn may_hedge(&self, policy: &ClientPolicy) -> bool {
         policy.hedge.is_some() && (self.idempotent || policy.retry.retry_non_idempotent)
     }
@@ -357,9 +398,9 @@ impl Call {
         self.attempts.iter().any(|a| a.live)
     }
 
-    /// Nothing is in flight or scheduled: no live attempt, no pending retry, no pending hedge.
+    /// Nothing is in flight or scheduled: no live attempt, no pending retry, hedge or pick.
     fn idle(&self) -> bool {
-        !self.any_live() && self.retry_at.is_none() && self.hedge_at.is_none()
+        !self.any_live() && self.retry_at.is_none() && self.hedge_at.is_none() && self.probing.is_none()
     }
 
     /// An attempt failed: schedule a retry if the policy allows, else finish when nothing is left.
@@ -387,8 +428,34 @@ impl Call {
         }
     }
 
-    /// Sends an attempt with timeout index `index`; false when the balancer found no endpoint.
+    /// Sends an attempt with timeout index `index`, or first the probes its pick waits for; false
+    /// when the balancer found no endpoint.
     fn send(&mut self, ctx: &mut Ctx<'_>, index: u32) -> bool {
+        let now = ctx.now;
+        if self.probing.is_none() && ctx.policy.balancer.sends_probes() {
+            let policy = &mut *ctx.policy;
+            let exclude = match &mut policy.outlier {
+                Some(outlier) => outlier.exclude(now, &self.tried),
+                None => &self.tried,
+            };
+            if let Some(wait) = policy.balancer.probe_before_pick(now, &mut *ctx.rng, exclude) {
+                let mut left = 0;
+                while let Some(endpoint) = policy.balancer.take_probe() {
+                    ctx.out.push(Action::Probe { endpoint, awaited: true });
+                    left += 1;
+                }
+                if left > 0 {
+                    self.probing = Some(Probing { index, left, until: now.saturating_add(wait) });
+                    return true;
+                }
+            }
+        }
+        self.pick_and_send(ctx, index)
+    }
+
+    /// Picks an endpoint and sends an attempt with timeout index `index` to it; false when the
+    /// balancer found no endpoint.
+    fn pick_and_send(&mut self, ctx: &mut Ctx<'_>, index: u32) -> bool {
         let now = ctx.now;
         let policy = &mut *ctx.policy;
         let exclude = match &mut policy.outlier {
@@ -438,7 +505,7 @@ impl Call {
         }
         ctx.out.push(Action::Send { attempt, endpoint, timeout, policy_timeout: own });
         while let Some(probe) = policy.balancer.take_probe() {
-            ctx.out.push(Action::Probe { endpoint: probe });
+            ctx.out.push(Action::Probe { endpoint: probe, awaited: false });
         }
         true
     }
@@ -469,7 +536,8 @@ impl Call {
             return;
         }
         let timeouts = self.attempts.iter().filter_map(Attempt::expires_at);
-        let next = [self.deadline, self.retry_at, self.hedge_at].into_iter().flatten().chain(timeouts).min();
+        let probing = self.probing.map(|p| p.until);
+        let next = [self.deadline, self.retry_at, self.hedge_at, probing].into_iter().flatten().chain(timeouts).min();
         if let Some(t) = next {
             if self.armed.is_none_or(|armed| t < armed) {
                 self.armed = Some(t);

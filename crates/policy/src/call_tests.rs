@@ -639,12 +639,13 @@ fn the_same_seed_gives_the_same_actions() {
 /// cancels every attempt it sent, and never asks for a wake in the past.
 #[test]
 fn random_scripts_keep_the_call_invariants() {
-    use crate::balance::{LeastRequest, OutlierConfig};
+    use crate::balance::{LeastRequest, OutlierConfig, Prequal, PrequalConfig, ProbeReply};
     use crate::timeout::ExpBackoff;
     use rand::{Rng as _, SeedableRng};
     let outcomes = [Outcome::Success, Outcome::Error, Outcome::Rejected, Outcome::Unavailable];
     let mut script = Pcg64Mcg::seed_from_u64(7);
     let (mut multi_attempt_cases, mut timed_out_cases, mut overdue_cases, mut ejections) = (0, 0, 0, 0);
+    let (mut awaited_probes, mut lost_probes) = (0, 0);
     // Every other case ejects an endpoint at its first failure, for 20 to 40 ms.
     let outlier = OutlierConfig {
         consecutive_failures: 1,
@@ -656,7 +657,13 @@ fn random_scripts_keep_the_call_invariants() {
     for case in 0..2_000u64 {
         let endpoints = script.gen_range(1..4);
         let mut policy = ClientPolicy {
-            balancer: Box::new(LeastRequest::new(endpoints)),
+            // Every third case waits for probes before its picks: a pool that ages out in 30 ms.
+            balancer: if case % 3 == 2 {
+                let prequal = PrequalConfig { max_age: ms(30), probe_wait: ms(5), ..PrequalConfig::default() };
+                Box::new(Prequal::new(endpoints, prequal))
+            } else {
+                Box::new(LeastRequest::new(endpoints))
+            },
             outlier: (case % 2 == 0).then(|| outlier.build(endpoints)),
             timeout: Box::new(ExpBackoff::new(ms(script.gen_range(1..50)), 2.0, 3)),
             hedge: script.gen_bool(0.5).then(|| Box::new(Speculative::new(3, ms(20), None)) as Box<dyn HedgePolicy>),
@@ -676,8 +683,10 @@ fn random_scripts_keep_the_call_invariants() {
             let mut ctx = Ctx { now, policy: &mut policy, rng: &mut rng, true_loads: None, out: &mut out };
             Call::start(&mut ctx, idempotent, None)
         };
-        // Pending answers (time, attempt, outcome) and wakes, played in time order.
+        // Pending answers (time, attempt, outcome), wakes and probe replies (time, endpoint,
+        // awaited), played in time order.
         let (mut answers, mut wakes): (Vec<(Time, u32, Outcome)>, Vec<Time>) = (Vec::new(), Vec::new());
+        let mut probes: Vec<(Time, EndpointId, bool)> = Vec::new();
         let (mut sent, mut closed, mut finishes, mut attempts_reported) = (0u32, Vec::new(), 0, 0);
         for _step in 0..1_000 {
             for action in out.drain(..) {
@@ -699,7 +708,16 @@ fn random_scripts_keep_the_call_invariants() {
                         assert!(e.endpoint < endpoints && case % 2 == 0, "case {case}: {e:?}");
                         ejections += 1;
                     }
-                    Action::Probe { endpoint } => assert!(endpoint < endpoints, "case {case}: probed {endpoint}"),
+                    Action::Probe { endpoint, awaited } => {
+                        assert!(endpoint < endpoints, "case {case}: probed {endpoint}");
+                        awaited_probes += usize::from(awaited);
+                        // One in five is lost: the call stops waiting for it by itself.
+                        if script.gen_bool(0.8) {
+                            probes.push((now + ms(script.gen_range(0..3)), endpoint, awaited));
+                        } else {
+                            lost_probes += usize::from(awaited);
+                        }
+                    }
                     Action::Overdue { attempt, .. } => {
                         assert!(call.is_waiting_for(attempt), "case {case}: an overdue attempt stays live");
                         overdue_cases += 1;
@@ -720,6 +738,19 @@ fn random_scripts_keep_the_call_invariants() {
             let next_answer = answers.iter().enumerate().min_by_key(|(_, a)| a.0).map(|(i, a)| (a.0, i));
             let next_wake = wakes.iter().enumerate().min_by_key(|(_, t)| **t).map(|(i, t)| (*t, i));
             let mut ctx = Ctx { now, policy: &mut policy, rng: &mut rng, true_loads: None, out: &mut out };
+            let next_probe = probes.iter().enumerate().min_by_key(|(_, p)| p.0).map(|(i, p)| (p.0, i));
+            let earliest = [next_answer.map(|a| a.0), next_wake.map(|w| w.0)].into_iter().flatten().min();
+            if let Some((t, i)) = next_probe.filter(|p| earliest.is_none_or(|e| p.0 <= e)) {
+                let (_, endpoint, awaited) = probes.remove(i);
+                now = t;
+                ctx.now = t;
+                let reply = ProbeReply { in_flight: script.gen_range(0..4), latency: ms(script.gen_range(1..50)) };
+                ctx.policy.balancer.on_probe(endpoint, t, reply);
+                if awaited {
+                    call.on_probe_done(&mut ctx);
+                }
+                continue;
+            }
             let answer_first = match (next_answer, next_wake) {
                 (Some((t, _)), Some((wt, _))) => t < wt,
                 (answer, _) => answer.is_some(),
@@ -755,4 +786,53 @@ fn random_scripts_keep_the_call_invariants() {
     // The scripts reach the interesting paths: retries, hedges, timeouts and overdue attempts.
     assert!(multi_attempt_cases > 500 && timed_out_cases > 500, "{multi_attempt_cases} {timed_out_cases}");
     assert!(overdue_cases > 100 && ejections > 500, "{overdue_cases} {ejections}");
+    assert!(awaited_probes > 1000 && lost_probes > 200, "{awaited_probes} {lost_probes}");
+}
+
+#[test]
+fn a_pick_that_waits_for_probes_goes_ahead_once_they_answered_or_when_the_wait_is_over() {
+    use crate::balance::{Prequal, PrequalConfig, ProbeReply};
+    let mut d = Driver::new(4, Box::new(NoTimeout));
+    let config = PrequalConfig { probe_wait: ms(5), probes_per_request: 2.0, ..PrequalConfig::default() };
+    d.policy.balancer = Box::new(Prequal::new(4, config));
+    let probed = |out: &[Action]| -> Vec<EndpointId> {
+        out.iter()
+            .filter_map(|a| match *a {
+                Action::Probe { endpoint, awaited } => {
+                    assert!(awaited, "{out:?}");
+                    Some(endpoint)
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    // t=0, an empty pool: two awaited probes and a wake at the end of the wait; nothing sent.
+    let (mut call, out) = d.start(true);
+    let sent = probed(&out);
+    assert_eq!((sent.len(), out.len()), (2, 3), "{out:?}");
+    assert_eq!(out[2], Action::WakeAt(ms(5)));
+    // t=1: the first reply (3 in flight) is not enough; the second (idle) sends the attempt there.
+    d.at(ms(1));
+    d.policy.balancer.on_probe(sent[0], ms(1), ProbeReply { in_flight: 3, latency: ms(900) });
+    assert_eq!(d.step(|ctx| call.on_probe_done(ctx)), vec![]);
+    d.policy.balancer.on_probe(sent[1], ms(1), ProbeReply { in_flight: 0, latency: ms(250) });
+    let out = d.step(|ctx| call.on_probe_done(ctx));
+    assert_eq!(out, vec![send(0, sent[1], None)]);
+    // The wake at 5 ms finds the pick made.
+    assert_eq!(d.at(ms(5)).wake(&mut call), vec![]);
+    assert_eq!(d.at(ms(300)).end(&mut call, 0, Feedback::success(ms(299))), vec![finish(Outcome::Success, 1)]);
+
+    // Two seconds on, the pool has aged out: a lost probe leaves the pick to the end of the wait,
+    // and it goes ahead with the reply that came.
+    let (mut call, out) = d.at(Duration::from_secs(2)).start(true);
+    let sent = probed(&out);
+    let t = Duration::from_secs(2);
+    d.at(t + ms(1));
+    d.policy.balancer.on_probe(sent[1], t + ms(1), ProbeReply { in_flight: 1, latency: ms(400) });
+    assert_eq!(d.step(|ctx| call.on_probe_done(ctx)), vec![]);
+    let out = d.at(t + ms(5)).wake(&mut call);
+    assert_eq!(out, vec![send(0, sent[1], None)]);
+    // Finished calls ignore late replies.
+    d.at(t + ms(300)).end(&mut call, 0, Feedback::success(ms(295)));
+    assert_eq!(d.step(|ctx| call.on_probe_done(ctx)), vec![]);
 }

@@ -1364,6 +1364,44 @@ async fn the_ingress_answers_probes_itself_and_prequal_learns_the_slow_replica_f
 }
 
 #[tokio::test]
+async fn a_prequal_pick_with_a_stale_pool_waits_for_its_probes_and_a_failed_probe_does_not_hold_it() {
+    let busy = Backend::start("busy", Mode::Hang).await;
+    let idle = Backend::start("idle", Mode::Ok(Duration::ZERO)).await;
+    let (busy_side, idle_side) = (sidecar(&busy, "{kind: none}").await, sidecar(&idle, "{kind: none}").await);
+    // The busy replica holds two requests for good.
+    let mut held = JoinSet::new();
+    (0..2).for_each(|_| hold(&mut held, busy_side.ingress.unwrap(), "app"));
+    let started = Instant::now();
+    while busy.hits() < 2 {
+        assert!(started.elapsed() < Duration::from_secs(5), "the held requests never arrived");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // A third endpoint nobody listens on: its probe fails at once.
+    let dead = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+    let as_backend =
+        |addr| Backend { addr, hits: Arc::default(), accepted: Arc::default(), task: tokio::spawn(async {}) };
+    let endpoints = [as_backend(busy_side.ingress.unwrap()), as_backend(idle_side.ingress.unwrap()), as_backend(dead)];
+    // Replies usable for 1 ms: every pick finds the pool stale and probes all three first, for up
+    // to 2 s. A replica above the median RIF of the replies is hot, so the idle one wins each pick
+    // (picked at random, as before the wait, all ten would go to it one time in 59,049).
+    let policy = "{balancer: {kind: prequal, probes_per_request: 3, max_age: 1ms, probe_wait: 2s, hot_quantile: 0.5}}";
+    let proxy = egress(&endpoints.iter().collect::<Vec<_>>(), policy).await;
+    for _ in 0..10 {
+        let started = Instant::now();
+        let (status, _, _) = get(&client(), proxy.egress.unwrap(), "svc", &[]).await;
+        assert_eq!(status, StatusCode::OK);
+        // It waited for the two replies, not for the 2 s the failed probe would have cost.
+        assert!(started.elapsed() < Duration::from_millis(500), "answered after {:?}", started.elapsed());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!((idle.hits(), busy.hits()), (10, 2), "probes are not requests, and the busy replica got none");
+    held.abort_all();
+    proxy.shutdown().await;
+    busy_side.shutdown().await;
+    idle_side.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_probe_from_an_untrusted_peer_is_refused() {
     let app = Backend::start("app", Mode::Ok(Duration::ZERO)).await;
     let server = sidecar_trusting(&app, "[10.0.0.0/8]").await;

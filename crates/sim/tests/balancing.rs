@@ -16,17 +16,17 @@ fn run(seed: u64, quick: bool) -> Results {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Seeds the defaults were not chosen on (latency_factor, the dynamic headroom and the scenarios
-/// were looked at on seeds 1-3 and the file's 19).
+/// Seeds the defaults were not chosen on (latency_factor, the dynamic headroom, prequal's
+/// `probe_wait` and ageing, and the scenarios were looked at on seeds 1-3 and the file's 19).
 const HELD_OUT: [u64; 2] = [4, 5];
 
-/// The open-loop scenarios and the most p99 the recommendation may have over the oracle's in each:
-/// what it does on the held-out seeds (at most 2.45, 2.70 and 2.18 ×), with a little room. Issue 19
-/// asks for 1.5 × up to 70 % and 2 × at 95 %: no balancer here reaches that (prequal is to try).
-/// These were 2.25 × each while BLOC dropped requests when out of chips and the dynamic capacity
-/// was 1.5 × the mean load alone: success is 100 % now, where the drops lost 0.1-0.6 %, and the
-/// tails are longer (docs/policies.md, "A capacity that small, fluctuating loads do not trip").
-const OPEN_LOOP_BOUNDS: [(&str, f64); 3] = [("open-50", 2.5), ("open-70", 2.8), ("open-95", 2.25)];
+/// The recommendation (docs/policies.md): prequal with outlier ejection.
+const RECOMMENDED: &str = "prequal-eject";
+
+/// The open-loop scenarios and the most p99 the recommendation may have over the oracle's in each,
+/// as issue 19 asks: 1.5 × up to 70 % load, 2 × at 95 %. On the held-out seeds it reaches 1.38,
+/// 1.33 and 1.15 × (docs/policies.md, "A caller that sends little").
+const OPEN_LOOP_BOUNDS: [(&str, f64); 3] = [("open-50", 1.5), ("open-70", 1.5), ("open-95", 2.0)];
 
 fn show(r: &RunResult) -> String {
     format!(
@@ -39,13 +39,13 @@ fn show(r: &RunResult) -> String {
 fn the_recommendation_keeps_99_percent_everywhere_and_stays_near_the_oracle_in_open_loop() {
     for seed in HELD_OUT {
         let results = run(seed, false);
-        for r in results.runs.iter().filter(|r| r.variant == "bloc-eject") {
+        for r in results.runs.iter().filter(|r| r.variant == RECOMMENDED) {
             assert!(r.success_rate >= 0.99, "seed {seed}: {}", show(r));
         }
         for (scenario, bound) in OPEN_LOOP_BOUNDS {
-            let (bloc, oracle) = (get(&results, scenario, "bloc-eject"), get(&results, scenario, "oracle"));
-            let context = format!("seed {seed}: {} vs {}", show(bloc), show(oracle));
-            assert!(bloc.latency_ms.p99 <= bound * oracle.latency_ms.p99, "{context}");
+            let (ours, oracle) = (get(&results, scenario, RECOMMENDED), get(&results, scenario, "oracle"));
+            let context = format!("seed {seed}: {} vs {}", show(ours), show(oracle));
+            assert!(ours.latency_ms.p99 <= bound * oracle.latency_ms.p99, "{context}");
         }
     }
 }

@@ -30,6 +30,7 @@ use crate::config::Check;
 use crate::{EndpointId, Feedback, Rng, Time};
 use ranked::{sorted_exclusions, Skipping};
 use serde::{Deserialize, Serialize};
+use std::time::Duration;
 
 /// A balancer and its parameters, as experiment and proxy files write it (`kind:`,
 /// docs/policies.md); [`BalancerConfig::build`] makes the balancer.
@@ -110,6 +111,15 @@ pub trait Balancer: Send {
     /// An endpoint the last pick wants probed ([`Prequal`]); the driver takes them until `None`,
     /// sends each probe asynchronously and hands the reply to [`Balancer::on_probe`].
     fn take_probe(&mut self) -> Option<EndpointId> {
+        None
+    }
+
+    /// Before a pick: whether it should wait for probes first ([`Prequal`] whose pool holds no
+    /// usable reply for a request that avoids `exclude`). If so, it returns how long the pick may
+    /// wait, having queued the probes ([`Balancer::take_probe`]); the call sends them, waits until
+    /// each has answered or failed ([`Call::on_probe_done`](crate::call::Call::on_probe_done)) or
+    /// the time is up, and then picks.
+    fn probe_before_pick(&mut self, _now: Time, _rng: Rng<'_>, _exclude: &[EndpointId]) -> Option<Duration> {
         None
     }
 

@@ -9,8 +9,9 @@
 //!   ([`Balancer::take_probe`], the proxy and the simulator alike) and hands each reply to
 //!   [`Balancer::on_probe`]: the replica's RIF and its latency estimate ([`ProbeResponder`]).
 //! - **The pool** holds at most `pool_size` replies, at most one per replica (a newer reply
-//!   replaces an older one); a reply older than `max_age` is dropped, and a new reply into a full
-//!   pool evicts the oldest.
+//!   replaces an older one); a reply older than `max_age`, or than the quickest nonzero latency
+//!   estimate among the last [`RECENT_RIFS`] replies, is dropped, and a new reply into a full pool
+//!   evicts the oldest.
 //! - **HCL.** A replica is *hot* when its RIF is above the `hot_quantile` quantile of the RIFs of the
 //!   last [`RECENT_RIFS`] probe replies, *cold* otherwise. Among cold replicas in the pool the one
 //!   with the lowest latency estimate wins (ties: lower RIF, then the older reply); if every one is
@@ -18,14 +19,16 @@
 //! - **Reuse.** A reply serves at most `reuse_budget` picks. Each use also adds one to the reply's
 //!   RIF, as the request just sent is one more in flight there, so a reused reply degrades instead
 //!   of attracting a burst.
-//! - With no usable reply (the pool empty, aged out, or holding only endpoints this request tried),
-//!   the pick is uniform at random among the eligible endpoints, as the paper falls back to a
-//!   random replica.
+//! - With no usable reply (the pool empty, aged out, or holding only endpoints this request
+//!   avoids), the pick's probes go out before it and it waits for their replies, at most
+//!   `probe_wait` ([`Balancer::probe_before_pick`]); with still none, it is uniform at random
+//!   among the eligible endpoints, as the paper falls back to a random replica.
 //!
 //! Where we differ from or fill in the paper:
 //! - The paper's clients also probe on a timer when idle, so the pool is fresh when a request
-//!   comes; a balancer here has no timers, so after an idle spell the first picks are random
-//!   while the probes they send return.
+//!   comes; a balancer here has no timers, so a pick that finds the pool stale waits one round
+//!   trip for its own probes instead (a caller sending under one request per reply lifetime
+//!   would otherwise always pick at random).
 //! - The paper derives the reuse budget from the probe rate, the pool's turnover and `hot_quantile`
 //!   and periodically removes the worst probe; we use a fixed budget and the age limit.
 //! - The paper's replicas report the median latency of recent requests that arrived at the current
@@ -52,13 +55,19 @@ pub struct PrequalConfig {
     pub probes_per_request: f64,
     /// The most probe replies kept (default 16, the paper's pool size).
     pub pool_size: u32,
-    /// How long a probe reply stays usable (default 1 s).
+    /// The longest a probe reply stays usable (default 1 s). A reply is stale sooner, once it is
+    /// older than the quickest latency estimate among the last [`RECENT_RIFS`] replies (zeros
+    /// aside): by then even the quickest replica has finished a request, and queues have moved.
     #[serde(with = "text")]
     pub max_age: Duration,
     /// How many picks one probe reply may serve (default 2).
     pub reuse_budget: u32,
     /// The quantile of recent RIFs above which a replica is hot (default 0.84, the paper's Q_RIF).
     pub hot_quantile: f64,
+    /// How long a pick whose pool holds no usable reply waits for its probes, sent before it
+    /// rather than after (default 5 ms; 0: never, the pick is random as in the paper).
+    #[serde(with = "text")]
+    pub probe_wait: Duration,
 }
 
 impl Default for PrequalConfig {
@@ -69,6 +78,7 @@ impl Default for PrequalConfig {
             max_age: Duration::from_secs(1),
             reuse_budget: 2,
             hot_quantile: 0.84,
+            probe_wait: Duration::from_millis(5),
         }
     }
 }
@@ -161,11 +171,15 @@ pub struct Prequal {
     pool: Vec<Probe>,
     /// RIFs of the last [`RECENT_RIFS`] replies, a ring written at `recent_next`.
     recent: Vec<u32>,
+    /// Their latency estimates, in the same ring.
+    recent_latencies: Vec<Duration>,
     recent_next: usize,
     /// Probes owed: the fraction of `probes_per_request` not sent yet.
     credit: f64,
     /// Probes asked for by the last pick and not yet taken by the driver.
     due: Vec<EndpointId>,
+    /// The next pick's probes went out before it ([`Balancer::probe_before_pick`]).
+    probed_ahead: bool,
     eligible: Eligible,
 }
 
@@ -177,9 +191,11 @@ impl Prequal {
             endpoints,
             pool: Vec::with_capacity(config.pool_size as usize),
             recent: Vec::with_capacity(RECENT_RIFS),
+            recent_latencies: Vec::with_capacity(RECENT_RIFS),
             recent_next: 0,
             credit: 0.0,
             due: Vec::new(),
+            probed_ahead: false,
             eligible: Eligible::new(endpoints),
         }
     }
@@ -225,6 +241,19 @@ impl Prequal {
         endpoint
     }
 
+    /// How long a reply stays usable: `max_age`, or less, the quickest nonzero latency estimate
+    /// among the recent replies.
+    fn max_age(&self) -> Duration {
+        let quickest = self.recent_latencies.iter().filter(|l| !l.is_zero()).min();
+        quickest.map_or(self.config.max_age, |q| self.config.max_age.min(*q))
+    }
+
+    /// Drops the replies older than [`Prequal::max_age`].
+    fn age_out(&mut self, now: Time) {
+        let max_age = self.max_age();
+        self.pool.retain(|p| now.saturating_sub(p.received) <= max_age);
+    }
+
     /// Draws this pick's probes: distinct endpoints, uniformly at random.
     fn draw_probes(&mut self, rng: crate::Rng<'_>) {
         self.credit += self.config.probes_per_request;
@@ -239,8 +268,7 @@ impl Prequal {
 
 impl Balancer for Prequal {
     fn pick(&mut self, pick: &mut Pick<'_>) -> Option<EndpointId> {
-        let (max_age, now) = (self.config.max_age, pick.now);
-        self.pool.retain(|p| now.saturating_sub(p.received) <= max_age);
+        self.age_out(pick.now);
         let chosen = match self.hcl(pick.exclude) {
             Some(index) => Some(self.use_probe(index)),
             None => {
@@ -248,8 +276,23 @@ impl Balancer for Prequal {
                 (!candidates.is_empty()).then(|| candidates.get(pick.rng.gen_range(0..candidates.len())))
             }
         };
-        self.draw_probes(&mut *pick.rng);
+        if !std::mem::take(&mut self.probed_ahead) {
+            self.draw_probes(&mut *pick.rng);
+        }
         chosen
+    }
+
+    fn probe_before_pick(&mut self, now: Time, rng: crate::Rng<'_>, exclude: &[EndpointId]) -> Option<Duration> {
+        if self.config.probe_wait.is_zero() {
+            return None;
+        }
+        self.age_out(now);
+        if self.pool.iter().any(|p| !exclude.contains(&p.endpoint)) {
+            return None;
+        }
+        self.draw_probes(rng);
+        self.probed_ahead = !self.due.is_empty();
+        self.probed_ahead.then_some(self.config.probe_wait)
     }
 
     fn grow(&mut self, endpoints: usize) {
@@ -278,8 +321,10 @@ impl Balancer for Prequal {
         }
         if self.recent.len() < RECENT_RIFS {
             self.recent.push(reply.in_flight);
+            self.recent_latencies.push(reply.latency);
         } else {
             self.recent[self.recent_next] = reply.in_flight;
+            self.recent_latencies[self.recent_next] = reply.latency;
         }
         self.recent_next = (self.recent_next + 1) % RECENT_RIFS;
         self.pool.retain(|p| p.endpoint != endpoint);
@@ -331,7 +376,7 @@ mod tests {
     fn the_defaults_are_the_papers_where_it_gives_them() {
         let c = PrequalConfig::default();
         assert_eq!((c.probes_per_request, c.pool_size, c.hot_quantile), (3.0, 16, 0.84));
-        assert_eq!((c.max_age, c.reuse_budget), (Duration::from_secs(1), 2));
+        assert_eq!((c.max_age, c.reuse_budget, c.probe_wait), (SEC, 2, 5 * MS));
         assert!(c.validate().is_ok());
     }
 
@@ -424,14 +469,56 @@ mod tests {
     #[test]
     fn replies_age_out_and_newer_ones_replace_older() {
         let (mut b, mut rng) = prequal(3, no_probes());
-        b.on_probe(0, Time::ZERO, reply(0, 5));
-        b.on_probe(1, 500 * MS, reply(0, 9));
+        // Estimates of 5 s and more: the 1 s `max_age` is the limit.
+        b.on_probe(0, Time::ZERO, reply(0, 5000));
+        b.on_probe(1, 500 * MS, reply(0, 9000));
         // At 1.2 s, 0's reply (1.2 s old) is gone, 1's (0.7 s) remains.
         assert_eq!(pick_at(&mut b, &mut rng, 1200 * MS, &[]), Some(1));
         assert_eq!(b.pool.len(), 1);
         // A new reply from 1 replaces its old one, with a fresh budget.
-        b.on_probe(1, 1300 * MS, reply(4, 9));
-        assert_eq!(b.pool, [Probe { endpoint: 1, in_flight: 4, latency: 9 * MS, received: 1300 * MS, uses_left: 2 }]);
+        b.on_probe(1, 1300 * MS, reply(4, 9000));
+        let fresh = Probe { endpoint: 1, in_flight: 4, latency: 9 * SEC, received: 1300 * MS, uses_left: 2 };
+        assert_eq!(b.pool, [fresh]);
+    }
+
+    #[test]
+    fn a_reply_is_stale_once_older_than_the_quickest_recent_estimate() {
+        let (mut b, mut rng) = prequal(3, no_probes());
+        // A replica that answers at once (0) says nothing of the time scale; 300 ms is the quickest.
+        b.on_probe(0, Time::ZERO, reply(0, 0));
+        b.on_probe(1, Time::ZERO, reply(1, 300));
+        b.on_probe(2, 100 * MS, reply(2, 700));
+        assert_eq!(b.max_age(), 300 * MS);
+        // At 350 ms the replies of 0 and 1 (350 ms old) are gone; 2's (250 ms) is left.
+        assert_eq!(pick_at(&mut b, &mut rng, 350 * MS, &[]), Some(2));
+        assert_eq!(b.pool.iter().map(|p| p.endpoint).collect::<Vec<_>>(), [2]);
+    }
+
+    #[test]
+    fn a_pick_with_no_usable_reply_has_its_probes_sent_first() {
+        let config = PrequalConfig { probe_wait: 5 * MS, ..PrequalConfig::default() };
+        let (mut b, mut rng) = prequal(10, config);
+        // Empty pool: three distinct probes are due before the pick, which may wait 5 ms for them.
+        assert_eq!(b.probe_before_pick(Time::ZERO, &mut rng, &[]), Some(5 * MS));
+        let mut sent = probes(&mut b);
+        sent.sort_unstable();
+        sent.dedup();
+        assert_eq!(sent.len(), 3);
+        // Their replies come; the pick takes the best and sends no probes of its own (it had them).
+        for (rif, &e) in sent.iter().enumerate() {
+            b.on_probe(e, MS, reply(rif as u32, 250 * (rif as u32 + 1)));
+        }
+        assert_eq!(pick_at(&mut b, &mut rng, MS, &[]), Some(sent[0]));
+        assert_eq!(b.take_probe(), None);
+        // The pool now has usable replies: the next pick does not wait, and probes after itself.
+        assert_eq!(b.probe_before_pick(MS, &mut rng, &[]), None);
+        let _ = pick_at(&mut b, &mut rng, MS, &[]);
+        assert_eq!(probes(&mut b).len(), 3);
+        // A pool holding only replicas this request avoids is as good as empty.
+        assert!(b.probe_before_pick(MS, &mut rng, &sent).is_some());
+        // `probe_wait: 0` never waits.
+        let (mut b, mut rng) = prequal(10, PrequalConfig { probe_wait: Duration::ZERO, ..config });
+        assert_eq!(b.probe_before_pick(Time::ZERO, &mut rng, &[]), None);
     }
 
     #[test]

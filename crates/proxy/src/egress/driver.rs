@@ -5,7 +5,7 @@
 //! held only for the policy's (fast, sans-IO) steps. Time is the time since the proxy started.
 
 use super::body::{idempotent, Template};
-use super::protocol::{clean, AttemptError, ResponseFuture};
+use super::protocol::{clean, AttemptError, ProbeFuture, ResponseFuture};
 use super::routes::{Core, Upstream};
 use super::Egress;
 use crate::body::ClientBody;
@@ -68,6 +68,8 @@ pub(super) struct Driver<'a> {
     pub(super) now: Time,
     pub(super) wakes: BTreeSet<Time>,
     pub(super) attempts: Vec<Attempt>,
+    /// The probes the call's next pick waits for (Prequal with a stale pool).
+    pub(super) probes: Vec<ProbeFuture>,
     /// The attempts sent as hedges (for `hedges_won`).
     pub(super) hedged: Vec<u32>,
     /// Sends the call asked for that the driver could not carry out (a streamed body, spent).
@@ -99,6 +101,7 @@ impl<'a> Driver<'a> {
             now: Time::ZERO,
             wakes: BTreeSet::new(),
             attempts: Vec::new(),
+            probes: Vec::new(),
             hedged: Vec::new(),
             unsendable: Vec::new(),
             winner: None,
@@ -163,6 +166,9 @@ impl<'a> Driver<'a> {
                 end = next_end(&mut self.attempts), if !self.attempts.is_empty() => {
                     self.on_end(&mut call, end);
                 }
+                () = next_probe(&mut self.probes), if !self.probes.is_empty() => {
+                    self.step(|ctx| call.on_probe_done(ctx));
+                }
                 () = sleep_until(wake), if wake.is_some() => {
                     let now = self.egress.now();
                     self.wakes.retain(|t| *t > now);
@@ -219,7 +225,13 @@ impl<'a> Driver<'a> {
                         ejection.reason.as_str()
                     );
                 }
-                Action::Probe { endpoint } => self.probe(endpoint),
+                Action::Probe { endpoint, awaited } => match self.probe(endpoint) {
+                    Some(probe) if awaited => self.probes.push(probe),
+                    Some(probe) => drop(tokio::spawn(probe)),
+                    // Nothing to wait for: done at once.
+                    None if awaited => self.probes.push(Box::pin(std::future::ready(()))),
+                    None => {}
+                },
                 Action::WakeAt(t) => {
                     self.wakes.insert(t);
                 }
@@ -313,6 +325,18 @@ async fn next_end(attempts: &mut Vec<Attempt>) -> AttemptEnd {
             }
         }
         Poll::Pending
+    })
+    .await
+}
+
+/// Waits for the first of `probes` to end, and removes it.
+async fn next_probe(probes: &mut Vec<ProbeFuture>) {
+    std::future::poll_fn(|cx| match probes.iter_mut().position(|p| p.as_mut().poll(cx).is_ready()) {
+        Some(i) => {
+            drop(probes.swap_remove(i));
+            Poll::Ready(())
+        }
+        None => Poll::Pending,
     })
     .await
 }

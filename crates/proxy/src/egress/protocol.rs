@@ -28,6 +28,9 @@ pub(super) type HttpClient = Client<HttpConnector, Body>;
 /// An attempt's response, when it comes.
 pub(super) type ResponseFuture = Pin<Box<dyn Future<Output = Result<Response<Body>, AttemptError>> + Send>>;
 
+/// A probe in flight: it ends once its reply, if any, is with the balancer.
+pub(super) type ProbeFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
 /// Why an attempt got no response.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum AttemptError {
@@ -105,10 +108,10 @@ impl Driver<'_> {
 }
 
 impl Driver<'_> {
-    /// Probes `endpoint` for Prequal on a task of its own, so the request does not wait for it:
-    /// the reply goes to the upstream's balancer; a failed or malformed one is dropped.
-    pub(super) fn probe(&self, endpoint: EndpointId) {
-        let Some(target) = self.upstream.endpoint(endpoint) else { return };
+    /// Probes `endpoint` for Prequal: the reply goes to the upstream's balancer; a failed or
+    /// malformed one is dropped. `None` when the endpoint cannot be probed (gone, no authority).
+    pub(super) fn probe(&self, endpoint: EndpointId) -> Option<ProbeFuture> {
+        let target = self.upstream.endpoint(endpoint)?;
         let response: ResponseFuture = match self.upstream.config.protocol {
             config::Protocol::Http1 => {
                 let mut request = probe::request();
@@ -116,11 +119,8 @@ impl Driver<'_> {
                 Box::pin(target.pool.clone().send(request, None::<fn() -> Request<Body>>))
             }
             config::Protocol::H2c => {
-                let Some(authority) = target.authority.clone() else { return };
-                let Ok(uri) = Uri::builder().scheme(Scheme::HTTP).authority(authority).path_and_query("/").build()
-                else {
-                    return;
-                };
+                let authority = target.authority.clone()?;
+                let uri = Uri::builder().scheme(Scheme::HTTP).authority(authority).path_and_query("/").build().ok()?;
                 let mut request = probe::request();
                 *request.uri_mut() = uri;
                 *request.version_mut() = Version::HTTP_2;
@@ -129,13 +129,13 @@ impl Driver<'_> {
             }
         };
         let (upstream, epoch) = (self.upstream.clone(), self.egress.epoch);
-        tokio::spawn(async move {
+        Some(Box::pin(async move {
             let Ok(response) = response.await else { return };
             let Some(reply) = probe::parse(&response) else { return };
             let now = epoch.elapsed();
             let mut core = upstream.core();
             core.policy.balancer.on_probe(endpoint, now, reply);
-        });
+        }))
     }
 }
 

@@ -136,11 +136,12 @@ impl World {
                 }
                 // Ejections change the policy's later picks; the simulator reports no log of them.
                 Action::Eject(_) => {}
-                Action::Probe { endpoint } => {
+                Action::Probe { endpoint, awaited } => {
                     let event = Event::ProbeArrives {
                         policy: state.policy as u32,
                         service: state.callee,
                         replica: endpoint as u32,
+                        awaited_by: awaited.then_some(key),
                     };
                     let hop = self.hop();
                     self.events.push(self.now + hop, event);

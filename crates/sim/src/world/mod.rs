@@ -83,10 +83,11 @@ pub(super) enum Event {
     AttemptEnds(AttemptEnd),
     /// A call asked to be woken.
     Wake { call: Key },
-    /// A Prequal probe sent by policy `policy` reaches a replica, one network hop after it left.
-    ProbeArrives { policy: u32, service: u16, replica: u32 },
+    /// A Prequal probe sent by policy `policy` reaches a replica, one network hop after it left
+    /// (`awaited_by`: the call whose pick waits for it, if one does).
+    ProbeArrives { policy: u32, service: u16, replica: u32, awaited_by: Option<Key> },
     /// A probe's reply reaches its caller's policy.
-    ProbeAnswered { policy: u32, endpoint: u32, reply: ProbeReply },
+    ProbeAnswered { policy: u32, endpoint: u32, reply: ProbeReply, awaited_by: Option<Key> },
 }
 
 /// An attempt's answer reaching its caller (`timeout` is the one its policy set, for closeness).
@@ -344,8 +345,12 @@ impl World {
             Event::NextCalls { job } => self.make_calls(job),
             Event::AttemptEnds(end) => self.attempt_ends(end),
             Event::Wake { call } => self.step_call(call, |call, ctx| call.on_wake(ctx)),
-            Event::ProbeArrives { policy, service, replica } => self.probe_arrives(policy, service, replica),
-            Event::ProbeAnswered { policy, endpoint, reply } => self.probe_answered(policy, endpoint, reply),
+            Event::ProbeArrives { policy, service, replica, awaited_by } => {
+                self.probe_arrives(policy, service, replica, awaited_by)
+            }
+            Event::ProbeAnswered { policy, endpoint, reply, awaited_by } => {
+                self.probe_answered(policy, endpoint, reply, awaited_by)
+            }
         }
     }
 }
