@@ -98,16 +98,18 @@ fn adaptive_stays_tight(seeds: &[u64]) {
 
 const TAILS: [&str; 3] = ["adaptive", "fixed-best", "exp-backoff"];
 
-/// Where the adaptive timeout is still outside issue #18's bounds (means over the seeds, as this
-/// file's tests draw them): its p99 is 1.06 times the best fixed timeout's on both heavy tails
-/// (lognormal 97.4 ms against 91.9, Pareto 67.2 against 63.3; it was 1.21 and 1.26 before the
-/// tail-quantile rule, and the same runs drawn in the example's variant order give 1.02 and 0.99:
-/// the remaining gap is within the draws' noise but not yet under the bound); on `hang` its
-/// slowest success is 56.5 ms against 35.3 ms for the best fixed timeout (1.60 times; the bound is
-/// 1.5) and 61.9 ms for exp-backoff: it abandons attempts lost in the hang and sends new
-/// requests, some of which succeed right after it, where the others' requests sent before it fail
-/// at the deadline.
-const OPEN: [(&str, Check); 3] = [("lognormal", Check::P99), ("pareto", Check::P99), ("hang", Check::Max)];
+/// Where the adaptive timeout is still outside issue #18's bounds (means over each set of seeds):
+/// on `hang` its slowest success is 1.9 (101–105) and 2.5 (201–205) times the best fixed
+/// timeout's (the bound is 1.5) and about exp-backoff's. Those two wait for attempts lost in the
+/// hang until the 10 s deadline, which is the hang's length, so their last request in the hang
+/// fails just before it ends and the next one is answered at once; the adaptive timeout abandons
+/// lost attempts (as the issue asks) and its clients' requests each fail within about 0.2 s, so
+/// one of them straddles the hang's end and succeeds after up to that long. The comparison is
+/// the deadline's phase, not the policy: with the hang 10.5 s long the best fixed timeout's
+/// slowest success is 0.54 s (adaptive 0.09 s), 9.5 s long 9.5 s (adaptive 0.07 s), 13 s long
+/// 3.0 s (adaptive 0.45 s; seeds 1–5). No request waits more than 2 s past the hang's end
+/// ([`no_request_waits_past_the_hang`]).
+const OPEN: [(&str, Check); 1] = [("hang", Check::Max)];
 
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum Check {
