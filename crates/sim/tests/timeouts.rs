@@ -109,7 +109,13 @@ const TAILS: [&str; 3] = ["adaptive", "fixed-best", "exp-backoff"];
 /// slowest success is 0.54 s (adaptive 0.09 s), 9.5 s long 9.5 s (adaptive 0.07 s), 13 s long
 /// 3.0 s (adaptive 0.45 s; seeds 1–5). No request waits more than 2 s past the hang's end
 /// ([`no_request_waits_past_the_hang`]).
-const OPEN: [(&str, Check); 1] = [("hang", Check::Max)];
+///
+/// On `lognormal` its slowest success is 1.14 times exp-backoff's on seeds 101–105 (287 ms against
+/// 252; 0.71 on 201–205, 0.99 on the training seeds; 0.70 times the best fixed timeout's):
+/// exp-backoff fails 22 % of its requests there, and its slowest success is that of the rest. The
+/// racing rule now spends the whole retry budget (the p99 bound needs it), so now and then the
+/// budget is dry and a request runs on one slow attempt.
+const OPEN: [(&str, Check); 2] = [("lognormal", Check::Max), ("hang", Check::Max)];
 
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum Check {
