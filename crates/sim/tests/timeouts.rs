@@ -9,7 +9,8 @@ use common::example;
 use tailguard_sim::{simulate, simulate_traced, Options, RunResult};
 
 /// The seeds the adaptive timeout's racing constants were chosen on (the sample's size, the price
-/// per extra attempt, the `q − 1/n` target): what `print_timeouts` runs by default, never asserted.
+/// per extra attempt, the target read two standard errors short): what `print_timeouts` runs by
+/// default, never asserted.
 const TRAINING: [u64; 5] = [1, 2, 3, 4, 5];
 
 /// The seeds the checks assert on, each set as means over its five: 101–105 (the earlier rule

@@ -47,8 +47,8 @@
 //!   [`model_window`] latencies (1000 for a p99) relative to a steadier level (the median of as
 //!   many answers), answered or censored (an attempt abandoned unanswered is at least as slow as
 //!   its wait: Kaplan–Meier; what lies beyond the slowest latency when that one is censored
-//!   counts as lost), the timeout
-//!   minimising the request's predicted `tail_quantile` (p99) when attempts race, plus the price
+//!   counts as lost), the timeout minimising the request's predicted `tail_quantile` (p99) when
+//!   attempts race (read two standard errors of the sample short), plus the price
 //!   of the extra attempts (each at `hedge_cost` times the median latency), among those whose
 //!   extra attempts fit the retry budget (its fraction plus its floor of retries a second over the
 //!   rate of requests): `crate::tail_model`. If that is below the largest latency held (a fresh
@@ -64,7 +64,7 @@
 //! Until `warmup` answers are in, first attempts get `max(initial, level·(1 + margin))`. All timeouts
 //! stay within `[min, max]`.
 //!
-//! The racing constants (`MODEL_*`, the price `hedge_cost` 1, the target `q − 1/n`) were chosen
+//! The racing constants (`MODEL_*`, the price `hedge_cost` 1, the target's two standard errors) were chosen
 //! on `examples/timeouts-tails.yaml` and `examples/timeouts.yaml` over seeds 1–5 and are checked
 //! on seeds 101–105 and 201–205 (crates/sim/tests/timeouts.rs); `tail_quantile` is the metric
 //! itself (p99), not a fit. The
