@@ -106,12 +106,29 @@ impl Sample {
     }
 
     /// The timeout racing attempts as `race` says ([`tail_model::best_timeout`]), among the
-    /// sample's values thinned as `J`'s candidates. `None` when none fits or too much is lost.
+    /// sample's values thinned as `J`'s candidates and the smallest the budget affords. The
+    /// quantile is read two standard errors of the sample's tail mass short of `race.quantile`
+    /// (`q − 2·√(q(1 − q)/n)`), so a loss rate at `1 − q` itself does not set off a race by the
+    /// sample's noise. `None` when none fits or too much is lost.
     pub fn tail_timeout(&self, race: Race) -> Option<f64> {
-        let slack = 1.0 / self.len().max(1) as f64;
+        let q = race.quantile.clamp(0.0, 1.0);
+        let slack = 2.0 * (q * (1.0 - q) / self.len().max(1) as f64).sqrt();
         let race = Race { quantile: race.quantile - slack, ..race };
         let survival = self.survival();
-        let candidates = thinned(survival.values(), GRID);
+        let values = survival.values();
+        let mut candidates = thinned(values, GRID);
+        // A heavy tail's quantile falls as the timeout falls, down to the smallest the budget
+        // affords: that one is a candidate exactly, not only to the grid's step (the extra
+        // attempts fall as the timeout grows, so it is found by bisection).
+        if let Some(budget) = race.budget {
+            let i = values.partition_point(|&t| survival.extra_attempts(t, race.attempts) > budget + 1e-12);
+            if let Some(&affordable) = values.get(i) {
+                let at = candidates.partition_point(|&c| c < affordable);
+                if candidates.get(at) != Some(&affordable) {
+                    candidates.insert(at, affordable);
+                }
+            }
+        }
         tail_model::best_timeout(&survival, &candidates, race).map(|(t, _)| t)
     }
 
@@ -264,6 +281,29 @@ mod tests {
         let median = sample[128];
         assert!(cheap > median && cheap < 3.0 * median, "{cheap} vs median {median}");
         assert!(dear > cheap, "{dear} vs {cheap}");
+    }
+
+    #[test]
+    fn a_heavy_tail_is_raced_at_the_smallest_timeout_the_budget_affords() {
+        // 1000 latencies of a Pareto of shape 1.5, by quantile: the quantile of the race falls
+        // as the timeout falls, so the budget sets it, to the value, not to the grid's step (64
+        // candidates are 16 values apart here).
+        let n = 1000;
+        let mut sample = Sample::new(n);
+        for i in 0..n {
+            sample.push((1.0 - (i as f64 + 0.5) / n as f64).powf(-1.0 / 1.5), true);
+        }
+        let race = Race { quantile: 0.99, attempts: 2, budget: Some(0.2), price: 0.0 };
+        let survival = sample.survival();
+        let values = survival.values();
+        let affordable = values.iter().copied().find(|&t| survival.extra_attempts(t, 2) <= 0.2).unwrap();
+        assert_eq!(sample.tail_timeout(race), Some(affordable));
+        // Every value as a candidate gives the same.
+        let read = 0.99 - 2.0 * (0.99 * 0.01 / n as f64).sqrt();
+        let exact = tail_model::best_timeout(&survival, values, Race { quantile: read, ..race });
+        assert_eq!(exact.map(|(t, _)| t), Some(affordable));
+        // On the grid alone it would fire later.
+        assert!(!thinned(values, GRID).contains(&affordable));
     }
 
     #[test]
