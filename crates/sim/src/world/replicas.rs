@@ -195,6 +195,9 @@ impl World {
         if let Some(probes) = &mut replica.probes {
             probes.on_answer(job.rif, self.now - job.arrived);
         }
+        if outcome == Outcome::Success {
+            replica.admission.answered(self.now, job.rif, self.now - job.arrived);
+        }
         let chip = replica.admission.grant_chip(self.now, held, replica.model.rng());
         let (call, attempt) = job.reply;
         let (sent, timeout, series) = (job.sent, job.timeout, job.series);
