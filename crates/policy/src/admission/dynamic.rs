@@ -463,7 +463,7 @@ mod tests {
         assert!(a.admit(Duration::MAX, u32::MAX));
     }
 
-    /// Answers at `at` seconds after admission (ms) when the replica held `rif` others.
+    /// Successful answers reported at `at` seconds: (requests held on arrival, latency in ms).
     fn answer(a: &mut DynamicCapacity, at: u32, answers: &[(u32, u32)]) {
         for &(rif, ms) in answers {
             a.answered(at * SEC, rif, ms * MS);
