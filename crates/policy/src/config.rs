@@ -169,7 +169,7 @@ mod tests {
         assert_eq!(yaml::<TimeoutConfig>("{kind: optimizer, initial: 20ms}"), paper);
         assert_eq!(
             yaml::<AdmissionConfig>("{kind: dynamic}"),
-            AdmissionConfig::Dynamic { window: ms(30_000), headroom: 1.5, deviations: 2.33 }
+            AdmissionConfig::Dynamic { window: ms(30_000), headroom: 1.5, deviations: 2.33, floor: true }
         );
     }
 

@@ -211,7 +211,13 @@ impl Ingress {
             (Some(Err(_)), Some(fault)) => return fault.response(),
             (Some(Err(_)), None) => http::text(StatusCode::BAD_GATEWAY, "tailguard: the application is unreachable"),
             (Some(Ok(r)), _) => {
-                self.lock().probes.on_answer(rif, arrived.elapsed());
+                let (now, latency) = (self.now(), arrived.elapsed());
+                let mut state = self.lock();
+                state.probes.on_answer(rif, latency);
+                if !r.status().is_server_error() {
+                    state.admission.answered(now, rif, latency);
+                }
+                drop(state);
                 r
             }
         };

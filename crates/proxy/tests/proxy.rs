@@ -444,6 +444,43 @@ async fn the_ingress_keeps_hop_by_hop_and_connection_named_headers_from_the_app(
     server.shutdown().await;
 }
 
+/// `n` requests to `ingress` at once; their statuses, sorted.
+async fn at_once(ingress: SocketAddr, n: usize) -> Vec<StatusCode> {
+    let tasks: Vec<_> =
+        (0..n).map(|_| tokio::spawn(async move { get(&client(), ingress, "app", &[]).await.0 })).collect();
+    let mut statuses = Vec::new();
+    for task in tasks {
+        statuses.push(task.await.unwrap());
+    }
+    statuses.sort();
+    statuses
+}
+
+#[tokio::test]
+async fn a_dynamic_capacity_admits_as_many_as_the_app_answered_at_once_without_waiting() {
+    // An app answering each request in 100 ms, all at once (no queue); a 1 s window and the
+    // paper's capacity (the mean load), which this load puts at 1.
+    let app = Backend::start("app", Mode::Ok(Duration::from_millis(100))).await;
+    for (floor, admitted) in [(false, 1), (true, 4)] {
+        let server =
+            sidecar(&app, &format!("{{kind: dynamic, window: 1s, headroom: 1, deviations: 0, floor: {floor}}}")).await;
+        let ingress = server.ingress.unwrap();
+        // The first window admits everything: one request alone (the base), then four at once,
+        // answered as fast.
+        let start = tokio::time::Instant::now();
+        assert_eq!(get(&client(), ingress, "app", &[]).await.0, StatusCode::OK);
+        assert_eq!(at_once(ingress, 4).await, vec![StatusCode::OK; 4]);
+        // The next window: its capacity is the first's mean load (about 0.5, so 1), and with
+        // the floor the four held at once without waiting.
+        tokio::time::sleep_until(start + Duration::from_millis(1100)).await;
+        let statuses = at_once(ingress, 4).await;
+        let ok = statuses.iter().filter(|s| **s == StatusCode::OK).count();
+        assert_eq!(ok, admitted, "floor {floor}: {statuses:?}");
+        assert!(statuses[ok..].iter().all(|s| *s == StatusCode::TOO_MANY_REQUESTS), "{statuses:?}");
+        server.shutdown().await;
+    }
+}
+
 #[tokio::test]
 async fn the_ingress_refuses_above_capacity_with_429() {
     let app = Backend::start("app", Mode::Ok(Duration::from_millis(500))).await;

@@ -36,9 +36,24 @@
 //! responses leaving 3 held carry a chip. 2.33 is not fitted to a file: it puts a steady load's
 //! capacity, before the headroom, at about its 99th percentile, so the headroom is left for a load
 //! that grows (a lost replica). A closed loop's queues, which drift apart, get a looser capacity
-//! than the mean gave; docs/policies.md has what that costs. It is not enough on a loaded
-//! machine's loopback lab, whose scheduling stalls bunch requests beyond a capacity of 2 learnt at
-//! a load of 0.2 (docs/policies.md): a count of held requests cannot tell a bunch from overload.
+//! than the mean gave; docs/policies.md has what that costs.
+//!
+//! The floor (`floor`, default on; off is the paper's rule) is ours as well. A count of held
+//! requests cannot tell a bunch from overload: a replica with no queue at a load of 0.2 learns a
+//! capacity of 2 even with the deviations, and a loaded machine's scheduling stalls bunch more
+//! requests than that onto it at once (issue #21: 2-4 % of requests refused twice in the lab); an
+//! idle window learns a capacity of 1 whatever the replica can hold. What tells them apart is
+//! whether the held requests wait, which their answers show: the driver reports each successful
+//! answer through [`Admission::answered`] with the count the replica held when it arrived, and
+//! when a window closes, the counts whose answers took on average less than twice those that
+//! found the replica idle (they waited less than their own service) raise the floor to the most
+//! held at once without queueing; the first count whose answers took twice as long or more caps
+//! it there. The capacity is then the larger of the load's and the floor, which stands through
+//! windows that show nothing (no answer at an idle replica to compare with). A replica with one
+//! worker shows a floor of 2 at most once it held two others: such a request waits at least one
+//! whole service, so its answer takes twice the base or more on average; a queueing replica is
+//! still refused at its learnt capacity. Twice the base is not fitted to a bench: it is where a
+//! request's wait equals its own service.
 //!
 //! Details the paper leaves open:
 //! - the first window starts at the first `observe` call, when the replica first reports its load;
@@ -145,14 +160,72 @@ fn nanos(n: u128) -> Duration {
     Duration::new(secs, (n % 1_000_000_000) as u32)
 }
 
+/// The most requests held at once whose answers [`Answers`] keeps: a floor beyond this many is
+/// moot, and it bounds the memory a flood of held requests could make it take.
+const MOST_TRACKED: usize = 1024;
+
+/// The successful answers of one window, by how many requests the replica held when each arrived:
+/// how many, and their summed latency in nanoseconds.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Answers {
+    by_rif: Vec<(u64, u128)>,
+}
+
+impl Answers {
+    fn record(&mut self, rif: u32, latency: Duration) {
+        let rif = rif as usize;
+        if rif >= MOST_TRACKED {
+            return;
+        }
+        if self.by_rif.len() <= rif {
+            self.by_rif.resize(rif + 1, (0, 0));
+        }
+        let (count, total) = &mut self.by_rif[rif];
+        *count += 1;
+        *total += latency.as_nanos();
+    }
+
+    fn clear(&mut self) {
+        self.by_rif.clear();
+    }
+
+    /// The floor after this window, given the floor before it. The base is the mean latency of
+    /// the answers that arrived at an idle replica. Answers that found `k` requests held and took
+    /// on average less than twice the base did not queue (their wait was shorter than their own
+    /// service), so the replica holds `k + 1` without queueing and the floor rises to that; the
+    /// first `k` whose answers took twice the base or more did queue, and the floor becomes `k`
+    /// (a replica that slows under load is believed at once). Without answers at an idle replica
+    /// the window shows nothing and the floor stands.
+    fn floor_after(&self, mut floor: u32) -> u32 {
+        let Some(&(base_count, base_total)) = self.by_rif.first().filter(|(count, _)| *count > 0) else {
+            return floor;
+        };
+        for (k, &(count, total)) in self.by_rif.iter().enumerate().skip(1).filter(|(_, (count, _))| *count > 0) {
+            // mean ≥ 2 × base, in integers: total / count ≥ 2 · base_total / base_count.
+            let k = k as u32;
+            if total * u128::from(base_count) >= 2 * base_total * u128::from(count) {
+                return floor.min(k);
+            }
+            floor = floor.max(k + 1);
+        }
+        floor
+    }
+}
+
 /// BLOC's dynamic capacity: each window's time-weighted load (its mean, plus some standard
-/// deviations, times a headroom) becomes the next capacity.
+/// deviations, times a headroom) becomes the next capacity; with a floor, never below the count
+/// of requests the replica was seen to hold without queueing.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DynamicCapacity {
     length: Duration,
     rule: Rule,
     /// `None` until the first observation.
     state: Option<State>,
+    /// Whether the capacity follows the answers' floor ([`DynamicCapacity::with_floor`]).
+    follow_answers: bool,
+    /// The current window's answers, and the floor every earlier window's left.
+    answers: Answers,
+    floor: u32,
 }
 
 impl DynamicCapacity {
@@ -160,7 +233,8 @@ impl DynamicCapacity {
     /// rounded up: the paper's rule.
     pub fn new(window: Duration) -> Self {
         let rule = Rule { headroom: 1.0, deviations: 0.0 };
-        DynamicCapacity { length: window.max(Duration::from_nanos(1)), rule, state: None }
+        let length = window.max(Duration::from_nanos(1));
+        DynamicCapacity { length, rule, state: None, follow_answers: false, answers: Answers::default(), floor: 1 }
     }
 
     /// The same, with a capacity of `headroom` × the last window's level of load.
@@ -175,6 +249,39 @@ impl DynamicCapacity {
         self.rule.deviations = deviations;
         self
     }
+
+    /// The same, with (`true`) or without the floor: a capacity never below the count of
+    /// requests the replica was last seen to hold without queueing, learnt from the answers
+    /// (`Answers::floor_after`) of each window when it closes.
+    pub fn with_floor(mut self, floor: bool) -> Self {
+        self.follow_answers = floor;
+        self
+    }
+
+    /// Whether the window the pending answers belong to has closed by `now`.
+    fn window_closed(&self, now: Time) -> bool {
+        self.state.is_some_and(|s| s.window.start.checked_add(self.length).is_some_and(|end| end <= now))
+    }
+
+    /// The floor in force at `now`.
+    fn floor_at(&self, now: Time) -> u32 {
+        match (self.follow_answers, self.window_closed(now)) {
+            (false, _) => 1,
+            (true, true) => self.answers.floor_after(self.floor),
+            (true, false) => self.floor,
+        }
+    }
+
+    /// Closes the windows that ended by `now`: their answers set the floor.
+    fn roll(&mut self, now: Time) {
+        if self.window_closed(now) {
+            self.floor = self.floor_at(now);
+            self.answers.clear();
+        }
+        if let Some(state) = self.state {
+            self.state = Some(state.at(now, self.length, self.rule));
+        }
+    }
 }
 
 impl Admission for DynamicCapacity {
@@ -186,18 +293,23 @@ impl Admission for DynamicCapacity {
     }
 
     fn observe(&mut self, now: Time, in_system: u32) {
-        let length = self.length;
-        let mut state = match self.state {
-            None => State { window: Window::starting(now, in_system), capacity: None },
-            Some(state) => state.at(now, length, self.rule),
-        };
+        self.roll(now);
+        let mut state = self.state.unwrap_or(State { window: Window::starting(now, in_system), capacity: None });
         state.window.extend_to(now);
         state.window.load = in_system;
         self.state = Some(state);
     }
 
+    fn answered(&mut self, now: Time, rif: u32, latency: Duration) {
+        if self.follow_answers {
+            self.roll(now);
+            self.answers.record(rif, latency);
+        }
+    }
+
     fn capacity(&self, now: Time) -> Option<u32> {
-        self.state.and_then(|s| s.at(now, self.length, self.rule).capacity)
+        let learnt = self.state.and_then(|s| s.at(now, self.length, self.rule).capacity)?;
+        Some(learnt.max(self.floor_at(now)))
     }
 }
 
@@ -349,5 +461,68 @@ mod tests {
         a.observe(SEC, 3);
         assert_eq!(a.capacity(Duration::MAX), None);
         assert!(a.admit(Duration::MAX, u32::MAX));
+    }
+
+    /// Successful answers reported at `at` seconds: (requests held on arrival, latency in ms).
+    fn answer(a: &mut DynamicCapacity, at: u32, answers: &[(u32, u32)]) {
+        for &(rif, ms) in answers {
+            a.answered(at * SEC, rif, ms * MS);
+        }
+    }
+
+    #[test]
+    fn the_floor_is_the_count_held_without_queueing() {
+        // The paper's rule with the floor; an idle replica but for a few overlapping requests,
+        // answered in about the same time whatever it held (a replica with no queue).
+        let mut a = DynamicCapacity::new(10 * SEC).with_floor(true);
+        a.observe(Time::ZERO, 0);
+        // Base: 2 and 4 ms at an idle replica, mean 3 ms; holding 1, 2 and 4 others, means of
+        // 4, 5.5 and 3 ms, all under 6 ms: nothing queued, and the replica held 5 at once.
+        answer(&mut a, 1, &[(0, 2), (0, 4), (1, 4), (2, 5), (2, 6), (4, 3)]);
+        assert_eq!(a.capacity(9999 * MS), None);
+        // The load's own capacity would be 1 (an average of 0); the floor is 5.
+        assert_eq!(a.capacity(10 * SEC), Some(5));
+        assert!(a.admit(10 * SEC, 4));
+        assert!(!a.admit(10 * SEC, 5));
+        // Idle windows, and windows with no answer at an idle replica to compare with, show
+        // nothing: the floor stands.
+        answer(&mut a, 25, &[(1, 100)]);
+        assert_eq!(a.capacity(100 * SEC), Some(5));
+        // Without the floor, the same answers leave the paper's capacity of 1.
+        let mut paper = DynamicCapacity::new(10 * SEC);
+        paper.observe(Time::ZERO, 0);
+        answer(&mut paper, 1, &[(0, 2), (0, 4), (1, 4), (2, 5), (2, 6), (4, 3)]);
+        assert_eq!(paper.capacity(10 * SEC), Some(1));
+    }
+
+    #[test]
+    fn answers_that_waited_twice_the_base_cap_the_floor() {
+        let mut a = DynamicCapacity::new(10 * SEC).with_floor(true);
+        a.observe(Time::ZERO, 0);
+        // One worker of 10 ms: holding 1 other, a request waits what is left of its service
+        // (here 5 ms on average: 15 ms, under twice the base); holding 2, a whole service more
+        // (25 ms, over): the floor is 2, whatever the higher counts show.
+        answer(&mut a, 1, &[(0, 10), (1, 12), (1, 18), (2, 25), (3, 11)]);
+        assert_eq!(a.capacity(10 * SEC), Some(2));
+        // The next window saw requests holding 1 other wait exactly one service (20 ms, twice
+        // the base): that is queueing, and the floor falls to 1.
+        answer(&mut a, 15, &[(0, 10), (1, 20)]);
+        assert_eq!(a.capacity(19 * SEC), Some(2));
+        assert_eq!(a.capacity(20 * SEC), Some(1));
+        // A later window without queueing raises it again, to the count it saw.
+        answer(&mut a, 25, &[(0, 10), (2, 19)]);
+        assert_eq!(a.capacity(30 * SEC), Some(3));
+    }
+
+    #[test]
+    fn the_capacity_is_the_larger_of_the_load_and_the_floor() {
+        let mut a = DynamicCapacity::new(10 * SEC).with_headroom(1.5).with_floor(true);
+        // Load 4 throughout: 1.5 × 4 = 6, over a floor of 3.
+        a.observe(Time::ZERO, 4);
+        answer(&mut a, 1, &[(0, 10), (2, 10)]);
+        assert_eq!(a.capacity(10 * SEC), Some(6));
+        // Counts beyond the ones tracked are ignored rather than stored.
+        a.answered(11 * SEC, u32::MAX, MS);
+        assert_eq!(a.answers.by_rif.len(), 0);
     }
 }

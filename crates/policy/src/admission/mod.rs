@@ -37,7 +37,15 @@ pub enum AdmissionConfig {
         /// rule).
         #[serde(default = "default_deviations")]
         deviations: f64,
+        /// Whether the capacity never falls below the count of requests the replica was seen to
+        /// hold without queueing ([`DynamicCapacity::with_floor`]; `false` is the paper's rule).
+        #[serde(default = "default_floor")]
+        floor: bool,
     },
+}
+
+fn default_floor() -> bool {
+    true
 }
 
 fn default_dynamic_window() -> Duration {
@@ -66,7 +74,7 @@ impl AdmissionConfig {
         match self {
             AdmissionConfig::None => Ok(()),
             AdmissionConfig::Fixed { capacity } => config::at_least_one("capacity", *capacity),
-            AdmissionConfig::Dynamic { window, headroom, deviations } => {
+            AdmissionConfig::Dynamic { window, headroom, deviations, .. } => {
                 config::positive("window", *window)?;
                 config::at_least("headroom", *headroom, 1.0)?;
                 config::at_least("deviations", *deviations, 0.0)
@@ -79,9 +87,9 @@ impl AdmissionConfig {
         match self {
             AdmissionConfig::None => Box::new(AdmitAll),
             AdmissionConfig::Fixed { capacity } => Box::new(FixedCapacity::new(*capacity)),
-            AdmissionConfig::Dynamic { window, headroom, deviations } => {
-                Box::new(DynamicCapacity::new(*window).with_headroom(*headroom).with_deviations(*deviations))
-            }
+            AdmissionConfig::Dynamic { window, headroom, deviations, floor } => Box::new(
+                DynamicCapacity::new(*window).with_headroom(*headroom).with_deviations(*deviations).with_floor(*floor),
+            ),
         }
     }
 }
@@ -102,6 +110,11 @@ pub trait Admission: Send {
     /// The replica's request count changed to `in_system` at `now` (arrivals and departures), so
     /// policies that learn from the load over time can follow it.
     fn observe(&mut self, now: Time, in_system: u32);
+
+    /// A request that arrived when the replica held `rif` others was answered with success at
+    /// `now`, `latency` after it was admitted, so policies that learn how much the replica holds
+    /// without queueing can follow it.
+    fn answered(&mut self, _now: Time, _rif: u32, _latency: Duration) {}
 
     /// The capacity in force at `now`, if any.
     fn capacity(&self, now: Time) -> Option<u32>;

@@ -196,6 +196,9 @@ impl World {
             probes.on_answer(job.rif, self.now - job.arrived);
         }
         let replica = &mut svc.replicas[r];
+        if outcome == Outcome::Success {
+            replica.admission.answered(self.now, job.rif, self.now - job.arrived);
+        }
         let chip = replica.admission.grant_chip(self.now, held, replica.model.rng());
         let (call, attempt) = job.reply;
         let (sent, timeout, series) = (job.sent, job.timeout, job.series);
