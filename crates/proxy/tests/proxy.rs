@@ -11,7 +11,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tailguard_proxy::{Config, Proxy};
@@ -1644,26 +1644,8 @@ async fn an_attempt_refused_by_the_connection_cap_is_retried_on_another_endpoint
 #[tokio::test]
 async fn h2c_upstream_requests_share_one_connection_per_endpoint() {
     // An h2c backend that answers after 200 ms and counts its connections.
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let backend = listener.local_addr().unwrap();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let accepts = accepted.clone();
-    let task = tokio::spawn(async move {
-        let mut conns = JoinSet::new();
-        loop {
-            let Ok((stream, _)) = listener.accept().await else { continue };
-            accepts.fetch_add(1, Ordering::SeqCst);
-            let service = service_fn(|_: Request<Incoming>| async {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                Ok::<_, Infallible>(Response::new(Full::new(Bytes::from("h2"))))
-            });
-            conns.spawn(async move {
-                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
+    let h2 = Backend::start_h2c("h2", Mode::Ok(Duration::from_millis(200))).await;
+    let backend = h2.addr;
     let text = format!(
         "egress:\n  listen: 127.0.0.1:0\n  upstreams:\n    svc:\n      endpoints: [{backend}]\n      protocol: h2c\n      max_connections_per_endpoint: 1\n"
     );
@@ -1678,7 +1660,6 @@ async fn h2c_upstream_requests_share_one_connection_per_endpoint() {
         let (status, _, body) = answer.unwrap();
         assert_eq!((status, body.as_str()), (StatusCode::OK, "h2"));
     }
-    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    assert_eq!(h2.accepted.load(Ordering::SeqCst), 1);
     proxy.shutdown().await;
-    task.abort();
 }

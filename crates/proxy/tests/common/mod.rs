@@ -6,10 +6,10 @@
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
+use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -46,8 +46,17 @@ impl Backend {
         Backend::start_on("127.0.0.1:0".parse().unwrap(), name, mode).await
     }
 
+    /// The same, speaking HTTP/2 with prior knowledge (h2c) instead of HTTP/1.1.
+    pub async fn start_h2c(name: &'static str, mode: Mode) -> Backend {
+        Backend::serve("127.0.0.1:0".parse().unwrap(), true, name, mode).await
+    }
+
     /// Listens on `addr` (port 0: any free port), e.g. another loopback address, as pods share a port.
     pub async fn start_on(addr: SocketAddr, name: &'static str, mode: Mode) -> Backend {
+        Backend::serve(addr, false, name, mode).await
+    }
+
+    async fn serve(addr: SocketAddr, h2c: bool, name: &'static str, mode: Mode) -> Backend {
         let listener = TcpListener::bind(addr).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let hits = Arc::new(AtomicUsize::new(0));
@@ -64,8 +73,13 @@ impl Backend {
                     counter.fetch_add(1, Ordering::SeqCst);
                     answer(name, mode, req)
                 });
+                let io = TokioIo::new(stream);
                 conns.spawn(async move {
-                    let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+                    let _ = if h2c {
+                        http2::Builder::new(TokioExecutor::new()).serve_connection(io, service).await
+                    } else {
+                        http1::Builder::new().serve_connection(io, service).await
+                    };
                 });
             }
         });
