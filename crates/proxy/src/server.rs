@@ -277,13 +277,12 @@ where
         let in_flight = drain.request();
         // HTTP/1 only: the header-read limit waits for the response's end, not just its head.
         let open = (!h2c).then(|| Open::new(counted.clone()));
-        let drain = drain.clone();
         async move {
             let mut response = response.await;
             drop(awaiting);
             // Draining, an HTTP/1 client is told to leave the connection after this response
             // (hyper then closes it); HTTP/2 clients were sent GOAWAY.
-            if !h2c && drain.is_draining() {
+            if !h2c && in_flight.is_draining() {
                 response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
             }
             Ok::<_, Infallible>(

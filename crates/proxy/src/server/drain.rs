@@ -53,11 +53,6 @@ impl Drain {
         self.phase.subscribe()
     }
 
-    /// Whether responses should carry `Connection: close`.
-    pub(super) fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::Relaxed)
-    }
-
     /// Counts a request as in flight until the guard (held by its response body) is dropped.
     pub(super) fn request(self: &Arc<Self>) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::SeqCst);
@@ -81,6 +76,13 @@ impl Drain {
 
 /// One request in flight on a listener.
 pub(super) struct InFlight(Arc<Drain>);
+
+impl InFlight {
+    /// Whether the listener is draining: an HTTP/1 response then carries `Connection: close`.
+    pub(super) fn is_draining(&self) -> bool {
+        self.0.draining.load(Ordering::Relaxed)
+    }
+}
 
 impl Drop for InFlight {
     fn drop(&mut self) {
@@ -109,7 +111,7 @@ mod tests {
         let mut run = pin!(drain.run());
         // The listener closed with a request in flight: draining, and it holds the phase there.
         assert!(poll(run.as_mut()).is_pending());
-        assert!(drain.is_draining());
+        assert!(request.is_draining());
         assert_eq!(*connection.borrow_and_update(), Phase::Draining);
         // Another arrives on a kept-alive connection and ends; the first is still in flight.
         drop(drain.request());
