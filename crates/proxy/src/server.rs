@@ -1,6 +1,7 @@
 //! Accept loops: HTTP/1.1 and h2c (prior knowledge) connections, or TLS ones (HTTP/2 by ALPN),
 //! served by a handler, within the listener's limits (docs/proxy.md, "Limits"), with graceful
-//! shutdown (stop accepting, let in-flight requests finish, give up after a grace period).
+//! shutdown (stop accepting, let in-flight requests finish, give up after a grace period; see
+//! `drain`).
 
 use crate::body::ClientBody;
 use crate::config::Limits;
@@ -9,14 +10,14 @@ use crate::tls::{Acceptor, TrustedIdentity};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming, SizeHint};
+use hyper::header::{HeaderValue, CONNECTION};
 use hyper::rt::{Read, ReadBufCursor, Write};
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use std::convert::Infallible;
-use std::future::Future;
+use std::future::{poll_fn, Future};
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -26,9 +27,11 @@ use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
+mod drain;
 mod preface;
 mod silent;
 
+use drain::{Drain, InFlight, Phase};
 use silent::Silent;
 
 /// Serves `listener` with `handler` (given each request and its peer's address) until `stop`
@@ -46,10 +49,20 @@ pub async fn serve<H, F>(
     H: Fn(Request<ClientBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
-    let graceful = GracefulShutdown::new();
+    let drain = Drain::new();
     let builders = Arc::new(Builders::new(&limits));
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let silent = Arc::new(Silent::default());
+    let spawn = |stream: TcpStream, peer, slot| {
+        let _ = stream.set_nodelay(true);
+        let (builders, handler, entry, tls, drain) =
+            (builders.clone(), handler.clone(), silent.enter(), tls.clone(), drain.clone());
+        tokio::spawn(async move {
+            open(stream, peer, tls, entry, builders, handler, drain).await;
+            drop(slot);
+            crate::trim::connection_closed();
+        });
+    };
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -88,20 +101,28 @@ pub async fn serve<H, F>(
                 }
             }
         };
-        let _ = stream.set_nodelay(true);
-        let watcher = graceful.watcher();
-        let builders = builders.clone();
-        let handler = handler.clone();
-        let entry = silent.enter();
-        let tls = tls.clone();
-        tokio::spawn(async move {
-            open(stream, peer, tls, entry, builders, handler, watcher).await;
-            drop(slot);
-            crate::trim::connection_closed();
-        });
+        spawn(stream, peer, slot);
+    }
+    // The kernel has completed the connects queued for accept: closing the listener would reset
+    // them, with their first request perhaps sent. They are served (and drained) like the rest.
+    while let Some((stream, peer)) = queued(&listener).await {
+        if let Ok(slot) = slots.clone().try_acquire_owned() {
+            spawn(stream, peer, slot);
+        }
     }
     drop(listener);
-    let _ = tokio::time::timeout(grace, graceful.shutdown()).await;
+    let _ = tokio::time::timeout(grace, drain.run()).await;
+}
+
+/// A connection the kernel has already accepted, if any, without waiting for one.
+async fn queued(listener: &TcpListener) -> Option<(TcpStream, SocketAddr)> {
+    poll_fn(|cx| {
+        Poll::Ready(match listener.poll_accept(cx) {
+            Poll::Ready(Ok(accepted)) => Some(accepted),
+            _ => None,
+        })
+    })
+    .await
 }
 
 /// The connection builders of `limits`, one per protocol: [`connection`] tells HTTP/1.1 from h2c
@@ -167,8 +188,9 @@ struct Peer {
 }
 
 /// Opens an accepted connection from `addr` (the TLS handshake, or the look for the h2c preface)
-/// and serves it. One too slow to open (a slowloris), gone, refused by TLS, or closed by
-/// `silent` (the oldest silent connection of a listener at its cap) is closed.
+/// and serves it. One too slow to open (a slowloris), gone, refused by TLS, closed by `silent`
+/// (the oldest silent connection of a listener at its cap) or still silent when the drain closes
+/// idle connections is closed.
 async fn open<H, F>(
     stream: TcpStream,
     addr: SocketAddr,
@@ -176,49 +198,63 @@ async fn open<H, F>(
     mut silent: silent::Entry,
     builders: Arc<Builders>,
     handler: H,
-    watcher: Watcher,
+    drain: Arc<Drain>,
 ) where
     H: Fn(Request<ClientBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
     let timeout = builders.preface_timeout;
+    let mut phase = drain.watch();
     match tls {
         None => {
             let opening = tokio::time::timeout(timeout, preface::open(stream));
-            let Some((h2c, stream)) = opened(opening, &mut silent).await else { return };
+            let Some((h2c, stream)) = opened(opening, &mut silent, &mut phase).await else { return };
             drop(silent);
-            connection(stream, h2c, Peer { addr, identity: None }, builders, handler, watcher).await;
+            let peer = Peer { addr, identity: None };
+            connection(stream, h2c, peer, builders, handler, Draining { drain, phase }).await;
         }
         Some(tls) => {
             let opening = tokio::time::timeout(timeout, tls.accept(stream));
-            let Some((stream, h2, identity)) = opened(opening, &mut silent).await else { return };
+            let Some((stream, h2, identity)) = opened(opening, &mut silent, &mut phase).await else { return };
             drop(silent);
-            connection(stream, h2, Peer { addr, identity }, builders, handler, watcher).await;
+            connection(stream, h2, Peer { addr, identity }, builders, handler, Draining { drain, phase }).await;
         }
     }
 }
 
-/// What `opening` gave in time, unless `silent` closed the connection first.
+/// What `opening` gave in time, unless `silent` or the drain closed the connection first.
 async fn opened<T, E>(
     opening: impl Future<Output = Result<Result<T, E>, tokio::time::error::Elapsed>>,
     silent: &mut silent::Entry,
+    phase: &mut watch::Receiver<Phase>,
 ) -> Option<T> {
     tokio::select! {
         opened = opening => opened.ok().and_then(Result::ok),
         _ = &mut silent.closing => None,
+        _ = phase.wait_for(|p| *p >= Phase::Closing) => None,
     }
+}
+
+/// A connection's part in its listener's drain.
+struct Draining {
+    drain: Arc<Drain>,
+    /// Held until the connection closes: the drain waits for every one.
+    phase: watch::Receiver<Phase>,
 }
 
 /// Serves one connection, HTTP/2 if `h2c` (by prior knowledge or ALPN) else HTTP/1; closes it
 /// once idle (no bytes either way and no request waiting for its response) for the idle limit,
-/// or, on HTTP/1, once it has waited longer than the header-read limit for a request head.
-async fn connection<S, H, F>(stream: S, h2c: bool, peer: Peer, builders: Arc<Builders>, handler: H, watcher: Watcher)
+/// or, on HTTP/1, once it has waited longer than the header-read limit for a request head; shuts
+/// it down gracefully when the drain says (`drain`: HTTP/2 at once, HTTP/1 once no request is in
+/// flight on the listener, its responses meanwhile marked `Connection: close`).
+async fn connection<S, H, F>(stream: S, h2c: bool, peer: Peer, builders: Arc<Builders>, handler: H, draining: Draining)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     H: Fn(Request<ClientBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
     let Peer { addr: peer, identity } = peer;
+    let Draining { drain, mut phase } = draining;
     let (idle, header_read) = (builders.idle, builders.header_read);
     let activity = Arc::new(Activity::default());
     let io = Tracked { inner: TokioIo::new(stream), activity: activity.clone() };
@@ -238,26 +274,33 @@ where
             None => Box::pin(handler(req, peer)),
         };
         let awaiting = Awaiting::new(counted.clone());
+        let in_flight = drain.request();
         // HTTP/1 only: the header-read limit waits for the response's end, not just its head.
         let open = (!h2c).then(|| Open::new(counted.clone()));
         async move {
-            let response = response.await;
+            let mut response = response.await;
             drop(awaiting);
-            Ok::<_, Infallible>(match open {
-                Some(open) => response.map(|body| BodyExt::boxed(Opened { body, _open: open })),
-                None => response,
-            })
+            // Draining, an HTTP/1 client is told to leave the connection after this response
+            // (hyper then closes it); HTTP/2 clients were sent GOAWAY.
+            if !h2c && in_flight.is_draining() {
+                response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+            }
+            Ok::<_, Infallible>(
+                response.map(|body| BodyExt::boxed(Opened { body, _open: open, _in_flight: in_flight })),
+            )
         }
     });
     let builder = if h2c { &builders.h2c } else { &builders.http1 };
     let conn = builder.serve_connection(io, service);
-    let conn = watcher.watch(conn);
     let mut conn = std::pin::pin!(conn);
     let header_read = (!h2c).then_some(header_read);
     let tick = (idle.min(header_read.unwrap_or(idle)) / 4).max(Duration::from_millis(10));
     let mut interval = tokio::time::interval(tick);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut watchdog = Watchdog::new(idle, header_read, Instant::now());
+    let shut_down_at = if h2c { Phase::Draining } else { Phase::Closing };
+    let mut shutting_down = std::pin::pin!(phase.wait_for(|p| *p >= shut_down_at));
+    let mut shut_down = false;
     loop {
         tokio::select! {
             _ = conn.as_mut() => return,
@@ -266,6 +309,12 @@ where
                     // Dropping the connection closes it: nothing is in flight.
                     return;
                 }
+            }
+            // HTTP/2: GOAWAY, then closes once its streams end. HTTP/1: closes if idle, else
+            // after the response in progress.
+            _ = shutting_down.as_mut(), if !shut_down => {
+                conn.as_mut().graceful_shutdown();
+                shut_down = true;
             }
         }
     }
@@ -365,10 +414,12 @@ impl Drop for Open {
     }
 }
 
-/// A response body that keeps its request counted as open (hyper drops a body once it has sent it).
+/// A response body that keeps its request counted as open, on its connection (HTTP/1) and on
+/// its listener, until hyper drops it, having sent it.
 struct Opened {
     body: Body,
-    _open: Open,
+    _open: Option<Open>,
+    _in_flight: InFlight,
 }
 
 impl hyper::body::Body for Opened {
