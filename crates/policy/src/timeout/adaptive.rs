@@ -902,7 +902,9 @@ mod tests {
         // Retries spend it to 4.8 (with the next request's deposit), less than the 5 one request
         // may race with: new attempts fire only where the reserved share, 0.2 less two standard
         // deviations of 320 requests' share (0.155), pays for them.
-        (0..53).for_each(|_| drop(p.timeout(now, 1, &mut rng)));
+        for _ in 0..53 {
+            p.timeout(now, 1, &mut rng);
+        }
         let kept = p.timeout(now, 0, &mut rng).unwrap();
         assert!(kept > raced, "{kept:?} vs {raced:?}");
         let beyond = |t: Duration| (0..32).filter(|&i| pareto(i) > t).count();
