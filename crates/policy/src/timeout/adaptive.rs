@@ -56,6 +56,15 @@
 //!   Karn backoff, no lift by late answers the spread expects) and only answers beyond the
 //!   sample's 1st or 99th percentile re-level. Otherwise (a tight distribution) the rules above
 //!   set it.
+//! - **a reserve for the deepest tail**: racing spends the whole share, so the budget's balance
+//!   (its window's deposits less its withdrawals) now and then runs dry, and a request whose
+//!   timeout fires then runs on one slow attempt: that request was the worst latency of
+//!   `lognormal` (examples/timeouts-tails.yaml). The policy keeps its own copy of the budget (a
+//!   deposit per first attempt, a withdrawal per retry, as the call charges them); while it holds
+//!   less than one request's whole race (`attempts − 1` retries), attempts get the smallest
+//!   timeout whose extra attempts fit the share less [`RESERVE_DEVIATIONS`] standard deviations
+//!   of what the window's requests spend, so what is left goes to the requests that have waited
+//!   longest.
 //! - **ceiling**: no timeout, and no wait for an attempt kept past its timeout
 //!   ([`TimeoutPolicy::patience`]), exceeds `escalation` times the larger of the spread's timeout
 //!   and the slowest answered latency held. Lower bounds cannot raise it, so neither can an
@@ -76,6 +85,7 @@
 use super::{hedge_model, AttemptResult, TimeoutPolicy};
 use crate::config::{self, Check};
 use crate::duration::text;
+use crate::retry::RetryBudget;
 use crate::stats::{from_nanos, nanos, Window};
 use crate::tail_model::Race;
 use crate::{Rng, Time};
@@ -255,6 +265,16 @@ pub struct Adaptive {
     /// The relative timeout minimising the hedging model over `ratios`, once there are enough, and
     /// whether it is their largest (no fresh attempt ever paid).
     model: Option<(f64, bool)>,
+    /// The smallest relative timeout whose extra attempts fit the budget's share with a reserve
+    /// kept ([`Adaptive::reserved`]): the timeout while the budget is low.
+    reserve: Option<f64>,
+    /// The retry budget as this policy's own attempts move it: a deposit per first attempt, a
+    /// withdrawal per retry (the call charges the same). Attempts sent by a hedge policy beside
+    /// it are not told apart, so it is exact for `hedge_on_timeout` alone.
+    budget: Option<RetryBudget>,
+    /// The budget held less than one request's whole race (`attempts − 1` retries) when the last
+    /// attempt was sent.
+    low: bool,
     /// The 1st and 99th percentiles of `ratios` and their largest answered one, when the model was
     /// minimised.
     ratio_bounds: (f64, f64, f64),
@@ -266,6 +286,11 @@ pub struct Adaptive {
 
 /// The window over which first attempts are counted for the budget's share (the retry budget's).
 const RATE_WINDOW: Duration = crate::retry::BUDGET_TTL;
+
+/// Standard deviations of the share spent over the budget's window that racing keeps in reserve
+/// while the budget is low: the two of the model's target (`tail_model.rs`'s slack), the same
+/// convention.
+const RESERVE_DEVIATIONS: f64 = 2.0;
 
 /// First attempts per second over the last whole window.
 #[derive(Clone, Debug, Default)]
@@ -311,6 +336,12 @@ impl Adaptive {
             ratio_bounds: (1.0, 1.0, 1.0),
             held: Vec::new(),
             model: None,
+            reserve: None,
+            budget: config
+                .budget
+                .filter(|_| config.hedge_on_timeout)
+                .map(|b| RetryBudget::new(RATE_WINDOW, config.budget_floor.round() as u32, b as f32)),
+            low: false,
             since_model: 0,
             rate: Rate::default(),
             config,
@@ -373,7 +404,11 @@ impl Adaptive {
         let c = &self.config;
         let estimate = match self.level.median() {
             Some(level) if self.answers >= c.warmup => match (self.model, self.base.median()) {
-                (Some((ratio, false)), Some(base)) if c.hedge_on_timeout => base * ratio.max(1.0 + c.margin),
+                (Some((ratio, false)), Some(base)) if c.hedge_on_timeout => {
+                    // A low budget is kept for the requests already waiting longest.
+                    let ratio = self.reserve.filter(|_| self.low).map_or(ratio, |r| ratio.max(r));
+                    base * ratio.max(1.0 + c.margin)
+                }
                 _ => level * (1.0 + self.headroom()),
             },
             Some(level) => nanos(c.initial).max(level * (1.0 + c.margin)),
@@ -414,6 +449,7 @@ impl Adaptive {
         if self.ratios.len() >= MODEL_MIN_SAMPLES && (self.model.is_none() || self.since_model >= MODEL_EVERY) {
             self.since_model = 0;
             self.model = self.minimise();
+            self.reserve = self.reserve_timeout();
             let quantile = |q| self.ratios.quantile(q).unwrap_or(1.0);
             self.ratio_bounds = (quantile(0.01), quantile(0.99), self.ratios.largest_answered().unwrap_or(1.0));
         }
@@ -428,9 +464,7 @@ impl Adaptive {
         let c = &self.config;
         let (t, largest) = self.ratios.best_timeout(c.hedge_cost, c.budget)?;
         let survival = self.ratios.survival();
-        // The budget's floor of retries a second is a share of the requests at their rate now.
-        let floor = self.rate.per_sec.filter(|&r| r > 0.0).map_or(0.0, |r| c.budget_floor / r);
-        let budget = c.budget.map_or_else(|| survival.extra_attempts(t, c.attempts), |b| b + floor);
+        let budget = self.share().unwrap_or_else(|| survival.extra_attempts(t, c.attempts));
         let price = c.hedge_cost * self.ratios.quantile(0.5).unwrap_or(1.0);
         let race = Race { quantile: c.tail_quantile, attempts: c.attempts, budget: Some(budget), price };
         let tail = self.ratios.tail_timeout(race);
@@ -439,6 +473,37 @@ impl Adaptive {
             Some(tail) => (tail, tail >= top),
             None => (t, largest),
         })
+    }
+
+    /// The extra attempts a request may send on average within the retry budget now: its
+    /// fraction plus its floor of retries a second over the rate of requests. `None` without a
+    /// budget.
+    fn share(&self) -> Option<f64> {
+        let c = &self.config;
+        let floor = self.rate.per_sec.filter(|&r| r > 0.0).map_or(0.0, |r| c.budget_floor / r);
+        c.budget.map(|b| b + floor)
+    }
+
+    /// `share` less a reserve of [`RESERVE_DEVIATIONS`] standard deviations of the share that
+    /// the requests of the budget's window spend (a binomial count): what racing may count on
+    /// when the budget is low.
+    fn reserved(&self, share: f64) -> f64 {
+        let window = self.rate.per_sec.map_or(0.0, |r| r * RATE_WINDOW.as_secs_f64());
+        if window < 1.0 || !(share > 0.0 && share < 1.0) {
+            return share;
+        }
+        (share - RESERVE_DEVIATIONS * (share * (1.0 - share) / window).sqrt()).max(0.0)
+    }
+
+    /// The smallest relative timeout whose extra attempts fit the reserved share (extra
+    /// attempts fall as the timeout grows, so bisection finds it), if the budget has a share.
+    fn reserve_timeout(&self) -> Option<f64> {
+        let share = self.reserved(self.share()?);
+        let survival = self.ratios.survival();
+        let values = survival.values();
+        let attempts = self.config.attempts;
+        let i = values.partition_point(|&t| survival.extra_attempts(t, attempts) > share + 1e-12);
+        values.get(i).copied()
     }
 
     /// An answer of latency `x`; `lifts` when it came from a retry or past its own timeout.
@@ -528,6 +593,14 @@ impl Adaptive {
 
 impl TimeoutPolicy for Adaptive {
     fn timeout(&mut self, now: Time, attempt: u32, _rng: Rng<'_>) -> Option<Duration> {
+        if let Some(budget) = self.budget.as_mut() {
+            if attempt == 0 {
+                budget.deposit(now);
+            } else {
+                budget.withdraw(now);
+            }
+            self.low = budget.available(now) < u64::from(self.config.attempts.saturating_sub(1));
+        }
         if attempt == 0 {
             self.rate.on_request(now);
             return Some(self.bounded(self.first()));
@@ -805,6 +878,40 @@ mod tests {
         }
         let t = first(&mut p);
         assert_eq!(p.timeout(Time::ZERO, 2, &mut Pcg64Mcg::new(1)), t);
+    }
+
+    #[test]
+    fn a_low_budget_is_kept_for_the_longest_waits() {
+        let config =
+            AdaptiveConfig { hedge_on_timeout: true, budget: Some(0.2), attempts: 6, ..AdaptiveConfig::new(us(500)) };
+        let mut p = Adaptive::new(config);
+        let mut rng = Pcg64Mcg::new(1);
+        let pareto = |i: u32| us(100).mul_f64((1.0 - (f64::from(i) + 0.5) / 32.0).powf(-1.0 / 1.5));
+        // 11 s of 32 first attempts a second, each answered from a Pareto tail: the rate is
+        // known and a budget of 20 % holds 57 retries (the 288 requests of its last 10 slots).
+        let tick = Duration::from_micros(31_250);
+        let mut now = Time::ZERO;
+        for i in 0..352 {
+            p.timeout(now, 0, &mut rng);
+            answer(&mut p, 0, pareto((i * 7) % 32), 1);
+            now += tick;
+        }
+        let raced = p.current().unwrap();
+        let available = |p: &mut Adaptive| p.budget.as_mut().map(|b| b.available(now));
+        assert_eq!(available(&mut p), Some(57));
+        // Retries spend it to 4.8 (with the next request's deposit), less than the 5 one request
+        // may race with: new attempts fire only where the reserved share, 0.2 less two standard
+        // deviations of 320 requests' share (0.155), pays for them.
+        for _ in 0..53 {
+            p.timeout(now, 1, &mut rng);
+        }
+        let kept = p.timeout(now, 0, &mut rng).unwrap();
+        assert!(kept > raced, "{kept:?} vs {raced:?}");
+        let beyond = |t: Duration| (0..32).filter(|&i| pareto(i) > t).count();
+        assert!(beyond(kept) < beyond(raced), "{kept:?} vs {raced:?}");
+        // One more request's deposit refills it to 5: back to the full share.
+        assert_eq!(p.timeout(now, 0, &mut rng), Some(raced));
+        assert_eq!(available(&mut p), Some(5));
     }
 
     #[test]
