@@ -74,12 +74,7 @@ impl World {
 
     /// [`World::step_call`] for a step that hands the call the successful `answer` (its latency)
     /// of an attempt it waits for, if it is one.
-    fn step_answered_call(
-        &mut self,
-        key: Key,
-        answer: Option<Duration>,
-        step: impl FnOnce(&mut Call, &mut Ctx<'_>),
-    ) {
+    fn step_answered_call(&mut self, key: Key, answer: Option<Duration>, step: impl FnOnce(&mut Call, &mut Ctx<'_>)) {
         let Some(state) = self.calls.get_mut(key) else { return };
         let mut actions = std::mem::take(&mut self.actions);
         {
