@@ -208,7 +208,32 @@ impl LatencyRecorder {
     /// Records one successful request's latency (under 1 µs counts as 1 µs, over a day as a day).
     pub fn record(&mut self, latency: Duration) {
         self.sum_s += latency.as_secs_f64();
-        self.histogram.saturating_record((latency.as_micros() as u64).max(1));
+        self.histogram.saturating_record(Self::micros(latency));
+    }
+
+    /// Records `latencies` as [`LatencyRecorder::record`] would one by one, with the same result
+    /// to the bit (the sum is taken in their order), but with the histogram's counters touched in
+    /// ascending order, [`BATCH`](Self::BATCH) at a time. For a driver that keeps a large state
+    /// (a simulator of thousands of replicas), where the histogram has left the cache between two
+    /// requests: the counters' misses then overlap, and neighbours share their lines.
+    pub fn record_batch(&mut self, latencies: &[Duration]) {
+        for chunk in latencies.chunks(Self::BATCH) {
+            let mut micros = [0u64; Self::BATCH];
+            for (us, &latency) in micros.iter_mut().zip(chunk) {
+                self.sum_s += latency.as_secs_f64();
+                *us = Self::micros(latency);
+            }
+            let micros = &mut micros[..chunk.len()];
+            micros.sort_unstable();
+            micros.iter().for_each(|&us| self.histogram.saturating_record(us));
+        }
+    }
+
+    /// The latencies [`LatencyRecorder::record_batch`] sorts at a time.
+    pub const BATCH: usize = 64;
+
+    fn micros(latency: Duration) -> u64 {
+        (latency.as_micros() as u64).max(1)
     }
 
     /// Latencies recorded.
@@ -387,6 +412,22 @@ pub fn load_service(run: &Run) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_batch_records_what_single_records_do_to_the_bit() {
+        // 200 latencies from 0.3 µs to about 2 s in no order, several batches and a part batch.
+        let latencies: Vec<Duration> =
+            (0..200u64).map(|i| Duration::from_nanos(300 + (i * 7_919_993 % 200) * 10_123_457)).collect();
+        let (mut single, mut batched) = (LatencyRecorder::new(), LatencyRecorder::new());
+        latencies.iter().for_each(|&l| single.record(l));
+        batched.record_batch(&latencies[..150]);
+        batched.record_batch(&latencies[150..]);
+        assert_eq!(batched.sum_s.to_bits(), single.sum_s.to_bits());
+        assert_eq!(batched.count(), 200);
+        assert_eq!(batched.summary(), single.summary());
+        assert_eq!(batched.cdf(), single.cdf());
+        assert_eq!(batched.histogram, single.histogram);
+    }
 
     /// docs/results.schema.json requires exactly the fields this crate writes.
     #[test]

@@ -11,7 +11,7 @@ use crate::balance::{Balancer, Ejection, Outlier, Pick};
 use crate::hedge::{HedgePolicy, RequestEnd};
 use crate::retry::RetryPolicy;
 use crate::timeout::{AttemptResult, TimeoutPolicy};
-use crate::{EndpointId, Feedback, Outcome, Rng, Time};
+use crate::{EndpointId, Feedback, Outcome, PackedTime, Rng, Time};
 use smallvec::SmallVec;
 use std::time::Duration;
 
@@ -105,56 +105,67 @@ pub struct Finish {
     pub attempts: u32,
 }
 
+/// One attempt of a call, in 40 bytes (times as [`PackedTime`], the endpoint as a `u32`): a
+/// simulator keeps thousands of calls in flight, and a smaller call is fewer cache misses.
 #[derive(Clone, Debug)]
 struct Attempt {
-    endpoint: EndpointId,
+    endpoint: u32,
     /// The index the timeout policy got for it: 0 for the first try and its hedges, n for retry n.
     index: u32,
-    sent: Time,
-    timeout: Option<Duration>,
+    sent: PackedTime,
+    timeout: PackedTime,
+    /// When an overdue attempt is given up as lost (the timeout policy's patience), if ever.
+    abandon_at: PackedTime,
     live: bool,
     /// Its timeout fired and it was kept running (hedge on timeout).
     overdue: bool,
-    /// When an overdue attempt is given up as lost (the timeout policy's patience), if ever.
-    abandon_at: Option<Time>,
 }
 
 impl Attempt {
+    fn endpoint(&self) -> EndpointId {
+        self.endpoint as EndpointId
+    }
+
+    fn sent(&self) -> Time {
+        self.sent.get().expect("an attempt has a send time")
+    }
+
     /// When its timeout fires, or, once overdue, when it is abandoned, if it is still waited for.
     fn expires_at(&self) -> Option<Time> {
         if !self.live {
             return None;
         }
         if self.overdue {
-            return self.abandon_at;
+            return self.abandon_at.get();
         }
-        self.timeout.map(|t| self.sent.saturating_add(t))
+        self.timeout.get().map(|t| self.sent().saturating_add(t))
     }
 }
 
-/// The state of one request at its caller.
+/// The state of one request at its caller: 184 bytes, under three cache lines (its times are
+/// [`PackedTime`]s), as a simulator keeps one per call in flight.
 #[derive(Clone, Debug)]
 pub struct Call {
-    start: Time,
+    start: PackedTime,
     idempotent: bool,
-    deadline: Option<Time>,
+    deadline: PackedTime,
     // Inline room for the common case (a try, a retry or a hedge) keeps a call allocation-free.
     attempts: SmallVec<[Attempt; 2]>,
     tried: SmallVec<[EndpointId; 2]>,
     /// Retries sent so far; also the index the timeout policy gets for the next retry.
     retries: u32,
-    retry_at: Option<Time>,
+    retry_at: PackedTime,
     hedges: u32,
-    hedge_at: Option<Time>,
+    hedge_at: PackedTime,
     /// Whether the hedge policy heard of this request ([`HedgePolicy::on_request`]), so it hears
     /// of its end too.
     hedging: bool,
     /// The earliest wake requested from the driver and not yet delivered.
-    armed: Option<Time>,
+    armed: PackedTime,
     last_failure: Outcome,
     finished: bool,
-    /// An attempt whose pick waits for probes ([`Balancer::probe_before_pick`]).
-    probing: Option<Probing>,
+    /// An attempt whose pick waits for probes ([`Balancer::probe_before_pick`]), if `until` is set.
+    probing: Probing,
 }
 
 /// An attempt waiting for the probes its pick needs.
@@ -164,8 +175,17 @@ struct Probing {
     index: u32,
     /// Probes not yet answered.
     left: u32,
-    /// When the pick goes ahead with what has answered.
-    until: Time,
+    /// When the pick goes ahead with what has answered; none when no pick waits.
+    until: PackedTime,
+}
+
+impl Probing {
+    const NONE: Probing = Probing { index: 0, left: 0, until: PackedTime::NONE };
+
+    /// Whether a pick waits for probes.
+    fn waits(&self) -> bool {
+        !self.until.is_none()
+    }
 }
 
 /// The inputs every step of a call needs besides the event itself.
@@ -193,20 +213,20 @@ impl Call {
             (a, b) => a.or(b),
         };
         let mut call = Call {
-            start: now,
+            start: PackedTime::at(now),
             idempotent,
-            deadline,
+            deadline: PackedTime::new(deadline),
             attempts: SmallVec::new(),
             tried: SmallVec::new(),
             retries: 0,
-            retry_at: None,
+            retry_at: PackedTime::NONE,
             hedges: 0,
-            hedge_at: None,
+            hedge_at: PackedTime::NONE,
             hedging: false,
-            armed: None,
+            armed: PackedTime::NONE,
             last_failure: Outcome::Rejected,
             finished: false,
-            probing: None,
+            probing: Probing::NONE,
         };
         ctx.policy.retry.on_request(now);
         if !call.send(ctx, 0) {
@@ -217,7 +237,7 @@ impl Call {
             let hedge = ctx.policy.hedge.as_mut().expect("may_hedge checked it");
             hedge.on_request(now);
             call.hedging = true;
-            call.hedge_at = hedge.delay(now, 1).map(|d| now.saturating_add(d));
+            call.hedge_at = PackedTime::new(hedge.delay(now, 1).map(|d| now.saturating_add(d)));
         }
         call.arm(ctx);
         call
@@ -230,7 +250,7 @@ impl Call {
 
     /// When the request started.
     pub fn started(&self) -> Time {
-        self.start
+        self.start.get().expect("a call has a start")
     }
 
     /// Whether the call still waits for attempt number `attempt` (it neither ended, timed out nor
@@ -249,7 +269,7 @@ impl Call {
 
     /// The request's deadline, if any (for propagation to the next hop).
     pub fn deadline(&self) -> Option<Time> {
-        self.deadline
+        self.deadline.get()
     }
 
     /// Attempt number `attempt` ended with `feedback` (as the endpoint answered, or `Unavailable`
@@ -261,7 +281,7 @@ impl Call {
             return;
         }
         a.live = false;
-        let (endpoint, index, timeout, overdue) = (a.endpoint, a.index, a.timeout, a.overdue);
+        let (endpoint, index, timeout, overdue) = (a.endpoint(), a.index, a.timeout.get(), a.overdue);
         feed_back(ctx, endpoint, &feedback);
         if matches!(feedback.outcome, Outcome::Success | Outcome::Error) {
             ctx.policy.timeout.on_result(now, index, timeout, AttemptResult::Answered(feedback.rtt));
@@ -292,10 +312,10 @@ impl Call {
         if self.finished {
             return;
         }
-        if self.armed.is_some_and(|t| t <= now) {
-            self.armed = None;
+        if self.armed.get().is_some_and(|t| t <= now) {
+            self.armed = PackedTime::NONE;
         }
-        if self.deadline.is_some_and(|d| d <= now) {
+        if self.deadline.get().is_some_and(|d| d <= now) {
             self.finish(ctx, Outcome::TimedOut);
             return;
         }
@@ -305,7 +325,7 @@ impl Call {
             if !expired {
                 continue;
             }
-            let (endpoint, index, sent) = (a.endpoint, a.index, a.sent);
+            let (endpoint, index, sent) = (a.endpoint(), a.index, a.sent());
             if a.overdue {
                 // Kept past its timeout beyond the policy's patience: lost, as in an outage. Its
                 // retry is already out; the request waits no more for it. (Counted as timed out
@@ -316,12 +336,12 @@ impl Call {
                 ctx.policy.timeout.on_abandoned(now, index, now.saturating_sub(sent));
                 continue;
             }
-            let timeout = a.timeout.expect("expired implies a timeout");
+            let timeout = a.timeout.get().expect("expired implies a timeout");
             if ctx.policy.retry.hedge_on_timeout {
                 // Still in flight for the balancer, which hears of it once it ends.
                 let patience = ctx.policy.timeout.patience().map(|p| sent.saturating_add(p.max(timeout)));
                 self.attempts[i].overdue = true;
-                self.attempts[i].abandon_at = patience;
+                self.attempts[i].abandon_at = PackedTime::new(patience);
                 ctx.out.push(Action::Overdue { attempt: i as u32, endpoint });
             } else {
                 self.attempts[i].live = false;
@@ -334,22 +354,22 @@ impl Call {
                 return;
             }
         }
-        if self.probing.is_some_and(|p| p.until <= now) {
+        if self.probing.until.get().is_some_and(|until| until <= now) {
             self.pick_after_probes(ctx);
             if self.finished {
                 return;
             }
         }
-        if self.retry_at.is_some_and(|t| t <= now) {
-            self.retry_at = None;
+        if self.retry_at.get().is_some_and(|t| t <= now) {
+            self.retry_at = PackedTime::NONE;
             self.retries += 1;
             if !self.send(ctx, self.retries) && self.idle() {
                 self.finish(ctx, self.last_failure);
                 return;
             }
         }
-        if self.hedge_at.is_some_and(|t| t <= now) {
-            self.hedge_at = None;
+        if self.hedge_at.get().is_some_and(|t| t <= now) {
+            self.hedge_at = PackedTime::NONE;
             let hedge = ctx.policy.hedge.as_mut().expect("hedge_at is set only with a hedge policy");
             let n = self.hedges + 1;
             // The budget is asked first so that a hedge it refuses costs the hedge policy nothing.
@@ -358,7 +378,8 @@ impl Call {
                 self.hedges = n;
                 self.send(ctx, self.retries);
                 let hedge = ctx.policy.hedge.as_mut().expect("checked above");
-                self.hedge_at = hedge.delay(now, n + 1).map(|d| self.start.saturating_add(d).max(now));
+                let start = self.started();
+                self.hedge_at = PackedTime::new(hedge.delay(now, n + 1).map(|d| start.saturating_add(d).max(now)));
             }
             // A refused hedge (by the hedge policy or by the budget retries and hedges share) ends
             // hedging for this request: asking again at once would be refused again, and a
@@ -374,7 +395,10 @@ impl Call {
     /// One probe the waiting pick sent ([`Action::Probe`] with `awaited`) was answered (its reply
     /// already handed to the balancer) or failed: once all have, the pick goes ahead.
     pub fn on_probe_done(&mut self, ctx: &mut Ctx<'_>) {
-        let Some(probing) = self.probing.as_mut().filter(|_| !self.finished) else { return };
+        if self.finished || !self.probing.waits() {
+            return;
+        }
+        let probing = &mut self.probing;
         probing.left = probing.left.saturating_sub(1);
         if probing.left == 0 {
             self.pick_after_probes(ctx);
@@ -384,7 +408,10 @@ impl Call {
 
     /// The waiting pick goes ahead with the replies it has.
     fn pick_after_probes(&mut self, ctx: &mut Ctx<'_>) {
-        let Some(Probing { index, .. }) = self.probing.take() else { return };
+        if !self.probing.waits() {
+            return;
+        }
+        let index = std::mem::replace(&mut self.probing, Probing::NONE).index;
         if !self.pick_and_send(ctx, index) && self.idle() {
             self.finish(ctx, self.last_failure);
         }
@@ -400,7 +427,7 @@ impl Call {
 
     /// Nothing is in flight or scheduled: no live attempt, no pending retry, hedge or pick.
     fn idle(&self) -> bool {
-        !self.any_live() && self.retry_at.is_none() && self.hedge_at.is_none() && self.probing.is_none()
+        !self.any_live() && self.retry_at.is_none() && self.hedge_at.is_none() && !self.probing.waits()
     }
 
     /// An attempt failed: schedule a retry if the policy allows, else finish when nothing is left.
@@ -417,7 +444,7 @@ impl Call {
                     }
                 }
                 Some(w) => {
-                    self.retry_at = Some(ctx.now.saturating_add(w));
+                    self.retry_at = PackedTime::at(ctx.now.saturating_add(w));
                     return;
                 }
                 None => {}
@@ -432,7 +459,7 @@ impl Call {
     /// when the balancer found no endpoint.
     fn send(&mut self, ctx: &mut Ctx<'_>, index: u32) -> bool {
         let now = ctx.now;
-        if self.probing.is_none() && ctx.policy.balancer.sends_probes() {
+        if !self.probing.waits() && ctx.policy.balancer.sends_probes() {
             let policy = &mut *ctx.policy;
             let exclude = match &mut policy.outlier {
                 Some(outlier) => outlier.exclude(now, &self.tried),
@@ -445,7 +472,7 @@ impl Call {
                     left += 1;
                 }
                 if left > 0 {
-                    self.probing = Some(Probing { index, left, until: now.saturating_add(wait) });
+                    self.probing = Probing { index, left, until: PackedTime::at(now.saturating_add(wait)) };
                     return true;
                 }
             }
@@ -481,7 +508,7 @@ impl Call {
         };
         let Some(endpoint) = endpoint else { return false };
         let own = policy.timeout.timeout(now, index, &mut *ctx.rng);
-        let remaining = self.deadline.map(|d| d.saturating_sub(now));
+        let remaining = self.deadline.get().map(|d| d.saturating_sub(now));
         let timeout = match (own, remaining) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -492,13 +519,13 @@ impl Call {
         }
         let attempt = self.attempts.len() as u32;
         self.attempts.push(Attempt {
-            endpoint,
+            endpoint: u32::try_from(endpoint).expect("fewer than 2^32 endpoints"),
             index,
-            sent: now,
-            timeout,
+            sent: PackedTime::at(now),
+            timeout: PackedTime::new(timeout),
+            abandon_at: PackedTime::NONE,
             live: true,
             overdue: false,
-            abandon_at: None,
         });
         if !self.tried.contains(&endpoint) {
             self.tried.push(endpoint);
@@ -515,15 +542,15 @@ impl Call {
         for (i, a) in self.attempts.iter_mut().enumerate() {
             if a.live {
                 a.live = false;
-                ctx.out.push(Action::Cancel { attempt: i as u32, endpoint: a.endpoint, reason: Outcome::Cancelled });
-                let feedback = Feedback::new(Outcome::Cancelled, now.saturating_sub(a.sent));
-                feed_back(ctx, a.endpoint, &feedback);
+                ctx.out.push(Action::Cancel { attempt: i as u32, endpoint: a.endpoint(), reason: Outcome::Cancelled });
+                let feedback = Feedback::new(Outcome::Cancelled, now.saturating_sub(a.sent()));
+                feed_back(ctx, a.endpoint(), &feedback);
                 ctx.policy.timeout.on_abandoned(now, a.index, feedback.rtt);
             }
         }
         self.finished = true;
         if self.hedging {
-            let end = RequestEnd { outcome, elapsed: now.saturating_sub(self.start) };
+            let end = RequestEnd { outcome, elapsed: now.saturating_sub(self.started()) };
             ctx.policy.hedge.as_mut().expect("hedging implies a hedge policy").on_finish(now, end);
         }
         let attempts = self.attempts.len() as u32;
@@ -536,11 +563,12 @@ impl Call {
             return;
         }
         let timeouts = self.attempts.iter().filter_map(Attempt::expires_at);
-        let probing = self.probing.map(|p| p.until);
-        let next = [self.deadline, self.retry_at, self.hedge_at, probing].into_iter().flatten().chain(timeouts).min();
+        let probing = self.probing.until.get();
+        let pending = [self.deadline.get(), self.retry_at.get(), self.hedge_at.get(), probing];
+        let next = pending.into_iter().flatten().chain(timeouts).min();
         if let Some(t) = next {
-            if self.armed.is_none_or(|armed| t < armed) {
-                self.armed = Some(t);
+            if self.armed.get().is_none_or(|armed| t < armed) {
+                self.armed = PackedTime::at(t);
                 ctx.out.push(Action::WakeAt(t));
             }
         }

@@ -836,3 +836,9 @@ fn a_pick_that_waits_for_probes_goes_ahead_once_they_answered_or_when_the_wait_i
     d.at(t + ms(300)).end(&mut call, 0, Feedback::success(ms(295)));
     assert_eq!(d.step(|ctx| call.on_probe_done(ctx)), vec![]);
 }
+
+#[test]
+fn a_call_stays_under_three_cache_lines() {
+    // A simulator keeps one per call in flight (crates/sim's CallState counts on this size).
+    assert_eq!(std::mem::size_of::<Call>(), 184);
+}

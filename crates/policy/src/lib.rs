@@ -43,6 +43,45 @@ pub fn nanos(t: Time) -> u64 {
     u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// An `Option<Time>` in 8 bytes instead of 16: whole nanoseconds, `u64::MAX` for none. A driver
+/// keeps several times per request in flight (a simulator thousands of requests), and each
+/// cache line a request's state spans is a miss when its next event comes. Every time below
+/// 2^64 - 2 ns (584 years) is kept exactly; later ones read back as `Time::MAX`, which is what a
+/// saturating addition gives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PackedTime(u64);
+
+impl PackedTime {
+    /// No time.
+    pub const NONE: PackedTime = PackedTime(u64::MAX);
+    /// What `Time::MAX`, and every time from it down to this many nanoseconds, is kept as.
+    const FAR: u64 = u64::MAX - 1;
+
+    /// `t`, or none.
+    pub fn new(t: Option<Time>) -> PackedTime {
+        t.map_or(PackedTime::NONE, PackedTime::at)
+    }
+
+    /// The time `t`.
+    pub fn at(t: Time) -> PackedTime {
+        PackedTime(u64::try_from(t.as_nanos()).map_or(Self::FAR, |n| n.min(Self::FAR)))
+    }
+
+    /// The time kept, if any.
+    pub fn get(self) -> Option<Time> {
+        match self.0 {
+            u64::MAX => None,
+            Self::FAR => Some(Time::MAX),
+            n => Some(Duration::from_nanos(n)),
+        }
+    }
+
+    /// Whether no time is kept.
+    pub fn is_none(self) -> bool {
+        self == PackedTime::NONE
+    }
+}
+
 /// How an attempt ended, as its caller saw it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Outcome {
@@ -105,5 +144,24 @@ impl Feedback {
     pub fn with_chip(mut self, chip: bool) -> Self {
         self.chip = chip;
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_packed_time_keeps_every_time_to_the_nanosecond_and_saturates_at_the_top() {
+        for t in [Duration::ZERO, Duration::new(1, 1), Duration::from_nanos(u64::MAX - 2)] {
+            assert_eq!(PackedTime::at(t).get(), Some(t));
+            assert_eq!(PackedTime::new(Some(t)).get(), Some(t));
+        }
+        assert_eq!(PackedTime::at(Duration::MAX).get(), Some(Duration::MAX));
+        assert_eq!(PackedTime::at(Duration::from_nanos(u64::MAX)).get(), Some(Duration::MAX));
+        assert_eq!(PackedTime::new(None).get(), None);
+        assert!(PackedTime::NONE.is_none());
+        assert!(!PackedTime::at(Duration::ZERO).is_none());
+        assert_eq!(std::mem::size_of::<PackedTime>(), 8);
     }
 }

@@ -9,6 +9,9 @@ use tailguard_policy::Outcome;
 /// Counters and histograms of one run, fed by the world as requests and attempts end.
 pub(crate) struct Metrics {
     latency: LatencyRecorder,
+    /// Successful requests' latencies not yet in `latency`, recorded a batch at a time
+    /// ([`LatencyRecorder::record_batch`]: the same result, fewer cache misses).
+    unrecorded: Vec<Duration>,
     requests: u64,
     succeeded: u64,
     failed: u64,
@@ -52,6 +55,7 @@ impl Metrics {
     pub(crate) fn new(names: Vec<String>, replicas: Vec<usize>, edges: Vec<String>, warmup: Duration) -> Self {
         Metrics {
             latency: LatencyRecorder::new(),
+            unrecorded: Vec::with_capacity(LatencyRecorder::BATCH),
             requests: 0,
             succeeded: 0,
             failed: 0,
@@ -85,7 +89,11 @@ impl Metrics {
         match outcome {
             Outcome::Success => {
                 self.succeeded += 1;
-                self.latency.record(latency);
+                self.unrecorded.push(latency);
+                if self.unrecorded.len() == LatencyRecorder::BATCH {
+                    self.latency.record_batch(&self.unrecorded);
+                    self.unrecorded.clear();
+                }
             }
             Outcome::Rejected => self.rejected += 1,
             Outcome::TimedOut | Outcome::Cancelled => self.timed_out += 1,
@@ -156,7 +164,9 @@ impl Metrics {
 
     /// The result, for a run whose measurement lasted `measured`; the imbalance and the replica
     /// load are those of service `load` ([`tailguard_model::results::load_service`]).
-    pub(crate) fn finish(&self, scenario: &str, variant: &str, measured: Duration, load: usize) -> RunResult {
+    pub(crate) fn finish(&mut self, scenario: &str, variant: &str, measured: Duration, load: usize) -> RunResult {
+        self.latency.record_batch(&self.unrecorded);
+        self.unrecorded.clear();
         RunResult {
             scenario: scenario.to_string(),
             variant: variant.to_string(),

@@ -21,7 +21,7 @@ pub(crate) fn prefetch_lines<T>(value: &T, lines: usize) {
     }
 }
 
-/// The most lines one hint asks for: a call's state is 6 lines, a replica's hot part 5.
+/// The most lines one hint asks for: a call's slab entry is 4 lines, a replica's hot part 5.
 const MAX_LINES: usize = 6;
 const LINE: usize = 64;
 

@@ -9,8 +9,16 @@ pub(crate) struct Key {
 }
 
 pub(crate) struct Slab<T> {
-    entries: Vec<(u32, Option<T>)>,
+    entries: Vec<Entry<T>>,
     free: Vec<u32>,
+}
+
+/// A slot: aligned to a cache line, so that an entry of n lines' size spans n lines, not n + 1
+/// (an event's call or job is mostly a miss, one per line).
+#[repr(align(64))]
+struct Entry<T> {
+    generation: u32,
+    value: Option<T>,
 }
 
 impl<T> Slab<T> {
@@ -27,12 +35,12 @@ impl<T> Slab<T> {
         match self.free.pop() {
             Some(index) => {
                 let entry = &mut self.entries[index as usize];
-                entry.0 = entry.0.wrapping_add(1);
-                entry.1 = Some(make());
-                Key { index, generation: entry.0 }
+                entry.generation = entry.generation.wrapping_add(1);
+                entry.value = Some(make());
+                Key { index, generation: entry.generation }
             }
             None => {
-                self.entries.push((0, Some(make())));
+                self.entries.push(Entry { generation: 0, value: Some(make()) });
                 Key { index: (self.entries.len() - 1) as u32, generation: 0 }
             }
         }
@@ -40,7 +48,7 @@ impl<T> Slab<T> {
 
     pub(crate) fn get_mut(&mut self, key: Key) -> Option<&mut T> {
         match self.entries.get_mut(key.index as usize) {
-            Some((generation, Some(value))) if *generation == key.generation => Some(value),
+            Some(Entry { generation, value: Some(value) }) if *generation == key.generation => Some(value),
             _ => None,
         }
     }
@@ -54,20 +62,20 @@ impl<T> Slab<T> {
 
     /// The live entries, in slot order.
     pub(crate) fn values(&self) -> impl Iterator<Item = &T> {
-        self.entries.iter().filter_map(|(_, v)| v.as_ref())
+        self.entries.iter().filter_map(|e| e.value.as_ref())
     }
 
     /// The live entries with their keys, in slot order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (Key, &T)> {
-        self.entries.iter().enumerate().filter_map(|(index, (generation, v))| {
-            v.as_ref().map(|v| (Key { index: index as u32, generation: *generation }, v))
+        self.entries.iter().enumerate().filter_map(|(index, e)| {
+            e.value.as_ref().map(|v| (Key { index: index as u32, generation: e.generation }, v))
         })
     }
 
     /// Drops the entry at `key` in its slot; whether there was one.
     pub(crate) fn delete(&mut self, key: Key) -> bool {
         match self.entries.get_mut(key.index as usize) {
-            Some((generation, value @ Some(_))) if *generation == key.generation => {
+            Some(Entry { generation, value: value @ Some(_) }) if *generation == key.generation => {
                 *value = None;
                 self.free.push(key.index);
                 true
@@ -76,12 +84,18 @@ impl<T> Slab<T> {
         }
     }
 
+    /// The bytes an entry of `T` takes in a slab.
+    #[cfg(test)]
+    pub(crate) const fn entry_size() -> usize {
+        std::mem::size_of::<Entry<T>>()
+    }
+
     pub(crate) fn remove(&mut self, key: Key) -> Option<T> {
         let entry = self.entries.get_mut(key.index as usize)?;
-        if entry.0 != key.generation {
+        if entry.generation != key.generation {
             return None;
         }
-        let value = entry.1.take();
+        let value = entry.value.take();
         if value.is_some() {
             self.free.push(key.index);
         }

@@ -10,7 +10,7 @@ use smallvec::SmallVec;
 use std::time::Duration;
 use tailguard_model::replica::child_key;
 use tailguard_policy::call::{Action, Call, Ctx};
-use tailguard_policy::{Feedback, Outcome};
+use tailguard_policy::{Feedback, Outcome, PackedTime};
 
 /// Who waits for a call's end.
 #[derive(Clone, Copy)]
@@ -21,15 +21,15 @@ pub(super) enum Owner {
     Job(Key),
 }
 
-/// A call in flight and what the world keeps about it.
+/// A call in flight and what the world keeps about it: 248 bytes, so that with its slab
+/// generation it fills four cache lines (the run keeps thousands in flight, and every line one
+/// spans is a miss when its next event comes).
 pub(super) struct CallState {
     call: Call,
     pub(super) owner: Owner,
-    policy: usize,
+    policy: u32,
     callee: u16,
     measured: bool,
-    /// Latency of the attempt that answered successfully, for the time fraction.
-    answer: Option<Duration>,
     /// The key its attempts' draws derive from: the user request's number, then the path of
     /// calls to it, so a request meets the same luck under every variant.
     draws: u64,
@@ -58,35 +58,43 @@ impl World {
         // Built in its slot: a call is a few hundred bytes, not worth moving.
         let key = self.calls.insert_with(|| {
             let call = Call::start(&mut ctx, idempotent, None);
-            CallState { call, owner, policy, callee, measured, answer: None, draws, reached: SmallVec::new() }
+            CallState { call, owner, policy: policy as u32, callee, measured, draws, reached: SmallVec::new() }
         });
         if let Some(t) = &mut self.tracer {
             let job = if let Owner::Job(job) = owner { Some(job) } else { None };
             t.call_started(key, job, measured, callee as usize, self.now);
         }
-        self.apply(key, &mut actions);
+        self.apply(key, &mut actions, None);
         self.actions = actions;
     }
 
     pub(super) fn step_call(&mut self, key: Key, step: impl FnOnce(&mut Call, &mut Ctx<'_>)) {
+        self.step_answered_call(key, None, step);
+    }
+
+    /// [`World::step_call`] for a step that hands the call the successful `answer` (its latency)
+    /// of an attempt it waits for, if it is one.
+    fn step_answered_call(&mut self, key: Key, answer: Option<Duration>, step: impl FnOnce(&mut Call, &mut Ctx<'_>)) {
         let Some(state) = self.calls.get_mut(key) else { return };
         let mut actions = std::mem::take(&mut self.actions);
         {
             let mut ctx = Ctx {
                 now: self.now,
-                policy: &mut self.policies[state.policy].policy,
+                policy: &mut self.policies[state.policy as usize].policy,
                 rng: &mut self.policy_rng,
                 true_loads: self.loads[state.callee as usize].as_ref(),
                 out: &mut actions,
             };
             step(&mut state.call, &mut ctx);
         }
-        self.apply(key, &mut actions);
+        self.apply(key, &mut actions, answer);
         self.actions = actions;
     }
 
-    /// Carries out a call's actions.
-    pub(super) fn apply(&mut self, key: Key, actions: &mut Vec<Action>) {
+    /// Carries out a call's actions; `answer` is the latency of the successful attempt whose
+    /// answer the call just got, if any (a call finishes with success only then), kept here
+    /// rather than in the call's state to keep that small.
+    pub(super) fn apply(&mut self, key: Key, actions: &mut Vec<Action>, answer: Option<Duration>) {
         for action in actions.drain(..) {
             let state = self.calls.get_mut(key).expect("the call is live while it acts");
             let between_services = matches!(state.owner, Owner::Job(_));
@@ -98,19 +106,20 @@ impl World {
                     if let Some(loads) = &mut self.loads[state.callee as usize] {
                         loads.inc(endpoint);
                     }
-                    let series = self.policies[state.policy].series;
+                    let series = self.policies[state.policy as usize].series;
                     if let (Some(edge), Some(timeout)) = (series, policy_timeout) {
                         self.metrics.timeout_set(edge, self.now, timeout);
                     }
                     let event = Event::AttemptArrives {
                         call: key,
-                        sent: self.now,
+                        sent: PackedTime::at(self.now),
                         attempt,
                         service: state.callee,
                         replica: endpoint as u32,
-                        timeout: policy_timeout,
+                        timeout: PackedTime::new(policy_timeout),
                         series,
                         draws: child_key(state.draws, attempt.into()),
+                        caller: if let Owner::Job(job) = state.owner { Some(job) } else { None },
                     };
                     state.reached.push(Reached::Travelling);
                     let hop = self.hop();
@@ -138,7 +147,7 @@ impl World {
                 Action::Eject(_) => {}
                 Action::Probe { endpoint, awaited } => {
                     let event = Event::ProbeArrives {
-                        policy: state.policy as u32,
+                        policy: state.policy,
                         service: state.callee,
                         replica: endpoint as u32,
                         awaited_by: awaited.then_some(key),
@@ -148,7 +157,7 @@ impl World {
                 }
                 Action::WakeAt(at) => self.events.push(at, Event::Wake { call: key }),
                 Action::Finish(finish) => {
-                    let (owner, measured, answer) = (state.owner, state.measured, state.answer);
+                    let (owner, measured) = (state.owner, state.measured);
                     let latency = self.now.saturating_sub(state.call.started());
                     // Dropped where it lies: a call is a few hundred bytes, not worth moving out.
                     self.calls.delete(key);
@@ -173,7 +182,8 @@ impl World {
 
     /// An attempt's answer reached its caller: records it and hands it to the call.
     pub(super) fn attempt_ends(&mut self, end: AttemptEnd) {
-        let AttemptEnd { call, attempt, sent, timeout, series, outcome, chip } = end;
+        let AttemptEnd { call, attempt, sent, timeout, series, outcome, chip, .. } = end;
+        let (sent, timeout) = (sent.get().expect("an attempt has a send time"), timeout.get());
         let rtt = self.now.saturating_sub(sent);
         // Every answer counts, also one its caller stopped waiting for: the series shows
         // the callee's actual latency against the timeout (adaptive-timeouts.txt Fig. 7–14).
@@ -181,9 +191,10 @@ impl World {
             self.metrics.attempt_answered(edge, self.now, rtt);
         }
         let Some(state) = self.calls.get_mut(call) else { return };
-        let timed = self.policies[state.policy].timed && matches!(state.owner, Owner::Job(_));
+        let timed = self.policies[state.policy as usize].timed && matches!(state.owner, Owner::Job(_));
+        let mut answer = None;
         if outcome == Outcome::Success && state.call.is_waiting_for(attempt) {
-            state.answer = Some(rtt);
+            answer = Some(rtt);
             // An answer past its timeout (hedge on timeout) counted as a timeout already.
             if let (Some(t), true, true) = (timeout, state.measured, timed) {
                 if rtt <= t {
@@ -195,7 +206,7 @@ impl World {
             t.attempt_ended(call, attempt, outcome, self.now);
         }
         let feedback = Feedback { outcome, rtt, chip };
-        self.step_call(call, |call, ctx| call.on_attempt_end(ctx, attempt, feedback));
+        self.step_answered_call(call, answer, |call, ctx| call.on_attempt_end(ctx, attempt, feedback));
     }
 
     /// Measured user requests still waiting when the run ended: they never got an answer.

@@ -120,7 +120,7 @@ impl World {
                 assert!(queued, "a queued job is in its queue");
             }
             Stage::Working(started) => {
-                self.metrics.work(s, job.sent >= self.warmup, self.now - started, false);
+                self.metrics.work(s, job.sent() >= self.warmup, self.now - started, false);
                 let replica = &mut self.services[s].replicas[r];
                 replica.busy -= 1;
                 if let Some(next) = replica.queue.pop_front() {

@@ -37,7 +37,7 @@ use tailguard_model::schema::Network;
 use tailguard_model::{build, ArrivalSchedule, Run};
 use tailguard_policy::balance::{LoadIndex, ProbeReply, ProbeResponder};
 use tailguard_policy::call::Action;
-use tailguard_policy::{Outcome, Time};
+use tailguard_policy::{Outcome, PackedTime, Time};
 use tailguard_trace::Trace;
 
 /// How long in-flight requests may still finish after the workload stops sending.
@@ -59,14 +59,16 @@ pub(super) enum Event {
     /// timeout series, if any).
     AttemptArrives {
         call: Key,
-        sent: Time,
+        sent: PackedTime,
         attempt: u32,
         service: u16,
         replica: u32,
-        timeout: Option<Duration>,
+        timeout: PackedTime,
         series: Option<u16>,
         /// The key of the attempt's draws at the replica.
         draws: u64,
+        /// The job that made the call, if a job did (for prefetching it with the answer).
+        caller: Option<Key>,
     },
     /// A replica (replica `replica` of service `service`, for prefetching) finished the local work
     /// of a job.
@@ -94,11 +96,14 @@ pub(super) enum Event {
 pub(super) struct AttemptEnd {
     pub(super) call: Key,
     pub(super) attempt: u32,
-    pub(super) sent: Time,
-    pub(super) timeout: Option<Duration>,
+    pub(super) sent: PackedTime,
+    pub(super) timeout: PackedTime,
     pub(super) series: Option<u16>,
     pub(super) outcome: Outcome,
     pub(super) chip: bool,
+    /// The job that made the call, if a job did: the answer may end the call, and the job then
+    /// goes on, so it is prefetched with the call.
+    pub(super) caller: Option<Key>,
 }
 
 /// One run of the simulator.
@@ -289,7 +294,10 @@ impl World {
         for event in self.events.upcoming() {
             match event {
                 Event::AttemptArrives { call, service, replica, .. } => {
-                    self.calls.prefetch(*call);
+                    // Only a cancellable service's arrivals (or a tracer) read the call.
+                    if self.tracer.is_some() || self.services.get(*service as usize).is_some_and(|s| s.cancellable) {
+                        self.calls.prefetch(*call);
+                    }
                     self.prefetch_replica(*service, *replica);
                 }
                 Event::WorkDone { job, service, replica } => {
@@ -298,7 +306,13 @@ impl World {
                     self.prefetch_probes(*service, *replica);
                 }
                 Event::Answer { job, .. } | Event::NextCalls { job } => self.jobs.prefetch(*job),
-                Event::AttemptEnds(AttemptEnd { call, .. }) | Event::Wake { call } => self.calls.prefetch(*call),
+                Event::AttemptEnds(AttemptEnd { call, caller, .. }) => {
+                    self.calls.prefetch(*call);
+                    if let Some(job) = caller {
+                        self.jobs.prefetch(*job);
+                    }
+                }
+                Event::Wake { call } => self.calls.prefetch(*call),
                 Event::ProbeArrives { service, replica, .. } => {
                     self.prefetch_replica(*service, *replica);
                     self.prefetch_probes(*service, *replica);
@@ -336,8 +350,8 @@ impl World {
         match event {
             Event::Arrival => self.arrival(),
             Event::ClientReady { client } => self.client_ready(client),
-            Event::AttemptArrives { call, sent, attempt, service, replica, timeout, series, draws } => {
-                self.attempt_arrives(call, attempt, service, replica, (sent, timeout, series, draws))
+            Event::AttemptArrives { call, sent, attempt, service, replica, timeout, series, draws, caller } => {
+                self.attempt_arrives(call, attempt, service, replica, (sent, timeout, series, draws, caller))
             }
             Event::WorkDone { job, .. } => self.work_done(job),
             Event::CancelArrives { call, attempt, job } => self.cancel_arrives(call, attempt, job),
@@ -352,5 +366,19 @@ impl World {
                 self.probe_answered(policy, endpoint, reply, awaited_by)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sizes the event loop's cache footprint was measured with (bench/RESULTS.md, scale3):
+    /// a call's slab entry fills four cache lines, a job's two, and an event one.
+    #[test]
+    fn a_call_fills_four_cache_lines_a_job_two_and_an_event_one() {
+        assert_eq!(Slab::<CallState>::entry_size(), 256);
+        assert_eq!(Slab::<Job>::entry_size(), 128);
+        assert_eq!(std::mem::size_of::<Event>(), 64);
     }
 }

@@ -7,10 +7,9 @@
 use super::{AttemptEnd, Event, Owner, World};
 use crate::service::{Job, Stage};
 use crate::slab::Key;
-use std::time::Duration;
 use tailguard_model::replica::{child_key, Fate};
 use tailguard_model::schema::Fanout;
-use tailguard_policy::Outcome;
+use tailguard_policy::{Outcome, PackedTime};
 
 impl World {
     pub(super) fn attempt_arrives(
@@ -19,7 +18,7 @@ impl World {
         attempt: u32,
         service: u16,
         replica: u32,
-        (sent, timeout, series, draws): (Duration, Option<Duration>, Option<u16>, u64),
+        (sent, timeout, series, draws, caller): (PackedTime, PackedTime, Option<u16>, u64, Option<Key>),
     ) {
         let (s, r) = (service as usize, replica as usize);
         if !self.arrives_uncancelled(call, attempt, s, r) {
@@ -32,7 +31,8 @@ impl World {
             }
             world.load_dec(s, r);
             world.visit_started(call, attempt, s, None);
-            let event = Event::AttemptEnds(AttemptEnd { call, attempt, sent, timeout, series, outcome, chip: false });
+            let end = AttemptEnd { call, attempt, sent, timeout, series, outcome, chip: false, caller };
+            let event = Event::AttemptEnds(end);
             let hop = world.hop();
             world.events.push(now + hop, event);
         };
@@ -54,8 +54,9 @@ impl World {
             service,
             replica,
             reply: (call, attempt),
+            caller,
             sent,
-            arrived: now,
+            arrived: PackedTime::at(now),
             rif,
             timeout,
             series,
@@ -109,7 +110,7 @@ impl World {
         let (s, r, fate) = (job.service as usize, job.replica as usize, job.fate);
         if let Stage::Working(started) = job.stage {
             let extra = job.reply.1 > 0;
-            self.metrics.work(s, job.sent >= self.warmup, self.now - started, extra);
+            self.metrics.work(s, job.sent() >= self.warmup, self.now - started, extra);
         }
         job.stage = Stage::Calling;
         if let Some(t) = &mut self.tracer {
@@ -152,7 +153,7 @@ impl World {
         job.next_call += count as u16;
         job.outstanding += count as u16;
         let replica = job.replica as usize;
-        let measured = job.sent >= self.warmup;
+        let measured = job.sent() >= self.warmup;
         let (idempotent, draws) = (self.idempotent, job.draws);
         for i in first..first + count {
             let svc = &self.services[s];
@@ -193,16 +194,16 @@ impl World {
         let held = self.release(s, r);
         let svc = &mut self.services[s];
         if let Some(probes) = svc.probes.get_mut(r) {
-            probes.on_answer(job.rif, self.now - job.arrived);
+            probes.on_answer(job.rif, self.now - job.arrived());
         }
         let replica = &mut svc.replicas[r];
         if outcome == Outcome::Success {
-            replica.admission.answered(self.now, job.rif, self.now - job.arrived);
+            replica.admission.answered(self.now, job.rif, self.now - job.arrived());
         }
         let chip = replica.admission.grant_chip(self.now, held, replica.model.rng());
         let (call, attempt) = job.reply;
-        let (sent, timeout, series) = (job.sent, job.timeout, job.series);
-        let event = Event::AttemptEnds(AttemptEnd { call, attempt, sent, timeout, series, outcome, chip });
+        let (sent, timeout, series, caller) = (job.sent, job.timeout, job.series, job.caller);
+        let event = Event::AttemptEnds(AttemptEnd { call, attempt, sent, timeout, series, outcome, chip, caller });
         let hop = self.hop();
         self.events.push(self.now + hop, event);
     }
