@@ -526,6 +526,7 @@ fn load_config(run: &Run, plan: &Plan, seed: u64) -> Result<LoadConfig, LabError
     config.stop = Stop { duration: w.duration.map(|d| d.get()), requests: w.requests };
     config.warmup = w.warmup.get();
     config.timeout = LOAD_TIMEOUT;
-    config.seed = seed;
+    // The simulator's arrival stream: the same seed offers the same requests at the same times.
+    config.seed = run.stream_seed(seed);
     Ok(config)
 }

@@ -39,7 +39,7 @@ async fn client(ctx: Arc<Context>, tickets: Arc<AtomicU64>, think: Duration, win
         }
         ctx.send(offset).await;
         if !think.is_zero() {
-            tokio::time::sleep(think).await;
+            tailguard_serve::precise::sleep(think).await;
         }
     }
 }

@@ -57,6 +57,18 @@ impl Run {
     pub fn horizon(&self) -> Option<Duration> {
         self.workload.duration.map(|d| self.workload.warmup.get() + d.get())
     }
+
+    /// The seed of this run's random streams (its open-loop arrivals, its replicas' draws): the
+    /// experiment's `seed` mixed with the scenario's name, not the variant's, so that variants face
+    /// the same arrivals and service times as far as their choices allow. The simulator, `tailguard
+    /// serve` and the lab's load generator all seed from it, so for one seed the lab offers the
+    /// very arrivals the simulator does.
+    pub fn stream_seed(&self, seed: u64) -> u64 {
+        // FNV-1a: stable across platforms and Rust versions, unlike std's hasher.
+        self.scenario
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325 ^ seed, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+    }
 }
 
 impl Experiment {

@@ -20,7 +20,7 @@ impl Behaviour {
     /// The behaviour of `spec`'s replica, its random streams seeded as the simulator's.
     pub fn new(spec: &Spec) -> Result<Behaviour, ServeError> {
         let model =
-            ReplicaModel::new(&spec.service, spec.index, spec.replica, spec.seed, spec.horizon, &spec.base_dir)?;
+            ReplicaModel::new(&spec.service, spec.index, spec.replica, spec.stream_seed, spec.horizon, &spec.base_dir)?;
         Ok(Behaviour(Mutex::new(model)))
     }
 

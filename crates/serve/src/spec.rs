@@ -52,8 +52,13 @@ pub struct Spec {
     pub base_dir: PathBuf,
     /// The run's length (warm-up + duration), for latency models whose times default to it.
     pub horizon: Option<Duration>,
-    /// The seed of the whole run.
+    /// The seed of the whole run (`--seed`, else the file's).
     pub seed: u64,
+    /// The seed of the replica's random streams: the run's [`Run::stream_seed`] of `seed`, as the
+    /// simulator seeds them.
+    ///
+    /// [`Run::stream_seed`]: tailguard_model::Run::stream_seed
+    pub stream_seed: u64,
     /// Where each call edge goes, in the order of `service.calls`; `None` for an edge with
     /// `count: 0` that was given no URL (it is never called).
     pub downstream: Vec<Option<Downstream>>,
@@ -94,6 +99,7 @@ impl Spec {
             )));
         }
         let downstream = downstream_urls(&options.service, service, &run.services, &options.downstream)?;
+        let seed = options.seed.or(experiment.seed()).unwrap_or(DEFAULT_SEED);
         Ok(Spec {
             name: options.service.clone(),
             index,
@@ -101,7 +107,8 @@ impl Spec {
             service: service.for_replica(options.replica),
             base_dir: run.base_dir.clone(),
             horizon: run.horizon(),
-            seed: options.seed.or(experiment.seed()).unwrap_or(DEFAULT_SEED),
+            seed,
+            stream_seed: run.stream_seed(seed),
             downstream,
         })
     }

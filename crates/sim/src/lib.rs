@@ -90,7 +90,7 @@ pub struct Progress<'a> {
 /// Runs one resolved scenario × variant with `seed`; returns its result and its event count.
 pub fn run_one(run: &Run, seed: u64) -> Result<(RunResult, u64), SimError> {
     synthetic_only(run)?;
-    let seed = run_seed(seed, &run.scenario);
+    let seed = run.stream_seed(seed);
     let (result, events) = world::World::new(run, seed)?.run(&run.scenario, &run.variant)?;
     Ok((labelled(run, result), events))
 }
@@ -105,7 +105,7 @@ fn labelled(run: &Run, result: RunResult) -> RunResult {
 /// The result is the same as without traces: tracing draws from a random stream of its own.
 pub fn run_one_traced(run: &Run, seed: u64, sample: usize) -> Result<(RunResult, u64, Vec<Trace>), SimError> {
     synthetic_only(run)?;
-    let seed = run_seed(seed, &run.scenario);
+    let seed = run.stream_seed(seed);
     let mut world = world::World::new(run, seed)?;
     world.trace(run, seed, sample);
     let (result, events, traces) = world.run_traced(&run.scenario, &run.variant)?;
@@ -181,11 +181,4 @@ fn simulate_inner(
     let results =
         Results { experiment: experiment.file.name.clone(), mode: "sim".to_string(), seed: options.seed, runs };
     Ok((results, traces))
-}
-
-/// The seed of a run: the experiment seed mixed with the scenario's name (not the variant's, so
-/// variants face the same arrivals and service times as far as their choices allow).
-fn run_seed(seed: u64, scenario: &str) -> u64 {
-    // FNV-1a: stable across platforms and Rust versions, unlike std's hasher.
-    scenario.bytes().fold(0xcbf2_9ce4_8422_2325 ^ seed, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }

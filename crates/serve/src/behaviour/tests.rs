@@ -85,3 +85,30 @@ fn a_replica_in_a_group_runs_the_group_s_fields_and_faults() {
     assert_eq!(behaviour.faults().iter().map(ToString::to_string).collect::<Vec<_>>(), ["hang from 1s until 2s"]);
     assert_eq!(behaviour.resume_at(Duration::from_millis(1500)), Duration::from_secs(2));
 }
+
+#[test]
+fn draws_are_the_simulator_s_for_the_same_seed() {
+    // Two scenarios of one file: the simulator seeds each run's replicas with the run's
+    // `stream_seed` (the seed mixed with the scenario's name), so serve must too, or its n-th
+    // draw is not the simulator's n-th.
+    let text = "name: t\nservices:\n  svc:\n    service_time: { dist: exponential, mean: 10ms }\n\
+        workload: { target: svc, open: { rate: 1 }, duration: 10s }\nvariants: [{ name: v }]\n\
+        scenarios: [{ name: calm }, { name: busy }]\n";
+    let experiment = Experiment::parse(text, Path::new("test.yaml")).expect("valid experiment");
+    for scenario in ["calm", "busy"] {
+        let options =
+            Options { service: "svc".into(), scenario: Some(scenario.into()), seed: Some(7), ..Options::default() };
+        let spec = Spec::from_experiment(&experiment, &options).expect("valid options");
+        let served = Behaviour::new(&spec).expect("builds");
+        // What the simulator builds for replica 0 of service 0 of this run (crates/sim's
+        // ServiceModel::build).
+        let run = experiment.resolve(scenario, "v", false).expect("resolves");
+        let mut simulated = ReplicaModel::new(&run.services[0], 0, 0, run.stream_seed(7), run.horizon(), &run.base_dir)
+            .expect("builds");
+        let served: Vec<Duration> = (1..=20).map(|n| served.work_time(n, Duration::ZERO)).collect();
+        let simulated: Vec<Duration> = (1..=20).map(|n| simulated.work_time(n, Duration::ZERO)).collect();
+        assert_eq!(served, simulated, "scenario {scenario}");
+        // The run's seed is still the one printed.
+        assert_eq!(spec.seed, 7);
+    }
+}
