@@ -390,7 +390,7 @@ fanout_rows() {
   bound=$(python3 -c "print(int($before) + 105 + 1024 + 16)")
   row "h2 fan-out 105x200" "other routes" "$(total fan.answered)/$(total fan.asked) answered in $RUNS runs" "all" \
     "$(verdict "$(total fan.answered) == $(total fan.asked)")"
-  row "h2 fan-out 105x200" "proxy fds" "$(printf 'max %d (before %d; %d 503s median)' "$most" "$before" "$(med fan.refused)")" \
+  row "h2 fan-out 105x200" "proxy fds" "$(printf 'max %.0f (before %.0f; %.0f 503s median)' "$most" "$before" "$(med fan.refused)")" \
     "<= $bound" "$(verdict "$most <= $bound")"
 }
 if want fanout; then
