@@ -9,8 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -c 'import simpy' 2>/dev/null || python3 -m pip install --quiet simpy
 # With the release binary's settings (fat LTO, one codegen unit: what `tailguard sim` runs), which
-# the bench profile leaves out to keep `cargo test --release` quick; its own target directory keeps
-# both builds.
+# the bench profile inherits; said here explicitly, in a target directory of its own.
 out=$(CARGO_TARGET_DIR=target/bench-release CARGO_PROFILE_BENCH_LTO=fat CARGO_PROFILE_BENCH_CODEGEN_UNITS=1 \
   cargo bench --locked -p tailguard-sim --bench throughput 2>/dev/null)
 echo "$out"

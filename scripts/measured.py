@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Writes the simulator's tables in docs/measured.md from the commands that produce them.
+"""Writes the simulator's tables in docs/measured.md and README.md from the commands that produce them.
 
 Every table between `<!-- generated: NAME -->` and `<!-- end: NAME -->` is rebuilt from the
-results JSON of the `tailguard sim` command printed above it, so a number in the document is
-always what the command prints (the simulator is deterministic by seed). `make test` runs this
-with `--check`, which fails when a table differs from what the commands give now.
+results JSON of the `tailguard sim` (or `tailguard demo --sim`) command printed above it, so a
+number in the documents is always what the command prints (the simulator is deterministic by
+seed). `make test` runs this with `--check`, which fails when a table differs from what the
+commands give now. Each block lives in exactly one of the documents.
 
-    scripts/measured.py [--check] [--bin target/release/tailguard] [--doc docs/measured.md]
+    scripts/measured.py [--check] [--bin target/release/tailguard]
 """
 
 from __future__ import annotations
@@ -159,6 +160,26 @@ def cancellation(results: dict) -> str:
     )
 
 
+def peers(results: dict) -> str:
+    """The demo's comparison: p50 to p99.9 and success per scenario and sidecar, then tailguard's
+    p99 against the better peer's in each scenario."""
+    columns = [*map(latency, ("p50", "p99", "p999")), SUCCESS]
+    scenarios = list(dict.fromkeys(r["scenario"] for r in results["runs"]))
+    header = ["scenario", "sidecar"] + [name for name, _ in columns]
+    rows = [[r["scenario"], r["variant"]] + [value(r) for _, value in columns] for r in results["runs"]]
+    ratios = []
+    for scenario in scenarios:
+        runs = runs_of(results, scenario)
+        peer = min(r["latency_ms"]["p99"] for v, r in runs.items() if v != "tailguard")
+        ratios.append(f"{runs['tailguard']['latency_ms']['p99'] / peer:.2f} × in {scenario}")
+    return (
+        table(header, rows)
+        + "\n\ntailguard's p99 against the better peer's: "
+        + ", ".join(ratios)
+        + "."
+    )
+
+
 @dataclass(frozen=True)
 class Block:
     """One generated table: the command that gives its numbers and how to lay them out."""
@@ -180,6 +201,7 @@ BLOCKS = [
     Block("case-for-timeouts", ("sim", "examples/case-for-timeouts.yaml"), latency_table),
     Block("triangle", ("sim", "examples/triangle.yaml"), latency_table),
     Block("sim-app", ("sim", "examples/tune/sim-app.yaml"), p95_table),
+    Block("demo", ("demo", "--sim", "--full"), peers),
 ]
 
 
@@ -187,6 +209,8 @@ def render(block: Block, binary: Path, figures: bool) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         out, report = Path(tmp) / "results.json", Path(tmp) / "report.html"
         extra = ["--report", str(report)] if figures and block.figure else []
+        if block.args[0] == "demo":  # the demo writes its folder, which goes with the others
+            extra += ["--out", str(Path(tmp) / "demo")]
         subprocess.run(
             [str(binary), *block.args, "--json", str(out), *extra],
             cwd=ROOT,
@@ -204,39 +228,49 @@ def render(block: Block, binary: Path, figures: bool) -> str:
     return f"`{command}` (seed {results['seed']}):\n\n{block.render(results)}"
 
 
-def rebuild(text: str, binary: Path, figures: bool) -> str:
+def pattern(block: Block) -> re.Pattern[str]:
+    name = re.escape(block.name)
+    return re.compile(rf"(<!-- generated: {name} -->\n).*?(<!-- end: {name} -->)", re.DOTALL)
+
+
+def rebuild(texts: dict[Path, str], binary: Path, figures: bool) -> dict[Path, str]:
+    """Every document's generated blocks, rebuilt; each block must be in exactly one document."""
+    texts = dict(texts)
     for block in BLOCKS:
-        pattern = re.compile(
-            rf"(<!-- generated: {re.escape(block.name)} -->\n).*?(<!-- end: {re.escape(block.name)} -->)", re.DOTALL
-        )
-        if not pattern.search(text):
-            sys.exit(f"measured.py: no '<!-- generated: {block.name} -->' block in the document")
+        holders = [doc for doc, text in texts.items() if pattern(block).search(text)]
+        if len(holders) != 1:
+            where = ", ".join(str(d) for d in holders) or "none of " + ", ".join(str(d) for d in texts)
+            sys.exit(f"measured.py: '<!-- generated: {block.name} -->' must be in exactly one document; it is in {where}")
         body = render(block, binary, figures)
-        text = pattern.sub(lambda m, body=body: m.group(1) + body + "\n" + m.group(2), text)
-    return text
+        doc = holders[0]
+        texts[doc] = pattern(block).sub(lambda m, body=body: m.group(1) + body + "\n" + m.group(2), texts[doc])
+    return texts
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail if a table differs from what the commands give")
     parser.add_argument("--bin", type=Path, default=ROOT / "target/release/tailguard")
-    parser.add_argument("--doc", type=Path, default=ROOT / "docs/measured.md")
     args = parser.parse_args()
     if not args.bin.exists():
         sys.exit(f"measured.py: {args.bin} not found: run `make build` first")
-    old = args.doc.read_text()
+    docs = [ROOT / "docs/measured.md", ROOT / "README.md"]
+    old = {doc: doc.read_text() for doc in docs}
     new = rebuild(old, args.bin, figures=not args.check)
+    stale = [doc for doc in docs if old[doc] != new[doc]]
     if args.check:
-        if old != new:
+        for doc in stale:
             diff = difflib.unified_diff(
-                old.splitlines(), new.splitlines(), str(args.doc), "what the commands print now", lineterm=""
+                old[doc].splitlines(), new[doc].splitlines(), str(doc), "what the commands print now", lineterm=""
             )
             print("\n".join(diff))
-            print(f"{args.doc} is out of date: run scripts/measured.py", file=sys.stderr)
+            print(f"{doc} is out of date: run scripts/measured.py", file=sys.stderr)
+        if stale:
             return 1
-        print(f"{args.doc}: every generated table matches its command")
+        print(f"{', '.join(str(d) for d in docs)}: every generated table matches its command")
         return 0
-    args.doc.write_text(new)
+    for doc in stale:
+        doc.write_text(new[doc])
     return 0
 
 

@@ -1,5 +1,5 @@
-//! `tailguard lab run` and `tailguard demo`: argument parsing, progress bars, the table and the
-//! files written; the lab itself is `tailguard_lab`.
+//! `tailguard lab run`: argument parsing, progress bars, the table and the files written (also
+//! for `tailguard demo`); the lab itself is `tailguard_lab`.
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -107,29 +107,6 @@ enum IsolationArg {
     Netns,
 }
 
-/// The default experiment, embedded so `tailguard demo` runs anywhere.
-const DEFAULT_EXPERIMENT: &str = include_str!("../../../examples/bloc.yaml");
-
-/// Arguments of `tailguard demo`.
-#[derive(clap::Args)]
-pub struct DemoArgs {
-    /// Run the simulator instead of the lab.
-    #[arg(long)]
-    sim: bool,
-    /// Write the results JSON here (the lab's default: DIR/results.json).
-    #[arg(long, value_name = "OUT")]
-    json: Option<PathBuf>,
-    /// With --sim: run the full-length experiment instead of the quick one.
-    #[arg(long, requires = "sim")]
-    full: bool,
-    /// Write the HTML report here (the lab's default: DIR/report.html).
-    #[arg(long, value_name = "PATH")]
-    report: Option<PathBuf>,
-    /// Lab only: where the lab's files go (default: lab-out/bloc-demo-TIMESTAMP).
-    #[arg(long, value_name = "DIR", conflicts_with = "sim")]
-    out: Option<PathBuf>,
-}
-
 pub fn run(command: LabCommand) -> anyhow::Result<()> {
     let args = match command {
         LabCommand::Run(args) => args,
@@ -163,42 +140,20 @@ pub fn run(command: LabCommand) -> anyhow::Result<()> {
             per_run: args.trace_sample,
         },
     };
-    run_lab(&experiment, options, &outputs)
-}
-
-/// `tailguard demo`: the embedded BLOC file's 40x10 scenario in the lab (least-request, bloc and
-/// round-robin, 5 s warm-up and 30 s of load each), or `--sim`: the whole file in the simulator.
-pub fn demo(args: DemoArgs) -> anyhow::Result<()> {
-    if args.sim {
-        return crate::sim::demo(DEFAULT_EXPERIMENT, args.json, args.full, args.report);
-    }
-    let out = args.out.unwrap_or_else(|| default_out(&format!("bloc-demo-{}", timestamp())));
-    let outputs = Outputs::prepare(&out, args.json, args.report)?;
-    // The processes read the file, so the embedded text is written out first.
-    let file = out.join("bloc.yaml");
-    std::fs::write(&file, DEFAULT_EXPERIMENT).with_context(|| format!("writing {}", file.display()))?;
-    let experiment = Experiment::load(&file)?;
-    let seed = experiment.seed().unwrap_or(1);
-    let mut options = Options::new(std::env::current_exe()?, file, out, seed);
-    options.quick = true;
-    options.scenarios = vec!["40x10".into()];
-    options.variants = vec!["least-request".into(), "bloc".into(), "round-robin".into()];
-    options.duration = Some(Duration::from_secs(30));
-    options.warmup = Some(Duration::from_secs(5));
-    run_lab(&experiment, options, &outputs)
+    run_lab(&experiment, options, &outputs, every_table)
 }
 
 /// Where a lab run's results JSON and report go.
-struct Outputs {
-    json: PathBuf,
-    report: PathBuf,
+pub(crate) struct Outputs {
+    pub json: PathBuf,
+    pub report: PathBuf,
 }
 
 impl Outputs {
     /// Creates the output folder `out` and the folders of `json` and `report` (default:
     /// results.json and report.html in `out`). An `out` that already holds a results.json is
     /// refused: its sidecar files, logs and traces would be mixed with this run's.
-    fn prepare(out: &Path, json: Option<PathBuf>, report: Option<PathBuf>) -> anyhow::Result<Outputs> {
+    pub(crate) fn prepare(out: &Path, json: Option<PathBuf>, report: Option<PathBuf>) -> anyhow::Result<Outputs> {
         let earlier = out.join("results.json");
         if earlier.exists() {
             anyhow::bail!(
@@ -215,9 +170,9 @@ impl Outputs {
         Ok(Outputs { json, report })
     }
 
-    /// Prints the table and writes the results JSON, the report and (said where) the traces.
-    fn save(&self, results: &Results, tracing: &Tracing) -> anyhow::Result<()> {
-        print!("{}{}{}", table::render(results), table::memory(results), table::sidecar_cpu(results));
+    /// Prints `table` and writes the results JSON, the report and (said where) the traces.
+    pub(crate) fn save(&self, results: &Results, table: Table, tracing: &Tracing) -> anyhow::Result<()> {
+        print!("{}", table(results));
         let json = &self.json;
         std::fs::write(json, serde_json::to_string_pretty(results)? + "\n")
             .with_context(|| format!("writing {}", json.display()))?;
@@ -232,7 +187,15 @@ impl Outputs {
     }
 }
 
-fn run_lab(experiment: &Experiment, options: Options, outputs: &Outputs) -> anyhow::Result<()> {
+/// How a command prints its results.
+pub(crate) type Table = fn(&Results) -> String;
+
+/// `tailguard lab run`'s tables: every column, the memory and the sidecars' CPU.
+fn every_table(results: &Results) -> String {
+    format!("{}{}{}", table::render(results), table::memory(results), table::sidecar_cpu(results))
+}
+
+pub(crate) fn run_lab(experiment: &Experiment, options: Options, outputs: &Outputs, table: Table) -> anyhow::Result<()> {
     watch_signals(options.cancel.clone());
     eprintln!(
         "lab: {} ({}{}, seed {}), output in {}",
@@ -252,12 +215,12 @@ fn run_lab(experiment: &Experiment, options: Options, outputs: &Outputs) -> anyh
     match results {
         Ok(results) => {
             eprintln!("done in {:.1} s", started.elapsed().as_secs_f64());
-            outputs.save(&results, &options.tracing)
+            outputs.save(&results, table, &options.tracing)
         }
         // What finished is kept: an interrupted or failed run does not cost the earlier ones.
         Err(LabError::Unfinished { finished, total, error }) => {
             eprintln!("stopped after {} of {total} runs; saving the finished runs", finished.runs.len());
-            outputs.save(&finished, &options.tracing)?;
+            outputs.save(&finished, table, &options.tracing)?;
             Err(anyhow::Error::from(*error)
                 .context(format!("only {} of {total} runs finished (saved above)", finished.runs.len())))
         }
@@ -275,12 +238,12 @@ fn watch_signals(cancel: Cancel) {
     });
 }
 
-fn default_out(name: &str) -> PathBuf {
+pub(crate) fn default_out(name: &str) -> PathBuf {
     PathBuf::from("lab-out").join(name)
 }
 
 /// UTC now as `YYYYMMDD-HHMMSS`.
-fn timestamp() -> String {
+pub(crate) fn timestamp() -> String {
     let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let (days, rem) = (secs / 86_400, secs % 86_400);
     // Howard Hinnant's civil-from-days.

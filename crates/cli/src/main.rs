@@ -1,6 +1,7 @@
 //! The `tailguard` command: argument parsing and wiring only; the work happens in the libraries.
 
 mod collect;
+mod demo;
 mod inject;
 mod lab;
 mod load;
@@ -28,8 +29,9 @@ enum Command {
     /// Run experiment files on real processes (tailguard serve + tailguard proxy sidecars).
     #[command(subcommand)]
     Lab(lab::LabCommand),
-    /// Run the embedded default experiment (BLOC 40x10) in the lab, or with --sim in the simulator.
-    Demo(lab::DemoArgs),
+    /// tailguard's recommended policies against HAProxy and nginx as sidecars, on a hedgeable store
+    /// and failing replicas: in the lab (about 3 min), or with --sim in the simulator.
+    Demo(demo::DemoArgs),
     /// Run the sidecar proxy (egress balancing, timeouts, retries, hedging; ingress admission).
     Proxy(proxy::ProxyArgs),
     /// Serve one service of an experiment file as a real synthetic HTTP service.
@@ -49,7 +51,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Sim(args) => sim::run(args),
         Command::Lab(command) => lab::run(command),
-        Command::Demo(args) => lab::demo(args),
+        Command::Demo(args) => demo::run(args),
         Command::Proxy(args) => proxy::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Load(args) => load::run(args),

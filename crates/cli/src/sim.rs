@@ -3,7 +3,8 @@
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use crate::lab::{Outputs, Table};
+use std::path::PathBuf;
 use tailguard_model::Experiment;
 use tailguard_report::table;
 use tailguard_sim::{simulate_traced, Options, DEFAULT_TRACE_SAMPLE};
@@ -43,30 +44,37 @@ pub struct SimArgs {
     report: Option<PathBuf>,
 }
 
-/// `tailguard demo --sim`: the embedded default experiment `text` in the simulator.
-pub fn demo(text: &str, json: Option<PathBuf>, full: bool, report: Option<PathBuf>) -> anyhow::Result<()> {
-    let experiment = Experiment::parse(text, Path::new("examples/bloc.yaml"))?;
+/// `tailguard demo --sim`: the embedded demo file's `scenarios` × `variants` in the simulator,
+/// printed as the demo's short table, its results and report written to `outputs`.
+pub fn demo(
+    experiment: &Experiment,
+    file: &str,
+    scenarios: Vec<String>,
+    variants: Vec<String>,
+    quick: bool,
+    outputs: &Outputs,
+) -> anyhow::Result<()> {
     let sim = SimArgs {
-        file: PathBuf::from("examples/bloc.yaml (embedded)"),
+        file: PathBuf::from(format!("{file} (embedded)")),
         seed: None,
-        json,
-        quick: !full,
+        json: Some(outputs.json.clone()),
+        quick,
         threads: None,
-        scenarios: Vec::new(),
-        variants: Vec::new(),
+        scenarios,
+        variants,
         traces: None,
         trace_sample: DEFAULT_TRACE_SAMPLE,
-        report,
+        report: Some(outputs.report.clone()),
     };
-    simulate_and_report(&experiment, &sim)
+    simulate_and_report(experiment, &sim, table::summary)
 }
 
 pub fn run(args: SimArgs) -> anyhow::Result<()> {
     let experiment = Experiment::load(&args.file)?;
-    simulate_and_report(&experiment, &args)
+    simulate_and_report(&experiment, &args, table::render)
 }
 
-fn simulate_and_report(experiment: &Experiment, args: &SimArgs) -> anyhow::Result<()> {
+fn simulate_and_report(experiment: &Experiment, args: &SimArgs, table: Table) -> anyhow::Result<()> {
     // Prepared before simulating, so a path that cannot be written does not cost the results.
     for (flag, out) in [("--json", &args.json), ("--traces", &args.traces), ("--report", &args.report)] {
         if let Some(out) = out {
@@ -97,7 +105,7 @@ fn simulate_and_report(experiment: &Experiment, args: &SimArgs) -> anyhow::Resul
     };
     bar.finish_and_clear();
     eprintln!("done in {:.1} s", started.elapsed().as_secs_f64());
-    print!("{}", table::render(&results));
+    print!("{}", table(&results));
     if let Some(out) = &args.json {
         let json = serde_json::to_string_pretty(&results)? + "\n";
         std::fs::write(out, json).with_context(|| format!("writing {}", out.display()))?;

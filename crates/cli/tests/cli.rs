@@ -80,12 +80,31 @@ fn sim_runs_only_the_scenarios_and_variants_named() {
 }
 
 #[test]
-fn demo_sim_runs_the_embedded_default_in_the_simulator() {
-    // `tailguard demo` (the lab, about 2 min) runs the same code as crates/cli/tests/lab.rs.
-    let run = tailguard(&["demo", "--sim"]);
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+fn demo_sim_runs_the_demo_s_selection_in_the_simulator_and_prints_one_short_table() {
+    // `tailguard demo` (the lab, about 3 min) runs the same selection; the lab's own code is
+    // tested in crates/cli/tests/lab.rs and lab_real.rs (the peers).
+    let out = scratch("demo-sim");
+    let _ = std::fs::remove_dir_all(&out);
+    let run = tailguard(&["demo", "--sim", "--out", out.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{err}");
+    let same = "tailguard sim examples/peers.yaml --quick --scenario speculative --scenario failing-replica \
+                --variant tailguard --variant haproxy --variant nginx";
+    assert!(err.contains(same), "{err}");
     let table = String::from_utf8_lossy(&run.stdout);
-    assert!(table.contains("40x10") && table.contains("bloc") && table.contains("oracle"), "{table}");
+    let lines: Vec<&str> = table.lines().filter(|l| !l.is_empty()).collect();
+    let cells = |l: &str| l.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+    assert_eq!(cells(lines[0]), ["scenario", "variant", "p50", "ms", "p99", "ms", "p99.9", "ms", "success"], "{table}");
+    let rows: Vec<(String, String)> = lines[1..].iter().map(|l| (cells(l)[0].clone(), cells(l)[1].clone())).collect();
+    let expected: Vec<(String, String)> = ["speculative", "failing-replica"]
+        .iter()
+        .flat_map(|s| ["tailguard", "haproxy", "nginx"].map(|v| (s.to_string(), v.to_string())))
+        .collect();
+    assert_eq!(rows, expected, "{table}");
+    // Its results and report, where it said.
+    assert!(out.join("results.json").is_file() && out.join("report.html").is_file());
+    assert!(err.contains(&format!("report written to {}", out.join("report.html").display())), "{err}");
+    std::fs::remove_dir_all(&out).unwrap();
 }
 
 #[test]
@@ -128,13 +147,15 @@ fn output_paths_get_their_missing_folders_and_a_directory_is_refused_before_simu
 }
 
 #[test]
-fn demo_refuses_the_flags_of_the_other_path() {
-    for (args, flag) in [(&["demo", "--full"][..], "--sim"), (&["demo", "--sim", "--out", "x"][..], "--out")] {
-        let run = tailguard(args);
-        let err = String::from_utf8_lossy(&run.stderr);
-        assert_eq!(run.status.code(), Some(2), "{args:?}: {err}");
-        assert!(err.contains(flag), "{args:?}: {err}");
-    }
+fn demo_refuses_an_out_holding_earlier_results() {
+    let out = scratch("demo-earlier");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("results.json"), "{}").unwrap();
+    let run = tailguard(&["demo", "--sim", "--out", out.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success() && err.contains("holds the results of an earlier run"), "{err}");
+    assert_eq!(std::fs::read_to_string(out.join("results.json")).unwrap(), "{}");
+    std::fs::remove_dir_all(&out).unwrap();
 }
 
 #[test]

@@ -102,9 +102,14 @@ fn the_two_tier_fixture_runs_with_exact_counts_and_the_429_path() {
     for r in [plain, capped] {
         assert_eq!((r.requests, r.succeeded, r.failed, r.rejected, r.timed_out), (120, 120, 0, 0, 0), "{r:?}");
         assert_eq!(r.success_rate, 1.0);
-        // Four clients on two single-worker backends of 20 ms: two requests at each, so 40 ms is
-        // the floor; the proxies add their hops on top (a loaded machine adds more).
-        assert!(r.latency_ms.p50 >= 39.9 && r.latency_ms.p50 < 100.0, "{:?}", r.latency_ms);
+        // Floors that hold on any schedule: every request does back's 20 ms of work (less the
+        // histogram's bucket floor), and four closed-loop clients on two single-worker backends
+        // of 20 ms make a mean of at least 40 ms (Little's law), less what the measured window's
+        // edges cut off (a few requests of 120). The p50 need not reach 40 ms: round robin and
+        // random leave a backend idle now and then. The ceiling leaves room for a loaded machine
+        // (scripts/flaky.sh with both cores busy: docs/measured.md).
+        let l = &r.latency_ms;
+        assert!(l.p10 >= 19.5 && l.mean >= 36.0 && l.p50 < 150.0, "{l:?}");
         assert!(r.throughput_rps > 0.0 && r.duration_s > 0.0);
         assert!(!r.cdf.is_empty() && r.cdf.last().unwrap()[1] == 1.0);
         assert!(r.cdf.windows(2).all(|w| w[0][0] < w[1][0] && w[0][1] < w[1][1]), "{:?}", r.cdf);

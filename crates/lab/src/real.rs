@@ -115,7 +115,7 @@ pub fn has_sidecar(kind: Kind) -> bool {
 }
 
 /// The program's path: on `PATH`, or in /usr/sbin (where Debian puts nginx).
-pub(crate) fn find(program: &str) -> Result<PathBuf, LabError> {
+pub fn find(program: &str) -> Result<PathBuf, LabError> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")])

@@ -473,6 +473,23 @@ mod tests {
         );
         let results = Results { experiment: String::new(), mode: "sim".into(), seed: 0, runs: vec![] };
         assert_eq!(keys(serde_json::to_value(&results).unwrap()), names(&schema["required"]));
+
+        // Every field a run may write (the optional ones set) is a property of the schema and is
+        // explained in docs/results.md (CONTRIBUTING.md: "A new results field").
+        let full = RunResult {
+            cdf: vec![[1.0, 1.0]],
+            series: Some(Series::default()),
+            memory: vec![ProcessMemory::default()],
+            work: vec![ServiceWork::default()],
+            sidecar: Some("nginx".into()),
+            sidecar_cpu_s_per_1k: Some(1.0),
+            ..run
+        };
+        let written = keys(serde_json::to_value(&full).unwrap());
+        assert_eq!(written, keys(schema["$defs"]["run"]["properties"].clone()), "docs/results.schema.json");
+        let docs = include_str!("../../../docs/results.md");
+        let undocumented: Vec<&String> = written.iter().filter(|k| !docs.contains(&format!("| `{k}` |"))).collect();
+        assert!(undocumented.is_empty(), "docs/results.md has no row for {undocumented:?}");
     }
     #[test]
     fn the_summary_reports_bucket_floors_and_the_exact_mean() {

@@ -121,6 +121,36 @@ pub fn sidecar_cpu(results: &Results) -> String {
     out
 }
 
+/// The short table `tailguard demo` prints: one line per run with what a user compares proxies
+/// on (p50, p99, p99.9, success) and, from the lab, the CPU of every sidecar per request
+/// (`sidecar_cpu_s_per_1k` read as milliseconds per request).
+pub fn summary(results: &Results) -> String {
+    let cpu = results.runs.iter().any(|r| r.sidecar_cpu_s_per_1k.is_some());
+    let mut header = vec!["scenario", "variant", "p50 ms", "p99 ms", "p99.9 ms", "success"];
+    if cpu {
+        header.push("sidecar CPU ms/request");
+    }
+    let mut rows = vec![header.iter().map(|s| s.to_string()).collect::<Vec<_>>()];
+    for r in &results.runs {
+        let l = &r.latency_ms;
+        let mut row = vec![
+            r.scenario.clone(),
+            r.variant.clone(),
+            number(l.p50),
+            number(l.p99),
+            number(l.p999),
+            fraction(r.success_rate),
+        ];
+        if cpu {
+            row.push(r.sidecar_cpu_s_per_1k.map_or("-".to_string(), |s| format!("{s:.2}")));
+        }
+        rows.push(row);
+    }
+    let mut out = String::new();
+    layout(&rows, 2, &mut out);
+    out
+}
+
 /// Aligns `rows` (the first is the header) in columns, the first `left` left-aligned and the
 /// rest right-aligned, with a blank line between scenarios.
 fn layout(rows: &[Vec<String>], left: usize, out: &mut String) {
@@ -178,6 +208,32 @@ mod tests {
         assert_eq!(lines[2].split_whitespace().collect::<Vec<_>>(), ["default", "v", "b", "5.0", "-", "1"]);
         results.runs[0].memory.clear();
         assert_eq!(memory(&results), "");
+    }
+
+    #[test]
+    fn the_summary_has_the_sidecars_cpu_per_request_only_when_measured() {
+        let run = |variant: &str, cpu| RunResult {
+            scenario: "store".into(),
+            variant: variant.into(),
+            success_rate: 0.9995,
+            latency_ms: Latency { p50: 15.04, p99: 43.6, p999: 120.26, ..Latency::default() },
+            sidecar_cpu_s_per_1k: cpu,
+            ..RunResult::default()
+        };
+        let mut results = Results {
+            experiment: "e".into(),
+            mode: "lab".into(),
+            seed: 1,
+            runs: vec![run("tailguard", Some(0.943)), run("nginx", None)],
+        };
+        let text = summary(&results);
+        let lines: Vec<Vec<&str>> = text.lines().map(|l| l.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect()).collect();
+        assert_eq!(lines[0], ["scenario", "variant", "p50 ms", "p99 ms", "p99.9 ms", "success", "sidecar CPU ms/request"]);
+        assert_eq!(lines[1], ["store", "tailguard", "15.04", "43.6", "120.3", "99.95 %", "0.94"]);
+        assert_eq!(lines[2], ["store", "nginx", "15.04", "43.6", "120.3", "99.95 %", "-"]);
+        // The simulator measures no CPU: no column.
+        results.runs.iter_mut().for_each(|r| r.sidecar_cpu_s_per_1k = None);
+        assert!(!summary(&results).contains("CPU"));
     }
 
     #[test]

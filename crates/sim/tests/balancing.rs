@@ -83,8 +83,8 @@ fn latency_ejection_takes_a_gray_replica_out() {
     }
 }
 
-/// Prints every run's p99, p99.9 and success (`BALANCING_SEEDS=1,2,3 cargo test --release -p
-/// tailguard-sim --test balancing -- --ignored --nocapture`).
+/// Prints every run's p99, p99.9 and success (`BALANCING_SEEDS=1,2,3 cargo test --profile test-release
+/// -p tailguard-sim --test balancing -- --ignored --nocapture`).
 #[test]
 #[ignore]
 fn explore() {
