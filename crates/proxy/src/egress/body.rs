@@ -18,6 +18,9 @@ pub(super) struct Template {
     pub(super) headers: HeaderMap,
     /// The body when buffered (replayable); `None` when it is streamed once.
     pub(super) body: Option<Bytes>,
+    /// A gRPC request: each attempt carries the time left as `grpc-timeout`, and a trailers-only
+    /// `grpc-status` decides its outcome.
+    pub(super) grpc: bool,
 }
 
 /// Splits `req` into what each attempt replays, buffering a body up to `max_replay_body`; a
@@ -39,7 +42,7 @@ pub(super) async fn template(
         (None, Some(body))
     };
     let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
-    Ok((Template { method: parts.method, path, headers, body }, streamed))
+    Ok((Template { method: parts.method, path, headers, body, grpc: found.grpc }, streamed))
 }
 
 /// Whether a method may be sent more than once without changing its effect (RFC 9110 §9.2.2).
