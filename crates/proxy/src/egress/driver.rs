@@ -90,7 +90,7 @@ impl<'a> Driver<'a> {
         template: Arc<Template>,
         streamed: Option<ClientBody>,
     ) -> Driver<'a> {
-        let replayable = template.body.is_some() && idempotent(&template.method);
+        let replayable = template.body.is_some() && idempotent(&template.method, &template.headers);
         Driver {
             egress,
             upstream,
