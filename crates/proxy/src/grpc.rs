@@ -187,7 +187,9 @@ mod tests {
 
     #[test]
     fn grpc_content_types_are_told_from_look_alikes() {
-        for ct in ["application/grpc", "application/grpc+proto", "application/grpc;charset=x", "application/grpc-web+proto"] {
+        for ct in
+            ["application/grpc", "application/grpc+proto", "application/grpc;charset=x", "application/grpc-web+proto"]
+        {
             assert!(is_grpc(ct.as_bytes()), "{ct}");
         }
         for ct in ["application/json", "application/grpcx", "text/plain", "application/grp"] {

@@ -194,7 +194,11 @@ async fn grpc_gos_client_reads_the_proxys_own_replies_as_their_statuses() {
     .await;
     let port = sidecar.ingress.unwrap().port();
     let held = Command::new(&client)
-        .args(["--server_host=127.0.0.1".to_string(), format!("--server_port={port}"), "--test_case=empty_unary".into()])
+        .args([
+            "--server_host=127.0.0.1".to_string(),
+            format!("--server_port={port}"),
+            "--test_case=empty_unary".into(),
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -2,7 +2,8 @@
 //! a request mix in which every first copy of a request is slow (a hedge goes out) or fails (a
 //! retry would follow) reaches the application exactly once per non-idempotent request (a POST
 //! or PATCH without an `Idempotency-Key`), as Envoy and gRPC require, while idempotent and keyed
-//! requests are hedged and retried; an unreachable endpoint is passed over for any method.
+//! requests are hedged and retried (twice or more); an unreachable endpoint is passed over for
+//! any method.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -115,8 +116,9 @@ async fn non_idempotent_requests_reach_the_application_once_while_the_others_are
             let id = format!("{kind}-{n}");
             let (sent, status) = (copies.get(&id).copied().unwrap_or(0), statuses[&id]);
             if replayed {
-                // Hedged past its slow first copy, or retried past its failed one.
-                assert_eq!((sent, status), (2, StatusCode::OK), "{id}");
+                // Hedged past its slow first copy, or retried past its failed one (and perhaps
+                // hedged while its retry waited out the backoff).
+                assert!(sent >= 2 && status == StatusCode::OK, "{id}: {sent} copies, {status}");
             } else {
                 // Once, whatever became of it: a slow answer waited for, a 503 passed back.
                 let expected = if n % 2 == 0 { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };

@@ -65,7 +65,9 @@ mod tests {
     #[test]
     fn only_idempotent_methods_and_keyed_requests_are_replayed() {
         let none = HeaderMap::new();
-        assert!(idempotent(&Method::GET, &none) && idempotent(&Method::PUT, &none) && idempotent(&Method::DELETE, &none));
+        assert!(
+            idempotent(&Method::GET, &none) && idempotent(&Method::PUT, &none) && idempotent(&Method::DELETE, &none)
+        );
         assert!(!idempotent(&Method::POST, &none) && !idempotent(&Method::PATCH, &none));
         let mut keyed = HeaderMap::new();
         keyed.insert(IDEMPOTENCY_KEY, hyper::header::HeaderValue::from_static("\"8e03978e\""));
