@@ -16,12 +16,26 @@ VENV := .venv
 GO ?= go
 K8S_VALIDATE := target/tools/k8s-validate
 
-.PHONY: build pgo python demo deps peers test lint bench clean k8s-validate test-bin
+# The protocol suites run against the proxy (tools/protocol-suites, Go, pinned): h2spec and
+# grpc-go's interop server and client; about 3 min to build from nothing on 2 cores, seconds once
+# Go's cache holds them. `make test` requires them (TAILGUARD_REQUIRE_SUITES: no test skips).
+SUITES := target/tools/h2spec target/tools/grpc-interop-server target/tools/grpc-interop-client
+SUITES_MOD := tools/protocol-suites/go.mod tools/protocol-suites/go.sum
+
+.PHONY: build pgo python demo deps peers test lint bench clean k8s-validate suites test-bin
 
 build: python $(K8S_VALIDATE)
 	$(CARGO) build --release --locked
 
 k8s-validate: $(K8S_VALIDATE)
+
+suites: $(SUITES)
+
+target/tools/h2spec: $(SUITES_MOD)
+	cd tools/protocol-suites && $(GO) build -mod=readonly -o ../../$@ github.com/summerwind/h2spec/cmd/h2spec
+
+target/tools/grpc-interop-%: $(SUITES_MOD)
+	cd tools/protocol-suites && $(GO) build -mod=readonly -o ../../$@ google.golang.org/grpc/interop/$*
 
 $(K8S_VALIDATE): tools/k8s-validate/go.mod tools/k8s-validate/go.sum tools/k8s-validate/main.go
 	cd tools/k8s-validate && $(GO) build -mod=readonly -o ../../$(K8S_VALIDATE) .
@@ -53,14 +67,15 @@ peers:
 	scripts/install-test-deps.sh --peers
 
 # The Debian packages the tests use (nginx, redis-server, memcached, chromium, postgresql, ...),
-# installed when missing; without root it names them and the command that installs them.
-deps:
+# installed when missing (without root it names them and the command that installs them), and
+# the protocol suites.
+deps: suites
 	scripts/install-test-deps.sh
 
 # Tests run optimised (the simulator's reproduction tests simulate minutes of traffic), with the
 # test-release profile; the tuner's tests and scripts/measured.py run that build's binary too.
 test: deps python $(K8S_VALIDATE)
-	$(CARGO) test --profile $(TEST_PROFILE) --locked --workspace
+	TAILGUARD_REQUIRE_SUITES=1 $(CARGO) test --profile $(TEST_PROFILE) --locked --workspace
 	$(CARGO) test --profile $(TEST_PROFILE) --locked -p tailguard-proxy --features kube --test kubernetes
 	PATH="$(CURDIR)/target/$(TEST_PROFILE):$$PATH" $(VENV)/bin/python -m pytest -q python/tests
 	$(PYTHON) scripts/measured.py --check --bin $(TEST_BIN)
