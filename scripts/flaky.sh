@@ -6,7 +6,8 @@
 #
 # The tests: the lab (crates/cli/tests/lab.rs, lab_real.rs), the proxy (crates/proxy/tests/, but
 # the `kube` feature's), the load generator (crates/load/tests/) and serve (crates/serve/tests/),
-# built once with `make test`'s profile. While they run, two busy loops hold the machine's two
+# built once with `make test`'s profile (and `make suites`: h2spec and grpc-go's interop, which
+# the proxy's suite tests then require, as in `make test`). While they run, two busy loops hold the machine's two
 # cores as other work would; each is bounded by `timeout` and stopped by its PID on exit.
 # A test binary gets at most 10 min a round. Logs of the rounds that failed stay in
 # target/flaky/. Exit status 1 when any test failed.
@@ -21,11 +22,14 @@ case $ROUNDS in '' | *[!0-9]*) echo "usage: scripts/flaky.sh [N]" >&2; exit 2 ;;
 TESTS=(
   "tailguard lab" "tailguard lab_real"
   "tailguard-proxy proxy" "tailguard-proxy cancel" "tailguard-proxy discovery" "tailguard-proxy shutdown"
-  "tailguard-proxy tls" "tailguard-proxy trace" "tailguard-proxy fuzz"
+  "tailguard-proxy tls" "tailguard-proxy trace" "tailguard-proxy fuzz" "tailguard-proxy grpc"
+  "tailguard-proxy replay" "tailguard-proxy h2spec" "tailguard-proxy grpc_interop"
   "tailguard-load load" "tailguard-load cpu"
   "tailguard-serve serve" "tailguard-serve cancel" "tailguard-serve store"
 )
 mkdir -p target
+make --no-print-directory suites >/dev/null
+export TAILGUARD_REQUIRE_SUITES=1
 args=()
 for t in "${TESTS[@]}"; do
   read -r package target <<<"$t"
