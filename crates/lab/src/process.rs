@@ -126,7 +126,8 @@ impl Processes {
     }
 
     /// Stops every process: SIGTERM to each by its PID, up to [`STOP_GRACE`] for all to exit,
-    /// then SIGKILL to those left; every child is reaped.
+    /// then SIGKILL to those left; every child is reaped, and whatever is left in its process
+    /// group is killed.
     pub fn stop_all(&mut self) {
         self.stop_within(STOP_GRACE);
     }
@@ -151,6 +152,13 @@ impl Processes {
                 let _ = p.child.kill();
             }
             let _ = p.child.wait();
+            // What the child started itself (nginx's workers) is in its process group, and
+            // outlives a master that was killed: the group goes too. The group's ID cannot be
+            // another's while one of its members lives (Linux reuses no PID in use as a group's).
+            // SAFETY: kill(2) on our child's own process group (spawn's `process_group(0)`).
+            unsafe {
+                libc::kill(-(p.child.id() as libc::pid_t), libc::SIGKILL);
+            }
         }
         self.procs.clear();
     }
