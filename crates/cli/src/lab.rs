@@ -195,7 +195,12 @@ fn every_table(results: &Results) -> String {
     format!("{}{}{}", table::render(results), table::memory(results), table::sidecar_cpu(results))
 }
 
-pub(crate) fn run_lab(experiment: &Experiment, options: Options, outputs: &Outputs, table: Table) -> anyhow::Result<()> {
+pub(crate) fn run_lab(
+    experiment: &Experiment,
+    options: Options,
+    outputs: &Outputs,
+    table: Table,
+) -> anyhow::Result<()> {
     watch_signals(options.cancel.clone());
     eprintln!(
         "lab: {} ({}{}, seed {}), output in {}",

@@ -1,9 +1,9 @@
 //! `tailguard sim`: load the file, simulate every scenario × variant, print and save results.
 
+use crate::lab::{Outputs, Table};
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
-use crate::lab::{Outputs, Table};
 use std::path::PathBuf;
 use tailguard_model::Experiment;
 use tailguard_report::table;

@@ -39,7 +39,11 @@ fn blocks<'a>(text: &'a str, lang: &str) -> Vec<Vec<&'a str>> {
 
 /// A block's commands: its lines without comments, blank ones dropped.
 fn commands<'a>(block: &[&'a str]) -> Vec<&'a str> {
-    block.iter().map(|l| l.split(" # ").next().unwrap().trim()).filter(|l| !l.is_empty() && !l.starts_with('#')).collect()
+    block
+        .iter()
+        .map(|l| l.split(" # ").next().unwrap().trim())
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect()
 }
 
 /// A scratch folder with the repository's examples/ and deploy/ (symlinked), removed on drop.
@@ -179,7 +183,8 @@ fn every_command_in_the_readme_runs() {
 
 #[test]
 fn the_block_parser_reads_commands_and_files() {
-    let text = "a\n```sh\nmake demo   # the demo\n\n# a comment\ntailguard sim x.yaml\n```\n```yaml\n# f.yaml\nk: 1\n```\n";
+    let text =
+        "a\n```sh\nmake demo   # the demo\n\n# a comment\ntailguard sim x.yaml\n```\n```yaml\n# f.yaml\nk: 1\n```\n";
     assert_eq!(commands(&blocks(text, "sh")[0]), ["make demo", "tailguard sim x.yaml"]);
     assert_eq!(blocks(text, "yaml"), [vec!["# f.yaml", "k: 1"]]);
     assert_eq!(

@@ -227,8 +227,12 @@ mod tests {
             runs: vec![run("tailguard", Some(0.943)), run("nginx", None)],
         };
         let text = summary(&results);
-        let lines: Vec<Vec<&str>> = text.lines().map(|l| l.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect()).collect();
-        assert_eq!(lines[0], ["scenario", "variant", "p50 ms", "p99 ms", "p99.9 ms", "success", "sidecar CPU ms/request"]);
+        let lines: Vec<Vec<&str>> =
+            text.lines().map(|l| l.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect()).collect();
+        assert_eq!(
+            lines[0],
+            ["scenario", "variant", "p50 ms", "p99 ms", "p99.9 ms", "success", "sidecar CPU ms/request"]
+        );
         assert_eq!(lines[1], ["store", "tailguard", "15.04", "43.6", "120.3", "99.95 %", "0.94"]);
         assert_eq!(lines[2], ["store", "nginx", "15.04", "43.6", "120.3", "99.95 %", "-"]);
         // The simulator measures no CPU: no column.
