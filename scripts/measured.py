@@ -172,12 +172,7 @@ def peers(results: dict) -> str:
         runs = runs_of(results, scenario)
         peer = min(r["latency_ms"]["p99"] for v, r in runs.items() if v != "tailguard")
         ratios.append(f"{runs['tailguard']['latency_ms']['p99'] / peer:.2f} × in {scenario}")
-    return (
-        table(header, rows)
-        + "\n\ntailguard's p99 against the better peer's: "
-        + ", ".join(ratios)
-        + "."
-    )
+    return table(header, rows) + "\n\ntailguard's p99 against the better peer's: " + ", ".join(ratios) + "."
 
 
 @dataclass(frozen=True)
@@ -240,7 +235,8 @@ def rebuild(texts: dict[Path, str], binary: Path, figures: bool) -> dict[Path, s
         holders = [doc for doc, text in texts.items() if pattern(block).search(text)]
         if len(holders) != 1:
             where = ", ".join(str(d) for d in holders) or "none of " + ", ".join(str(d) for d in texts)
-            sys.exit(f"measured.py: '<!-- generated: {block.name} -->' must be in exactly one document; it is in {where}")
+            marker = f"<!-- generated: {block.name} -->"
+            sys.exit(f"measured.py: '{marker}' must be in exactly one document; it is in {where}")
         body = render(block, binary, figures)
         doc = holders[0]
         texts[doc] = pattern(block).sub(lambda m, body=body: m.group(1) + body + "\n" + m.group(2), texts[doc])

@@ -38,5 +38,8 @@ def test_the_readme_s_tuner_commands_run(tmp_path):
 
 
 def test_commands_are_read_from_sh_blocks_only():
-    text = "```sh\n.venv/bin/tailguard-tune a.yaml --budget 1   # c\ntailguard sim x\n```\n```text\ntailguard-tune no\n```\n"
+    text = (
+        "```sh\n.venv/bin/tailguard-tune a.yaml --budget 1   # c\ntailguard sim x\n```\n"
+        "```text\ntailguard-tune no\n```\n"
+    )
     assert tune_commands(text) == [[".venv/bin/tailguard-tune", "a.yaml", "--budget", "1"]]
