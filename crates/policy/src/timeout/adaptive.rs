@@ -448,9 +448,10 @@ impl Adaptive {
         self.since_model += 1;
         if self.ratios.len() >= MODEL_MIN_SAMPLES && (self.model.is_none() || self.since_model >= MODEL_EVERY) {
             self.since_model = 0;
-            self.model = self.minimise();
-            self.reserve = self.reserve_timeout();
-            let quantile = |q| self.ratios.quantile(q).unwrap_or(1.0);
+            let estimate = self.ratios.estimate();
+            self.model = self.minimise(&estimate);
+            self.reserve = self.reserve_timeout(&estimate);
+            let quantile = |q| estimate.quantile(q).unwrap_or(1.0);
             self.ratio_bounds = (quantile(0.01), quantile(0.99), self.ratios.largest_answered().unwrap_or(1.0));
         }
     }
@@ -460,14 +461,14 @@ impl Adaptive {
     /// attempts (`tail_model`), within the retry budget's share now (with no budget, the extra
     /// attempts of `hedge_model.rs`'s mean-latency optimum). That model's timeout stands when the
     /// tail cannot be bounded (more than `1 − tail_quantile` lost).
-    fn minimise(&self) -> Option<(f64, bool)> {
+    fn minimise(&self, estimate: &hedge_model::Estimate) -> Option<(f64, bool)> {
         let c = &self.config;
-        let (t, largest) = self.ratios.best_timeout(c.hedge_cost, c.budget)?;
-        let survival = self.ratios.survival();
+        let (t, largest) = estimate.best_timeout(c.hedge_cost, c.budget)?;
+        let survival = estimate.survival();
         let budget = self.share().unwrap_or_else(|| survival.extra_attempts(t, c.attempts));
-        let price = c.hedge_cost * self.ratios.quantile(0.5).unwrap_or(1.0);
+        let price = c.hedge_cost * estimate.quantile(0.5).unwrap_or(1.0);
         let race = Race { quantile: c.tail_quantile, attempts: c.attempts, budget: Some(budget), price };
-        let tail = self.ratios.tail_timeout(race);
+        let tail = estimate.tail_timeout(race);
         let top = survival.values().last().copied().unwrap_or(t);
         Some(match tail {
             Some(tail) => (tail, tail >= top),
@@ -497,9 +498,9 @@ impl Adaptive {
 
     /// The smallest relative timeout whose extra attempts fit the reserved share (extra
     /// attempts fall as the timeout grows, so bisection finds it), if the budget has a share.
-    fn reserve_timeout(&self) -> Option<f64> {
+    fn reserve_timeout(&self, estimate: &hedge_model::Estimate) -> Option<f64> {
         let share = self.reserved(self.share()?);
-        let survival = self.ratios.survival();
+        let survival = estimate.survival();
         let values = survival.values();
         let attempts = self.config.attempts;
         let i = values.partition_point(|&t| survival.extra_attempts(t, attempts) > share + 1e-12);

@@ -29,24 +29,42 @@ const GRID: usize = 64;
 /// before an answer (another attempt won, or it was abandoned), so the latency is at least that.
 /// With `hedge_on_timeout` the slow attempts that lose their race are never answered: without
 /// their lower bounds the sample would lose its tail and the timeout would drift up.
+///
+/// The latencies are kept in arrival order (to evict the oldest) and in the Kaplan–Meier order
+/// (ascending, answers before bounds at the same value), so a reading ([`Sample::estimate`]) is one
+/// pass, not a sort: a push costs two binary searches and O(`cap`) memory moves.
 #[derive(Clone, Debug)]
 pub struct Sample {
     cap: usize,
     observed: VecDeque<(f64, bool)>,
+    sorted: Vec<(f64, bool)>,
+}
+
+/// The Kaplan–Meier order: ascending latencies, answers before bounds at the same value (a bound
+/// there was still at risk). Two latencies it calls equal are the same bits.
+fn km_order(a: &(f64, bool), b: &(f64, bool)) -> std::cmp::Ordering {
+    a.0.total_cmp(&b.0).then(b.1.cmp(&a.1))
 }
 
 impl Sample {
     /// An empty sample keeping the last `cap` latencies.
     pub fn new(cap: usize) -> Self {
-        Sample { cap: cap.max(1), observed: VecDeque::new() }
+        let cap = cap.max(1);
+        Sample { cap, observed: VecDeque::with_capacity(cap), sorted: Vec::with_capacity(cap) }
     }
 
     /// A latency, `answered` or a lower bound.
     pub fn push(&mut self, x: f64, answered: bool) {
         if self.observed.len() == self.cap {
-            self.observed.pop_front();
+            if let Some(old) = self.observed.pop_front() {
+                let i = self.sorted.partition_point(|v| km_order(v, &old).is_lt());
+                self.sorted.remove(i);
+            }
         }
-        self.observed.push_back((x, answered));
+        let new = (x, answered);
+        self.observed.push_back(new);
+        let i = self.sorted.partition_point(|v| km_order(v, &new).is_le());
+        self.sorted.insert(i, new);
     }
 
     /// Latencies held.
@@ -60,37 +78,42 @@ impl Sample {
         self.observed.iter().filter(|(_, answered)| *answered).map(|&(x, _)| x).reduce(f64::max)
     }
 
+    /// The sample's distribution and survival now, for several readings at once.
+    pub fn estimate(&self) -> Estimate {
+        let (answered, unplaced, largest) = self.kaplan_meier();
+        let survival = Survival::new(&answered, unplaced);
+        let mut distribution = answered;
+        if unplaced > 1e-12 {
+            match distribution.last_mut() {
+                Some(last) if Some(last.0) == largest => last.1 += unplaced,
+                _ => distribution.extend(largest.map(|x| (x, unplaced))),
+            }
+        }
+        Estimate { distribution, survival, len: self.len() }
+    }
+
     /// The distribution: the Kaplan–Meier estimate, as sorted values with their probabilities;
     /// what it cannot place (beyond the largest latency, when that one is censored) goes to that
     /// latency, a lower bound.
     pub fn distribution(&self) -> Vec<(f64, f64)> {
-        let (mut out, unplaced, largest) = self.kaplan_meier();
-        if unplaced > 1e-12 {
-            match out.last_mut() {
-                Some(last) if Some(last.0) == largest => last.1 += unplaced,
-                _ => out.extend(largest.map(|x| (x, unplaced))),
-            }
-        }
-        out
+        self.estimate().distribution
     }
 
     /// The survival of an attempt's latency for [`tail_model`]: the Kaplan–Meier estimate, what
     /// it cannot place counted as never answering (an attempt abandoned beyond every answer is
     /// taken as lost).
     pub fn survival(&self) -> Survival {
-        let (answered, unplaced, _) = self.kaplan_meier();
-        Survival::new(&answered, unplaced)
+        self.estimate().survival
     }
 
     /// The Kaplan–Meier estimate: the answered values with their probabilities, the probability
     /// it cannot place (beyond the largest latency, when that one is censored) and that latency.
     fn kaplan_meier(&self) -> (Vec<(f64, f64)>, f64, Option<f64>) {
-        let mut sorted: Vec<(f64, bool)> = self.observed.iter().copied().filter(|(x, _)| x.is_finite()).collect();
-        // Answers before bounds at the same value: a bound there was still at risk.
-        sorted.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.cmp(&a.1)));
-        let mut out: Vec<(f64, f64)> = Vec::with_capacity(sorted.len());
-        let (mut survival, mut at_risk) = (1.0, sorted.len() as f64);
-        for &(x, answered) in &sorted {
+        let finite = |&&(x, _): &&(f64, bool)| x.is_finite();
+        let n = self.sorted.iter().filter(finite).count();
+        let mut out: Vec<(f64, f64)> = Vec::with_capacity(n);
+        let (mut survival, mut at_risk) = (1.0, n as f64);
+        for &(x, answered) in self.sorted.iter().filter(finite) {
             if answered {
                 let mass = survival / at_risk;
                 survival -= mass;
@@ -102,7 +125,39 @@ impl Sample {
             at_risk -= 1.0;
         }
         let unplaced = if survival > 1e-12 { survival } else { 0.0 };
-        (out, unplaced, sorted.last().map(|&(x, _)| x))
+        (out, unplaced, self.sorted.iter().rfind(finite).map(|&(x, _)| x))
+    }
+
+    /// [`Estimate::tail_timeout`] of the sample now.
+    pub fn tail_timeout(&self, race: Race) -> Option<f64> {
+        self.estimate().tail_timeout(race)
+    }
+
+    /// [`Estimate::quantile`] of the sample now.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        self.estimate().quantile(q)
+    }
+
+    /// [`Estimate::best_timeout`] of the sample now.
+    pub fn best_timeout(&self, cost: f64, budget: Option<f64>) -> Option<(f64, bool)> {
+        self.estimate().best_timeout(cost, budget)
+    }
+}
+
+/// One reading of a [`Sample`]: its distribution ([`Sample::distribution`]) and survival
+/// ([`Sample::survival`]), from one Kaplan–Meier pass.
+#[derive(Clone, Debug)]
+pub struct Estimate {
+    distribution: Vec<(f64, f64)>,
+    survival: Survival,
+    /// Latencies in the sample.
+    len: usize,
+}
+
+impl Estimate {
+    /// The survival of an attempt's latency ([`Sample::survival`]).
+    pub fn survival(&self) -> &Survival {
+        &self.survival
     }
 
     /// The timeout racing attempts as `race` says ([`tail_model::best_timeout`]), among the
@@ -112,9 +167,9 @@ impl Sample {
     /// sample's noise. `None` when none fits or too much is lost.
     pub fn tail_timeout(&self, race: Race) -> Option<f64> {
         let q = race.quantile.clamp(0.0, 1.0);
-        let slack = 2.0 * (q * (1.0 - q) / self.len().max(1) as f64).sqrt();
+        let slack = 2.0 * (q * (1.0 - q) / self.len.max(1) as f64).sqrt();
         let race = Race { quantile: race.quantile - slack, ..race };
-        let survival = self.survival();
+        let survival = &self.survival;
         let values = survival.values();
         let mut candidates = thinned(values, GRID);
         // A heavy tail's quantile falls as the timeout falls, down to the smallest the budget
@@ -129,12 +184,12 @@ impl Sample {
                 }
             }
         }
-        tail_model::best_timeout(&survival, &candidates, race).map(|(t, _)| t)
+        tail_model::best_timeout(survival, &candidates, race).map(|(t, _)| t)
     }
 
     /// The `q`-quantile of the distribution.
     pub fn quantile(&self, q: f64) -> Option<f64> {
-        quantile(&self.distribution(), q)
+        quantile(&self.distribution, q)
     }
 
     /// The timeout minimising `J`, and whether it is the largest latency held (no fresh attempt
@@ -142,13 +197,13 @@ impl Sample {
     /// attempts (the quantile `1 − budget`): a race the budget cannot pay for is refused to the
     /// slowest attempts, which need it most. `None` for an empty sample.
     pub fn best_timeout(&self, cost: f64, budget: Option<f64>) -> Option<(f64, bool)> {
-        let distribution = self.distribution();
+        let distribution = &self.distribution;
         let largest = distribution.last()?.0;
-        let (t, _) = best_timeout(&distribution, cost)?;
+        let (t, _) = best_timeout(distribution, cost)?;
         if t == largest {
             return Some((t, true));
         }
-        let affordable = budget.and_then(|b| quantile(&distribution, 1.0 - b)).unwrap_or(t);
+        let affordable = budget.and_then(|b| quantile(distribution, 1.0 - b)).unwrap_or(t);
         Some((t.max(affordable), false))
     }
 }
@@ -199,15 +254,32 @@ impl<'a> Model<'a> {
 
     /// `E[min(a, X)]`.
     fn mean_min(&self, a: f64) -> f64 {
-        let below = self.distribution.partition_point(|&(x, _)| x <= a);
+        self.mean_min_below(a, self.distribution.partition_point(|&(x, _)| x <= a))
+    }
+
+    /// `E[min(a, X)]`, given the number of values at or below `a`.
+    fn mean_min_below(&self, a: f64, below: usize) -> f64 {
         let total = self.mass[self.mass.len() - 1];
         self.first[below] + a * (total - self.mass[below])
     }
 
     /// `J(t)` with the second attempt's time weighted by `cost`.
     fn cost(&self, t: f64, cost: f64) -> f64 {
-        let survivors = &self.distribution[self.distribution.partition_point(|&(x, _)| x <= t)..];
-        let raced: f64 = survivors.iter().map(|&(x, p)| p * self.mean_min(x - t)).sum();
+        let d = self.distribution;
+        let survivors = &d[d.partition_point(|&(x, _)| x <= t)..];
+        // `x − t` grows with the survivor `x`, so the values at or below it are counted by one
+        // walk over the distribution rather than a search per survivor (the same counts).
+        let mut below = 0;
+        let raced: f64 = survivors
+            .iter()
+            .map(|&(x, p)| {
+                let a = x - t;
+                while below < d.len() && d[below].0 <= a {
+                    below += 1;
+                }
+                p * self.mean_min_below(a, below)
+            })
+            .sum();
         self.mean_min(t) + (1.0 + cost) * raced
     }
 
@@ -232,6 +304,7 @@ fn thinned(values: &[f64], most: usize) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::Rng as _;
 
     /// Equal probabilities for sorted values.
     fn even(values: &[f64]) -> Vec<(f64, f64)> {
@@ -304,6 +377,58 @@ mod tests {
         assert_eq!(exact.map(|(t, _)| t), Some(affordable));
         // On the grid alone it would fire later.
         assert!(!thinned(values, GRID).contains(&affordable));
+    }
+
+    /// The distribution by a sort of the whole sample, as the sample read it before keeping its
+    /// order.
+    fn sorted_from_scratch(observed: &VecDeque<(f64, bool)>) -> Vec<(f64, f64)> {
+        let mut sorted: Vec<(f64, bool)> = observed.iter().copied().filter(|(x, _)| x.is_finite()).collect();
+        sorted.sort_by(km_order);
+        let (mut out, mut survival, mut at_risk) = (Vec::<(f64, f64)>::new(), 1.0, sorted.len() as f64);
+        for &(x, answered) in &sorted {
+            if answered {
+                let mass = survival / at_risk;
+                survival -= mass;
+                match out.last_mut() {
+                    Some(last) if last.0 == x => last.1 += mass,
+                    _ => out.push((x, mass)),
+                }
+            }
+            at_risk -= 1.0;
+        }
+        let largest = sorted.last().map(|&(x, _)| x);
+        if survival > 1e-12 {
+            match out.last_mut() {
+                Some(last) if Some(last.0) == largest => last.1 += survival,
+                _ => out.extend(largest.map(|x| (x, survival))),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_kept_order_reads_as_a_sort_of_the_whole_sample_and_j_as_searched() {
+        // Repeated values, bounds among answers at the same value, non-finite values, evictions.
+        let mut rng = rand_pcg::Pcg64Mcg::new(7);
+        let mut sample = Sample::new(100);
+        for i in 0..1000 {
+            let x = match rng.gen_range(0..20u32) {
+                0 => f64::INFINITY,
+                1 => f64::NAN,
+                k => f64::from(k % 7) + f64::from(i % 3) / 4.0,
+            };
+            sample.push(x, rng.gen_bool(0.8));
+            let distribution = sample.distribution();
+            assert_eq!(distribution, sorted_from_scratch(&sample.observed), "after {i} pushes");
+            // J's walk counts what a search per survivor counts, to the bit.
+            let model = Model::new(&distribution);
+            for t in model.candidates(GRID) {
+                let survivors = &distribution[distribution.partition_point(|&(x, _)| x <= t)..];
+                let raced: f64 = survivors.iter().map(|&(x, p)| p * model.mean_min(x - t)).sum();
+                let searched = model.mean_min(t) + 2.0 * raced;
+                assert_eq!(model.cost(t, 1.0).to_bits(), searched.to_bits());
+            }
+        }
     }
 
     #[test]
