@@ -78,84 +78,66 @@ impl Sample {
         self.observed.iter().filter(|(_, answered)| *answered).map(|&(x, _)| x).reduce(f64::max)
     }
 
-    /// The sample's distribution and survival now, for several readings at once.
-    pub fn estimate(&self) -> Estimate {
-        let (answered, unplaced, largest) = self.kaplan_meier();
-        let survival = Survival::new(&answered, unplaced);
-        let mut distribution = answered;
-        if unplaced > 1e-12 {
-            match distribution.last_mut() {
-                Some(last) if Some(last.0) == largest => last.1 += unplaced,
-                _ => distribution.extend(largest.map(|x| (x, unplaced))),
-            }
-        }
-        Estimate { distribution, survival, len: self.len() }
+    /// The sample's distribution and survival now.
+    #[cfg(test)]
+    fn estimate(&self) -> Estimate {
+        let mut estimate = Estimate::default();
+        self.read_into(&mut estimate);
+        estimate
     }
 
-    /// The distribution: the Kaplan–Meier estimate, as sorted values with their probabilities;
-    /// what it cannot place (beyond the largest latency, when that one is censored) goes to that
-    /// latency, a lower bound.
-    pub fn distribution(&self) -> Vec<(f64, f64)> {
-        self.estimate().distribution
-    }
-
-    /// The survival of an attempt's latency for [`tail_model`]: the Kaplan–Meier estimate, what
-    /// it cannot place counted as never answering (an attempt abandoned beyond every answer is
-    /// taken as lost).
-    pub fn survival(&self) -> Survival {
-        self.estimate().survival
-    }
-
-    /// The Kaplan–Meier estimate: the answered values with their probabilities, the probability
-    /// it cannot place (beyond the largest latency, when that one is censored) and that latency.
-    fn kaplan_meier(&self) -> (Vec<(f64, f64)>, f64, Option<f64>) {
+    /// Makes `estimate` [`Sample::estimate`], in the room it has (no allocation once it has held
+    /// a full sample).
+    pub fn read_into(&self, estimate: &mut Estimate) {
+        estimate.len = self.len();
+        let distribution = &mut estimate.distribution;
+        // The Kaplan–Meier estimate: the answered values with their probabilities; what it
+        // cannot place (beyond the largest latency, when that one is censored) goes to that
+        // latency, a lower bound, in the distribution, and counts as lost in the survival.
+        distribution.clear();
         let finite = |&&(x, _): &&(f64, bool)| x.is_finite();
-        let n = self.sorted.iter().filter(finite).count();
-        let mut out: Vec<(f64, f64)> = Vec::with_capacity(n);
-        let (mut survival, mut at_risk) = (1.0, n as f64);
+        let (mut survival, mut at_risk) = (1.0, self.sorted.iter().filter(finite).count() as f64);
         for &(x, answered) in self.sorted.iter().filter(finite) {
             if answered {
                 let mass = survival / at_risk;
                 survival -= mass;
-                match out.last_mut() {
+                match distribution.last_mut() {
                     Some(last) if last.0 == x => last.1 += mass,
-                    _ => out.push((x, mass)),
+                    _ => distribution.push((x, mass)),
                 }
             }
             at_risk -= 1.0;
         }
         let unplaced = if survival > 1e-12 { survival } else { 0.0 };
-        (out, unplaced, self.sorted.iter().rfind(finite).map(|&(x, _)| x))
-    }
-
-    /// [`Estimate::tail_timeout`] of the sample now.
-    pub fn tail_timeout(&self, race: Race) -> Option<f64> {
-        self.estimate().tail_timeout(race)
-    }
-
-    /// [`Estimate::quantile`] of the sample now.
-    pub fn quantile(&self, q: f64) -> Option<f64> {
-        self.estimate().quantile(q)
-    }
-
-    /// [`Estimate::best_timeout`] of the sample now.
-    pub fn best_timeout(&self, cost: f64, budget: Option<f64>) -> Option<(f64, bool)> {
-        self.estimate().best_timeout(cost, budget)
+        estimate.survival.refill(distribution, unplaced);
+        if unplaced > 1e-12 {
+            let largest = self.sorted.iter().rfind(finite).map(|&(x, _)| x);
+            match distribution.last_mut() {
+                Some(last) if Some(last.0) == largest => last.1 += unplaced,
+                _ => distribution.extend(largest.map(|x| (x, unplaced))),
+            }
+        }
     }
 }
 
-/// One reading of a [`Sample`]: its distribution ([`Sample::distribution`]) and survival
-/// ([`Sample::survival`]), from one Kaplan–Meier pass.
-#[derive(Clone, Debug)]
+/// One reading of a [`Sample`] ([`Sample::read_into`]): its distribution, the Kaplan–Meier
+/// estimate as sorted values with their probabilities, what it cannot place (beyond the largest
+/// latency, when that one is censored) given to that latency, a lower bound; and the survival of
+/// an attempt's latency for [`tail_model`], what it cannot place counted as never answering (an
+/// attempt abandoned beyond every answer is taken as lost). With room for the minimisations read
+/// from it, which a policy keeps from one reading to the next.
+#[derive(Clone, Debug, Default)]
 pub struct Estimate {
     distribution: Vec<(f64, f64)>,
     survival: Survival,
     /// Latencies in the sample.
     len: usize,
+    candidates: Vec<f64>,
+    moments: Vec<(f64, f64)>,
 }
 
 impl Estimate {
-    /// The survival of an attempt's latency ([`Sample::survival`]).
+    /// The survival of an attempt's latency.
     pub fn survival(&self) -> &Survival {
         &self.survival
     }
@@ -165,13 +147,14 @@ impl Estimate {
     /// quantile is read two standard errors of the sample's tail mass short of `race.quantile`
     /// (`q − 2·√(q(1 − q)/n)`), so a loss rate at `1 − q` itself does not set off a race by the
     /// sample's noise. `None` when none fits or too much is lost.
-    pub fn tail_timeout(&self, race: Race) -> Option<f64> {
+    pub fn tail_timeout(&mut self, race: Race) -> Option<f64> {
         let q = race.quantile.clamp(0.0, 1.0);
         let slack = 2.0 * (q * (1.0 - q) / self.len.max(1) as f64).sqrt();
         let race = Race { quantile: race.quantile - slack, ..race };
-        let survival = &self.survival;
+        let (survival, candidates) = (&self.survival, &mut self.candidates);
         let values = survival.values();
-        let mut candidates = thinned(values, GRID);
+        candidates.clear();
+        candidates.extend(thinned(values.len(), GRID).map(|i| values[i]));
         // A heavy tail's quantile falls as the timeout falls, down to the smallest the budget
         // affords: that one is a candidate exactly, not only to the grid's step (the extra
         // attempts fall as the timeout grows, so it is found by bisection).
@@ -184,7 +167,7 @@ impl Estimate {
                 }
             }
         }
-        tail_model::best_timeout(survival, &candidates, race).map(|(t, _)| t)
+        tail_model::best_timeout(survival, candidates, race).map(|(t, _)| t)
     }
 
     /// The `q`-quantile of the distribution.
@@ -196,10 +179,10 @@ impl Estimate {
     /// pays below it). Below the largest, it is raised until it fires on at most `budget` of the
     /// attempts (the quantile `1 − budget`): a race the budget cannot pay for is refused to the
     /// slowest attempts, which need it most. `None` for an empty sample.
-    pub fn best_timeout(&self, cost: f64, budget: Option<f64>) -> Option<(f64, bool)> {
+    pub fn best_timeout(&mut self, cost: f64, budget: Option<f64>) -> Option<(f64, bool)> {
         let distribution = &self.distribution;
         let largest = distribution.last()?.0;
-        let (t, _) = best_timeout(distribution, cost)?;
+        let (t, _) = Model::new(distribution, &mut self.moments).best_timeout(cost)?;
         if t == largest {
             return Some((t, true));
         }
@@ -223,49 +206,55 @@ fn quantile(distribution: &[(f64, f64)], q: f64) -> Option<f64> {
 /// The timeout minimising `J` over a distribution (sorted values and their probabilities, any
 /// unit), and its `J`; ties go to the larger timeout (fewer extra attempts for the same cost).
 /// `None` for an empty distribution.
-pub fn best_timeout(distribution: &[(f64, f64)], cost: f64) -> Option<(f64, f64)> {
-    let model = Model::new(distribution);
-    let mut best: Option<(f64, f64)> = None;
-    for t in model.candidates(GRID).into_iter().rev() {
-        let j = model.cost(t, cost);
-        if best.is_none_or(|(_, b)| j < b) {
-            best = Some((t, j));
-        }
-    }
-    best
+#[cfg(test)]
+fn best_timeout(distribution: &[(f64, f64)], cost: f64) -> Option<(f64, f64)> {
+    Model::new(distribution, &mut Vec::new()).best_timeout(cost)
 }
 
 struct Model<'a> {
     distribution: &'a [(f64, f64)],
-    /// `mass[i]` and `first[i]`: the probability and the first moment of the `i` smallest values.
-    mass: Vec<f64>,
-    first: Vec<f64>,
+    /// For the `i` smallest values: their first moment and the probability of the others
+    /// (`E[X; X ≤ xᵢ₋₁]`, `P(X > xᵢ₋₁)`), side by side for `J`'s inner loop.
+    moments: &'a [(f64, f64)],
 }
 
 impl<'a> Model<'a> {
-    fn new(distribution: &'a [(f64, f64)]) -> Self {
-        let (mut mass, mut first) = (vec![0.0], vec![0.0]);
+    /// The model of `distribution`, its moments kept in `room`.
+    fn new(distribution: &'a [(f64, f64)], room: &'a mut Vec<(f64, f64)>) -> Self {
+        let total: f64 = distribution.iter().fold(0.0, |mass, &(_, p)| mass + p);
+        room.clear();
+        let (mut mass, mut first) = (0.0, 0.0);
+        room.push((first, total - mass));
         for &(x, p) in distribution {
-            mass.push(mass[mass.len() - 1] + p);
-            first.push(first[first.len() - 1] + p * x);
+            mass += p;
+            first += p * x;
+            room.push((first, total - mass));
         }
-        Model { distribution, mass, first }
+        Model { distribution, moments: room }
+    }
+
+    /// The candidate minimising `J`, and its `J` ([`best_timeout`]).
+    fn best_timeout(&self, cost: f64) -> Option<(f64, f64)> {
+        let mut best: Option<(f64, f64)> = None;
+        for i in thinned(self.distribution.len(), GRID).rev() {
+            let t = self.distribution[i].0;
+            let j = self.cost(t, cost);
+            if best.is_none_or(|(_, b)| j < b) {
+                best = Some((t, j));
+            }
+        }
+        best
     }
 
     /// `E[min(a, X)]`.
     fn mean_min(&self, a: f64) -> f64 {
-        self.mean_min_below(a, self.distribution.partition_point(|&(x, _)| x <= a))
-    }
-
-    /// `E[min(a, X)]`, given the number of values at or below `a`.
-    fn mean_min_below(&self, a: f64, below: usize) -> f64 {
-        let total = self.mass[self.mass.len() - 1];
-        self.first[below] + a * (total - self.mass[below])
+        let (first, rest) = self.moments[self.distribution.partition_point(|&(x, _)| x <= a)];
+        first + a * rest
     }
 
     /// `J(t)` with the second attempt's time weighted by `cost`.
     fn cost(&self, t: f64, cost: f64) -> f64 {
-        let d = self.distribution;
+        let (d, moments) = (self.distribution, self.moments);
         let survivors = &d[d.partition_point(|&(x, _)| x <= t)..];
         // `x − t` grows with the survivor `x`, so the values at or below it are counted by one
         // walk over the distribution rather than a search per survivor (the same counts).
@@ -274,31 +263,23 @@ impl<'a> Model<'a> {
             .iter()
             .map(|&(x, p)| {
                 let a = x - t;
-                while below < d.len() && d[below].0 <= a {
+                while d.get(below).is_some_and(|&(v, _)| v <= a) {
                     below += 1;
                 }
-                p * self.mean_min_below(a, below)
+                let (first, rest) = moments[below];
+                p * (first + a * rest)
             })
             .sum();
         self.mean_min(t) + (1.0 + cost) * raced
     }
-
-    /// The values, thinned evenly by rank to at most `most` (the smallest and the largest always
-    /// included).
-    fn candidates(&self, most: usize) -> Vec<f64> {
-        let values: Vec<f64> = self.distribution.iter().map(|&(x, _)| x).collect();
-        thinned(&values, most)
-    }
 }
 
-/// Sorted `values` thinned evenly by rank to at most `most` (the smallest and the largest always
-/// included).
-fn thinned(values: &[f64], most: usize) -> Vec<f64> {
-    let n = values.len();
-    if n <= most || most < 2 {
-        return values.to_vec();
-    }
-    (0..most).map(|i| values[(i * (n - 1) + (most - 1) / 2) / (most - 1)]).collect()
+/// The indices of `n` sorted values thinned evenly by rank to at most `most` (the smallest and
+/// the largest always included).
+fn thinned(n: usize, most: usize) -> impl DoubleEndedIterator<Item = usize> {
+    let keep_all = n <= most || most < 2;
+    let (count, step) = if keep_all { (n, 1) } else { (most, most - 1) };
+    (0..count).map(move |i| if keep_all { i } else { (i * (n - 1) + step / 2) / step })
 }
 
 #[cfg(test)]
@@ -367,16 +348,16 @@ mod tests {
             sample.push((1.0 - (i as f64 + 0.5) / n as f64).powf(-1.0 / 1.5), true);
         }
         let race = Race { quantile: 0.99, attempts: 2, budget: Some(0.2), price: 0.0 };
-        let survival = sample.survival();
+        let survival = sample.estimate().survival().clone();
         let values = survival.values();
         let affordable = values.iter().copied().find(|&t| survival.extra_attempts(t, 2) <= 0.2).unwrap();
-        assert_eq!(sample.tail_timeout(race), Some(affordable));
+        assert_eq!(sample.estimate().tail_timeout(race), Some(affordable));
         // Every value as a candidate gives the same.
         let read = 0.99 - 2.0 * (0.99 * 0.01 / n as f64).sqrt();
         let exact = tail_model::best_timeout(&survival, values, Race { quantile: read, ..race });
         assert_eq!(exact.map(|(t, _)| t), Some(affordable));
         // On the grid alone it would fire later.
-        assert!(!thinned(values, GRID).contains(&affordable));
+        assert!(!thinned(values.len(), GRID).any(|i| values[i] == affordable));
     }
 
     /// The distribution by a sort of the whole sample, as the sample read it before keeping its
@@ -418,14 +399,25 @@ mod tests {
                 k => f64::from(k % 7) + f64::from(i % 3) / 4.0,
             };
             sample.push(x, rng.gen_bool(0.8));
-            let distribution = sample.distribution();
+            let distribution = sample.estimate().distribution;
             assert_eq!(distribution, sorted_from_scratch(&sample.observed), "after {i} pushes");
-            // J's walk counts what a search per survivor counts, to the bit.
-            let model = Model::new(&distribution);
-            for t in model.candidates(GRID) {
+            // J by its walk is J by a search per survivor, to the bit.
+            let (mut mass, mut first) = (vec![0.0], vec![0.0]);
+            for &(x, p) in &distribution {
+                mass.push(mass[mass.len() - 1] + p);
+                first.push(first[first.len() - 1] + p * x);
+            }
+            let total = mass[mass.len() - 1];
+            let mean_min = |a: f64| {
+                let below = distribution.partition_point(|&(x, _)| x <= a);
+                first[below] + a * (total - mass[below])
+            };
+            let mut room = Vec::new();
+            let model = Model::new(&distribution, &mut room);
+            for t in distribution.iter().map(|&(x, _)| x) {
                 let survivors = &distribution[distribution.partition_point(|&(x, _)| x <= t)..];
-                let raced: f64 = survivors.iter().map(|&(x, p)| p * model.mean_min(x - t)).sum();
-                let searched = model.mean_min(t) + 2.0 * raced;
+                let raced: f64 = survivors.iter().map(|&(x, p)| p * mean_min(x - t)).sum();
+                let searched = mean_min(t) + 2.0 * raced;
                 assert_eq!(model.cost(t, 1.0).to_bits(), searched.to_bits());
             }
         }
@@ -434,7 +426,7 @@ mod tests {
     #[test]
     fn an_empty_sample_has_no_timeout() {
         assert_eq!(best_timeout(&[], 1.0), None);
-        assert_eq!(Sample::new(4).best_timeout(1.0, None), None);
+        assert_eq!(Sample::new(4).estimate().best_timeout(1.0, None), None);
     }
 
     #[test]
@@ -446,19 +438,19 @@ mod tests {
             sample.push(10.0, true);
             sample.push(20.0, false);
         }
-        assert_eq!(sample.distribution(), vec![(10.0, 0.5), (20.0, 0.5)]);
+        assert_eq!(sample.estimate().distribution, vec![(10.0, 0.5), (20.0, 0.5)]);
         // A bound below an answer shares the answer's mass out among those still at risk.
         let mut sample = Sample::new(3);
         sample.push(5.0, false);
         sample.push(10.0, true);
         sample.push(30.0, true);
-        assert_eq!(sample.distribution(), vec![(10.0, 0.5), (30.0, 0.5)]);
-        assert_eq!(sample.quantile(0.5), Some(10.0));
-        assert_eq!(sample.quantile(0.51), Some(30.0));
+        assert_eq!(sample.estimate().distribution, vec![(10.0, 0.5), (30.0, 0.5)]);
+        assert_eq!(sample.estimate().quantile(0.5), Some(10.0));
+        assert_eq!(sample.estimate().quantile(0.51), Some(30.0));
         // The oldest latency leaves a full sample.
         sample.push(30.0, true);
         assert_eq!(sample.len(), 3);
-        let d = sample.distribution();
+        let d = sample.estimate().distribution;
         assert_eq!(d.iter().map(|&(x, _)| x).collect::<Vec<_>>(), [10.0, 30.0]);
         assert!((d[0].1 - 1.0 / 3.0).abs() < 1e-12 && (d[1].1 - 2.0 / 3.0).abs() < 1e-12, "{d:?}");
     }
