@@ -473,17 +473,28 @@ impl Adaptive {
     /// tail cannot be bounded (more than `1 − tail_quantile` lost).
     fn minimise(&self, estimate: &mut hedge_model::Estimate) -> Option<(f64, bool)> {
         let c = &self.config;
-        let (t, largest) = estimate.best_timeout(c.hedge_cost, c.budget)?;
-        let survival = estimate.survival();
-        let budget = self.share().unwrap_or_else(|| survival.extra_attempts(t, c.attempts));
-        let top = survival.values().last().copied().unwrap_or(t);
+        if estimate.is_empty() {
+            return None;
+        }
+        // The mean-latency optimum (the dearer minimisation) is needed only without a budget,
+        // for the race's budget, or when the tail cannot be bounded.
+        let mut optimum = None;
+        let budget = match self.share() {
+            Some(share) => share,
+            None => {
+                let (t, largest) = estimate.best_timeout(c.hedge_cost, c.budget)?;
+                optimum = Some((t, largest));
+                estimate.survival().extra_attempts(t, c.attempts)
+            }
+        };
+        let top = estimate.survival().values().last().copied();
         let price = c.hedge_cost * estimate.quantile(0.5).unwrap_or(1.0);
         let race = Race { quantile: c.tail_quantile, attempts: c.attempts, budget: Some(budget), price };
-        let tail = estimate.tail_timeout(race);
-        Some(match tail {
-            Some(tail) => (tail, tail >= top),
-            None => (t, largest),
-        })
+        match estimate.tail_timeout(race) {
+            // A race has candidates, so the survival holds values.
+            Some(tail) => Some((tail, top.is_none_or(|top| tail >= top))),
+            None => optimum.or_else(|| estimate.best_timeout(c.hedge_cost, c.budget)),
+        }
     }
 
     /// The extra attempts a request may send on average within the retry budget now: its

@@ -137,6 +137,11 @@ pub struct Estimate {
 }
 
 impl Estimate {
+    /// Whether the sample held no latency.
+    pub fn is_empty(&self) -> bool {
+        self.distribution.is_empty()
+    }
+
     /// The survival of an attempt's latency.
     pub fn survival(&self) -> &Survival {
         &self.survival
