@@ -31,13 +31,21 @@ const GRID: usize = 64;
 /// their lower bounds the sample would lose its tail and the timeout would drift up.
 ///
 /// The latencies are kept in arrival order (to evict the oldest) and in the Kaplan–Meier order
-/// (ascending, answers before bounds at the same value), so a reading ([`Sample::estimate`]) is one
-/// pass, not a sort: a push costs two binary searches and O(`cap`) memory moves.
+/// (ascending, answers before bounds at the same value), so a reading ([`Sample::read_into`]) is
+/// one pass, not a sort. The order takes the latencies pushed and evicted since the last reading
+/// in one merge when read, so a push costs no memory moves (a reading comes every few pushes).
 #[derive(Clone, Debug)]
 pub struct Sample {
     cap: usize,
     observed: VecDeque<(f64, bool)>,
+    /// In the Kaplan–Meier order: the latencies held at the last reading (or merge).
     sorted: Vec<(f64, bool)>,
+    /// Pushed since, and still held.
+    added: Vec<(f64, bool)>,
+    /// Evicted since, out of `sorted`.
+    removed: Vec<(f64, bool)>,
+    /// Room for the merge.
+    merged: Vec<(f64, bool)>,
 }
 
 /// The Kaplan–Meier order: ascending latencies, answers before bounds at the same value (a bound
@@ -46,25 +54,65 @@ fn km_order(a: &(f64, bool), b: &(f64, bool)) -> std::cmp::Ordering {
     a.0.total_cmp(&b.0).then(b.1.cmp(&a.1))
 }
 
+/// Pushes and evictions held for a merge at most (beyond, a push merges them at once).
+const UNMERGED: usize = 64;
+
 impl Sample {
     /// An empty sample keeping the last `cap` latencies.
     pub fn new(cap: usize) -> Self {
         let cap = cap.max(1);
-        Sample { cap, observed: VecDeque::with_capacity(cap), sorted: Vec::with_capacity(cap) }
+        Sample {
+            cap,
+            observed: VecDeque::with_capacity(cap),
+            sorted: Vec::with_capacity(cap),
+            added: Vec::with_capacity(UNMERGED + 1),
+            removed: Vec::with_capacity(UNMERGED + 1),
+            merged: Vec::with_capacity(cap),
+        }
     }
 
     /// A latency, `answered` or a lower bound.
     pub fn push(&mut self, x: f64, answered: bool) {
         if self.observed.len() == self.cap {
             if let Some(old) = self.observed.pop_front() {
-                let i = self.sorted.partition_point(|v| km_order(v, &old).is_lt());
-                self.sorted.remove(i);
+                match self.added.iter().position(|a| km_order(a, &old).is_eq()) {
+                    Some(i) => drop(self.added.swap_remove(i)),
+                    None => self.removed.push(old),
+                }
             }
         }
         let new = (x, answered);
         self.observed.push_back(new);
-        let i = self.sorted.partition_point(|v| km_order(v, &new).is_le());
-        self.sorted.insert(i, new);
+        self.added.push(new);
+        if self.added.len() + self.removed.len() > UNMERGED {
+            self.merge();
+        }
+    }
+
+    /// Brings `sorted` up to date: every latency held, in order.
+    fn merge(&mut self) {
+        if self.added.is_empty() && self.removed.is_empty() {
+            return;
+        }
+        self.added.sort_unstable_by(km_order);
+        self.removed.sort_unstable_by(km_order);
+        let (mut added, mut removed) = (self.added.iter().peekable(), self.removed.iter().peekable());
+        self.merged.clear();
+        for held in &self.sorted {
+            // Every evicted latency is in `sorted`, and equal ones are the same bits.
+            if removed.next_if(|r| km_order(r, held).is_eq()).is_some() {
+                continue;
+            }
+            while let Some(new) = added.next_if(|a| km_order(a, held).is_lt()) {
+                self.merged.push(*new);
+            }
+            self.merged.push(*held);
+        }
+        self.merged.extend(added);
+        debug_assert!(removed.next().is_none(), "an evicted latency was not held");
+        std::mem::swap(&mut self.sorted, &mut self.merged);
+        self.added.clear();
+        self.removed.clear();
     }
 
     /// Latencies held.
@@ -80,7 +128,7 @@ impl Sample {
 
     /// The sample's distribution and survival now.
     #[cfg(test)]
-    fn estimate(&self) -> Estimate {
+    fn estimate(&mut self) -> Estimate {
         let mut estimate = Estimate::default();
         self.read_into(&mut estimate);
         estimate
@@ -88,7 +136,8 @@ impl Sample {
 
     /// Makes `estimate` [`Sample::estimate`], in the room it has (no allocation once it has held
     /// a full sample).
-    pub fn read_into(&self, estimate: &mut Estimate) {
+    pub fn read_into(&mut self, estimate: &mut Estimate) {
+        self.merge();
         estimate.len = self.len();
         let distribution = &mut estimate.distribution;
         // The Kaplan–Meier estimate: the answered values with their probabilities; what it
@@ -392,18 +441,43 @@ mod tests {
         out
     }
 
+    /// A latency for the sample tests: repeated values, bounds among answers at the same value,
+    /// non-finite values.
+    fn draw(rng: &mut rand_pcg::Pcg64Mcg, i: u32) -> (f64, bool) {
+        let x = match rng.gen_range(0..20u32) {
+            0 => f64::INFINITY,
+            1 => f64::NAN,
+            k => f64::from(k % 7) + f64::from(i % 3) / 4.0,
+        };
+        (x, rng.gen_bool(0.8))
+    }
+
+    #[test]
+    fn readings_between_many_pushes_merge_them_as_a_sort_would() {
+        // Read every 1 to 40 pushes, into samples of 8 (more pushes than it holds between two
+        // readings) to 200 latencies.
+        let mut rng = rand_pcg::Pcg64Mcg::new(11);
+        for cap in [8, 50, 200] {
+            let mut sample = Sample::new(cap);
+            let mut i = 0;
+            for _ in 0..100 {
+                for _ in 0..rng.gen_range(1..=40) {
+                    let (x, answered) = draw(&mut rng, i);
+                    sample.push(x, answered);
+                    i += 1;
+                }
+                assert_eq!(sample.estimate().distribution, sorted_from_scratch(&sample.observed), "{cap}: {i} pushes");
+            }
+        }
+    }
+
     #[test]
     fn the_kept_order_reads_as_a_sort_of_the_whole_sample_and_j_as_searched() {
-        // Repeated values, bounds among answers at the same value, non-finite values, evictions.
         let mut rng = rand_pcg::Pcg64Mcg::new(7);
         let mut sample = Sample::new(100);
         for i in 0..1000 {
-            let x = match rng.gen_range(0..20u32) {
-                0 => f64::INFINITY,
-                1 => f64::NAN,
-                k => f64::from(k % 7) + f64::from(i % 3) / 4.0,
-            };
-            sample.push(x, rng.gen_bool(0.8));
+            let (x, answered) = draw(&mut rng, i);
+            sample.push(x, answered);
             let distribution = sample.estimate().distribution;
             assert_eq!(distribution, sorted_from_scratch(&sample.observed), "after {i} pushes");
             // J by its walk is J by a search per survivor, to the bit.
