@@ -227,8 +227,8 @@ CONF
 # cpu_ticks PID: utime+stime in clock ticks
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 # cpu_ns PID: nanoseconds on a CPU, every thread of PID (/proc/PID/task/*/schedstat): finer than
-# clock ticks, which at 1,000 requests/s count a few dozen per run
-cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%d\n", s }'; }
+# clock ticks, which at 1,000 requests/s count a few dozen per run (%.0f: mawk's %d stops at 2^31)
+cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%.0f\n", s }'; }
 rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 HZ=$(getconf CLK_TCK)
 
