@@ -145,12 +145,16 @@ sidecar_endpoints() {
 }
 
 # policy_yaml NAME: an egress policy as a YAML flow mapping. `recommended` is docs/policies.md's
-# recommendation (examples/peers.yaml's `tailguard` variant); `round-robin` one attempt, no more.
+# recommendation (examples/peers.yaml's `tailguard` variant); `round-robin` one attempt, no more;
+# `unprobed` the recommended policies without Prequal's probes.
 policy_yaml() {
   case $1 in
     recommended) echo '{balancer: {kind: prequal}, outlier: {}, timeout: {kind: adaptive}, hedge: {kind: adaptive}, retry: {max_attempts: 2}}' ;;
     round-robin) echo '{balancer: {kind: round-robin}, retry: {max_attempts: 1}}' ;;
-    *) echo "unknown policy $1 (recommended, round-robin)" >&2; return 2 ;;
+    # the recommended policies sending no probes: Prequal picks at random; what the egress costs
+    # once the endpoints' load reaches it on responses instead of probes
+    unprobed) echo '{balancer: {kind: prequal, probes_per_request: 0}, outlier: {}, timeout: {kind: adaptive}, hedge: {kind: adaptive}, retry: {max_attempts: 2}}' ;;
+    *) echo "unknown policy $1 (recommended, round-robin, unprobed)" >&2; return 2 ;;
   esac
 }
 

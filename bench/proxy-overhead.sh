@@ -5,6 +5,9 @@
 #   tailguard     the recommended policies (docs/policies.md: Prequal with outlier ejection, the
 #                 adaptive timeout and hedge, a second attempt within the retry budget)
 #   tailguard-rr  round robin, one attempt (what a plain reverse proxy does)
+#   tailguard-unprobed the recommended policies sending no probes (UNPROBED=1; lib.sh's
+#                 `unprobed`): Prequal picks at random, so this row shows what the policies cost
+#                 apart from probing
 #   tailguard-pgo the recommended policies on the profile-guided build (PGO=1; `make pgo`'s
 #                 target/pgo/tailguard, built here by scripts/pgo-build.sh unless BENCH_NO_BUILD=1
 #                 finds it)
@@ -22,7 +25,7 @@
 #                  each sending a GET once a second (turns spread evenly: 1,000 req/s, no bursts)
 # Targets, for the recommended policies on `make build`'s binary: throughput >= 1.0 x HAProxy's,
 # CPU/request (both loads) <= 1.0 x HAProxy's, added p50 <= 0.2 ms, RSS <= 20 MB.
-# Env: RUNS (3), DUR (5s), PGO (0), BENCH_TG (a binary to measure instead of target/release's).
+# Env: RUNS (3), DUR (5s), PGO (0), UNPROBED (0), BENCH_TG (a binary to measure instead of target/release's).
 source "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-3}; DUR=${DUR:-5s}
 build_tailguard; install_debian_peers
@@ -33,7 +36,7 @@ fi
 ulimit -n 8192 2>/dev/null || true   # 1,000 held connections, on both ends, in processes started from here
 
 sidecar_endpoints 18000
-P_TG=18081; P_RR=18082; P_PGO=18083; P_HA=18084; P_NX=18085; ADMIN=18091
+P_TG=18081; P_RR=18082; P_PGO=18083; P_HA=18084; P_NX=18085; P_UP=18086; ADMIN=18091
 declare -A PORT PID
 egress_file "$WORK/tg.yaml" $P_TG recommended $ADMIN
 start tg "$TG" proxy --config "$WORK/tg.yaml" --workers 1
@@ -42,6 +45,11 @@ egress_file "$WORK/rr.yaml" $P_RR round-robin
 start rr "$TG" proxy --config "$WORK/rr.yaml" --workers 1
 PORT[tailguard-rr]=$P_RR; PID[tailguard-rr]=$LAST_PID
 TGS=(tailguard tailguard-rr)
+if [ "${UNPROBED:-0}" = 1 ]; then
+  egress_file "$WORK/unprobed.yaml" $P_UP unprobed
+  start unprobed "$TG" proxy --config "$WORK/unprobed.yaml" --workers 1
+  PORT[tailguard-unprobed]=$P_UP; PID[tailguard-unprobed]=$LAST_PID; TGS+=(tailguard-unprobed)
+fi
 if [ "${PGO:-0}" = 1 ]; then
   egress_file "$WORK/pgo.yaml" $P_PGO recommended
   start pgo "$TG_PGO" proxy --config "$WORK/pgo.yaml" --workers 1
@@ -129,7 +137,7 @@ for t in "${TGS[@]}"; do
   done
 done
 for t in "${TGS[@]}"; do
-  [ "$t" = tailguard-rr ] && continue   # a reference row: the targets are the recommended policies'
+  case $t in tailguard-rr|tailguard-unprobed) continue ;; esac   # reference rows: the targets are the recommended policies'
   python3 - <<PY
 thr = ${M_THR[$t]} / ${M_THR[haproxy]}
 cpu = ${M_CPU[$t]} / ${M_CPU[haproxy]}
