@@ -79,10 +79,25 @@ const ENDPOINTS: usize = 3;
 enum What {
     Arrive,
     /// An endpoint answers an attempt (whether or not its call still waits for it).
-    End { call: usize, generation: u32, attempt: u32, endpoint: usize, sent: Time, failed: bool },
-    Wake { call: usize, generation: u32 },
+    End {
+        call: usize,
+        generation: u32,
+        attempt: u32,
+        endpoint: usize,
+        sent: Time,
+        failed: bool,
+    },
+    Wake {
+        call: usize,
+        generation: u32,
+    },
     /// A probe's reply arrives.
-    Probe { call: usize, generation: u32, endpoint: usize, awaited: bool },
+    Probe {
+        call: usize,
+        generation: u32,
+        endpoint: usize,
+        awaited: bool,
+    },
 }
 
 /// What the requests of a phase went through.
@@ -164,7 +179,8 @@ impl World {
         if *current != generation {
             return;
         }
-        let mut ctx = Ctx { now: self.now, policy: &mut self.policy, rng: &mut self.rng, true_loads: None, out: &mut self.out };
+        let mut ctx =
+            Ctx { now: self.now, policy: &mut self.policy, rng: &mut self.rng, true_loads: None, out: &mut self.out };
         f(call, &mut ctx);
         self.carry_out(slot, generation);
     }
@@ -218,8 +234,13 @@ impl World {
                         self.calls.len() - 1
                     });
                     let generation = self.calls[slot].0;
-                    let mut ctx =
-                        Ctx { now: at, policy: &mut self.policy, rng: &mut self.rng, true_loads: None, out: &mut self.out };
+                    let mut ctx = Ctx {
+                        now: at,
+                        policy: &mut self.policy,
+                        rng: &mut self.rng,
+                        true_loads: None,
+                        out: &mut self.out,
+                    };
                     let call = Call::start(&mut ctx, true, None);
                     self.calls[slot].1 = Some(call);
                     self.carry_out(slot, generation);

@@ -433,7 +433,8 @@ mod tests {
     #[test]
     fn probes_are_drawn_as_rand_draws_them() {
         for (length, amount) in [(3, 3), (3, 2), (10, 1), (10, 11 - 1), (50, 11), (50, 12), (1000, 30)] {
-            let (mut ours, mut theirs) = (Pcg64Mcg::seed_from_u64(length as u64), Pcg64Mcg::seed_from_u64(length as u64));
+            let (mut ours, mut theirs) =
+                (Pcg64Mcg::seed_from_u64(length as u64), Pcg64Mcg::seed_from_u64(length as u64));
             let mut out = Vec::new();
             for _ in 0..50 {
                 sample_into(&mut ours, length, amount, &mut out);
