@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
-TG=$ROOT/target/release/tailguard
+# BENCH_TG: a tailguard binary to measure and load with instead of building target/release's
+TG=${BENCH_TG:-$ROOT/target/release/tailguard}
 BIN=${BENCH_BIN:-$ROOT/target/bench-bin}   # where vegeta is installed
 WORK=$(mktemp -d /tmp/tailguard-bench.XXXXXX)
 PIDS=()
@@ -41,6 +42,10 @@ wait_port() {
 # BENCH_NO_BUILD=1 uses the binary as it is
 build_tailguard() {
   local i
+  if [ -n "${BENCH_TG:-}" ]; then
+    [ -x "$TG" ] || { echo "BENCH_TG=$TG is not an executable" >&2; exit 2; }
+    return 0
+  fi
   if [ "${BENCH_NO_BUILD:-0}" = 1 ] && [ -x "$TG" ]; then return 0; fi
   for i in 1 2 3; do
     cargo build --release --locked --quiet 2>"$WORK/build.log" && return 0
@@ -69,7 +74,7 @@ install_vegeta() {
 # process that does the work is the PID we hold)
 nginx_static() {
   local port=$1 dir=$WORK/nginx-$1
-  mkdir -p "$dir/www" && printf 'ok\n' >"$dir/www/index.html"
+  mkdir -p "$dir/www" && printf 'ok\n' >"$dir/www/index.html" && printf 'ok\n' >"$dir/www/healthz"
   cat >"$dir/nginx.conf" <<CONF
 daemon off; master_process off; worker_processes 1;
 pid $dir/nginx.pid; error_log $dir/error.log warn;
@@ -122,8 +127,112 @@ backend be
 CONF
 }
 
+# What users deploy (bench/proxy-overhead.sh, proxy-builds.sh, proxy-instructions.sh): three
+# endpoints, each a single-process nginx behind a tailguard ingress sidecar (`--workers 1`, the
+# INGRESS_BIN build, default $TG) that answers Prequal's probes; every egress compared sends to the
+# three ingresses. sidecar_endpoints BASE: nginx on BASE+10+i, its ingress on BASE+i (i = 0, 1, 2);
+# sets ENDPOINTS (the ingresses' addresses) and INGRESS_PIDS.
+sidecar_endpoints() {
+  local base=$1 i
+  ENDPOINTS=(); INGRESS_PIDS=()
+  for i in 0 1 2; do
+    nginx_static $((base + 10 + i))
+    printf 'ingress:\n  listen: 127.0.0.1:%s\n  app: 127.0.0.1:%s\n' $((base + i)) $((base + 10 + i)) >"$WORK/ingress-$i.yaml"
+    start "ingress-$i" "${INGRESS_BIN:-$TG}" proxy --config "$WORK/ingress-$i.yaml" --workers 1
+    ENDPOINTS+=("127.0.0.1:$((base + i))"); INGRESS_PIDS+=("$LAST_PID")
+  done
+  for i in 0 1 2; do wait_port $((base + i)); done
+}
+
+# policy_yaml NAME: an egress policy as a YAML flow mapping. `recommended` is docs/policies.md's
+# recommendation (examples/peers.yaml's `tailguard` variant); `round-robin` one attempt, no more;
+# `unprobed` the recommended policies without Prequal's probes.
+policy_yaml() {
+  case $1 in
+    recommended) echo '{balancer: {kind: prequal}, outlier: {}, timeout: {kind: adaptive}, hedge: {kind: adaptive}, retry: {max_attempts: 2}}' ;;
+    round-robin) echo '{balancer: {kind: round-robin}, retry: {max_attempts: 1}}' ;;
+    # the recommended policies sending no probes: Prequal picks at random; what the egress costs
+    # once the endpoints' load reaches it on responses instead of probes
+    unprobed) echo '{balancer: {kind: prequal, probes_per_request: 0}, outlier: {}, timeout: {kind: adaptive}, hedge: {kind: adaptive}, retry: {max_attempts: 2}}' ;;
+    *) echo "unknown policy $1 (recommended, round-robin, unprobed)" >&2; return 2 ;;
+  esac
+}
+
+# egress_file FILE PORT POLICY [ADMIN]: a tailguard egress on PORT sending to ENDPOINTS under
+# policy_yaml POLICY, with an admin listener on ADMIN
+egress_file() {
+  local list
+  list=$(IFS=,; echo "${ENDPOINTS[*]}")
+  printf 'egress:\n  listen: 127.0.0.1:%s\n  upstreams:\n    backend:\n      endpoints: [%s]\n      match: {path_prefix: /}\n      policy: %s\n' \
+    "$2" "$list" "$(policy_yaml "$3")" >"$1"
+  if [ -n "${4:-}" ]; then printf 'admin:\n  listen: 127.0.0.1:%s\n' "$4" >>"$1"; fi
+}
+
+# deployed_haproxy FILE PORT: one HAProxy thread on PORT in front of ENDPOINTS as its manual
+# recommends for them (the lab's peer, crates/lab/src/peers/haproxy.rs, with leastconn): a second
+# attempt on another server after a connection failure, a timeout or a 5xx; servers with too many
+# errors on live traffic marked down (`observe layer7`), checked every 2 s to come back
+deployed_haproxy() {
+  local i
+  cat >"$1" <<CONF
+global
+  nbthread 1
+  maxconn 4000
+defaults
+  mode http
+  option http-keep-alive
+  timeout connect 1s
+  timeout client 60s
+  timeout server 5s
+  timeout http-keep-alive 60s
+  http-reuse always
+frontend fe
+  bind 127.0.0.1:$2
+  default_backend be
+backend be
+  balance leastconn
+  retries 1
+  retry-on conn-failure empty-response response-timeout 500 502 503 504
+  option redispatch 1
+  option httpchk GET /healthz
+CONF
+  for i in "${!ENDPOINTS[@]}"; do
+    echo "  server s$i ${ENDPOINTS[$i]} check inter 2s rise 1 observe layer7 error-limit 10 on-error mark-down" >>"$1"
+  done
+}
+
+# deployed_nginx DIR PORT: one nginx process on PORT in front of ENDPOINTS (least_conn; a second
+# attempt on the next server after an error, a timeout or a 5xx; a server that failed is left out
+# for 10 s, nginx's defaults max_fails=1 fail_timeout=10s); sets LAST_PID
+deployed_nginx() {
+  local dir=$1 e servers=""
+  for e in "${ENDPOINTS[@]}"; do servers+="server $e max_fails=1 fail_timeout=10s; "; done
+  mkdir -p "$dir"
+  cat >"$dir/nginx.conf" <<CONF
+daemon off; master_process off; worker_processes 1;
+pid $dir/nginx.pid; error_log $dir/error.log warn;
+events { worker_connections 8192; }
+http {
+  access_log off; keepalive_requests 1000000; keepalive_timeout 60s;
+  upstream be { least_conn; $servers keepalive 64; }
+  server {
+    listen 127.0.0.1:$2;
+    location / {
+      proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection "";
+      proxy_read_timeout 5s;
+      proxy_next_upstream error timeout http_500 http_502 http_503 http_504; proxy_next_upstream_tries 2;
+    }
+  }
+}
+CONF
+  start "nginx-proxy-$2" /usr/sbin/nginx -p "$dir" -c "$dir/nginx.conf"
+}
+
 # cpu_ticks PID: utime+stime in clock ticks
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+# cpu_ns PID: nanoseconds on a CPU, every thread of PID (/proc/PID/task/*/schedstat): finer than
+# clock ticks, which at 1,000 requests/s count a few dozen per run (%.0f: mawk's %d stops at 2^31)
+cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%.0f\n", s }'; }
 rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 HZ=$(getconf CLK_TCK)
 

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Instructions per proxied request (issue #3's development measure; noise-free, unlike CPU time):
-# `tailguard proxy --workers 1` under callgrind in front of a single-process nginx serving a 3-byte
-# file on 127.0.0.1; after WARMUP requests the counters are zeroed, then REQUESTS closed-loop
-# requests from CLIENTS clients are counted. Prints the proxy's instructions per request.
-# Env: REQUESTS (5000), WARMUP (500), CLIENTS (1), CG_OUT (a path to keep the callgrind dump at),
+# Instructions per proxied request (the development measure; noise-free, unlike CPU time):
+# `tailguard proxy --workers 1` under callgrind, with lib.sh's POLICY (`recommended`, default, or
+# `round-robin`), in front of bench/proxy-overhead.sh's three endpoints (each a single-process nginx
+# serving a 3-byte file behind a tailguard ingress, not under callgrind) on 127.0.0.1; after WARMUP
+# requests the counters are zeroed, then REQUESTS closed-loop requests from CLIENTS clients are
+# counted. Prints the proxy's instructions per request (probes and hedges included).
+# Env: POLICY (recommended), REQUESTS (5000), WARMUP (500), CLIENTS (1), CG_OUT (a path to keep the callgrind dump at),
 # PROXY_BIN (the binary measured; target/release/tailguard, e.g. target/pgo/tailguard), CG_ARGS
 # (more callgrind options: with "--cache-sim=yes --branch-sim=yes" every event is printed per
 # request, cache misses and mispredicted branches among them).
@@ -12,9 +14,9 @@ REQUESTS=${REQUESTS:-5000}; WARMUP=${WARMUP:-500}; CLIENTS=${CLIENTS:-1}
 build_tailguard; install_debian_peers
 command -v valgrind >/dev/null || { echo "valgrind is needed" >&2; exit 1; }
 
-BACKEND=18180; P_TG=18181
-nginx_static $BACKEND
-proxy_file "$WORK/tg.yaml" $P_TG $BACKEND
+P_TG=18181
+sidecar_endpoints 18100
+egress_file "$WORK/tg.yaml" $P_TG "${POLICY:-recommended}"
 start tg valgrind --tool=callgrind ${CG_ARGS:-} --callgrind-out-file="$WORK/cg.out" "${PROXY_BIN:-$TG}" proxy --config "$WORK/tg.yaml" --workers 1
 PID_TG=$LAST_PID
 wait_port $P_TG

@@ -105,25 +105,60 @@ pub struct Finish {
     pub attempts: u32,
 }
 
-/// One attempt of a call, in 40 bytes (times as [`PackedTime`], the endpoint as a `u32`): a
-/// simulator keeps thousands of calls in flight, and a smaller call is fewer cache misses.
+/// One attempt of a call, in 32 bytes (times as [`PackedTime`], the endpoint as a `u32`, its
+/// timeout index and state in one `u32`): a simulator keeps thousands of calls in flight, and a
+/// smaller call is fewer cache misses; three fit a call without an allocation.
 #[derive(Clone, Debug)]
 struct Attempt {
-    endpoint: u32,
-    /// The index the timeout policy got for it: 0 for the first try and its hedges, n for retry n.
-    index: u32,
     sent: PackedTime,
     timeout: PackedTime,
     /// When an overdue attempt is given up as lost (the timeout policy's patience), if ever.
     abandon_at: PackedTime,
-    live: bool,
-    /// Its timeout fired and it was kept running (hedge on timeout).
-    overdue: bool,
+    endpoint: u32,
+    tag: Tag,
+}
+
+/// An attempt's timeout index (0 for the first try and its hedges, n for retry n) and whether it
+/// is still waited for (`LIVE`) and its timeout fired while it was kept running (`OVERDUE`, hedge
+/// on timeout), in one word: the index stays far below 2^30 (each attempt takes 32 bytes).
+#[derive(Clone, Copy, Debug)]
+struct Tag(u32);
+
+impl Tag {
+    const LIVE: u32 = 1 << 31;
+    const OVERDUE: u32 = 1 << 30;
+
+    fn live(index: u32) -> Tag {
+        assert!(index < Self::OVERDUE, "fewer than 2^30 retries");
+        Tag(index | Self::LIVE)
+    }
 }
 
 impl Attempt {
     fn endpoint(&self) -> EndpointId {
         self.endpoint as EndpointId
+    }
+
+    /// The index the timeout policy got for it.
+    fn index(&self) -> u32 {
+        self.tag.0 & (Tag::OVERDUE - 1)
+    }
+
+    fn live(&self) -> bool {
+        self.tag.0 & Tag::LIVE != 0
+    }
+
+    /// Its timeout fired and it was kept running (hedge on timeout).
+    fn overdue(&self) -> bool {
+        self.tag.0 & Tag::OVERDUE != 0
+    }
+
+    fn end(&mut self) {
+        self.tag.0 &= !Tag::LIVE;
+    }
+
+    fn set_overdue(&mut self) {
+        self.tag.0 |= Tag::OVERDUE;
     }
 
     fn sent(&self) -> Time {
@@ -132,26 +167,25 @@ impl Attempt {
 
     /// When its timeout fires, or, once overdue, when it is abandoned, if it is still waited for.
     fn expires_at(&self) -> Option<Time> {
-        if !self.live {
+        if !self.live() {
             return None;
         }
-        if self.overdue {
+        if self.overdue() {
             return self.abandon_at.get();
         }
         self.timeout.get().map(|t| self.sent().saturating_add(t))
     }
 }
 
-/// The state of one request at its caller: 184 bytes, under three cache lines (its times are
+/// The state of one request at its caller: 176 bytes, under three cache lines (its times are
 /// [`PackedTime`]s), as a simulator keeps one per call in flight.
 #[derive(Clone, Debug)]
 pub struct Call {
     start: PackedTime,
     idempotent: bool,
     deadline: PackedTime,
-    // Inline room for the common case (a try, a retry or a hedge) keeps a call allocation-free.
-    attempts: SmallVec<[Attempt; 2]>,
-    tried: SmallVec<[EndpointId; 2]>,
+    // Inline room for a try, a hedge and a retry keeps a call allocation-free.
+    attempts: SmallVec<[Attempt; 3]>,
     /// Retries sent so far; also the index the timeout policy gets for the next retry.
     retries: u32,
     retry_at: PackedTime,
@@ -217,7 +251,6 @@ impl Call {
             idempotent,
             deadline: PackedTime::new(deadline),
             attempts: SmallVec::new(),
-            tried: SmallVec::new(),
             retries: 0,
             retry_at: PackedTime::NONE,
             hedges: 0,
@@ -256,7 +289,7 @@ impl Call {
     /// Whether the call still waits for attempt number `attempt` (it neither ended, timed out nor
     /// was cancelled); a late answer to an abandoned attempt is ignored.
     pub fn is_waiting_for(&self, attempt: u32) -> bool {
-        !self.finished && self.attempts.get(attempt as usize).is_some_and(|a| a.live)
+        !self.finished && self.attempts.get(attempt as usize).is_some_and(Attempt::live)
     }
 
     /// The caller gave the request up (its own caller cancelled it): every live attempt is
@@ -277,11 +310,11 @@ impl Call {
     pub fn on_attempt_end(&mut self, ctx: &mut Ctx<'_>, attempt: u32, feedback: Feedback) {
         let now = ctx.now;
         let Some(a) = self.attempts.get_mut(attempt as usize) else { return };
-        if self.finished || !a.live {
+        if self.finished || !a.live() {
             return;
         }
-        a.live = false;
-        let (endpoint, index, timeout, overdue) = (a.endpoint(), a.index, a.timeout.get(), a.overdue);
+        a.end();
+        let (endpoint, index, timeout, overdue) = (a.endpoint(), a.index(), a.timeout.get(), a.overdue());
         feed_back(ctx, endpoint, &feedback);
         if matches!(feedback.outcome, Outcome::Success | Outcome::Error) {
             ctx.policy.timeout.on_result(now, index, timeout, AttemptResult::Answered(feedback.rtt));
@@ -325,12 +358,12 @@ impl Call {
             if !expired {
                 continue;
             }
-            let (endpoint, index, sent) = (a.endpoint(), a.index, a.sent());
-            if a.overdue {
+            let (endpoint, index, sent) = (a.endpoint(), a.index(), a.sent());
+            if a.overdue() {
                 // Kept past its timeout beyond the policy's patience: lost, as in an outage. Its
                 // retry is already out; the request waits no more for it. (Counted as timed out
                 // once, when it became overdue.)
-                self.attempts[i].live = false;
+                self.attempts[i].end();
                 ctx.out.push(Action::Cancel { attempt: i as u32, endpoint, reason: Outcome::Cancelled });
                 feed_back(ctx, endpoint, &Feedback::new(Outcome::TimedOut, now.saturating_sub(sent)));
                 ctx.policy.timeout.on_abandoned(now, index, now.saturating_sub(sent));
@@ -340,11 +373,11 @@ impl Call {
             if ctx.policy.retry.hedge_on_timeout {
                 // Still in flight for the balancer, which hears of it once it ends.
                 let patience = ctx.policy.timeout.patience().map(|p| sent.saturating_add(p.max(timeout)));
-                self.attempts[i].overdue = true;
+                self.attempts[i].set_overdue();
                 self.attempts[i].abandon_at = PackedTime::new(patience);
                 ctx.out.push(Action::Overdue { attempt: i as u32, endpoint });
             } else {
-                self.attempts[i].live = false;
+                self.attempts[i].end();
                 ctx.out.push(Action::Cancel { attempt: i as u32, endpoint, reason: Outcome::TimedOut });
                 feed_back(ctx, endpoint, &Feedback::new(Outcome::TimedOut, timeout));
             }
@@ -417,12 +450,23 @@ impl Call {
         }
     }
 
+    /// The endpoints its attempts went to, each once, in the order first tried.
+    fn tried(&self) -> SmallVec<[EndpointId; 3]> {
+        let mut tried = SmallVec::new();
+        for endpoint in self.attempts.iter().map(Attempt::endpoint) {
+            if !tried.contains(&endpoint) {
+                tried.push(endpoint);
+            }
+        }
+        tried
+    }
+
     fn may_hedge(&self, policy: &ClientPolicy) -> bool {
         policy.hedge.is_some() && (self.idempotent || policy.retry.retry_non_idempotent)
     }
 
     fn any_live(&self) -> bool {
-        self.attempts.iter().any(|a| a.live)
+        self.attempts.iter().any(Attempt::live)
     }
 
     /// Nothing is in flight or scheduled: no live attempt, no pending retry, hedge or pick.
@@ -461,9 +505,10 @@ impl Call {
         let now = ctx.now;
         if !self.probing.waits() && ctx.policy.balancer.sends_probes() {
             let policy = &mut *ctx.policy;
+            let tried = self.tried();
             let exclude = match &mut policy.outlier {
-                Some(outlier) => outlier.exclude(now, &self.tried),
-                None => &self.tried,
+                Some(outlier) => outlier.exclude(now, &tried),
+                None => &tried,
             };
             if let Some(wait) = policy.balancer.probe_before_pick(now, &mut *ctx.rng, exclude) {
                 let mut left = 0;
@@ -485,9 +530,10 @@ impl Call {
     fn pick_and_send(&mut self, ctx: &mut Ctx<'_>, index: u32) -> bool {
         let now = ctx.now;
         let policy = &mut *ctx.policy;
+        let tried = self.tried();
         let exclude = match &mut policy.outlier {
-            Some(outlier) => outlier.exclude(now, &self.tried),
-            None => &self.tried,
+            Some(outlier) => outlier.exclude(now, &tried),
+            None => &tried,
         };
         let endpoint = if policy.retired.is_empty() {
             let mut pick = Pick { now, rng: &mut *ctx.rng, exclude, true_loads: ctx.true_loads };
@@ -496,7 +542,7 @@ impl Call {
             // Balancers avoid excluded endpoints only while another is left: a pick that lands on
             // a retired one found nothing else, and is made again avoiding the retired alone.
             let retired = &policy.retired;
-            let avoid: Vec<EndpointId> = exclude.iter().chain(retired).copied().collect();
+            let avoid: SmallVec<[EndpointId; 8]> = exclude.iter().chain(retired).copied().collect();
             let mut pick = Pick { now, rng: &mut *ctx.rng, exclude: &avoid, true_loads: ctx.true_loads };
             match policy.balancer.pick(&mut pick) {
                 Some(e) if retired.binary_search(&e).is_ok() => {
@@ -519,17 +565,12 @@ impl Call {
         }
         let attempt = self.attempts.len() as u32;
         self.attempts.push(Attempt {
-            endpoint: u32::try_from(endpoint).expect("fewer than 2^32 endpoints"),
-            index,
             sent: PackedTime::at(now),
             timeout: PackedTime::new(timeout),
             abandon_at: PackedTime::NONE,
-            live: true,
-            overdue: false,
+            endpoint: u32::try_from(endpoint).expect("fewer than 2^32 endpoints"),
+            tag: Tag::live(index),
         });
-        if !self.tried.contains(&endpoint) {
-            self.tried.push(endpoint);
-        }
         ctx.out.push(Action::Send { attempt, endpoint, timeout, policy_timeout: own });
         while let Some(probe) = policy.balancer.take_probe() {
             ctx.out.push(Action::Probe { endpoint: probe, awaited: false });
@@ -540,12 +581,12 @@ impl Call {
     fn finish(&mut self, ctx: &mut Ctx<'_>, outcome: Outcome) {
         let now = ctx.now;
         for (i, a) in self.attempts.iter_mut().enumerate() {
-            if a.live {
-                a.live = false;
+            if a.live() {
+                a.end();
                 ctx.out.push(Action::Cancel { attempt: i as u32, endpoint: a.endpoint(), reason: Outcome::Cancelled });
                 let feedback = Feedback::new(Outcome::Cancelled, now.saturating_sub(a.sent()));
                 feed_back(ctx, a.endpoint(), &feedback);
-                ctx.policy.timeout.on_abandoned(now, a.index, feedback.rtt);
+                ctx.policy.timeout.on_abandoned(now, a.index(), feedback.rtt);
             }
         }
         self.finished = true;

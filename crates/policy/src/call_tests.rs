@@ -840,5 +840,5 @@ fn a_pick_that_waits_for_probes_goes_ahead_once_they_answered_or_when_the_wait_i
 #[test]
 fn a_call_stays_under_three_cache_lines() {
     // A simulator keeps one per call in flight (crates/sim's CallState counts on this size).
-    assert_eq!(std::mem::size_of::<Call>(), 184);
+    assert_eq!(std::mem::size_of::<Call>(), 176);
 }

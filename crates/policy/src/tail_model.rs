@@ -21,7 +21,7 @@
 
 /// The survival function of one attempt's latency: a discrete distribution (sorted values and
 /// their probabilities) plus the probability that the attempt never answers.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Survival {
     values: Vec<f64>,
     /// `above[i] = P(X > values[i])`.
@@ -33,18 +33,25 @@ impl Survival {
     /// From sorted values with their probabilities (summing to `1 − lost`) and the probability
     /// `lost` of no answer at all. Non-finite values are dropped.
     pub fn new(distribution: &[(f64, f64)], lost: f64) -> Self {
+        let mut survival = Survival::default();
+        survival.refill(distribution, lost);
+        survival
+    }
+
+    /// Becomes [`Survival::new`]'s survival of `distribution` and `lost`, in the room it has.
+    pub fn refill(&mut self, distribution: &[(f64, f64)], lost: f64) {
         let lost = if lost.is_finite() { lost.clamp(0.0, 1.0) } else { 0.0 };
-        let kept: Vec<(f64, f64)> =
-            distribution.iter().copied().filter(|(x, p)| x.is_finite() && p.is_finite()).collect();
-        let total: f64 = kept.iter().map(|&(_, p)| p).sum();
+        let kept = || distribution.iter().copied().filter(|(x, p)| x.is_finite() && p.is_finite());
+        let total: f64 = kept().map(|(_, p)| p).sum();
         let mut remaining = total + lost;
-        let (mut values, mut above) = (Vec::with_capacity(kept.len()), Vec::with_capacity(kept.len()));
-        for (x, p) in kept {
+        self.values.clear();
+        self.above.clear();
+        for (x, p) in kept() {
             remaining -= p;
-            values.push(x);
-            above.push(remaining.max(lost).max(0.0));
+            self.values.push(x);
+            self.above.push(remaining.max(lost).max(0.0));
         }
-        Survival { values, above, lost }
+        self.lost = lost;
     }
 
     /// The latencies it holds, in order.

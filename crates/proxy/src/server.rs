@@ -12,10 +12,10 @@ use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper::header::{HeaderValue, CONNECTION};
 use hyper::rt::{Read, ReadBufCursor, Write};
-use hyper::service::service_fn;
+use hyper::server::conn::{http1, http2};
+use hyper::service::{service_fn, HttpService};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use std::convert::Infallible;
 use std::future::{poll_fn, Future};
 use std::net::SocketAddr;
@@ -130,10 +130,10 @@ async fn queued(listener: &TcpListener) -> Option<(TcpStream, SocketAddr)> {
 /// (prior knowledge) itself. hyper-util's `auto` builder would read the first 24 bytes to tell
 /// them apart and hand them back separately, and that split first read makes hyper grow each
 /// HTTP/1 connection's read buffer from 8 to 16 KiB for good (measured: 3.5 MB per 1,000
-/// connections).
+/// connections); its connection also keeps room for either protocol's state in every connection.
 struct Builders {
-    http1: auto::Builder<TokioExecutor>,
-    h2c: auto::Builder<TokioExecutor>,
+    http1: http1::Builder,
+    h2c: http2::Builder<TokioExecutor>,
     /// How long a client may take to show which protocol it speaks (and finish its TLS
     /// handshake).
     preface_timeout: Duration,
@@ -146,11 +146,26 @@ struct Builders {
 }
 
 impl Builders {
+    /// The builders of `limits`: HTTP/1.1, and h2c by prior knowledge.
     fn new(limits: &Limits) -> Builders {
-        let both = builder(limits);
+        let mut http1 = http1::Builder::new();
+        // No hyper header-read timer: it arms a boxed sleep for every request head (~5 % of a
+        // proxied request's instructions); the connection's watchdog enforces the limit instead.
+        // Flattened writes: a response's head and a small body leave from one buffer, cheaper than
+        // a writev queue.
+        http1.header_read_timeout(None).writev(false).max_buf_size(limits.max_header_bytes.max(MIN_HEADER_BYTES));
+        let mut h2c = http2::Builder::new(TokioExecutor::new());
+        h2c.timer(TokioTimer::new())
+            // HTTP/2 rapid reset (CVE-2023-44487): a client resetting more streams than this
+            // before they are served, or making the server reset more, gets GOAWAY
+            // ENHANCE_YOUR_CALM. h2's and hyper's defaults, set here so the defence is visible
+            // (tests/proxy.rs floods it).
+            .max_pending_accept_reset_streams(20)
+            .max_local_error_reset_streams(1024)
+            .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
         Builders {
-            http1: both.clone().http1_only(),
-            h2c: both.http2_only(),
+            http1,
+            h2c,
             preface_timeout: limits.header_read_timeout.0,
             body_read_timeout: limits.body_read_timeout.0,
             idle: limits.idle_timeout.0,
@@ -159,23 +174,52 @@ impl Builders {
     }
 }
 
-/// The connection builder of `limits`: HTTP/1.1 and h2c by prior knowledge.
-fn builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    // No hyper header-read timer: it arms a boxed sleep for every request head (~5 % of a proxied
-    // request's instructions); the connection's watchdog enforces the limit instead. Flattened
-    // writes: a response's head and a small body leave from one buffer, cheaper than a writev queue.
-    builder.http1().header_read_timeout(None).writev(false).max_buf_size(limits.max_header_bytes.max(MIN_HEADER_BYTES));
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        // HTTP/2 rapid reset (CVE-2023-44487): a client resetting more streams than this before
-        // they are served, or making the server reset more, gets GOAWAY ENHANCE_YOUR_CALM. h2's
-        // and hyper's defaults, set here so the defence is visible (tests/proxy.rs floods it).
-        .max_pending_accept_reset_streams(20)
-        .max_local_error_reset_streams(1024)
-        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
-    builder
+/// A connection hyper serves, its state in an allocation of its own sized for its protocol: a
+/// connection's task then holds a pointer, not room for the larger of HTTP/1's and HTTP/2's
+/// states (the task of an idle HTTP/1 connection was 5 KB, most of it HTTP/2's).
+enum Served<I, S: HttpService<Incoming>> {
+    Http1(Pin<Box<http1::Connection<I, S>>>),
+    H2c(Pin<Box<http2::Connection<I, S, TokioExecutor>>>),
+}
+
+impl<I, S> Served<I, S>
+where
+    I: Read + Write + Unpin + Send + 'static,
+    S: HttpService<Incoming, ResBody = http_body_util::combinators::BoxBody<Bytes, BoxError>> + Send + 'static,
+    S::Future: Send + 'static,
+{
+    fn new(builders: &Builders, h2c: bool, io: I, service: S) -> Self {
+        if h2c {
+            Served::H2c(Box::pin(builders.h2c.serve_connection(io, service)))
+        } else {
+            Served::Http1(Box::pin(builders.http1.serve_connection(io, service)))
+        }
+    }
+
+    /// HTTP/2: GOAWAY, then close once its streams end. HTTP/1: close if idle, else after the
+    /// response in progress.
+    fn graceful_shutdown(&mut self) {
+        match self {
+            Served::Http1(conn) => conn.as_mut().graceful_shutdown(),
+            Served::H2c(conn) => conn.as_mut().graceful_shutdown(),
+        }
+    }
+}
+
+impl<I, S> Future for Served<I, S>
+where
+    I: Read + Write + Unpin + Send + 'static,
+    S: HttpService<Incoming, ResBody = http_body_util::combinators::BoxBody<Bytes, BoxError>> + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Output = hyper::Result<()>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            Served::Http1(conn) => conn.as_mut().poll(cx),
+            Served::H2c(conn) => conn.as_mut().poll(cx),
+        }
+    }
 }
 
 /// hyper's smallest HTTP/1 read buffer, hence the smallest header limit.
@@ -214,11 +258,15 @@ async fn open<H, F>(
             let peer = Peer { addr, identity: None };
             connection(stream, h2c, peer, builders, handler, Draining { drain, phase }).await;
         }
+        // Boxed: a plaintext connection's task holds no room for a TLS handshake's state.
         Some(tls) => {
-            let opening = tokio::time::timeout(timeout, tls.accept(stream));
-            let Some((stream, h2, identity)) = opened(opening, &mut silent, &mut phase).await else { return };
-            drop(silent);
-            connection(stream, h2, Peer { addr, identity }, builders, handler, Draining { drain, phase }).await;
+            Box::pin(async move {
+                let opening = tokio::time::timeout(timeout, tls.accept(stream));
+                let Some((stream, h2, identity)) = opened(opening, &mut silent, &mut phase).await else { return };
+                drop(silent);
+                connection(stream, h2, Peer { addr, identity }, builders, handler, Draining { drain, phase }).await;
+            })
+            .await
         }
     }
 }
@@ -296,9 +344,7 @@ where
             )
         }
     });
-    let builder = if h2c { &builders.h2c } else { &builders.http1 };
-    let conn = builder.serve_connection(io, service);
-    let mut conn = std::pin::pin!(conn);
+    let mut conn = Served::new(&builders, h2c, io, service);
     let header_read = (!h2c).then_some(header_read);
     let tick = (idle.min(header_read.unwrap_or(idle)) / 4).max(Duration::from_millis(10));
     let mut interval = tokio::time::interval(tick);
@@ -309,7 +355,7 @@ where
     let mut shut_down = false;
     loop {
         tokio::select! {
-            _ = conn.as_mut() => return,
+            _ = &mut conn => return,
             now = interval.tick() => {
                 if watchdog.expired(&activity, now.into_std()) {
                     // Dropping the connection closes it: nothing is in flight.
@@ -319,7 +365,7 @@ where
             // HTTP/2: GOAWAY, then closes once its streams end. HTTP/1: closes if idle, else
             // after the response in progress.
             _ = shutting_down.as_mut(), if !shut_down => {
-                conn.as_mut().graceful_shutdown();
+                conn.graceful_shutdown();
                 shut_down = true;
             }
         }

@@ -90,6 +90,7 @@ use crate::stats::{from_nanos, nanos, Window};
 use crate::tail_model::Race;
 use crate::{Rng, Time};
 use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 use std::time::Duration;
 
 /// The weight of each timeout's verdict (a rise or a loss) in the share that sets the escalation.
@@ -260,6 +261,8 @@ pub struct Adaptive {
     /// The last `spread_window` latencies (answered, or lower bounds) relative to `base`'s median
     /// when they came.
     ratios: hedge_model::Sample,
+    /// The last reading of `ratios`, kept for its room.
+    estimate: hedge_model::Estimate,
     /// Relative latencies of the answers of a possible shift of the level, not yet in `ratios`.
     held: Vec<f64>,
     /// The relative timeout minimising the hedging model over `ratios`, once there are enough, and
@@ -333,6 +336,7 @@ impl Adaptive {
             spread: Window::new(config.spread_window),
             base: Window::new(model_window(&config)),
             ratios: hedge_model::Sample::new(model_window(&config)),
+            estimate: hedge_model::Estimate::default(),
             ratio_bounds: (1.0, 1.0, 1.0),
             held: Vec::new(),
             model: None,
@@ -436,8 +440,11 @@ impl Adaptive {
         } else if streak {
             self.held.push(ratio);
         } else {
-            let held = std::mem::take(&mut self.held);
-            held.into_iter().chain([ratio]).for_each(|r| self.on_ratio(r, true));
+            // Taken and given back, so its room is kept.
+            let mut held = std::mem::take(&mut self.held);
+            held.iter().copied().chain([ratio]).for_each(|r| self.on_ratio(r, true));
+            held.clear();
+            self.held = held;
         }
     }
 
@@ -448,10 +455,14 @@ impl Adaptive {
         self.since_model += 1;
         if self.ratios.len() >= MODEL_MIN_SAMPLES && (self.model.is_none() || self.since_model >= MODEL_EVERY) {
             self.since_model = 0;
-            self.model = self.minimise();
-            self.reserve = self.reserve_timeout();
-            let quantile = |q| self.ratios.quantile(q).unwrap_or(1.0);
+            // Read into the room of the last reading: no allocation once the sample is full.
+            let mut estimate = std::mem::take(&mut self.estimate);
+            self.ratios.read_into(&mut estimate);
+            self.model = self.minimise(&mut estimate);
+            self.reserve = self.reserve_timeout(&estimate);
+            let quantile = |q| estimate.quantile(q).unwrap_or(1.0);
             self.ratio_bounds = (quantile(0.01), quantile(0.99), self.ratios.largest_answered().unwrap_or(1.0));
+            self.estimate = estimate;
         }
     }
 
@@ -460,19 +471,30 @@ impl Adaptive {
     /// attempts (`tail_model`), within the retry budget's share now (with no budget, the extra
     /// attempts of `hedge_model.rs`'s mean-latency optimum). That model's timeout stands when the
     /// tail cannot be bounded (more than `1 − tail_quantile` lost).
-    fn minimise(&self) -> Option<(f64, bool)> {
+    fn minimise(&self, estimate: &mut hedge_model::Estimate) -> Option<(f64, bool)> {
         let c = &self.config;
-        let (t, largest) = self.ratios.best_timeout(c.hedge_cost, c.budget)?;
-        let survival = self.ratios.survival();
-        let budget = self.share().unwrap_or_else(|| survival.extra_attempts(t, c.attempts));
-        let price = c.hedge_cost * self.ratios.quantile(0.5).unwrap_or(1.0);
+        if estimate.is_empty() {
+            return None;
+        }
+        // The mean-latency optimum (the dearer minimisation) is needed only without a budget,
+        // for the race's budget, or when the tail cannot be bounded.
+        let mut optimum = None;
+        let budget = match self.share() {
+            Some(share) => share,
+            None => {
+                let (t, largest) = estimate.best_timeout(c.hedge_cost, c.budget)?;
+                optimum = Some((t, largest));
+                estimate.survival().extra_attempts(t, c.attempts)
+            }
+        };
+        let top = estimate.survival().values().last().copied();
+        let price = c.hedge_cost * estimate.quantile(0.5).unwrap_or(1.0);
         let race = Race { quantile: c.tail_quantile, attempts: c.attempts, budget: Some(budget), price };
-        let tail = self.ratios.tail_timeout(race);
-        let top = survival.values().last().copied().unwrap_or(t);
-        Some(match tail {
-            Some(tail) => (tail, tail >= top),
-            None => (t, largest),
-        })
+        match estimate.tail_timeout(race) {
+            // A race has candidates, so the survival holds values.
+            Some(tail) => Some((tail, top.is_none_or(|top| tail >= top))),
+            None => optimum.or_else(|| estimate.best_timeout(c.hedge_cost, c.budget)),
+        }
     }
 
     /// The extra attempts a request may send on average within the retry budget now: its
@@ -497,9 +519,9 @@ impl Adaptive {
 
     /// The smallest relative timeout whose extra attempts fit the reserved share (extra
     /// attempts fall as the timeout grows, so bisection finds it), if the budget has a share.
-    fn reserve_timeout(&self) -> Option<f64> {
+    fn reserve_timeout(&self, estimate: &hedge_model::Estimate) -> Option<f64> {
         let share = self.reserved(self.share()?);
-        let survival = self.ratios.survival();
+        let survival = estimate.survival();
         let values = survival.values();
         let attempts = self.config.attempts;
         let i = values.partition_point(|&t| survival.extra_attempts(t, attempts) > share + 1e-12);
@@ -549,7 +571,7 @@ impl Adaptive {
 
     /// The level moved: keep only the last `n` answers, which showed it.
     fn relevel(&mut self, n: usize) {
-        let recent: Vec<f64> = self.level.iter().skip(self.level.len().saturating_sub(n)).collect();
+        let recent: SmallVec<[f64; 8]> = self.level.iter().skip(self.level.len().saturating_sub(n)).collect();
         self.level.clear();
         self.base.clear();
         recent.into_iter().for_each(|x| {

@@ -1,8 +1,11 @@
 //! The request driver: one request in flight, carried out by the policy core's [`Call`] in real
 //! time. Each request's future owns its `Call` and polls its attempts' response futures itself (a
 //! `Cancel` drops one; no task per attempt, so an answer wakes the request directly), and one
-//! `sleep_until` serves the call's `WakeAt`s. The upstream's `ClientPolicy` sits behind a mutex,
-//! held only for the policy's (fast, sans-IO) steps. Time is the time since the proxy started.
+//! timer per request serves the call's `WakeAt`s: the call tracks every attempt's timeout, its
+//! hedge and retry times and its deadline, and asks only for its earliest, so the timer is set
+//! again only when that changes. The upstream's `ClientPolicy` sits behind a mutex, held only for
+//! the policy's (fast, sans-IO) steps. Time is the time since the proxy started. What a request
+//! keeps (its attempts, probes, actions) has room inline for the usual counts.
 
 use super::body::{idempotent, Template};
 use super::protocol::{clean, AttemptError, ProbeFuture, ResponseFuture};
@@ -13,7 +16,7 @@ use crate::http::{self, Body};
 use crate::metrics::seconds;
 use crate::trace::CallTrace;
 use hyper::{Response, StatusCode};
-use std::collections::BTreeSet;
+use smallvec::SmallVec;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -66,14 +69,16 @@ pub(super) struct Driver<'a> {
     /// When the last policy step ran: the time its actions are carried out at (one clock read
     /// per step, none per action).
     pub(super) now: Time,
-    pub(super) wakes: BTreeSet<Time>,
-    pub(super) attempts: Vec<Attempt>,
+    /// The earliest wake the call asked for and has not had. The call asks again for its next
+    /// one after each wake (a later wake only supersedes an earlier one), so one is enough.
+    pub(super) wake: Option<Time>,
+    pub(super) attempts: SmallVec<[Attempt; 2]>,
     /// The probes the call's next pick waits for (Prequal with a stale pool).
-    pub(super) probes: Vec<ProbeFuture>,
+    pub(super) probes: SmallVec<[ProbeFuture; 3]>,
     /// The attempts sent as hedges (for `hedges_won`).
-    pub(super) hedged: Vec<u32>,
+    pub(super) hedged: SmallVec<[u32; 2]>,
     /// Sends the call asked for that the driver could not carry out (a streamed body, spent).
-    pub(super) unsendable: Vec<u32>,
+    pub(super) unsendable: SmallVec<[u32; 2]>,
     /// The answer that won, and its attempt's latency.
     pub(super) winner: Option<(Response<Body>, Duration)>,
     pub(super) last_error: Option<Response<Body>>,
@@ -97,13 +102,14 @@ impl<'a> Driver<'a> {
             template,
             streamed,
             replayable,
-            out: Vec::new(),
+            // Room for a step's actions: a send, its probes, a wake and a finish.
+            out: Vec::with_capacity(8),
             now: Time::ZERO,
-            wakes: BTreeSet::new(),
-            attempts: Vec::new(),
-            probes: Vec::new(),
-            hedged: Vec::new(),
-            unsendable: Vec::new(),
+            wake: None,
+            attempts: SmallVec::new(),
+            probes: SmallVec::new(),
+            hedged: SmallVec::new(),
+            unsendable: SmallVec::new(),
             winner: None,
             last_error: None,
             overflowed: None,
@@ -139,6 +145,11 @@ impl<'a> Driver<'a> {
         self.upstream.metrics.hedge_gate.set(i64::from(gate));
         self.upstream.metrics.ejected.set(ejected as i64);
         let started = self.now;
+        // The request's one timer, set to the call's earliest wake (registered with the runtime's
+        // timer wheel once polled; reset only when the wake changes).
+        let timer = tokio::time::sleep_until(tokio::time::Instant::from_std(self.egress.epoch));
+        let mut timer = std::pin::pin!(timer);
+        let mut timer_at = None;
         loop {
             if let Some(finish) = self.apply(&call) {
                 let answer = self.winner.as_ref().filter(|_| finish.outcome == Outcome::Success).map(|w| w.1);
@@ -162,7 +173,12 @@ impl<'a> Driver<'a> {
             if !self.out.is_empty() {
                 continue;
             }
-            let wake = self.wakes.first().map(|t| tokio::time::Instant::from_std(self.egress.epoch + *t));
+            if self.wake != timer_at {
+                if let Some(t) = self.wake {
+                    timer.as_mut().reset(tokio::time::Instant::from_std(self.egress.epoch + t));
+                }
+                timer_at = self.wake;
+            }
             tokio::select! {
                 end = next_end(&mut self.attempts), if !self.attempts.is_empty() => {
                     self.on_end(&mut call, end);
@@ -170,10 +186,9 @@ impl<'a> Driver<'a> {
                 () = next_probe(&mut self.probes), if !self.probes.is_empty() => {
                     self.step(|ctx| call.on_probe_done(ctx));
                 }
-                () = sleep_until(wake), if wake.is_some() => {
-                    let now = self.egress.now();
-                    self.wakes.retain(|t| *t > now);
-                    self.step_at(now, |ctx| call.on_wake(ctx));
+                () = timer.as_mut(), if self.wake.is_some() => {
+                    (self.wake, timer_at) = (None, None);
+                    self.step(|ctx| call.on_wake(ctx));
                 }
                 else => {
                     let latency = self.egress.now().saturating_sub(started);
@@ -234,7 +249,7 @@ impl<'a> Driver<'a> {
                     None => {}
                 },
                 Action::WakeAt(t) => {
-                    self.wakes.insert(t);
+                    self.wake = Some(self.wake.map_or(t, |w| w.min(t)));
                 }
                 Action::Finish(finish) => {
                     finished = Some(finish);
@@ -325,7 +340,7 @@ impl<'a> Driver<'a> {
 }
 
 /// The first of `attempts` to end, removed from them.
-async fn next_end(attempts: &mut Vec<Attempt>) -> AttemptEnd {
+async fn next_end(attempts: &mut SmallVec<[Attempt; 2]>) -> AttemptEnd {
     std::future::poll_fn(|cx| {
         for i in 0..attempts.len() {
             if let Poll::Ready(result) = Pin::new(&mut attempts[i].response).poll(cx) {
@@ -339,7 +354,7 @@ async fn next_end(attempts: &mut Vec<Attempt>) -> AttemptEnd {
 }
 
 /// Waits for the first of `probes` to end, and removes it.
-async fn next_probe(probes: &mut Vec<ProbeFuture>) {
+async fn next_probe(probes: &mut SmallVec<[ProbeFuture; 3]>) {
     std::future::poll_fn(|cx| match probes.iter_mut().position(|p| p.as_mut().poll(cx).is_ready()) {
         Some(i) => {
             drop(probes.swap_remove(i));
@@ -348,13 +363,6 @@ async fn next_probe(probes: &mut Vec<ProbeFuture>) {
         None => Poll::Pending,
     })
     .await
-}
-
-async fn sleep_until(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ pub(super) enum Owner {
     Job(Key),
 }
 
-/// A call in flight and what the world keeps about it: 248 bytes, so that with its slab
+/// A call in flight and what the world keeps about it: 240 bytes, so that with its slab
 /// generation it fills four cache lines (the run keeps thousands in flight, and every line one
 /// spans is a miss when its next event comes).
 pub(super) struct CallState {
