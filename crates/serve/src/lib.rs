@@ -18,6 +18,7 @@
 
 mod behaviour;
 mod calls;
+mod routes;
 pub mod clock;
 mod error;
 pub mod precise;
