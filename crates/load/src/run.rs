@@ -5,9 +5,9 @@ use crate::client::HttpClient;
 use crate::config::Window;
 use crate::{closed_loop, open_loop, ArrivalSchedule, LoadConfig, LoadError, LoadReport, Sample, Shape, Target};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use tailguard_model::replica::{child_key, pick_route};
 use std::sync::Arc;
 use std::time::Duration;
+use tailguard_model::replica::{child_key, pick_route};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::time::Instant;
 
@@ -92,9 +92,11 @@ struct RouteTarget {
 
 impl RouteTarget {
     fn new(route: &tailguard_model::schema::Route) -> RouteTarget {
-        let method = route.matches.method.as_deref().map_or(hyper::Method::GET, |m| {
-            crate::parse_method(m).unwrap_or(hyper::Method::GET)
-        });
+        let method = route
+            .matches
+            .method
+            .as_deref()
+            .map_or(hyper::Method::GET, |m| crate::parse_method(m).unwrap_or(hyper::Method::GET));
         RouteTarget { method, path: route.matches.path.trim_start_matches('/').to_string() }
     }
 

@@ -25,7 +25,9 @@ pub fn client_policy_routed(config: &ClientPolicy, endpoints: usize, routes: &[S
     call::ClientPolicy {
         balancer: config.balancer.build(endpoints),
         outlier: config.outlier.map(|o| o.build(endpoints)),
-        classes: Classes::new(Box::new(move |class| class_policy(configs.get(usize::from(class)).unwrap_or(&configs[0])))),
+        classes: Classes::new(Box::new(move |class| {
+            class_policy(configs.get(usize::from(class)).unwrap_or(&configs[0]))
+        })),
         retry: config.retry.build(),
         retired: Vec::new(),
     }
@@ -191,7 +193,10 @@ mod tests {
         let (pooled, fast) = (policy.classes.get(0).deadline, policy.classes.get(1).deadline);
         assert_eq!((pooled, fast), (Some(ms(2000)), Some(ms(2000))));
         let slow = policy.classes.get(2);
-        assert_eq!((slow.deadline, slow.timeout.current(), slow.hedge_on_timeout), (Some(ms(5000)), Some(ms(3000)), false));
+        assert_eq!(
+            (slow.deadline, slow.timeout.current(), slow.hedge_on_timeout),
+            (Some(ms(5000)), Some(ms(3000)), false)
+        );
         // A class beyond the routes (the proxy's automatic ones) follows the policy itself.
         let auto = policy.classes.get(7);
         assert!(auto.hedge_on_timeout && auto.timeout.learned());

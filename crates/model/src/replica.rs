@@ -89,7 +89,7 @@ struct WorkSamplers {
 /// the routes' weights; `None` when there are no routes.
 pub fn pick_route(routes: &[Route], key: u64) -> Option<usize> {
     let total: f64 = routes.iter().map(|r| r.weight).sum();
-    if routes.is_empty() || !(total > 0.0) {
+    if routes.is_empty() || total.is_nan() || total <= 0.0 {
         return None;
     }
     let u = (mix(key ^ ROUTE_SALT) >> 11) as f64 / (1u64 << 53) as f64 * total;
@@ -130,7 +130,8 @@ impl ReplicaModel {
         let work = (0..=service.routes.len())
             .map(|slot| {
                 let w = service.work_of(slot.checked_sub(1));
-                let sampler = |d: &Option<crate::schema::Distribution>| d.as_ref().map(|d| d.sampler(base_dir)).transpose();
+                let sampler =
+                    |d: &Option<crate::schema::Distribution>| d.as_ref().map(|d| d.sampler(base_dir)).transpose();
                 Ok(WorkSamplers { per_request: sampler(&w.per_request)?, per_attempt: sampler(&w.per_attempt)? })
             })
             .collect::<Result<_, ModelError>>()?;
@@ -215,7 +216,13 @@ impl ReplicaModel {
     /// [`ReplicaModel::work_time`] for a request of `route` (an index into the service's
     /// routes, or none), whose work per request is keyed by `request` (`tailguard serve`: from
     /// the request's id; without one it is drawn from the replica's stream like the rest).
-    pub fn work_time_routed(&mut self, ordinal: u64, now: Duration, route: Option<usize>, request: Option<u64>) -> Duration {
+    pub fn work_time_routed(
+        &mut self,
+        ordinal: u64,
+        now: Duration,
+        route: Option<usize>,
+        request: Option<u64>,
+    ) -> Duration {
         // A copy advanced and put back: `work` borrows the rest of the model.
         let mut rng = self.rng.clone();
         let time = self.work(ordinal, now, &mut rng, route, request);
@@ -232,7 +239,14 @@ impl ReplicaModel {
 
     /// [`ReplicaModel::work_time_as`] for an attempt keyed by `attempt` of a request of `route`
     /// keyed by `request` (its work per request is drawn from that key alone).
-    pub fn work_time_of(&mut self, ordinal: u64, now: Duration, attempt: u64, route: Option<usize>, request: u64) -> Duration {
+    pub fn work_time_of(
+        &mut self,
+        ordinal: u64,
+        now: Duration,
+        attempt: u64,
+        route: Option<usize>,
+        request: u64,
+    ) -> Duration {
         let mut rng = self.keyed_rng(attempt ^ WORK_SALT);
         self.work(ordinal, now, &mut rng, route, Some(request))
     }
@@ -244,7 +258,14 @@ impl ReplicaModel {
         Pcg64Mcg::new(u128::from(mix(key)) << 64 | u128::from(mix(!key)))
     }
 
-    fn work(&mut self, ordinal: u64, now: Duration, rng: &mut Pcg64Mcg, route: Option<usize>, request: Option<u64>) -> Duration {
+    fn work(
+        &mut self,
+        ordinal: u64,
+        now: Duration,
+        rng: &mut Pcg64Mcg,
+        route: Option<usize>,
+        request: Option<u64>,
+    ) -> Duration {
         let samplers = &self.work[route.map_or(0, |r| r + 1).min(self.work.len() - 1)];
         let mut base = samplers.per_attempt.as_ref().map_or(Duration::ZERO, |s| s.sample(rng));
         if let Some(per_request) = &samplers.per_request {

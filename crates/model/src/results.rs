@@ -452,9 +452,7 @@ pub fn load_service(run: &Run) -> &str {
     }
     let called: Vec<usize> = (0..n).filter(|&s| edges.iter().any(|e| e.1 == s)).collect();
     let candidates = if called.is_empty() { target.into_iter().collect() } else { called };
-    let work = |s: usize| {
-        calls[s] * run.services[s].mean_work(&run.base_dir).as_secs_f64()
-    };
+    let work = |s: usize| calls[s] * run.services[s].mean_work(&run.base_dir).as_secs_f64();
     candidates
         .into_iter()
         .max_by(|&a, &b| work(a).total_cmp(&work(b)).then(calls[a].total_cmp(&calls[b])).then(a.cmp(&b)))

@@ -136,7 +136,7 @@ impl Service {
             mean(&w.per_request) + mean(&w.per_attempt)
         };
         let total: f64 = self.routes.iter().map(|r| r.weight).sum();
-        let secs = if self.routes.is_empty() || !(total > 0.0) {
+        let secs = if self.routes.is_empty() || total.is_nan() || total <= 0.0 {
             of(None)
         } else {
             self.routes.iter().enumerate().map(|(i, r)| r.weight / total * of(Some(i))).sum()
@@ -331,7 +331,9 @@ pub struct Route {
 impl Route {
     /// The route's own work, if it sets one.
     fn own_work(&self) -> Option<Work> {
-        self.work.clone().or_else(|| self.service_time.clone().map(|d| Work { per_request: None, per_attempt: Some(d) }))
+        self.work
+            .clone()
+            .or_else(|| self.service_time.clone().map(|d| Work { per_request: None, per_attempt: Some(d) }))
     }
 }
 

@@ -133,7 +133,10 @@ fn known_route(name: &str, service: &str, callee: &Service) -> Result<(), String
     if callee.routes.is_empty() {
         return Err(format!("service {service:?} has no routes; expected none named {name:?}"));
     }
-    Err(format!("service {service:?} has no route named {name:?}; expected one of: {}", callee.route_names().join(", ")))
+    Err(format!(
+        "service {service:?} has no route named {name:?}; expected one of: {}",
+        callee.route_names().join(", ")
+    ))
 }
 
 fn work(w: &Work, base_dir: &Path) -> Check {
@@ -148,7 +151,8 @@ fn work(w: &Work, base_dir: &Path) -> Check {
 /// A service's routes: unique names, positive weights, paths from the root, a method that is an
 /// HTTP token, their own work and calls sound.
 fn routes(s: &Service, services: &IndexMap<String, Service>, base_dir: &Path) -> Check {
-    unique_names("", s.routes.iter().map(|r| r.name.as_str())).map_err(|e| ModelError { path: e.path.trim_start_matches('.').to_string(), ..e })?;
+    unique_names("", s.routes.iter().map(|r| r.name.as_str()))
+        .map_err(|e| ModelError { path: e.path.trim_start_matches('.').to_string(), ..e })?;
     for (i, r) in s.routes.iter().enumerate() {
         let at = |field: &str| format!("{i}.{field}");
         if r.name.trim().is_empty() || r.name.contains('.') {

@@ -853,7 +853,10 @@ impl Upstream {
         for (i, route) in self.routes.iter().enumerate() {
             let at = |field: &str| format!("routes.{i}{field}");
             if route.name.trim().is_empty() || !names.insert(route.name.as_str()) {
-                return Err(ModelError::at(at(".name"), format!("expected a unique, non-empty name, got {:?}", route.name)));
+                return Err(ModelError::at(
+                    at(".name"),
+                    format!("expected a unique, non-empty name, got {:?}", route.name),
+                ));
             }
             if !route.matches.path.starts_with('/') {
                 let why = format!("expected a path prefix from the root (/search), got {:?}", route.matches.path);

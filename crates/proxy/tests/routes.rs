@@ -136,7 +136,11 @@ async fn run(apps: &[&App], policy: &str, n: usize) -> (Vec<StatusCode>, Vec<Sta
     let (mut slow, mut fast) = (Vec::new(), Vec::new());
     while let Some(done) = requests.join_next().await {
         let (is_slow, status) = done.unwrap();
-        if is_slow { slow.push(status) } else { fast.push(status) }
+        if is_slow {
+            slow.push(status)
+        } else {
+            fast.push(status)
+        }
     }
     proxy.shutdown().await;
     (slow, fast)

@@ -9,11 +9,11 @@
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper::header::{HeaderMap, HeaderValue};
+use hyper::Method;
 use hyper::{Request, Uri};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use hyper::Method;
 use tailguard_model::replica::{child_key, pick_route};
 use tailguard_model::schema::{Fanout, Route};
 use tokio::task::JoinSet;
@@ -63,7 +63,9 @@ impl Calls {
             for (edge, (down, routes)) in edges.by_ref().take(calls) {
                 let fixed = edge.route.as_ref().and_then(|name| routes.iter().position(|r| r.name == *name));
                 let target = match down {
-                    Some(Downstream::Http(url)) => Target::Http(url.clone(), CalleeRoutes { routes: routes.clone(), fixed }),
+                    Some(Downstream::Http(url)) => {
+                        Target::Http(url.clone(), CalleeRoutes { routes: routes.clone(), fixed })
+                    }
                     // One store (one connection pool) per edge, shared by its `count` calls.
                     Some(Downstream::Store(protocol, addrs)) => Target::Store(Store::new(*protocol, addrs.clone())),
                     None => continue,

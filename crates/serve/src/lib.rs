@@ -18,10 +18,10 @@
 
 mod behaviour;
 mod calls;
-mod routes;
 pub mod clock;
 mod error;
 pub mod precise;
+mod routes;
 mod server;
 mod spec;
 pub mod store;

@@ -2,8 +2,7 @@
 
 use std::time::Duration;
 use tailguard_model::results::{
-    imbalance, ratio, round, LatencyRecorder, ReplicaLoad, RouteRecorder, RunResult, Series, ServiceWork,
-    TimeoutSeries,
+    imbalance, ratio, round, LatencyRecorder, ReplicaLoad, RouteRecorder, RunResult, Series, ServiceWork, TimeoutSeries,
 };
 use tailguard_policy::Outcome;
 

@@ -3,8 +3,8 @@
 
 use crate::job_queue::JobQueue;
 use crate::SimError;
-use tailguard_model::replica::{Fate, ReplicaModel};
 use tailguard_model::replica::{child_key, pick_route};
+use tailguard_model::replica::{Fate, ReplicaModel};
 use tailguard_model::schema::{Fanout, Route, Service, TimeoutConfig};
 use tailguard_model::{build, Run};
 use tailguard_policy::admission::Admission;

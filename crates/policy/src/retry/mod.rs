@@ -152,12 +152,7 @@ pub struct RetryPolicy {
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        RetryPolicy {
-            max_attempts: 1,
-            backoff: Backoff::none(),
-            budget: None,
-            retry_non_idempotent: false,
-        }
+        RetryPolicy { max_attempts: 1, backoff: Backoff::none(), budget: None, retry_non_idempotent: false }
     }
 }
 

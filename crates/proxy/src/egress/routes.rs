@@ -4,13 +4,13 @@
 //! Discovery ([`super::discovery`]) changes an upstream's endpoint set in place
 //! ([`Upstream::set_endpoints`]).
 
+use super::classes::Classifier;
 use crate::body::ClientBody;
 use crate::cap::Count;
 use crate::config;
 use crate::metrics::{EndpointMetrics, Metrics, UpstreamMetrics};
 use crate::pool::Pool;
 use crate::tls::{self, TlsError};
-use super::classes::Classifier;
 use hyper::http::uri::Authority;
 use hyper::Request;
 use rand_pcg::Pcg64Mcg;

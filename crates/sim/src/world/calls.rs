@@ -37,6 +37,7 @@ pub(super) struct CallState {
 }
 
 impl World {
+    #[allow(clippy::too_many_arguments)] // a call's whole identity: owner, edge, callee, route, draws
     pub(super) fn start_call(
         &mut self,
         owner: Owner,

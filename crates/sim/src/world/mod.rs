@@ -354,9 +354,18 @@ impl World {
         match event {
             Event::Arrival => self.arrival(),
             Event::ClientReady { client } => self.client_ready(client),
-            Event::AttemptArrives { call, sent, attempt, service, replica, timeout, series, request, route, caller } => {
-                self.attempt_arrives(call, attempt, service, replica, (sent, timeout, series, request, route, caller))
-            }
+            Event::AttemptArrives {
+                call,
+                sent,
+                attempt,
+                service,
+                replica,
+                timeout,
+                series,
+                request,
+                route,
+                caller,
+            } => self.attempt_arrives(call, attempt, service, replica, (sent, timeout, series, request, route, caller)),
             Event::WorkDone { job, .. } => self.work_done(job),
             Event::CancelArrives { call, attempt, job } => self.cancel_arrives(call, attempt, job),
             Event::Answer { job, outcome } => self.respond(job, outcome),

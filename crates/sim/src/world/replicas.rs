@@ -162,7 +162,8 @@ impl World {
         for i in first..first + count {
             let svc = &self.services[s];
             let edge = svc.plans[route][i] as usize;
-            let (policy, callee, fixed) = (svc.edge_policy_base[edge] + replica, svc.edge_callee[edge], svc.edge_route[edge]);
+            let (policy, callee, fixed) =
+                (svc.edge_policy_base[edge] + replica, svc.edge_callee[edge], svc.edge_route[edge]);
             let call_draws = child_key(draws, i as u64);
             let callee_route = self.services[callee as usize].route_of(fixed, call_draws);
             self.start_call(Owner::Job(key), policy, callee, idempotent, measured, call_draws, callee_route);
