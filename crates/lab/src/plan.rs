@@ -10,10 +10,12 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
-use tailguard_model::schema::{BalancerConfig, ClientPolicy, Network};
+use tailguard_model::schema::{BalancerConfig, ClientPolicy, Network, RouteMatch};
 use tailguard_model::{Dur, Run};
 use tailguard_proxy::config::Network as Peers;
-use tailguard_proxy::config::{Admin, Config, Egress, Ingress, Protocol, Route, Tracing, Upstream};
+use tailguard_proxy::config::{
+    Admin, Classify, Config, Egress, Ingress, Protocol, Route, Tracing, Upstream, UpstreamRoute,
+};
 use tailguard_proxy::config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT, DEFAULT_MAX_REPLAY_BODY, DEFAULT_MAX_REQUESTS,
     DEFAULT_UPSTREAM_MAX_REQUESTS,
@@ -170,6 +172,12 @@ pub fn route(callee: &str) -> String {
     format!("/{callee}/")
 }
 
+/// The path a request of `callee`'s route with path `path` takes in the lab: under the callee's
+/// prefix ([`route`]), which `tailguard serve` removes before it matches its routes.
+pub fn route_path(callee: &str, path: &str) -> String {
+    format!("/{callee}{path}")
+}
+
 /// A sidecar's file (docs/proxy.md), as the lab writes it: the proxy's own [`Config`], so what
 /// the lab writes is what the proxy reads.
 #[derive(Clone, Debug, PartialEq)]
@@ -188,7 +196,7 @@ impl ProxyFile {
         let mut upstreams = BTreeMap::new();
         // Calls to redis and memcached go straight to them (crate::real), not through the egress.
         for call in service.calls.iter().filter(|c| c.count > 0 && run.services[&c.service].kind.speaks_http()) {
-            upstreams.insert(call.service.clone(), upstream(plan, &call.service, &call.policy));
+            upstreams.insert(call.service.clone(), upstream(run, plan, &call.service, &call.policy));
         }
         let same = |r: &&Replica| r.service_index == replica.service_index && r.index == replica.index;
         let place = plan.replicas.iter().position(|r| same(&r)).unwrap_or(plan.replicas.len());
@@ -220,7 +228,7 @@ impl ProxyFile {
     pub fn workload(run: &Run, plan: &Plan, seed: u64) -> Option<ProxyFile> {
         let (listen, admin) = (plan.workload_proxy?, plan.workload_admin?);
         let target = &run.workload.target;
-        let upstreams = BTreeMap::from([(target.clone(), upstream(plan, target, &run.workload.client))]);
+        let upstreams = BTreeMap::from([(target.clone(), upstream(run, plan, target, &run.workload.client))]);
         Some(ProxyFile(Config {
             egress: Some(egress(listen, upstreams)),
             admin: Some(Admin { listen: admin, tls: None }),
@@ -266,12 +274,27 @@ fn egress(listen: SocketAddr, upstreams: BTreeMap<String, Upstream>) -> Egress {
     }
 }
 
-fn upstream(plan: &Plan, callee: &str, policy: &ClientPolicy) -> Upstream {
+/// The upstream towards `callee` with `policy`: its routes are the callee's, matched under its
+/// prefix, with the policy's changes for each ([`ClientPolicy::routes`]).
+fn upstream(run: &Run, plan: &Plan, callee: &str, policy: &ClientPolicy) -> Upstream {
+    let routes = run.services[callee].routes.iter().map(|r| {
+        let changes = policy.routes.get(&r.name).cloned().unwrap_or_default();
+        let path = route_path(callee, &r.matches.path);
+        UpstreamRoute {
+            name: r.name.clone(),
+            matches: RouteMatch { path, method: r.matches.method.clone() },
+            timeout: changes.timeout,
+            hedge: changes.hedge,
+            deadline: changes.deadline,
+        }
+    });
     Upstream {
         endpoints: plan.of(callee).map(Replica::ingress).collect(),
         discovery: None,
         route: Route::PathPrefix(route(callee)),
-        policy: policy.clone(),
+        policy: ClientPolicy { routes: Default::default(), ..policy.clone() },
+        routes: routes.collect(),
+        classes: Classify::default(),
         protocol: Protocol::Http1,
         max_connections_per_endpoint: DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT,
         max_requests: DEFAULT_UPSTREAM_MAX_REQUESTS,

@@ -528,5 +528,7 @@ fn load_config(run: &Run, plan: &Plan, seed: u64) -> Result<LoadConfig, LabError
     config.timeout = LOAD_TIMEOUT;
     // The simulator's arrival stream: the same seed offers the same requests at the same times.
     config.seed = run.stream_seed(seed);
+    // The target's routes: their paths under the target's, drawn as the simulator draws them.
+    config.routes = run.services[&w.target].routes.clone();
     Ok(config)
 }

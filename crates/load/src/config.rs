@@ -68,6 +68,12 @@ pub struct LoadConfig {
     pub seed: u64,
     /// Keep every measured request's [`Sample`](crate::Sample) in the report.
     pub keep_samples: bool,
+    /// The routes of the service the targets reach (an experiment file's `routes`), each
+    /// request drawn among them by their weights as the simulator draws them (the n-th request
+    /// keyed by `child_key(0, n)`): its method and its path under the target's, an
+    /// `x-request-id` header with its number, and results per route. Empty: every request is
+    /// its target's.
+    pub routes: Vec<tailguard_model::schema::Route>,
 }
 
 impl LoadConfig {
@@ -84,6 +90,7 @@ impl LoadConfig {
             max_in_flight: 10_000,
             seed: 1,
             keep_samples: false,
+            routes: Vec::new(),
         }
     }
 

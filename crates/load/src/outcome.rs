@@ -69,6 +69,8 @@ pub struct Sample {
     /// From its intended start to the end of its response, or to its failure.
     pub latency: Duration,
     pub outcome: Outcome,
+    /// Its route (an index into the run's routes), when the run has routes.
+    pub route: Option<u16>,
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use crate::{ErrorKind, Outcome, Sample};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
-use tailguard_model::results::{ratio, round, Latency, LatencyRecorder, Results, RunResult};
+use tailguard_model::results::{ratio, round, Latency, LatencyRecorder, Results, RouteRecorder, RunResult};
 
 /// Everything a run measured. Only requests whose intended start followed the warm-up count.
 #[derive(Clone, Debug)]
@@ -31,6 +31,8 @@ pub struct LoadReport {
     pub total: Duration,
     /// Every measured request, in completion order, when the configuration asked to keep them.
     pub samples: Vec<Sample>,
+    /// Per route of the run (when it has routes), its measured requests.
+    pub routes: Vec<RouteRecorder>,
 }
 
 impl LoadReport {
@@ -46,7 +48,14 @@ impl LoadReport {
             sending: Duration::ZERO,
             total: Duration::ZERO,
             samples: Vec::new(),
+            routes: Vec::new(),
         }
+    }
+
+    /// Also counts the requests of each of `routes`.
+    pub(crate) fn with_routes(mut self, routes: Vec<String>) -> Self {
+        self.routes = routes.into_iter().map(RouteRecorder::new).collect();
+        self
     }
 
     /// Counts one measured request that ended `end` after the warm-up.
@@ -62,6 +71,9 @@ impl LoadReport {
         if sample.outcome.is_success() {
             self.succeeded += 1;
             self.latency.record(sample.latency);
+        }
+        if let Some(route) = sample.route.and_then(|r| self.routes.get_mut(usize::from(r))) {
+            route.record(sample.outcome.is_success().then_some(sample.latency));
         }
         if keep {
             self.samples.push(sample);
@@ -118,6 +130,7 @@ impl LoadReport {
             imbalance: 0.0,
             duration_s: round(self.total.as_secs_f64()),
             attempts: 0,
+            routes: self.routes.iter().map(RouteRecorder::result).collect(),
             ..RunResult::default()
         }
     }
@@ -190,7 +203,7 @@ mod tests {
     use hyper::StatusCode;
 
     fn sample(ms: u64, outcome: Outcome) -> Sample {
-        Sample { intended: Duration::ZERO, latency: Duration::from_millis(ms), outcome }
+        Sample { intended: Duration::ZERO, latency: Duration::from_millis(ms), outcome, route: None }
     }
 
     #[test]

@@ -4,9 +4,10 @@
 use crate::client::HttpClient;
 use crate::config::Window;
 use crate::{closed_loop, open_loop, ArrivalSchedule, LoadConfig, LoadError, LoadReport, Sample, Shape, Target};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tailguard_model::replica::{child_key, pick_route};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::time::Instant;
 
@@ -17,12 +18,16 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport, LoadError> {
     config.validate()?;
     let window = config.window();
     let (samples, received) = unbounded_channel();
-    let report = LoadReport::new(config.shape.describe(), config.seed);
+    let names = config.routes.iter().map(|r| r.name.clone()).collect();
+    let report = LoadReport::new(config.shape.describe(), config.seed).with_routes(names);
     let collector = tokio::spawn(collect(received, report, window, config.keep_samples));
     let ctx = Arc::new(Context {
         client: HttpClient::new(config.h2c, config.timeout, config.tls.as_ref())?,
         targets: config.targets.clone(),
         next_target: AtomicUsize::new(0),
+        routes: config.routes.iter().map(RouteTarget::new).collect(),
+        route_weights: config.routes.clone(),
+        sent: AtomicU64::new(0),
         start: Instant::now(),
         samples,
     });
@@ -48,6 +53,11 @@ pub(crate) struct Context {
     client: HttpClient,
     targets: Vec<Target>,
     next_target: AtomicUsize,
+    /// The routes' methods and paths, and the routes (for their weights).
+    routes: Vec<RouteTarget>,
+    route_weights: Vec<tailguard_model::schema::Route>,
+    /// Requests sent so far, warm-up included: the n-th is keyed `child_key(0, n)`.
+    sent: AtomicU64,
     /// Offsets (intended starts) count from here.
     pub start: Instant,
     samples: UnboundedSender<Sample>,
@@ -58,10 +68,48 @@ impl Context {
     /// reports its sample, with the latency counted from `intended`.
     pub async fn send(&self, intended: Duration) {
         let index = self.next_target.fetch_add(1, Ordering::Relaxed) % self.targets.len();
-        let outcome = self.client.send(&self.targets[index]).await;
+        let target = &self.targets[index];
+        let (outcome, route) = if self.routes.is_empty() {
+            (self.client.send(target).await, None)
+        } else {
+            let n = self.sent.fetch_add(1, Ordering::Relaxed) + 1;
+            let route = pick_route(&self.route_weights, child_key(0, n)).unwrap_or(0);
+            let request = self.routes[route].target(target, n);
+            (self.client.send(&request).await, Some(route as u16))
+        };
         let latency = Instant::now().saturating_duration_since(self.start + intended);
         // The collector outlives every sender, so this cannot fail.
-        let _ = self.samples.send(Sample { intended, latency, outcome });
+        let _ = self.samples.send(Sample { intended, latency, outcome, route });
+    }
+}
+
+/// A route's request: its method, and its path appended to a target's.
+struct RouteTarget {
+    method: hyper::Method,
+    /// The route's path without its leading `/`.
+    path: String,
+}
+
+impl RouteTarget {
+    fn new(route: &tailguard_model::schema::Route) -> RouteTarget {
+        let method = route
+            .matches
+            .method
+            .as_deref()
+            .map_or(hyper::Method::GET, |m| crate::parse_method(m).unwrap_or(hyper::Method::GET));
+        RouteTarget { method, path: route.matches.path.trim_start_matches('/').to_string() }
+    }
+
+    /// Request number `n` of this route to `target`: the route's path under the target's (which
+    /// ends with `/`, or gets one), with its id.
+    fn target(&self, target: &Target, n: u64) -> Target {
+        let base = target.uri.path();
+        let slash = if base.ends_with('/') { "" } else { "/" };
+        let mut parts = target.uri.clone().into_parts();
+        let path = format!("{base}{slash}{}", self.path);
+        parts.path_and_query = path.parse().ok().or(parts.path_and_query);
+        let uri = hyper::Uri::from_parts(parts).unwrap_or_else(|_| target.uri.clone());
+        Target { method: self.method.clone(), uri, body: target.body.clone(), request_id: Some(n) }
     }
 }
 

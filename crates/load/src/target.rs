@@ -5,12 +5,18 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Request, Uri};
 
+/// The header that names a request, the same on every attempt of it (Envoy and nginx use it).
+pub const REQUEST_ID: &str = "x-request-id";
+
 /// One request to send, again and again.
 #[derive(Clone, Debug)]
 pub struct Target {
     pub method: Method,
     pub uri: Uri,
     pub body: Bytes,
+    /// Sent as `x-request-id`, when set: a route's request says which request it is, so every
+    /// attempt of it does the same work at `tailguard serve` (docs/serve.md).
+    pub request_id: Option<u64>,
 }
 
 impl Target {
@@ -27,7 +33,7 @@ impl Target {
 
     /// A target without a body.
     pub fn new(method: Method, uri: Uri) -> Self {
-        Self { method, uri, body: Bytes::new() }
+        Self { method, uri, body: Bytes::new(), request_id: None }
     }
 
     /// The request for one send; cloning the body is a reference-count increment.
@@ -35,6 +41,9 @@ impl Target {
         let mut request = Request::new(Full::new(self.body.clone()));
         *request.method_mut() = self.method.clone();
         *request.uri_mut() = self.uri.clone();
+        if let Some(id) = self.request_id {
+            request.headers_mut().insert(REQUEST_ID, id.into());
+        }
         request
     }
 }

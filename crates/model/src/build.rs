@@ -8,17 +8,39 @@ use crate::schema::{self, ClientPolicy};
 use std::time::Duration;
 use tailguard_policy::admission;
 use tailguard_policy::call;
+use tailguard_policy::class::{ClassPolicy, Classes};
 
-/// A caller's policies towards a service of `endpoints` replicas.
+/// A caller's policies towards a service of `endpoints` replicas, every request in one class.
 pub fn client_policy(config: &ClientPolicy, endpoints: usize) -> call::ClientPolicy {
+    client_policy_routed(config, endpoints, &[])
+}
+
+/// A caller's policies towards a service of `endpoints` replicas whose routes are `routes`:
+/// class `i + 1` is the requests of `routes[i]`, with the route's entry of `config.routes`
+/// applied ([`ClientPolicy::for_route`]); class 0 and any class beyond (the proxy's automatic
+/// ones) follow `config` itself. Each class keeps its own learned models.
+pub fn client_policy_routed(config: &ClientPolicy, endpoints: usize, routes: &[String]) -> call::ClientPolicy {
+    let mut configs = vec![config.clone()];
+    configs.extend(routes.iter().map(|name| config.for_route(name)));
     call::ClientPolicy {
         balancer: config.balancer.build(endpoints),
         outlier: config.outlier.map(|o| o.build(endpoints)),
+        classes: Classes::new(Box::new(move |class| {
+            class_policy(configs.get(usize::from(class)).unwrap_or(&configs[0]))
+        })),
+        retry: config.retry.build(),
+        retired: Vec::new(),
+    }
+}
+
+/// One class's policies, from the caller's policy as its route sees it.
+pub fn class_policy(config: &ClientPolicy) -> ClassPolicy {
+    ClassPolicy {
         timeout: config.timeout.build(&config.retry),
         hedge: config.hedge.build(),
-        retry: config.retry.build(&config.timeout),
         deadline: deadline(config),
-        retired: Vec::new(),
+        hedge_on_timeout: config.retry.hedges_on_timeout(&config.timeout),
+        races: Default::default(),
     }
 }
 
@@ -119,12 +141,12 @@ mod tests {
     #[test]
     fn a_speculative_timeout_shortens_the_deadline() {
         let policy = |text: &str| client_policy(&yaml(text), 2);
-        assert_eq!(policy("{}").deadline, None);
-        assert_eq!(policy("{deadline: 2s}").deadline, Some(ms(2000)));
+        assert_eq!(policy("{}").classes.pooled().deadline, None);
+        assert_eq!(policy("{deadline: 2s}").classes.pooled().deadline, Some(ms(2000)));
         let spec = "{hedge: {kind: speculative, attempts: 2, patience: 10ms, timeout: 1s}";
-        assert_eq!(policy(&format!("{spec}}}")).deadline, Some(ms(1000)));
-        assert_eq!(policy(&format!("{spec}, deadline: 500ms}}")).deadline, Some(ms(500)));
-        assert_eq!(policy(&format!("{spec}, deadline: 3s}}")).deadline, Some(ms(1000)));
+        assert_eq!(policy(&format!("{spec}}}")).classes.pooled().deadline, Some(ms(1000)));
+        assert_eq!(policy(&format!("{spec}, deadline: 500ms}}")).classes.pooled().deadline, Some(ms(500)));
+        assert_eq!(policy(&format!("{spec}, deadline: 3s}}")).classes.pooled().deadline, Some(ms(1000)));
     }
 
     #[test]
@@ -159,12 +181,30 @@ mod tests {
     }
 
     fn retry(config: &schema::RetryConfig) -> tailguard_policy::retry::RetryPolicy {
-        config.build(&schema::TimeoutConfig::None)
+        config.build()
+    }
+
+    #[test]
+    fn routes_get_their_own_classes_with_their_overrides() {
+        let config = yaml::<ClientPolicy>(
+            "{timeout: {kind: adaptive}, deadline: 2s, routes: {slow: {timeout: {kind: fixed, value: 3s}, deadline: 5s}}}",
+        );
+        let mut policy = client_policy_routed(&config, 2, &["fast".to_string(), "slow".to_string()]);
+        let (pooled, fast) = (policy.classes.get(0).deadline, policy.classes.get(1).deadline);
+        assert_eq!((pooled, fast), (Some(ms(2000)), Some(ms(2000))));
+        let slow = policy.classes.get(2);
+        assert_eq!(
+            (slow.deadline, slow.timeout.current(), slow.hedge_on_timeout),
+            (Some(ms(5000)), Some(ms(3000)), false)
+        );
+        // A class beyond the routes (the proxy's automatic ones) follows the policy itself.
+        let auto = policy.classes.get(7);
+        assert!(auto.hedge_on_timeout && auto.timeout.learned());
     }
 
     #[test]
     fn adaptive_timeouts_hedge_on_timeout_unless_the_file_says_otherwise() {
-        let policy = |text: &str| client_policy(&yaml::<ClientPolicy>(text), 1).retry.hedge_on_timeout;
+        let policy = |text: &str| client_policy(&yaml::<ClientPolicy>(text), 1).classes.pooled().hedge_on_timeout;
         assert!(policy("{timeout: {kind: adaptive}, retry: {max_attempts: 3}}"));
         assert!(!policy("{timeout: {kind: adaptive}, retry: {max_attempts: 3, hedge_on_timeout: false}}"));
         assert!(!policy("{timeout: {kind: fixed, value: 10ms}, retry: {max_attempts: 3}}"));
@@ -175,14 +215,14 @@ mod tests {
     fn retry_rules_carry_over() {
         let r = retry(&yaml::<schema::RetryConfig>("{max_attempts: 3, non_idempotent: true, hedge_on_timeout: true}"));
         assert_eq!(r.max_attempts, 3);
-        assert!(r.retry_non_idempotent && r.hedge_on_timeout);
+        assert!(r.retry_non_idempotent);
         assert_eq!(r.backoff, Backoff::none());
         // No budget written: the default one (tailguard_policy::retry::DEFAULT_BUDGET).
         assert!(r.budget.is_some());
         assert!(retry(&yaml::<schema::RetryConfig>("{max_attempts: 3, budget: unlimited}")).budget.is_none());
         let r = retry(&schema::RetryConfig::default());
         assert_eq!(r.max_attempts, 1);
-        assert!(!r.retry_non_idempotent && !r.hedge_on_timeout);
+        assert!(!r.retry_non_idempotent);
     }
 
     #[test]

@@ -258,7 +258,7 @@ fn apply_variant(
         edges.iter().find(|((a, b), _)| a == caller && b == callee).map(|(_, p)| (*p).clone())
     };
     for (name, service) in services.iter_mut() {
-        for call in &mut service.calls {
+        for call in service.all_calls_mut() {
             if let Some(policy) = named(name, &call.service).or_else(|| v.client.clone()) {
                 call.policy = policy;
             }

@@ -8,16 +8,19 @@
 //! and service time at any replica, whatever the callers' policies did before it);
 //! `tailguard serve`, which cannot know the request, draws from one stream per replica in arrival
 //! order. Draws happen in a fixed order: one per `error` and `lost` fault on arrival; the service
-//! time, then one per `fraction` slow fault (and one of its `service_time` if it picks the
-//! request), when the work starts; chips (by the caller of [`ReplicaModel::rng`]) from the
-//! replica's stream when the answer leaves. A fault draws whether or not it is active (its window,
+//! time (the work per attempt), then one per `fraction` slow fault (and one of its `service_time`
+//! if it picks the request), when the work starts; chips (by the caller of [`ReplicaModel::rng`])
+//! from the replica's stream when the answer leaves. The work per request (`work.per_request`)
+//! is drawn from a stream keyed by the request alone, so every attempt of a request, at any
+//! replica, draws the same ([`ReplicaModel::work_time_of`]); a request's route
+//! ([`pick_route`]) is drawn from its key too. A fault draws whether or not it is active (its window,
 //! its replica), so windows change no other request's luck.
 //!
 //! Windows are checked against the arrival for `error`, `lost` and `down`, against the start of
 //! the work for `slow`; a `hang` holds whatever would start or end in it until it closes
 //! ([`ReplicaModel::resume_at`]).
 
-use crate::schema::{Fault, FaultKind, Service};
+use crate::schema::{Fault, FaultKind, Route, Service};
 use crate::{LatencyCurve, ModelError, Sampler};
 use rand::{Rng as _, SeedableRng};
 use rand_pcg::Pcg64Mcg;
@@ -56,7 +59,8 @@ pub struct ReplicaModel {
     replica: u32,
     /// Requests the replica works on at once (0: unlimited), from its group if it has one.
     workers: u32,
-    sampler: Sampler,
+    /// The work of a request of no route (index 0) and of each route (index r + 1).
+    work: Vec<WorkSamplers>,
     curve: LatencyCurve,
     faults: Vec<Fault>,
     /// The sampler of each slow fault that replaces the service time, by fault index.
@@ -70,6 +74,34 @@ pub struct ReplicaModel {
 /// Salts that keep a request's arrival and work draws apart.
 const ARRIVE_SALT: u64 = 0x3C6E_F372_FE94_F82B;
 const WORK_SALT: u64 = 0xA54F_F53A_5F1D_36F1;
+const REQUEST_SALT: u64 = 0x510E_527F_ADE6_82D1;
+const ROUTE_SALT: u64 = 0x9B05_688C_2B3E_6C1F;
+
+/// The samplers of one kind of request's local work.
+#[derive(Debug)]
+struct WorkSamplers {
+    per_request: Option<Sampler>,
+    per_attempt: Option<Sampler>,
+}
+
+/// The route of a request whose draws are keyed by `key` (the simulator's request key, the load
+/// generator's request number made one: [`child_key`]`(0, n)` for the n-th request), drawn by
+/// the routes' weights; `None` when there are no routes.
+pub fn pick_route(routes: &[Route], key: u64) -> Option<usize> {
+    let total: f64 = routes.iter().map(|r| r.weight).sum();
+    if routes.is_empty() || total.is_nan() || total <= 0.0 {
+        return None;
+    }
+    let u = (mix(key ^ ROUTE_SALT) >> 11) as f64 / (1u64 << 53) as f64 * total;
+    let mut below = 0.0;
+    for (i, r) in routes.iter().enumerate() {
+        below += r.weight;
+        if u < below {
+            return Some(i);
+        }
+    }
+    Some(routes.len() - 1)
+}
 
 impl ReplicaModel {
     /// Replica `replica` of `service` (as [`Service::for_replica`] gives it: its group's fields and
@@ -95,10 +127,18 @@ impl ReplicaModel {
                 _ => Ok(None),
             })
             .collect::<Result<_, _>>()?;
+        let work = (0..=service.routes.len())
+            .map(|slot| {
+                let w = service.work_of(slot.checked_sub(1));
+                let sampler =
+                    |d: &Option<crate::schema::Distribution>| d.as_ref().map(|d| d.sampler(base_dir)).transpose();
+                Ok(WorkSamplers { per_request: sampler(&w.per_request)?, per_attempt: sampler(&w.per_attempt)? })
+            })
+            .collect::<Result<_, ModelError>>()?;
         Ok(ReplicaModel {
             replica,
             workers: service.workers,
-            sampler: service.service_time.sampler(base_dir)?,
+            work,
             curve: service.latency_model.curve(horizon, stream)?,
             faults: service.faults,
             slow_samplers,
@@ -170,9 +210,22 @@ impl ReplicaModel {
     /// service-time draw × the latency factor at `now`, unless a slow fault active at `now` picks
     /// the request (`every: n` picks ordinals n, 2n, …; `fraction` draws), capped at [`MAX_WORK`].
     pub fn work_time(&mut self, ordinal: u64, now: Duration) -> Duration {
+        self.work_time_routed(ordinal, now, None, None)
+    }
+
+    /// [`ReplicaModel::work_time`] for a request of `route` (an index into the service's
+    /// routes, or none), whose work per request is keyed by `request` (`tailguard serve`: from
+    /// the request's id; without one it is drawn from the replica's stream like the rest).
+    pub fn work_time_routed(
+        &mut self,
+        ordinal: u64,
+        now: Duration,
+        route: Option<usize>,
+        request: Option<u64>,
+    ) -> Duration {
         // A copy advanced and put back: `work` borrows the rest of the model.
         let mut rng = self.rng.clone();
-        let time = self.work(ordinal, now, &mut rng);
+        let time = self.work(ordinal, now, &mut rng, route, request);
         self.rng = rng;
         time
     }
@@ -181,7 +234,21 @@ impl ReplicaModel {
     /// [`ReplicaModel::arrive_as`].
     pub fn work_time_as(&mut self, ordinal: u64, now: Duration, request: u64) -> Duration {
         let mut rng = self.keyed_rng(request ^ WORK_SALT);
-        self.work(ordinal, now, &mut rng)
+        self.work(ordinal, now, &mut rng, None, None)
+    }
+
+    /// [`ReplicaModel::work_time_as`] for an attempt keyed by `attempt` of a request of `route`
+    /// keyed by `request` (its work per request is drawn from that key alone).
+    pub fn work_time_of(
+        &mut self,
+        ordinal: u64,
+        now: Duration,
+        attempt: u64,
+        route: Option<usize>,
+        request: u64,
+    ) -> Duration {
+        let mut rng = self.keyed_rng(attempt ^ WORK_SALT);
+        self.work(ordinal, now, &mut rng, route, Some(request))
     }
 
     /// A stream for one request's draws: two mixes of the key make the 128-bit state, cheaper
@@ -191,8 +258,23 @@ impl ReplicaModel {
         Pcg64Mcg::new(u128::from(mix(key)) << 64 | u128::from(mix(!key)))
     }
 
-    fn work(&mut self, ordinal: u64, now: Duration, rng: &mut Pcg64Mcg) -> Duration {
-        let mut time = scale(self.sampler.sample(rng), self.curve.factor(now));
+    fn work(
+        &mut self,
+        ordinal: u64,
+        now: Duration,
+        rng: &mut Pcg64Mcg,
+        route: Option<usize>,
+        request: Option<u64>,
+    ) -> Duration {
+        let samplers = &self.work[route.map_or(0, |r| r + 1).min(self.work.len() - 1)];
+        let mut base = samplers.per_attempt.as_ref().map_or(Duration::ZERO, |s| s.sample(rng));
+        if let Some(per_request) = &samplers.per_request {
+            base = base.saturating_add(match request {
+                Some(key) => per_request.sample(&mut self.keyed_rng(key ^ REQUEST_SALT)),
+                None => per_request.sample(rng),
+            });
+        }
+        let mut time = scale(base, self.curve.factor(now));
         for (f, slow) in self.faults.iter().zip(&self.slow_samplers) {
             if let FaultKind::Slow { fraction, every, factor, .. } = &f.kind {
                 let hit = match (every, fraction) {

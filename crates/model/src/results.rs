@@ -84,6 +84,59 @@ pub struct RunResult {
     /// run used from the end of the warm-up to the end of the load, per 1,000 measured requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sidecar_cpu_s_per_1k: Option<f64>,
+    /// Per route of the workload's target (when it has `routes`), its measured requests: the
+    /// same figures as the run's, for that route's requests alone. Empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<RouteResult>,
+}
+
+/// The measured requests of one route of the workload's target.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct RouteResult {
+    pub route: String,
+    pub requests: u64,
+    pub succeeded: u64,
+    /// succeeded / requests.
+    pub success_rate: f64,
+    /// Of its successful requests.
+    pub latency_ms: Latency,
+}
+
+/// Counts and latencies of one route's measured requests, as a run goes; the simulator's and the
+/// load generator's [`RouteResult`]s come from it.
+#[derive(Clone, Debug)]
+pub struct RouteRecorder {
+    pub route: String,
+    pub requests: u64,
+    pub succeeded: u64,
+    pub latency: LatencyRecorder,
+}
+
+impl RouteRecorder {
+    /// A route with nothing recorded.
+    pub fn new(route: String) -> RouteRecorder {
+        RouteRecorder { route, requests: 0, succeeded: 0, latency: LatencyRecorder::new() }
+    }
+
+    /// A measured request ended, after `latency` if it succeeded.
+    pub fn record(&mut self, success: Option<Duration>) {
+        self.requests += 1;
+        if let Some(latency) = success {
+            self.succeeded += 1;
+            self.latency.record(latency);
+        }
+    }
+
+    /// What the route's requests came to.
+    pub fn result(&self) -> RouteResult {
+        RouteResult {
+            route: self.route.clone(),
+            requests: self.requests,
+            succeeded: self.succeeded,
+            success_rate: round(ratio(self.succeeded as f64, self.requests as f64)),
+            latency_ms: self.latency.summary(),
+        }
+    }
 }
 
 /// The worker time one service spent on the attempts sent to it after the warm-up, over their
@@ -399,10 +452,7 @@ pub fn load_service(run: &Run) -> &str {
     }
     let called: Vec<usize> = (0..n).filter(|&s| edges.iter().any(|e| e.1 == s)).collect();
     let candidates = if called.is_empty() { target.into_iter().collect() } else { called };
-    let work = |s: usize| {
-        let mean = run.services[s].service_time.sampler(&run.base_dir).map_or(0.0, |d| d.mean().as_secs_f64());
-        calls[s] * mean
-    };
+    let work = |s: usize| calls[s] * run.services[s].mean_work(&run.base_dir).as_secs_f64();
     candidates
         .into_iter()
         .max_by(|&a, &b| work(a).total_cmp(&work(b)).then(calls[a].total_cmp(&calls[b])).then(a.cmp(&b)))

@@ -45,9 +45,17 @@ pub struct Service {
     /// Requests a replica processes at once; 0 means unlimited (no queueing).
     #[serde(default)]
     pub workers: u32,
-    /// Time a worker spends on one request, before any downstream calls.
+    /// Time a worker spends on one attempt, before any downstream calls (the same as `work:
+    /// {per_attempt: ...}`).
     #[serde(default)]
     pub service_time: Distribution,
+    /// The local work split between the request and the attempt, instead of `service_time`.
+    #[serde(default)]
+    pub work: Option<Work>,
+    /// The routes the service serves, each with its own share of the requests, work and calls;
+    /// none: every request is alike (the service's `service_time` and `calls`).
+    #[serde(default)]
+    pub routes: Vec<Route>,
     /// How the service time changes over the run (a multiplier on it).
     #[serde(default)]
     pub latency_model: LatencyModel,
@@ -90,6 +98,57 @@ fn yes() -> bool {
 }
 
 impl Service {
+    /// The local work of a request of `route` (an index into `routes`), or of no route: the
+    /// route's own `work` or `service_time`, else the service's.
+    pub fn work_of(&self, route: Option<usize>) -> Work {
+        let own = route.and_then(|r| self.routes.get(r)).and_then(|r| r.own_work());
+        own.unwrap_or_else(|| {
+            self.work.clone().unwrap_or(Work { per_request: None, per_attempt: Some(self.service_time.clone()) })
+        })
+    }
+
+    /// The calls a request of `route` (an index into `routes`), or of no route, makes: the
+    /// route's own, else the service's.
+    pub fn calls_of(&self, route: Option<usize>) -> &[CallEdge] {
+        match route.and_then(|r| self.routes.get(r)).and_then(|r| r.calls.as_ref()) {
+            Some(calls) => calls,
+            None => &self.calls,
+        }
+    }
+
+    /// Every call edge: the service's, then each route's own, in file order.
+    pub fn all_calls(&self) -> impl Iterator<Item = &CallEdge> {
+        self.calls.iter().chain(self.routes.iter().flat_map(|r| r.calls.iter().flatten()))
+    }
+
+    /// [`Service::all_calls`], to change their policies.
+    pub fn all_calls_mut(&mut self) -> impl Iterator<Item = &mut CallEdge> {
+        self.calls.iter_mut().chain(self.routes.iter_mut().flat_map(|r| r.calls.iter_mut().flatten()))
+    }
+
+    /// The mean local work of its requests: over its routes by weight, or the service's own.
+    pub fn mean_work(&self, base_dir: &std::path::Path) -> std::time::Duration {
+        let mean = |d: &Option<Distribution>| {
+            d.as_ref().and_then(|d| d.sampler(base_dir).ok()).map_or(0.0, |s| s.mean().as_secs_f64())
+        };
+        let of = |route: Option<usize>| {
+            let w = self.work_of(route);
+            mean(&w.per_request) + mean(&w.per_attempt)
+        };
+        let total: f64 = self.routes.iter().map(|r| r.weight).sum();
+        let secs = if self.routes.is_empty() || total.is_nan() || total <= 0.0 {
+            of(None)
+        } else {
+            self.routes.iter().enumerate().map(|(i, r)| r.weight / total * of(Some(i))).sum()
+        };
+        std::time::Duration::from_secs_f64(secs.max(0.0))
+    }
+
+    /// The names of its routes, in file order.
+    pub fn route_names(&self) -> Vec<String> {
+        self.routes.iter().map(|r| r.name.clone()).collect()
+    }
+
     /// The service as replica `replica` runs it: the fields of the group that holds it (if any)
     /// in place of the service's, its faults after the service's, and no groups.
     pub fn for_replica(&self, replica: u32) -> Service {
@@ -98,6 +157,7 @@ impl Service {
             service.workers = group.workers.unwrap_or(service.workers);
             if let Some(d) = &group.service_time {
                 service.service_time = d.clone();
+                service.work = None;
             }
             if let Some(m) = &group.latency_model {
                 service.latency_model = m.clone();
@@ -161,6 +221,10 @@ pub struct CallEdge {
     /// How many such calls each request makes.
     #[serde(default = "one")]
     pub count: u32,
+    /// The called service's route each call takes (by name); left out, a route drawn by the
+    /// routes' weights for each call (when the called service has routes).
+    #[serde(default)]
+    pub route: Option<String>,
     /// The caller's policies towards the called service (variants may replace them).
     #[serde(default)]
     pub policy: ClientPolicy,
@@ -189,6 +253,127 @@ pub struct ClientPolicy {
     /// The longest a request may take in all; attempts are clamped by what remains of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<Dur>,
+    /// Per route of the called service (by name), what that route's requests use instead of the
+    /// timeout, hedge and deadline above (Gateway API's HTTPRoute timeouts, Linkerd's per-route
+    /// policy). Each route keeps its own learned models whether or not it is listed here.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub routes: IndexMap<String, RoutePolicy>,
+}
+
+/// What one route changes of its caller's [`ClientPolicy`]; what is left out is the policy's.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RoutePolicy {
+    /// The route's per-attempt timeouts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<TimeoutConfig>,
+    /// The route's hedging.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hedge: Option<HedgeConfig>,
+    /// The route's request deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Dur>,
+}
+
+impl ClientPolicy {
+    /// The policy the requests of route `name` follow: this one with the route's entry in
+    /// `routes` applied, if it has one.
+    pub fn for_route(&self, name: &str) -> ClientPolicy {
+        let mut policy = ClientPolicy { routes: IndexMap::new(), ..self.clone() };
+        if let Some(route) = self.routes.get(name) {
+            policy.timeout = route.timeout.clone().unwrap_or(policy.timeout);
+            policy.hedge = route.hedge.clone().unwrap_or(policy.hedge);
+            policy.deadline = route.deadline.or(policy.deadline);
+        }
+        policy
+    }
+}
+
+/// A service's local work, split between what belongs to the request and what to each attempt:
+/// the part per request is drawn once and every attempt of that request (a retry, a hedge, on
+/// any replica) does it; the part per attempt is drawn afresh for each. Either may be left out
+/// (no work of that kind); an attempt works for their sum (times the latency model's factor).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Work {
+    /// Work every attempt of a request does alike: its route's, its payload's, a cold key's.
+    #[serde(default)]
+    pub per_request: Option<Distribution>,
+    /// Work drawn for each attempt: queueing aside, a replica's own noise.
+    #[serde(default)]
+    pub per_attempt: Option<Distribution>,
+}
+
+/// One route of a service: which requests it is (`match`), how many of them (`weight`), and what
+/// they cost (their own `service_time` or `work`, and `calls`; left out, the service's).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Route {
+    /// Its name, in results and in policies' `routes`.
+    pub name: String,
+    /// The requests it is; the load generator sends its path and method.
+    #[serde(rename = "match", default)]
+    pub matches: RouteMatch,
+    /// Its share of the requests the service receives, relative to the other routes' (1).
+    #[serde(default = "one_f")]
+    pub weight: f64,
+    /// Time a worker spends on one attempt (the same as `work: {per_attempt: ...}`).
+    #[serde(default)]
+    pub service_time: Option<Distribution>,
+    /// The local work split between the request and the attempt.
+    #[serde(default)]
+    pub work: Option<Work>,
+    /// The calls its requests make instead of the service's.
+    #[serde(default)]
+    pub calls: Option<Vec<CallEdge>>,
+}
+
+impl Route {
+    /// The route's own work, if it sets one.
+    fn own_work(&self) -> Option<Work> {
+        self.work
+            .clone()
+            .or_else(|| self.service_time.clone().map(|d| Work { per_request: None, per_attempt: Some(d) }))
+    }
+}
+
+/// Which requests a route is: a path prefix (for gRPC the `/package.Service/Method` path) and,
+/// if given, a method. The load generator sends the path itself.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RouteMatch {
+    /// The path prefix (`/search`), from the root.
+    #[serde(default = "root")]
+    pub path: String,
+    /// The HTTP method (`GET`, `POST`); left out, any (the load generator sends GET).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+}
+
+impl Default for RouteMatch {
+    fn default() -> Self {
+        RouteMatch { path: root(), method: None }
+    }
+}
+
+impl RouteMatch {
+    /// Whether a request of `method` to `path` is this route's.
+    pub fn matches(&self, method: &str, path: &str) -> bool {
+        self.method.as_deref().is_none_or(|m| m.eq_ignore_ascii_case(method)) && prefix_matches(&self.path, path)
+    }
+}
+
+/// Whether `path` starts with `prefix` at a segment boundary (`/search` matches `/search` and
+/// `/search/x`, not `/searching`), or `prefix` ends with `/`.
+pub fn prefix_matches(prefix: &str, path: &str) -> bool {
+    match path.strip_prefix(prefix) {
+        Some(rest) => prefix.ends_with('/') || rest.is_empty() || rest.starts_with('/') || rest.starts_with('?'),
+        None => false,
+    }
+}
+
+fn root() -> String {
+    "/".to_string()
 }
 
 // The policies' own configuration types, re-exported under their own names for the experiment

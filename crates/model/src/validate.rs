@@ -91,18 +91,102 @@ fn service(s: &Service, services: &IndexMap<String, Service>, base_dir: &Path, h
         return Err(ModelError::at("replicas", "expected a positive integer, got 0"));
     }
     s.service_time.sampler(base_dir).map_err(|e| e.under("service_time"))?;
+    if let Some(w) = &s.work {
+        if s.service_time != Distribution::default() {
+            return Err(ModelError::at("work", "expected either `service_time` or `work`, not both"));
+        }
+        work(w, base_dir).map_err(|e| e.under("work"))?;
+    }
+    routes(s, services, base_dir).map_err(|e| e.under("routes"))?;
     s.latency_model.curve(horizon, 0).map_err(|e| e.under("latency_model"))?;
     admission(&s.admission).map_err(|e| e.under("admission"))?;
     faults(&s.faults, base_dir)?;
     for (name, g) in &s.groups {
         group(g, base_dir, horizon).map_err(|e| e.under(&format!("groups.{name}")))?;
     }
-    for (i, call) in s.calls.iter().enumerate() {
+    calls(&s.calls, services)?;
+    real(s, services)
+}
+
+/// Call edges: known callees, routes of theirs, and sound policies.
+fn calls(calls: &[CallEdge], services: &IndexMap<String, Service>) -> Check {
+    for (i, call) in calls.iter().enumerate() {
         let at = format!("calls.{i}");
         known_service(&call.service, services).map_err(|m| ModelError::at(join(&at, "service"), m))?;
+        let callee = &services[&call.service];
+        if let Some(route) = &call.route {
+            known_route(route, &call.service, callee).map_err(|m| ModelError::at(join(&at, "route"), m))?;
+        }
         client_policy(&call.policy).map_err(|e| e.under(&join(&at, "policy")))?;
+        for name in call.policy.routes.keys() {
+            known_route(name, &call.service, callee)
+                .map_err(|m| ModelError::at(join(&at, &format!("policy.routes.{name}")), m))?;
+        }
     }
-    real(s, services)
+    Ok(())
+}
+
+fn known_route(name: &str, service: &str, callee: &Service) -> Result<(), String> {
+    if callee.routes.iter().any(|r| r.name == name) {
+        return Ok(());
+    }
+    if callee.routes.is_empty() {
+        return Err(format!("service {service:?} has no routes; expected none named {name:?}"));
+    }
+    Err(format!(
+        "service {service:?} has no route named {name:?}; expected one of: {}",
+        callee.route_names().join(", ")
+    ))
+}
+
+fn work(w: &Work, base_dir: &Path) -> Check {
+    for (field, d) in [("per_request", &w.per_request), ("per_attempt", &w.per_attempt)] {
+        if let Some(d) = d {
+            d.sampler(base_dir).map_err(|e| e.under(field))?;
+        }
+    }
+    Ok(())
+}
+
+/// A service's routes: unique names, positive weights, paths from the root, a method that is an
+/// HTTP token, their own work and calls sound.
+fn routes(s: &Service, services: &IndexMap<String, Service>, base_dir: &Path) -> Check {
+    unique_names("", s.routes.iter().map(|r| r.name.as_str()))
+        .map_err(|e| ModelError { path: e.path.trim_start_matches('.').to_string(), ..e })?;
+    for (i, r) in s.routes.iter().enumerate() {
+        let at = |field: &str| format!("{i}.{field}");
+        if r.name.trim().is_empty() || r.name.contains('.') {
+            return Err(ModelError::at(at("name"), format!("expected a non-empty name without '.', got {:?}", r.name)));
+        }
+        if !(r.weight.is_finite() && r.weight > 0.0) {
+            return Err(ModelError::at(at("weight"), format!("expected a weight > 0, got {}", r.weight)));
+        }
+        let path = &r.matches.path;
+        if !path.starts_with('/') || path.chars().any(|c| c.is_whitespace() || c == '?' || c == '#') {
+            return Err(ModelError::at(
+                at("match.path"),
+                format!("expected a path from the root without spaces, '?' or '#' (/search), got {path:?}"),
+            ));
+        }
+        if let Some(m) = &r.matches.method {
+            if m.is_empty() || !m.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)) {
+                return Err(ModelError::at(at("match.method"), format!("expected an HTTP method (GET), got {m:?}")));
+            }
+        }
+        if let Some(d) = &r.service_time {
+            if r.work.is_some() {
+                return Err(ModelError::at(at("work"), "expected either `service_time` or `work`, not both"));
+            }
+            d.sampler(base_dir).map_err(|e| e.under(&at("service_time")))?;
+        }
+        if let Some(w) = &r.work {
+            work(w, base_dir).map_err(|e| e.under(&at("work")))?;
+        }
+        if let Some(own) = &r.calls {
+            calls(own, services).map_err(|e| e.under(&i.to_string()))?;
+        }
+    }
+    Ok(())
 }
 
 /// A real program's parameters, and what such a node cannot do: redis and memcached make no
@@ -118,6 +202,9 @@ fn real(s: &Service, services: &IndexMap<String, Service>) -> Check {
     let not = |at: &str, what: &str| Err(ModelError::at(at, format!("a {} service {what}", kind.name())));
     if !s.faults.is_empty() {
         return not("faults", "runs the real program; expected no injected faults");
+    }
+    if !s.routes.is_empty() || s.work.is_some() {
+        return not("routes", "runs the real program; expected no `routes` or `work`");
     }
     if !s.groups.is_empty() {
         return not("groups", "runs the real program; expected no replica groups");
@@ -165,7 +252,7 @@ fn no_cycles(services: &IndexMap<String, Service>) -> Check {
         marks[i] = Mark::OnPath;
         path.push(i);
         let (name, service) = services.get_index(i).expect("an index of the map");
-        for (c, call) in service.calls.iter().enumerate() {
+        for (c, call) in service.all_calls().enumerate() {
             let Some(j) = services.get_index_of(&call.service) else { continue };
             match marks[j] {
                 Mark::Done => {}
@@ -228,7 +315,12 @@ fn workload(w: &Workload, services: &IndexMap<String, Service>) -> Check {
         (None, Some(_)) => {}
         _ => return Err(ModelError::at("", "expected exactly one of `duration` and `requests`")),
     }
-    client_policy(&w.client).map_err(|e| e.under("client"))
+    client_policy(&w.client).map_err(|e| e.under("client"))?;
+    for name in w.client.routes.keys() {
+        known_route(name, &w.target, &services[&w.target])
+            .map_err(|m| ModelError::at(format!("client.routes.{name}"), m))?;
+    }
+    Ok(())
 }
 
 fn variant(v: &Variant, services: &IndexMap<String, Service>, workload: &Workload) -> Check {
@@ -269,9 +361,10 @@ pub(crate) fn edge_key<'k>(
         return Ok((caller, callee));
     }
     known_service(caller, services)?;
-    let calls = &services[caller].calls;
+    let calls: Vec<&CallEdge> = services[caller].all_calls().collect();
     if !calls.iter().any(|c| c.service == callee) {
-        let callees: Vec<&str> = calls.iter().map(|c| c.service.as_str()).collect();
+        let mut callees: Vec<&str> = calls.iter().map(|c| c.service.as_str()).collect();
+        callees.dedup();
         let expected = if callees.is_empty() {
             "it calls no service".to_string()
         } else {
@@ -435,7 +528,22 @@ pub fn client_policy(p: &ClientPolicy) -> Check {
     p.timeout.validate().map_err(|e| ModelError::from(e).under("timeout"))?;
     p.hedge.validate().map_err(|e| ModelError::from(e).under("hedge"))?;
     p.retry.validate().map_err(|e| ModelError::from(e).under("retry"))?;
-    p.deadline.map_or(Ok(()), |d| positive("deadline", d))
+    p.deadline.map_or(Ok(()), |d| positive("deadline", d))?;
+    for (name, route) in &p.routes {
+        route_policy(route).map_err(|e| e.under(&format!("routes.{name}")))?;
+    }
+    Ok(())
+}
+
+/// A route's overrides of its caller's policy.
+pub fn route_policy(r: &RoutePolicy) -> Check {
+    if let Some(t) = &r.timeout {
+        t.validate().map_err(|e| ModelError::from(e).under("timeout"))?;
+    }
+    if let Some(h) = &r.hedge {
+        h.validate().map_err(|e| ModelError::from(e).under("hedge"))?;
+    }
+    r.deadline.map_or(Ok(()), |d| positive("deadline", d))
 }
 
 // The checks policies make, for the rest of the file (same words everywhere).

@@ -6,11 +6,22 @@
 //! send an attempt, stop waiting for one, wake the call at a time, report an ejection, probe an
 //! endpoint, or finish the request.
 //! Attempt timeouts are tracked here, so the driver needs one timer per call, not per attempt.
+//!
+//! **Only a deadline or an error fails a request.** A timeout the user wrote (`fixed`,
+//! `sequential`, `exp-backoff`) is Envoy's `per_try_timeout`: it ends its attempt, a retry goes
+//! out if the retry policy allows one, and a request with no retry left fails with 504. A learned
+//! number (a learned timeout, its patience, a learned hedge) may race another attempt; it never
+//! ends the last live attempt of a request whose deadline has not passed: such an attempt is kept
+//! until it answers or the deadline ends the request.
+//!
+//! A request belongs to a class ([`crate::class`]): its timeout, hedge and deadline are its
+//! class's, and so is the record of whether its races win.
 
 use crate::balance::{Balancer, Ejection, Outlier, Pick};
-use crate::hedge::{HedgePolicy, RequestEnd};
+use crate::class::{ClassId, Classes, POOLED};
+use crate::hedge::RequestEnd;
 use crate::retry::RetryPolicy;
-use crate::timeout::{AttemptResult, TimeoutPolicy};
+use crate::timeout::AttemptResult;
 use crate::{EndpointId, Feedback, Outcome, PackedTime, Rng, Time};
 use smallvec::SmallVec;
 use std::time::Duration;
@@ -21,14 +32,10 @@ pub struct ClientPolicy {
     pub balancer: Box<dyn Balancer>,
     /// Leaves endpoints that keep failing out of the balancer's choice, if set.
     pub outlier: Option<Outlier>,
-    /// Sets each attempt's timeout.
-    pub timeout: Box<dyn TimeoutPolicy>,
-    /// Sends speculative attempts, if any.
-    pub hedge: Option<Box<dyn HedgePolicy>>,
-    /// Retries failed attempts.
+    /// Per class of requests: the timeout, the hedge and the deadline, and what each learnt.
+    pub classes: Classes,
+    /// Retries failed attempts (one budget for every class).
     pub retry: RetryPolicy,
-    /// The longest a request may take in all, from its start (its deadline), if any.
-    pub deadline: Option<Duration>,
     /// Endpoints taken out of the set (sorted): no attempt goes to them ([`ClientPolicy::retire`]).
     pub retired: Vec<EndpointId>,
 }
@@ -76,10 +83,13 @@ pub enum Action {
     Send { attempt: u32, endpoint: EndpointId, timeout: Option<Duration>, policy_timeout: Option<Duration> },
     /// Stop waiting for attempt number `attempt`: `reason` is `TimedOut` when its timeout fired,
     /// `Cancelled` when another attempt won, the request ended, or an overdue attempt outlived the
-    /// timeout policy's patience ([`TimeoutPolicy::patience`](crate::timeout::TimeoutPolicy::patience)).
+    /// timeout policy's patience ([`TimeoutPolicy::patience`](crate::timeout::TimeoutPolicy::patience))
+    /// while another attempt runs.
     Cancel { attempt: u32, endpoint: EndpointId, reason: Outcome },
-    /// The timeout of attempt number `attempt` fired, but the call keeps waiting for it while a
-    /// retry goes out ([`RetryPolicy::hedge_on_timeout`]): count it as a timeout, keep the exchange.
+    /// The timeout of attempt number `attempt` fired, but the call keeps waiting for it: a retry
+    /// races it ([`ClassPolicy::hedge_on_timeout`](crate::class::ClassPolicy::hedge_on_timeout)),
+    /// or it is the last live attempt and the timeout was learned. Count it as a timeout, keep the
+    /// exchange.
     Overdue { attempt: u32, endpoint: EndpointId },
     /// An endpoint was ejected by the outlier detector (for the driver's logs and metrics).
     Eject(Ejection),
@@ -118,19 +128,26 @@ struct Attempt {
     tag: Tag,
 }
 
-/// An attempt's timeout index (0 for the first try and its hedges, n for retry n) and whether it
-/// is still waited for (`LIVE`) and its timeout fired while it was kept running (`OVERDUE`, hedge
-/// on timeout), in one word: the index stays far below 2^30 (each attempt takes 32 bytes).
+/// An attempt's timeout index (0 for the first try and its hedges, n for retry n) and its state
+/// flags in one word: the index stays far below 2^28 (each attempt takes 32 bytes).
 #[derive(Clone, Copy, Debug)]
 struct Tag(u32);
 
 impl Tag {
+    /// Still waited for.
     const LIVE: u32 = 1 << 31;
+    /// Its timeout fired and it was kept running (hedge on timeout, or the last live attempt).
     const OVERDUE: u32 = 1 << 30;
+    /// When its timeout fired, the call asked for a retry to stand in for it.
+    const REPLACED: u32 = 1 << 29;
+    /// It was sent while another attempt of the request was live: a race (a hedge, or a retry
+    /// beside an overdue attempt).
+    const RACED: u32 = 1 << 28;
+    const INDEX: u32 = Self::RACED - 1;
 
-    fn live(index: u32) -> Tag {
-        assert!(index < Self::OVERDUE, "fewer than 2^30 retries");
-        Tag(index | Self::LIVE)
+    fn live(index: u32, raced: bool) -> Tag {
+        assert!(index <= Self::INDEX, "fewer than 2^28 retries");
+        Tag(index | Self::LIVE | if raced { Self::RACED } else { 0 })
     }
 }
 
@@ -141,24 +158,27 @@ impl Attempt {
 
     /// The index the timeout policy got for it.
     fn index(&self) -> u32 {
-        self.tag.0 & (Tag::OVERDUE - 1)
+        self.tag.0 & Tag::INDEX
+    }
+
+    fn has(&self, flag: u32) -> bool {
+        self.tag.0 & flag != 0
     }
 
     fn live(&self) -> bool {
-        self.tag.0 & Tag::LIVE != 0
+        self.has(Tag::LIVE)
     }
 
-    /// Its timeout fired and it was kept running (hedge on timeout).
     fn overdue(&self) -> bool {
-        self.tag.0 & Tag::OVERDUE != 0
+        self.has(Tag::OVERDUE)
     }
 
     fn end(&mut self) {
         self.tag.0 &= !Tag::LIVE;
     }
 
-    fn set_overdue(&mut self) {
-        self.tag.0 |= Tag::OVERDUE;
+    fn set(&mut self, flag: u32) {
+        self.tag.0 |= flag;
     }
 
     fn sent(&self) -> Time {
@@ -183,6 +203,10 @@ impl Attempt {
 pub struct Call {
     start: PackedTime,
     idempotent: bool,
+    /// The request's class ([`crate::class`]).
+    class: ClassId,
+    /// An attempt was sent as a race: the class records whether a race won when it ends.
+    raced: bool,
     deadline: PackedTime,
     // Inline room for a try, a hedge and a retry keeps a call allocation-free.
     attempts: SmallVec<[Attempt; 3]>,
@@ -237,11 +261,16 @@ pub struct Ctx<'a> {
 }
 
 impl Call {
-    /// Starts a request at `ctx.now`; `deadline` is the caller's own deadline, if it has one (for
-    /// example propagated from upstream), and is combined with the policy's.
+    /// Starts a request of the pooled class ([`Call::start_for`]).
     pub fn start(ctx: &mut Ctx<'_>, idempotent: bool, deadline: Option<Time>) -> Call {
+        Call::start_for(ctx, POOLED, idempotent, deadline)
+    }
+
+    /// Starts a request of class `class` at `ctx.now`; `deadline` is the caller's own deadline,
+    /// if it has one (for example propagated from upstream), and is combined with the class's.
+    pub fn start_for(ctx: &mut Ctx<'_>, class: ClassId, idempotent: bool, deadline: Option<Time>) -> Call {
         let now = ctx.now;
-        let own = ctx.policy.deadline.map(|d| now.saturating_add(d));
+        let own = ctx.policy.classes.get(class).deadline.map(|d| now.saturating_add(d));
         let deadline = match (deadline, own) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -249,6 +278,8 @@ impl Call {
         let mut call = Call {
             start: PackedTime::at(now),
             idempotent,
+            class,
+            raced: false,
             deadline: PackedTime::new(deadline),
             attempts: SmallVec::new(),
             retries: 0,
@@ -267,7 +298,7 @@ impl Call {
             return call;
         }
         if call.may_hedge(ctx.policy) {
-            let hedge = ctx.policy.hedge.as_mut().expect("may_hedge checked it");
+            let hedge = ctx.policy.classes.get(class).hedge.as_mut().expect("may_hedge checked it");
             hedge.on_request(now);
             call.hedging = true;
             call.hedge_at = PackedTime::new(hedge.delay(now, 1).map(|d| now.saturating_add(d)));
@@ -279,6 +310,11 @@ impl Call {
     /// Whether the call is over (its `Finish` action was pushed).
     pub fn is_finished(&self) -> bool {
         self.finished
+    }
+
+    /// The request's class.
+    pub fn class(&self) -> ClassId {
+        self.class
     }
 
     /// When the request started.
@@ -314,19 +350,21 @@ impl Call {
             return;
         }
         a.end();
-        let (endpoint, index, timeout, overdue) = (a.endpoint(), a.index(), a.timeout.get(), a.overdue());
-        feed_back(ctx, endpoint, &feedback);
+        let (endpoint, index, timeout) = (a.endpoint(), a.index(), a.timeout.get());
+        let (replaced, raced) = (a.overdue() && a.has(Tag::REPLACED), a.has(Tag::RACED));
+        feed_back(ctx, self.class, endpoint, &feedback);
+        let class = ctx.policy.classes.get(self.class);
         if matches!(feedback.outcome, Outcome::Success | Outcome::Error) {
-            ctx.policy.timeout.on_result(now, index, timeout, AttemptResult::Answered(feedback.rtt));
+            class.timeout.on_result(now, index, timeout, AttemptResult::Answered(feedback.rtt));
         }
         if feedback.outcome == Outcome::Success {
-            if let Some(hedge) = ctx.policy.hedge.as_mut() {
+            if let Some(hedge) = class.hedge.as_mut() {
                 hedge.on_latency(now, feedback.rtt);
             }
-            self.finish(ctx, Outcome::Success);
+            self.finish_won(ctx, Outcome::Success, raced);
             return;
         }
-        if overdue {
+        if replaced {
             // Its timeout already sent the retry that stands in for it.
             self.last_failure = feedback.outcome;
             if self.idle() {
@@ -360,28 +398,49 @@ impl Call {
             }
             let (endpoint, index, sent) = (a.endpoint(), a.index(), a.sent());
             if a.overdue() {
-                // Kept past its timeout beyond the policy's patience: lost, as in an outage. Its
-                // retry is already out; the request waits no more for it. (Counted as timed out
+                if !self.others_live(i) {
+                    // The last live attempt: patience is learned, and a learned number does not
+                    // end a request. It is waited for until it answers or the deadline passes.
+                    self.attempts[i].abandon_at = PackedTime::NONE;
+                    continue;
+                }
+                // Kept past its timeout beyond the policy's patience while another attempt runs:
+                // lost, as in an outage; the request waits no more for it. (Counted as timed out
                 // once, when it became overdue.)
                 self.attempts[i].end();
                 ctx.out.push(Action::Cancel { attempt: i as u32, endpoint, reason: Outcome::Cancelled });
-                feed_back(ctx, endpoint, &Feedback::new(Outcome::TimedOut, now.saturating_sub(sent)));
-                ctx.policy.timeout.on_abandoned(now, index, now.saturating_sub(sent));
+                feed_back(ctx, self.class, endpoint, &Feedback::new(Outcome::TimedOut, now.saturating_sub(sent)));
+                ctx.policy.classes.get(self.class).timeout.on_abandoned(now, index, now.saturating_sub(sent));
                 continue;
             }
             let timeout = a.timeout.get().expect("expired implies a timeout");
-            if ctx.policy.retry.hedge_on_timeout {
+            let class = ctx.policy.classes.get(self.class);
+            let (hedging, learned) = (class.hedge_on_timeout, class.timeout.learned());
+            let retry = self.retry_possible(ctx, Outcome::TimedOut);
+            // A learned timeout with no retry to stand in for the last live attempt keeps it.
+            let alone = learned && !hedging && !retry && !self.others_live(i);
+            let class = ctx.policy.classes.get(self.class);
+            if hedging || alone {
                 // Still in flight for the balancer, which hears of it once it ends.
-                let patience = ctx.policy.timeout.patience().map(|p| sent.saturating_add(p.max(timeout)));
-                self.attempts[i].set_overdue();
-                self.attempts[i].abandon_at = PackedTime::new(patience);
+                let patience = class.timeout.patience().filter(|_| hedging);
+                self.attempts[i].set(Tag::OVERDUE);
+                self.attempts[i].abandon_at = PackedTime::new(patience.map(|p| sent.saturating_add(p.max(timeout))));
                 ctx.out.push(Action::Overdue { attempt: i as u32, endpoint });
             } else {
                 self.attempts[i].end();
                 ctx.out.push(Action::Cancel { attempt: i as u32, endpoint, reason: Outcome::TimedOut });
-                feed_back(ctx, endpoint, &Feedback::new(Outcome::TimedOut, timeout));
+                feed_back(ctx, self.class, endpoint, &Feedback::new(Outcome::TimedOut, timeout));
             }
-            ctx.policy.timeout.on_result(now, index, Some(timeout), AttemptResult::TimedOut(timeout));
+            let class = ctx.policy.classes.get(self.class);
+            class.timeout.on_result(now, index, Some(timeout), AttemptResult::TimedOut(timeout));
+            // The retry beside a kept attempt is a race: a learned timeout's goes out only where
+            // the class's races win.
+            let refused = hedging && learned && retry && !class.races.allow();
+            if alone || refused {
+                self.last_failure = Outcome::TimedOut;
+                continue;
+            }
+            self.attempts[i].set(Tag::REPLACED);
             self.on_failure(ctx, Outcome::TimedOut);
             if self.finished {
                 return;
@@ -403,14 +462,18 @@ impl Call {
         }
         if self.hedge_at.get().is_some_and(|t| t <= now) {
             self.hedge_at = PackedTime::NONE;
-            let hedge = ctx.policy.hedge.as_mut().expect("hedge_at is set only with a hedge policy");
             let n = self.hedges + 1;
-            // The budget is asked first so that a hedge it refuses costs the hedge policy nothing.
-            if ctx.policy.retry.budget_allows(now) && hedge.try_send(now, n) {
+            // The budget and the class's races are asked first so that a hedge they refuse costs
+            // the hedge policy nothing.
+            let budget = ctx.policy.retry.budget_allows(now);
+            let class = ctx.policy.classes.get(self.class);
+            let hedge = class.hedge.as_mut().expect("hedge_at is set only with a hedge policy");
+            let races = !hedge.learned() || class.races.allow();
+            if budget && races && hedge.try_send(now, n) {
                 ctx.policy.retry.charge_hedge(now);
                 self.hedges = n;
                 self.send(ctx, self.retries);
-                let hedge = ctx.policy.hedge.as_mut().expect("checked above");
+                let hedge = ctx.policy.classes.get(self.class).hedge.as_mut().expect("checked above");
                 let start = self.started();
                 self.hedge_at = PackedTime::new(hedge.delay(now, n + 1).map(|d| start.saturating_add(d).max(now)));
             }
@@ -461,12 +524,22 @@ impl Call {
         tried
     }
 
-    fn may_hedge(&self, policy: &ClientPolicy) -> bool {
-        policy.hedge.is_some() && (self.idempotent || policy.retry.retry_non_idempotent)
+    fn may_hedge(&self, policy: &mut ClientPolicy) -> bool {
+        policy.classes.get(self.class).hedge.is_some() && (self.idempotent || policy.retry.retry_non_idempotent)
     }
 
     fn any_live(&self) -> bool {
         self.attempts.iter().any(Attempt::live)
+    }
+
+    /// Whether an attempt other than number `attempt` is live, or a pick waits for its probes.
+    fn others_live(&self, attempt: usize) -> bool {
+        self.probing.waits() || self.attempts.iter().enumerate().any(|(i, a)| i != attempt && a.live())
+    }
+
+    /// Whether a retry is pending, or one would go out after `outcome` now ([`Call::on_failure`]).
+    fn retry_possible(&self, ctx: &mut Ctx<'_>, outcome: Outcome) -> bool {
+        !self.retry_at.is_none() || ctx.policy.retry.would_retry(ctx.now, self.retries + 1, outcome, self.idempotent)
     }
 
     /// Nothing is in flight or scheduled: no live attempt, no pending retry, hedge or pick.
@@ -553,7 +626,7 @@ impl Call {
             }
         };
         let Some(endpoint) = endpoint else { return false };
-        let own = policy.timeout.timeout(now, index, &mut *ctx.rng);
+        let own = policy.classes.get(self.class).timeout.timeout(now, index, &mut *ctx.rng);
         let remaining = self.deadline.get().map(|d| d.saturating_sub(now));
         let timeout = match (own, remaining) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -564,12 +637,14 @@ impl Call {
             outlier.on_send(endpoint);
         }
         let attempt = self.attempts.len() as u32;
+        let raced = self.any_live();
+        self.raced |= raced;
         self.attempts.push(Attempt {
             sent: PackedTime::at(now),
             timeout: PackedTime::new(timeout),
             abandon_at: PackedTime::NONE,
             endpoint: u32::try_from(endpoint).expect("fewer than 2^32 endpoints"),
-            tag: Tag::live(index),
+            tag: Tag::live(index, raced),
         });
         ctx.out.push(Action::Send { attempt, endpoint, timeout, policy_timeout: own });
         while let Some(probe) = policy.balancer.take_probe() {
@@ -579,20 +654,29 @@ impl Call {
     }
 
     fn finish(&mut self, ctx: &mut Ctx<'_>, outcome: Outcome) {
+        self.finish_won(ctx, outcome, false);
+    }
+
+    /// Finishes the request; `by_race` when an attempt sent as a race won it.
+    fn finish_won(&mut self, ctx: &mut Ctx<'_>, outcome: Outcome, by_race: bool) {
         let now = ctx.now;
         for (i, a) in self.attempts.iter_mut().enumerate() {
             if a.live() {
                 a.end();
                 ctx.out.push(Action::Cancel { attempt: i as u32, endpoint: a.endpoint(), reason: Outcome::Cancelled });
                 let feedback = Feedback::new(Outcome::Cancelled, now.saturating_sub(a.sent()));
-                feed_back(ctx, a.endpoint(), &feedback);
-                ctx.policy.timeout.on_abandoned(now, a.index(), feedback.rtt);
+                feed_back(ctx, self.class, a.endpoint(), &feedback);
+                ctx.policy.classes.get(self.class).timeout.on_abandoned(now, a.index(), feedback.rtt);
             }
         }
         self.finished = true;
+        let class = ctx.policy.classes.get(self.class);
+        if self.raced {
+            class.races.record(by_race);
+        }
         if self.hedging {
             let end = RequestEnd { outcome, elapsed: now.saturating_sub(self.started()) };
-            ctx.policy.hedge.as_mut().expect("hedging implies a hedge policy").on_finish(now, end);
+            class.hedge.as_mut().expect("hedging implies a hedge policy").on_finish(now, end);
         }
         let attempts = self.attempts.len() as u32;
         ctx.out.push(Action::Finish(Finish { outcome, attempts }));
@@ -616,13 +700,14 @@ impl Call {
     }
 }
 
-/// Tells the balancer, and the outlier detector if any, how an attempt to `endpoint` ended.
-fn feed_back(ctx: &mut Ctx<'_>, endpoint: EndpointId, feedback: &Feedback) {
+/// Tells the balancer, and the outlier detector if any, how an attempt of a request of `class`
+/// to `endpoint` ended.
+fn feed_back(ctx: &mut Ctx<'_>, class: ClassId, endpoint: EndpointId, feedback: &Feedback) {
     ctx.policy.balancer.on_feedback(endpoint, ctx.now, feedback);
     if let Some(outlier) = &mut ctx.policy.outlier {
         let mut ejection = outlier.on_outcome(endpoint, ctx.now, feedback.outcome);
         if feedback.outcome == Outcome::Success && ejection.is_none() {
-            ejection = outlier.on_answer(endpoint, ctx.now, feedback.rtt);
+            ejection = outlier.on_answer(endpoint, class, ctx.now, feedback.rtt);
         }
         if let Some(ejection) = ejection {
             ctx.out.push(Action::Eject(ejection));

@@ -3,7 +3,8 @@
 
 use super::*;
 use crate::balance::{EjectionReason, RoundRobin};
-use crate::hedge::{PercentileHedge, PercentileHedgeConfig, Speculative, PAST};
+use crate::class::ClassPolicy;
+use crate::hedge::{HedgePolicy, PercentileHedge, PercentileHedgeConfig, Speculative, PAST};
 use crate::retry::{Backoff, RetryBudget};
 use crate::timeout::{AttemptResult, Fixed, NoTimeout, TimeoutPolicy};
 use rand_pcg::Pcg64Mcg;
@@ -51,10 +52,8 @@ impl Driver {
         let policy = ClientPolicy {
             balancer,
             outlier: None,
-            timeout,
-            hedge: None,
+            classes: Classes::single(ClassPolicy::new(timeout)),
             retry: RetryPolicy::default(),
-            deadline: None,
             retired: Vec::new(),
         };
         Driver { policy, rng: Pcg64Mcg::new(0xca11), now: Time::ZERO, feedback }
@@ -64,6 +63,11 @@ impl Driver {
         self.policy.retry.max_attempts = max_attempts;
         self.policy.retry.backoff = backoff;
         self
+    }
+
+    /// The pooled class's policy, which every request of these tests uses.
+    fn class(&mut self) -> &mut ClassPolicy {
+        self.policy.classes.pooled()
     }
 
     fn at(&mut self, t: Duration) -> &mut Self {
@@ -272,7 +276,7 @@ fn overdue(attempt: u32, endpoint: EndpointId) -> Action {
 #[test]
 fn hedging_on_timeout_keeps_the_slow_attempt_and_its_late_answer_wins() {
     let mut d = Driver::new(3, Box::new(Fixed::new(ms(100)))).retries(3, Backoff::none());
-    d.policy.retry.hedge_on_timeout = true;
+    d.class().hedge_on_timeout = true;
     let (mut call, _) = d.start(true);
     // t=100: attempt 0 is overdue: it keeps running while the retry goes to endpoint 1.
     let out = d.at(ms(100)).wake(&mut call);
@@ -288,7 +292,7 @@ fn hedging_on_timeout_keeps_the_slow_attempt_and_its_late_answer_wins() {
 #[test]
 fn hedging_on_timeout_lets_the_retry_win_and_times_out_each_attempt_once() {
     let mut d = Driver::new(3, Box::new(Fixed::new(ms(100)))).retries(2, Backoff::none());
-    d.policy.retry.hedge_on_timeout = true;
+    d.class().hedge_on_timeout = true;
     let (mut call, _) = d.start(true);
     d.at(ms(100)).wake(&mut call);
     // t=200: the retry is overdue too; no attempts are left, so the call waits for both.
@@ -304,7 +308,7 @@ fn hedging_on_timeout_lets_the_retry_win_and_times_out_each_attempt_once() {
 #[test]
 fn hedging_on_timeout_fails_the_request_with_the_last_attempt_s_failure() {
     let mut d = Driver::new(3, Box::new(Fixed::new(ms(100)))).retries(2, Backoff::none());
-    d.policy.retry.hedge_on_timeout = true;
+    d.class().hedge_on_timeout = true;
     let (mut call, _) = d.start(true);
     d.at(ms(100)).wake(&mut call);
     // t=150: the retry fails, and no attempts are left: the call waits for the overdue one.
@@ -339,31 +343,145 @@ impl TimeoutPolicy for Patient {
 }
 
 #[test]
-fn an_overdue_attempt_is_abandoned_after_the_policy_s_patience() {
+fn an_overdue_attempt_is_abandoned_after_the_policy_s_patience_only_while_another_runs() {
     let abandoned = Arc::new(Mutex::new(Vec::new()));
     let policy = Patient { fixed: Fixed::new(ms(100)), patience: ms(250), abandoned: abandoned.clone() };
     let mut d = Driver::new(3, Box::new(policy)).retries(2, Backoff::none());
-    d.policy.retry.hedge_on_timeout = true;
+    d.class().hedge_on_timeout = true;
     let (mut call, _) = d.start(true);
     // t=100: attempt 0 is overdue, kept until 250 ms after its start; the retry goes out.
     let out = d.at(ms(100)).wake(&mut call);
     assert_eq!(out, vec![overdue(0, 0), send(1, 1, Some(ms(100))), Action::WakeAt(ms(200))]);
     // t=200: the retry is overdue too, kept until t=350; no attempts are left.
     assert_eq!(d.at(ms(200)).wake(&mut call), vec![overdue(1, 1), Action::WakeAt(ms(250))]);
-    // t=250: attempt 0 has waited its patience: given up as lost (counted as timed out once, at
-    // t=100, so the cancel says Cancelled); the balancer hears it timed out.
+    // t=250: attempt 0 has waited its patience while the retry runs: given up as lost (counted
+    // as timed out once, at t=100, so the cancel says Cancelled); the balancer hears it timed out.
     let out = d.at(ms(250)).wake(&mut call);
     let cancelled = Action::Cancel { attempt: 0, endpoint: 0, reason: Outcome::Cancelled };
     assert_eq!(out, vec![cancelled, Action::WakeAt(ms(350))]);
-    // t=350: so is the retry, and nothing is left: the request fails as timed out.
-    let out = d.at(ms(350)).wake(&mut call);
-    let cancelled = Action::Cancel { attempt: 1, endpoint: 1, reason: Outcome::Cancelled };
-    assert_eq!(out, vec![cancelled, finish(Outcome::TimedOut, 2)]);
-    assert_eq!(d.feedback(), vec![(0, Outcome::TimedOut), (1, Outcome::TimedOut)]);
-    // The policy learnt that each attempt took at least its wait.
-    assert_eq!(*abandoned.lock().expect("not poisoned"), vec![(0, ms(250)), (1, ms(250))]);
+    // t=350: the retry has waited its patience too, but it is the last live attempt: patience is
+    // a learned number, and a learned number does not end a request. It is kept.
+    assert_eq!(d.at(ms(350)).wake(&mut call), vec![]);
+    assert!(call.is_waiting_for(1));
+    // t=900: it answers, and the request succeeds.
+    let out = d.at(ms(900)).end(&mut call, 1, Feedback::success(ms(800)));
+    assert_eq!(out, vec![finish(Outcome::Success, 2)]);
+    assert_eq!(d.feedback(), vec![(0, Outcome::TimedOut), (1, Outcome::Success)]);
+    // The policy learnt that attempt 0 took at least its wait.
+    assert_eq!(*abandoned.lock().expect("not poisoned"), vec![(0, ms(250))]);
 }
 
+/// A fixed timeout that says it was learned (as the adaptive timeout, the Controller and the
+/// Optimizer do).
+struct Learned(Fixed);
+
+impl TimeoutPolicy for Learned {
+    fn timeout(&mut self, now: Time, attempt: u32, rng: Rng<'_>) -> Option<Duration> {
+        self.0.timeout(now, attempt, rng)
+    }
+    fn on_result(&mut self, _: Time, _: u32, _: Option<Duration>, _: AttemptResult) {}
+    fn current(&self) -> Option<Duration> {
+        self.0.current()
+    }
+    fn learned(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn a_users_timeout_fails_the_request_with_no_retry_left_as_envoys_per_try_timeout() {
+    let mut d = Driver::new(3, Box::new(Fixed::new(ms(100))));
+    let (mut call, _) = d.start(true);
+    // t=100: the timeout fires and no retry is allowed: the attempt is cancelled, the request
+    // fails (a 504 at the proxy).
+    let out = d.at(ms(100)).wake(&mut call);
+    assert_eq!(out, vec![expire(0, 0), finish(Outcome::TimedOut, 1)]);
+}
+
+#[test]
+fn a_learned_timeout_never_ends_the_last_attempt() {
+    // No retry allowed, timed-out attempts dropped: a learned timeout still keeps the only one.
+    let mut d = Driver::new(3, Box::new(Learned(Fixed::new(ms(100)))));
+    let (mut call, _) = d.start(true);
+    // t=100: it fires: counted as a timeout (overdue), but kept: no retry could stand in for it.
+    assert_eq!(d.at(ms(100)).wake(&mut call), vec![overdue(0, 0)]);
+    // t=1200: the slow route's answer comes, and the request succeeds.
+    let out = d.at(ms(1200)).end(&mut call, 0, Feedback::success(ms(1200)));
+    assert_eq!(out, vec![finish(Outcome::Success, 1)]);
+    // With a retry allowed it replaces the attempt, as before: the retry is then the last one.
+    let mut d = Driver::new(3, Box::new(Learned(Fixed::new(ms(100))))).retries(2, Backoff::none());
+    let (mut call, _) = d.start(true);
+    let out = d.at(ms(100)).wake(&mut call);
+    assert_eq!(out, vec![expire(0, 0), send(1, 1, Some(ms(100))), Action::WakeAt(ms(200))]);
+    assert_eq!(d.at(ms(200)).wake(&mut call), vec![overdue(1, 1)]);
+    // Only the deadline ends it.
+    let mut d = Driver::new(3, Box::new(Learned(Fixed::new(ms(100)))));
+    d.class().deadline = Some(ms(300));
+    let (mut call, _) = d.start(true);
+    assert_eq!(d.at(ms(100)).wake(&mut call), vec![overdue(0, 0), Action::WakeAt(ms(300))]);
+    let out = d.at(ms(300)).wake(&mut call);
+    assert_eq!(out, vec![cancel(0, 0), finish(Outcome::TimedOut, 1)]);
+}
+
+#[test]
+fn hedges_that_never_win_stop_but_for_probes_and_a_win_brings_them_back() {
+    use crate::class::{RACE_PROBE_EVERY, RACE_WINDOW};
+    // The work belongs to the request: the first attempt always answers first. A learned hedge
+    // (a percentile of 10 ms) races it.
+    let mut d = Driver::new(3, Box::new(NoTimeout));
+    let mut hedge = PercentileHedge::new(PercentileHedgeConfig { max_extra: 1.0, ..Default::default() });
+    (0..20).for_each(|_| hedge.on_latency(Time::ZERO, ms(10)));
+    d.class().hedge = Some(Box::new(hedge));
+    let mut hedged = 0;
+    let request = |d: &mut Driver, i: u64, hedge_wins: bool| -> bool {
+        let start = ms(1000 * i);
+        let (mut call, _) = d.at(start).start(true);
+        let out = d.at(start + ms(10) + PAST).wake(&mut call);
+        let sent = out.iter().any(|a| matches!(a, Action::Send { attempt: 1, .. }));
+        let winner = if sent && hedge_wins { 1 } else { 0 };
+        // (An answer's latency feeds the percentile: a short one keeps it at 10 ms or below.)
+        let out = d.at(start + ms(500)).end(&mut call, winner, Feedback::success(ms(5)));
+        assert!(matches!(out.last(), Some(Action::Finish(_))), "{out:?}");
+        sent
+    };
+    // Every request races and loses until a whole window of races is lost.
+    for i in 0..u64::from(RACE_WINDOW) {
+        assert!(request(&mut d, i, false), "request {i} is hedged");
+        hedged += 1;
+    }
+    // Then one request in 16 is hedged, a probe.
+    let probes: Vec<u64> = (0..32).filter(|&i| request(&mut d, 100 + i, false)).collect();
+    assert_eq!(probes.len(), 2);
+    assert_eq!(probes[0], u64::from(RACE_PROBE_EVERY) - 1);
+    hedged += probes.len();
+    // A probe that wins opens the way again.
+    let mut n = 200;
+    while !request(&mut d, n, true) {
+        n += 1;
+    }
+    assert!(request(&mut d, n + 1, false), "hedging again after a win");
+    assert_eq!(hedged, 34);
+}
+
+#[test]
+fn a_learned_timeouts_race_stops_where_it_never_wins_and_the_attempt_is_kept() {
+    use crate::class::RACE_WINDOW;
+    let mut d = Driver::new(3, Box::new(Learned(Fixed::new(ms(100))))).retries(2, Backoff::none());
+    d.class().hedge_on_timeout = true;
+    let mut raced = 0;
+    for i in 0..u64::from(RACE_WINDOW) + 8 {
+        let start = ms(1000 * i);
+        let (mut call, _) = d.at(start).start(true);
+        let out = d.at(start + ms(100)).wake(&mut call);
+        let retried = out.iter().any(|a| matches!(a, Action::Send { attempt: 1, .. }));
+        raced += usize::from(retried);
+        // The first attempt answers first every time (its work is the request's).
+        let out = d.at(start + ms(300)).end(&mut call, 0, Feedback::success(ms(300)));
+        assert!(matches!(out.last(), Some(Action::Finish(f)) if f.outcome == Outcome::Success), "{out:?}");
+    }
+    // The timeout fired on every request; its retries stopped after a window of lost races.
+    assert_eq!(raced, RACE_WINDOW as usize);
+}
 #[test]
 fn a_429_is_retried_at_once_elsewhere_even_when_not_idempotent() {
     let backoff = Backoff { jitter: false, ..Backoff::exponential(ms(50), ms(500)) };
@@ -400,7 +518,7 @@ fn an_error_is_retried_after_the_backoff_only_when_idempotent() {
 #[test]
 fn a_hedge_after_patience_wins_and_the_first_attempt_is_cancelled() {
     let mut d = Driver::new(3, Box::new(NoTimeout));
-    d.policy.hedge = Some(Box::new(Speculative::new(2, ms(30), None)));
+    d.class().hedge = Some(Box::new(Speculative::new(2, ms(30), None)));
     // t=0: attempt 0 to endpoint 0; wake at 30 ms for the hedge.
     let (mut call, out) = d.start(true);
     assert_eq!(out, vec![send(0, 0, None), Action::WakeAt(ms(30))]);
@@ -415,7 +533,7 @@ fn a_hedge_after_patience_wins_and_the_first_attempt_is_cancelled() {
 #[test]
 fn the_deadline_clamps_an_attempt_timeout_and_ends_the_request() {
     let mut d = Driver::new(3, Box::new(Fixed::new(ms(100)))).retries(5, Backoff::none());
-    d.policy.deadline = Some(ms(150));
+    d.class().deadline = Some(ms(150));
     let (mut call, out) = d.start(true);
     assert_eq!(out, vec![send(0, 0, Some(ms(100))), Action::WakeAt(ms(100))]);
     assert_eq!(call.deadline(), Some(ms(150)));
@@ -430,7 +548,7 @@ fn the_deadline_clamps_an_attempt_timeout_and_ends_the_request() {
 #[test]
 fn a_propagated_deadline_tighter_than_the_policy_wins() {
     let mut d = Driver::new(1, Box::new(NoTimeout));
-    d.policy.deadline = Some(ms(150));
+    d.class().deadline = Some(ms(150));
     let out = d.at(ms(10)).step(|ctx| {
         Call::start(ctx, true, Some(ms(60)));
     });
@@ -459,7 +577,7 @@ fn a_hedge_spends_the_budget_a_retry_then_lacks() {
     // Each request earns one retry-or-hedge (ratio 1, no floor); retries and hedges share it.
     let mut d = Driver::new(3, Box::new(Fixed::new(ms(100)))).retries(3, Backoff::none());
     d.policy.retry.budget = Some(RetryBudget::new(Duration::from_secs(10), 0, 1.0));
-    d.policy.hedge = Some(Box::new(Speculative::new(2, ms(30), None)));
+    d.class().hedge = Some(Box::new(Speculative::new(2, ms(30), None)));
     let (mut call, _) = d.start(true);
     // t=30: the hedge takes the one allowance.
     assert_eq!(d.at(ms(30)).wake(&mut call), vec![send(1, 1, Some(ms(100))), Action::WakeAt(ms(100))]);
@@ -473,7 +591,7 @@ fn once_the_shared_budget_is_spent_neither_retries_nor_hedges_go_out() {
     // A budget of exactly two (a floor of 2 a second over a 1 s window, nothing per request).
     let mut d = Driver::new(3, Box::new(NoTimeout)).retries(3, Backoff::none());
     d.policy.retry.budget = Some(RetryBudget::new(Duration::from_secs(1), 2, 0.0));
-    d.policy.hedge = Some(Box::new(Speculative::new(2, ms(30), None)));
+    d.class().hedge = Some(Box::new(Speculative::new(2, ms(30), None)));
     let (mut first, _) = d.start(true);
     let (mut second, _) = d.at(ms(1)).start(true);
     let (mut third, _) = d.at(ms(2)).start(true);
@@ -492,7 +610,7 @@ fn once_the_shared_budget_is_spent_neither_retries_nor_hedges_go_out() {
 fn without_a_budget_hedges_are_limited_by_their_policy_alone() {
     let mut d = Driver::new(4, Box::new(NoTimeout));
     d.policy.retry.budget = None;
-    d.policy.hedge = Some(Box::new(Speculative::new(4, ms(30), None)));
+    d.class().hedge = Some(Box::new(Speculative::new(4, ms(30), None)));
     let (mut call, _) = d.start(true);
     assert_eq!(d.at(ms(30)).wake(&mut call), vec![send(1, 1, None), Action::WakeAt(ms(60))]);
     assert_eq!(d.at(ms(60)).wake(&mut call), vec![send(2, 2, None), Action::WakeAt(ms(90))]);
@@ -506,8 +624,8 @@ fn without_a_budget_hedges_are_limited_by_their_policy_alone() {
 #[test]
 fn monix_succeed_even_if_the_first_attempt_fails() {
     let mut d = Driver::new(3, Box::new(NoTimeout));
-    d.policy.hedge = Some(Box::new(Speculative::new(3, ms(30), None)));
-    d.policy.deadline = Some(ms(300));
+    d.class().hedge = Some(Box::new(Speculative::new(3, ms(30), None)));
+    d.class().deadline = Some(ms(300));
     let mut sent = Vec::new();
     let mut record = |out: &[Action]| {
         sent.extend(out.iter().filter_map(|a| match a {
@@ -538,7 +656,7 @@ fn monix_succeed_even_if_the_first_attempt_fails() {
 #[test]
 fn every_speculative_attempt_failing_fails_the_request() {
     let mut d = Driver::new(3, Box::new(NoTimeout));
-    d.policy.hedge = Some(Box::new(Speculative::new(2, ms(30), None)));
+    d.class().hedge = Some(Box::new(Speculative::new(2, ms(30), None)));
     let (mut call, _) = d.start(true);
     assert_eq!(d.at(ms(1)).end(&mut call, 0, Feedback::new(Outcome::Error, ms(1))), vec![]);
     assert_eq!(d.at(ms(30)).wake(&mut call), vec![send(1, 1, None)]);
@@ -551,7 +669,7 @@ fn a_hedge_refused_by_its_budget_is_not_asked_again_at_the_same_instant() {
     let mut d = Driver::new(3, Box::new(NoTimeout));
     let mut hedge = PercentileHedge::new(PercentileHedgeConfig { max_extra: 0.0, ..Default::default() });
     (0..20).for_each(|_| hedge.on_latency(Time::ZERO, ms(10)));
-    d.policy.hedge = Some(Box::new(hedge));
+    d.class().hedge = Some(Box::new(hedge));
     let (mut call, out) = d.start(true);
     let due = ms(10) + PAST;
     assert_eq!(out, vec![send(0, 0, None), Action::WakeAt(due)]);
@@ -567,7 +685,7 @@ fn a_refused_hedge_with_nothing_live_ends_the_request() {
     let mut d = Driver::new(3, Box::new(NoTimeout));
     let mut hedge = PercentileHedge::new(PercentileHedgeConfig { max_extra: 0.0, ..Default::default() });
     (0..20).for_each(|_| hedge.on_latency(Time::ZERO, ms(10)));
-    d.policy.hedge = Some(Box::new(hedge));
+    d.class().hedge = Some(Box::new(hedge));
     let (mut call, _) = d.start(true);
     // t=2: attempt 0 fails while a hedge is pending; past 10 ms the hedge is refused: nothing is
     // left.
@@ -583,7 +701,7 @@ fn the_percentile_hedge_spends_its_budget_on_late_attempts_only() {
     let mut hedge = PercentileHedge::new(PercentileHedgeConfig::default());
     (0..20).for_each(|_| hedge.on_latency(Time::ZERO, ms(10)));
     (0..19).for_each(|_| hedge.on_request(Time::ZERO));
-    d.policy.hedge = Some(Box::new(hedge));
+    d.class().hedge = Some(Box::new(hedge));
     let due = ms(10) + PAST;
     // t=0: the 20th request makes the token whole; its hedge is due just past 10 ms.
     let (mut on_time, out) = d.start(true);
@@ -606,8 +724,8 @@ fn the_percentile_hedge_spends_its_budget_on_late_attempts_only() {
 #[test]
 fn huge_durations_saturate_instead_of_overflowing() {
     let mut d = Driver::new(2, Box::new(Fixed::new(Duration::MAX)));
-    d.policy.deadline = Some(Duration::MAX);
-    d.policy.hedge = Some(Box::new(Speculative::new(2, Duration::MAX, None)));
+    d.class().deadline = Some(Duration::MAX);
+    d.class().hedge = Some(Box::new(Speculative::new(2, Duration::MAX, None)));
     let (mut call, out) = d.at(ms(1)).start(true);
     assert_eq!(
         out,
@@ -665,15 +783,20 @@ fn random_scripts_keep_the_call_invariants() {
                 Box::new(LeastRequest::new(endpoints))
             },
             outlier: (case % 2 == 0).then(|| outlier.build(endpoints)),
-            timeout: Box::new(ExpBackoff::new(ms(script.gen_range(1..50)), 2.0, 3)),
-            hedge: script.gen_bool(0.5).then(|| Box::new(Speculative::new(3, ms(20), None)) as Box<dyn HedgePolicy>),
+            classes: Classes::single(ClassPolicy {
+                timeout: Box::new(ExpBackoff::new(ms(script.gen_range(1..50)), 2.0, 3)),
+                hedge: script
+                    .gen_bool(0.5)
+                    .then(|| Box::new(Speculative::new(3, ms(20), None)) as Box<dyn HedgePolicy>),
+                deadline: Some(ms(500)),
+                hedge_on_timeout: script.gen_bool(0.3),
+                races: crate::class::Races::default(),
+            }),
             retry: RetryPolicy {
                 max_attempts: script.gen_range(1..5),
                 backoff: Backoff::exponential(ms(5), ms(40)),
-                hedge_on_timeout: script.gen_bool(0.3),
                 ..RetryPolicy::default()
             },
-            deadline: Some(ms(500)),
             retired: Vec::new(),
         };
         let mut rng = Pcg64Mcg::seed_from_u64(case);

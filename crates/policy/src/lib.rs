@@ -12,6 +12,7 @@
 //! - [`hedge`]: when to send a speculative (hedged) attempt;
 //! - [`retry`]: whether and when a failed attempt is retried, within a budget;
 //! - [`call`]: one request's attempts, driven by all of the above;
+//! - [`class`]: request classes (routes), each with its own timeout, hedge and race record;
 //! - [`config`]: what the policies' configuration types share (each family's config type,
 //!   `BalancerConfig`, `TimeoutConfig`, ..., is the schema of files that set it), and
 //!   [`duration`]: durations as files write them (`250ms`).
@@ -19,6 +20,7 @@
 pub mod admission;
 pub mod balance;
 pub mod call;
+pub mod class;
 pub mod config;
 pub mod duration;
 pub mod hedge;

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tailguard_model::schema::{AdmissionConfig, ClientPolicy};
+use tailguard_model::schema::{AdmissionConfig, ClientPolicy, HedgeConfig, RouteMatch, RoutePolicy, TimeoutConfig};
 use tailguard_model::{validate, Dur, ModelError};
 
 /// Bodies up to this size are buffered so retries and hedges can replay them.
@@ -182,6 +182,15 @@ pub struct Upstream {
     /// Balancing, timeouts, hedging, retries and deadline.
     #[serde(default)]
     pub policy: ClientPolicy,
+    /// Routes of this service with their own timeout, hedge or deadline (Gateway API's HTTPRoute
+    /// timeouts, Linkerd's per-route policy), the first match winning; each is a class of its
+    /// own (docs/proxy.md, "Routes and classes").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<UpstreamRoute>,
+    /// How the requests no route matches are sorted into classes, each with its own learned
+    /// timeout, hedge and latency outlier models.
+    #[serde(default, skip_serializing_if = "Classify::is_default")]
+    pub classes: Classify,
     /// HTTP/1.1 (the default) or h2c towards the endpoints.
     #[serde(default)]
     pub protocol: Protocol,
@@ -206,6 +215,61 @@ pub struct Upstream {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<UpstreamTls>,
 }
+
+/// One route of an upstream: which requests (`match`: a path prefix, a method) and what they
+/// change of the upstream's policy. What is left out is the upstream's.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamRoute {
+    /// Its name, for logs and the file's readers.
+    pub name: String,
+    /// The requests it is: a path prefix (whole segments: `/search` matches `/search/x`, not
+    /// `/searching`; for gRPC the `/package.Service/Method` path) and, if given, a method.
+    #[serde(rename = "match", default)]
+    pub matches: RouteMatch,
+    /// Its per-attempt timeouts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<TimeoutConfig>,
+    /// Its hedging.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hedge: Option<HedgeConfig>,
+    /// Its request deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Dur>,
+}
+
+impl UpstreamRoute {
+    /// What the route changes of the upstream's policy.
+    pub fn policy(&self) -> RoutePolicy {
+        RoutePolicy { timeout: self.timeout.clone(), hedge: self.hedge.clone(), deadline: self.deadline }
+    }
+}
+
+/// Automatic classes: the requests no route matches, by method and leading path segments.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Classify {
+    /// The most classes found per upstream (16); the requests of any other are pooled in one.
+    /// 0 pools every request no route matches.
+    pub max: usize,
+    /// The path segments that make a class (2): `GET /api/users` for `/api/users/42`.
+    pub segments: usize,
+}
+
+impl Default for Classify {
+    fn default() -> Self {
+        Classify { max: DEFAULT_MAX_CLASSES, segments: 2 }
+    }
+}
+
+impl Classify {
+    fn is_default(&self) -> bool {
+        *self == Classify::default()
+    }
+}
+
+/// The most automatic classes an upstream keeps by default (`classes.max`).
+pub const DEFAULT_MAX_CLASSES: usize = 16;
 
 /// Endpoint discovery (docs/proxy.md, "Endpoint discovery"): exactly one source. DNS and a file
 /// are asked every `interval`, Kubernetes is watched; the endpoints that join are added, those that
@@ -780,7 +844,41 @@ impl Upstream {
                 return Err(ModelError::at("protocol", H2C_WITH_TLS));
             }
         }
-        validate::client_policy(&self.policy).map_err(|e| e.under("policy"))
+        validate::client_policy(&self.policy).map_err(|e| e.under("policy"))?;
+        if let Some(name) = self.policy.routes.keys().next() {
+            let why = "a proxy's routes are the upstream's `routes:` list, each with its `match`; expected none here";
+            return Err(ModelError::at(format!("policy.routes.{name}"), why));
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for (i, route) in self.routes.iter().enumerate() {
+            let at = |field: &str| format!("routes.{i}{field}");
+            if route.name.trim().is_empty() || !names.insert(route.name.as_str()) {
+                return Err(ModelError::at(
+                    at(".name"),
+                    format!("expected a unique, non-empty name, got {:?}", route.name),
+                ));
+            }
+            if !route.matches.path.starts_with('/') {
+                let why = format!("expected a path prefix from the root (/search), got {:?}", route.matches.path);
+                return Err(ModelError::at(at(".match.path"), why));
+            }
+            validate::route_policy(&route.policy()).map_err(|e| e.under(&at("")))?;
+        }
+        if self.classes.segments == 0 {
+            return Err(ModelError::at("classes.segments", "expected at least 1"));
+        }
+        if self.routes.len() + self.classes.max >= usize::from(u16::MAX) {
+            return Err(ModelError::at("classes.max", "expected fewer than 65535 classes with the routes"));
+        }
+        Ok(())
+    }
+
+    /// The upstream's policy with each route's changes under the route's name, and the routes'
+    /// names in class order (class i + 1 is route i).
+    pub fn routed_policy(&self) -> (ClientPolicy, Vec<String>) {
+        let mut policy = self.policy.clone();
+        policy.routes = self.routes.iter().map(|r| (r.name.clone(), r.policy())).collect();
+        (policy, self.routes.iter().map(|r| r.name.clone()).collect())
     }
 }
 

@@ -44,9 +44,11 @@ impl Behaviour {
         self.lock().faults().cloned().collect()
     }
 
-    /// The local work of the `ordinal`-th request, starting at `now` (since the server started).
-    pub fn work_time(&self, ordinal: u64, now: Duration) -> Duration {
-        self.lock().work_time(ordinal, now)
+    /// The local work of the `ordinal`-th request, of `route` (an index into the service's
+    /// routes) if any, starting at `now` (since the server started); its work per request is
+    /// keyed by `request` (from its id) when it has one.
+    pub fn work_time(&self, ordinal: u64, now: Duration, route: Option<usize>, request: Option<u64>) -> Duration {
+        self.lock().work_time_routed(ordinal, now, route, request)
     }
 
     /// The model; a panic elsewhere while it was held leaves it usable (it holds no invariant a

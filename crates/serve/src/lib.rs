@@ -21,6 +21,7 @@ mod calls;
 pub mod clock;
 mod error;
 pub mod precise;
+mod routes;
 mod server;
 mod spec;
 pub mod store;

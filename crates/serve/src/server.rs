@@ -51,6 +51,8 @@ struct App {
     /// The run's clock: it starts when the server is bound, and again on [`Clock::restart`].
     clock: Arc<Clock>,
     served_by: HeaderValue,
+    /// Which of the service's routes a request is.
+    routes: crate::routes::Routes,
 }
 
 /// A synthetic service bound to its socket, not yet serving.
@@ -84,6 +86,7 @@ impl Server {
             cancellable: spec.service.cancellable,
             clock: Arc::new(Clock::new()),
             served_by,
+            routes: crate::routes::Routes::new(spec),
         };
         Ok(Server { listener, app: Arc::new(app) })
     }
@@ -221,6 +224,7 @@ async fn handle(app: Arc<App>, request: Request<Incoming>) -> Result<Response<Fu
         });
     }
     let context = TraceContext::of(request.headers());
+    let routed = app.routes.route(&request);
     drop(request);
     if down {
         let mut response = answer(&app, StatusCode::SERVICE_UNAVAILABLE, "down: a `down` fault\n");
@@ -230,15 +234,20 @@ async fn handle(app: Arc<App>, request: Request<Incoming>) -> Result<Response<Fu
     if app.cancellable {
         // Dropped with this future when hyper sees the client go (a closed connection, a reset
         // stream): the queue place, the worker and the calls go with it.
-        process(&app, &context, arrived).await
+        process(&app, &context, routed, arrived).await
     } else {
-        let run = tokio::spawn(async move { process(&app, &context, arrived).await });
+        let run = tokio::spawn(async move { process(&app, &context, routed, arrived).await });
         run.await.unwrap_or_else(|_| Err(Lost))
     }
 }
 
 /// A request's fate, queue, work, calls and answer (which a `hang` may hold).
-async fn process(app: &App, context: &TraceContext, arrived: Duration) -> Result<Response<Full<Bytes>>, Lost> {
+async fn process(
+    app: &App,
+    context: &TraceContext,
+    request: crate::routes::Routed,
+    arrived: Duration,
+) -> Result<Response<Full<Bytes>>, Lost> {
     let arrival = app.behaviour.arrive(arrived);
     if let Fate::ErrorAfter(after) = arrival.fate {
         // No worker, no work: the answer leaves `after` from the arrival.
@@ -246,7 +255,7 @@ async fn process(app: &App, context: &TraceContext, arrived: Duration) -> Result
         hold(app).await;
         return Ok(answer(app, StatusCode::INTERNAL_SERVER_ERROR, "error: an `error` fault\n"));
     }
-    work(app, arrival.ordinal).await;
+    work(app, arrival.ordinal, &request).await;
     let response = match arrival.fate {
         Fate::Lost => {
             tokio::time::sleep(LOST_HOLD).await;
@@ -255,7 +264,7 @@ async fn process(app: &App, context: &TraceContext, arrived: Duration) -> Result
         Fate::Error | Fate::ErrorAfter(_) => {
             answer(app, StatusCode::INTERNAL_SERVER_ERROR, "error: an `error` fault\n")
         }
-        Fate::Normal => match app.calls.make(context).await {
+        Fate::Normal => match app.calls.make(context, &request).await {
             Ok(()) => answer(app, StatusCode::OK, "ok\n"),
             Err(e) => answer(app, StatusCode::INTERNAL_SERVER_ERROR, &format!("error: downstream {e}\n")),
         },
@@ -266,14 +275,14 @@ async fn process(app: &App, context: &TraceContext, arrived: Duration) -> Result
 
 /// The local work: wait for a worker (FIFO) and for any `hang` to end, sleep the work time drawn
 /// as the work starts, wait for any `hang` that began meanwhile, release the worker.
-async fn work(app: &App, ordinal: u64) {
+async fn work(app: &App, ordinal: u64, request: &crate::routes::Routed) {
     let _permit = match &app.workers {
         // The semaphore is never closed, so acquiring only fails if that changes; then no wait.
         Some(workers) => workers.acquire().await.ok(),
         None => None,
     };
     hold(app).await;
-    let time = app.behaviour.work_time(ordinal, app.clock.elapsed());
+    let time = app.behaviour.work_time(ordinal, app.clock.elapsed(), request.route, request.key);
     crate::precise::sleep(time).await;
     hold(app).await;
 }

@@ -59,9 +59,12 @@ pub struct Spec {
     ///
     /// [`Run::stream_seed`]: tailguard_model::Run::stream_seed
     pub stream_seed: u64,
-    /// Where each call edge goes, in the order of `service.calls`; `None` for an edge with
-    /// `count: 0` that was given no URL (it is never called).
+    /// Where each call edge goes, in the order of [`Service::all_calls`] (the service's calls,
+    /// then its routes' own); `None` for an edge with `count: 0` that was given no URL (it is
+    /// never called).
     pub downstream: Vec<Option<Downstream>>,
+    /// The routes of each call edge's callee, in the same order (empty for a callee without).
+    pub callee_routes: Vec<Vec<tailguard_model::schema::Route>>,
 }
 
 /// Where one call edge goes: an HTTP URL (a synthetic or nginx callee, through the sidecar), or
@@ -100,6 +103,7 @@ impl Spec {
         }
         let downstream = downstream_urls(&options.service, service, &run.services, &options.downstream)?;
         let seed = options.seed.or(experiment.seed()).unwrap_or(DEFAULT_SEED);
+        let callee_routes = service.all_calls().map(|c| run.services[&c.service].routes.clone()).collect();
         Ok(Spec {
             name: options.service.clone(),
             index,
@@ -110,6 +114,7 @@ impl Spec {
             seed,
             stream_seed: run.stream_seed(seed),
             downstream,
+            callee_routes,
         })
     }
 }
@@ -122,7 +127,7 @@ fn downstream_urls(
     services: &IndexMap<String, Service>,
     given: &[(String, String)],
 ) -> Result<Vec<Option<Downstream>>, ServeError> {
-    let called: Vec<&str> = service.calls.iter().map(|c| c.service.as_str()).collect();
+    let called: Vec<&str> = service.all_calls().map(|c| c.service.as_str()).collect();
     for (callee, _) in given {
         if !called.contains(&callee.as_str()) {
             let calls = if called.is_empty() { "it calls no service".to_string() } else { called.join(", ") };
@@ -131,8 +136,8 @@ fn downstream_urls(
             )));
         }
     }
-    let mut urls = Vec::with_capacity(service.calls.len());
-    for edge in &service.calls {
+    let mut urls = Vec::new();
+    for edge in service.all_calls() {
         let Some((_, url)) = given.iter().rev().find(|(callee, _)| *callee == edge.service) else {
             if edge.count == 0 {
                 urls.push(None);

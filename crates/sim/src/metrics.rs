@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 use tailguard_model::results::{
-    imbalance, ratio, round, LatencyRecorder, ReplicaLoad, RunResult, Series, ServiceWork, TimeoutSeries,
+    imbalance, ratio, round, LatencyRecorder, ReplicaLoad, RouteRecorder, RunResult, Series, ServiceWork, TimeoutSeries,
 };
 use tailguard_policy::Outcome;
 
@@ -34,6 +34,8 @@ pub(crate) struct Metrics {
     /// Per call edge with a timeout policy, in the order of the world's series indices.
     edges: Vec<EdgeSeries>,
     warmup: Duration,
+    /// Per route of the workload's target, its requests.
+    routes: Vec<RouteRecorder>,
 }
 
 /// One timed edge's sums per 1 s interval of measured time.
@@ -74,7 +76,14 @@ impl Metrics {
             names,
             edges: edges.into_iter().map(|name| EdgeSeries { name, sent: Vec::new(), answered: Vec::new() }).collect(),
             warmup,
+            routes: Vec::new(),
         }
+    }
+
+    /// Also counts the requests of each of the workload target's `routes`.
+    pub(crate) fn with_routes(mut self, routes: Vec<String>) -> Self {
+        self.routes = routes.into_iter().map(RouteRecorder::new).collect();
+        self
     }
 
     /// The interval `now` falls in, None during the warm-up.
@@ -83,8 +92,11 @@ impl Metrics {
         Some((since.as_secs() / INTERVAL_S) as usize)
     }
 
-    /// A measured user request ended.
-    pub(crate) fn request(&mut self, outcome: Outcome, latency: Duration) {
+    /// A measured user request (of the target's route `route`, if any) ended.
+    pub(crate) fn request(&mut self, outcome: Outcome, latency: Duration, route: Option<usize>) {
+        if let Some(r) = route.and_then(|r| self.routes.get_mut(r)) {
+            r.record((outcome == Outcome::Success).then_some(latency));
+        }
         self.requests += 1;
         match outcome {
             Outcome::Success => {
@@ -200,6 +212,7 @@ impl Metrics {
                 .collect(),
             sidecar: None,
             sidecar_cpu_s_per_1k: None,
+            routes: self.routes.iter().map(RouteRecorder::result).collect(),
         }
     }
 

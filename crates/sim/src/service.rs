@@ -3,8 +3,9 @@
 
 use crate::job_queue::JobQueue;
 use crate::SimError;
+use tailguard_model::replica::{child_key, pick_route};
 use tailguard_model::replica::{Fate, ReplicaModel};
-use tailguard_model::schema::{Fanout, Service, TimeoutConfig};
+use tailguard_model::schema::{Fanout, Route, Service, TimeoutConfig};
 use tailguard_model::{build, Run};
 use tailguard_policy::admission::Admission;
 use tailguard_policy::balance::ProbeResponder;
@@ -41,8 +42,11 @@ pub(crate) struct Job {
     pub(crate) fate: Fate,
     /// Its arrival number at the replica (1 = first), for `every`-th request faults.
     pub(crate) nth: u64,
-    /// The key of its draws and of its own calls' draws (common random numbers).
-    pub(crate) draws: u64,
+    /// The key of its request's draws (its attempts' keys, and its own calls', derive from it:
+    /// [`Job::draws`]; common random numbers).
+    pub(crate) request: u64,
+    /// Its route at this service, as a class: 0 for none, r + 1 for route r.
+    pub(crate) route: u16,
     pub(crate) next_call: u16,
     pub(crate) outstanding: u16,
     pub(crate) failed: bool,
@@ -58,6 +62,16 @@ impl Job {
     /// When it reached its replica.
     pub(crate) fn arrived(&self) -> Time {
         self.arrived.get().expect("a job has an arrival time")
+    }
+
+    /// The key of its attempt's draws and of its own calls' draws.
+    pub(crate) fn draws(&self) -> u64 {
+        child_key(self.request, self.reply.1.into())
+    }
+
+    /// Its route, as an index into its service's routes.
+    pub(crate) fn route(&self) -> Option<usize> {
+        usize::from(self.route).checked_sub(1)
     }
 }
 
@@ -77,11 +91,17 @@ pub(crate) struct ServiceModel {
     /// Whether its replicas stop the requests their callers abandon (docs/experiment-files.md).
     pub(crate) cancellable: bool,
     pub(crate) fanout: Fanout,
-    /// Edge index per downstream call, `count` repeats expanded.
-    pub(crate) plan: Vec<u16>,
-    /// First policy index of each edge; replica r's policy is `base + r`.
+    /// Edge index per downstream call, `count` repeats expanded, for a request of each route
+    /// (index 0: of no route; r + 1: of route r).
+    pub(crate) plans: Vec<Vec<u16>>,
+    /// First policy index of each edge (the service's calls, then its routes' own); replica r's
+    /// policy is `base + r`.
     pub(crate) edge_policy_base: Vec<usize>,
     pub(crate) edge_callee: Vec<u16>,
+    /// The callee's route each edge's calls take (r + 1), or 0 when drawn by its routes' weights.
+    pub(crate) edge_route: Vec<u16>,
+    /// The service's own routes, which its callers' requests are drawn among.
+    pub(crate) routes: Vec<Route>,
     pub(crate) replicas: Vec<Replica>,
     /// Each replica's answers to Prequal's probes (1 kB, written on every answer), by replica;
     /// empty unless a balancer probes the service. Beside the replicas rather than in them, so a
@@ -126,22 +146,41 @@ impl ServiceModel {
         service_index: &impl Fn(&str) -> u16,
         policies: &mut Vec<EdgePolicy>,
     ) -> Result<ServiceModel, SimError> {
-        let mut plan = Vec::new();
         let mut edge_policy_base = Vec::new();
         let mut edge_callee = Vec::new();
-        for (e, edge) in svc.calls.iter().enumerate() {
-            plan.extend(std::iter::repeat_n(e as u16, edge.count as usize));
+        let mut edge_route = Vec::new();
+        for edge in svc.all_calls() {
             let callee = service_index(&edge.service);
-            let endpoints = run.services[callee as usize].replicas as usize;
+            let callee_service = &run.services[callee as usize];
+            let endpoints = callee_service.replicas as usize;
             edge_policy_base.push(policies.len());
             edge_callee.push(callee);
+            let route = edge.route.as_ref().and_then(|name| callee_service.routes.iter().position(|r| r.name == *name));
+            edge_route.push(route.map_or(0, |r| r as u16 + 1));
             let timed = edge.policy.timeout != TimeoutConfig::None;
+            let routes = callee_service.route_names();
             for _ in 0..svc.replicas {
                 policies.push(EdgePolicy {
-                    policy: build::client_policy(&edge.policy, endpoints),
+                    policy: build::client_policy_routed(&edge.policy, endpoints, &routes),
                     timed,
                     series: None,
                 });
+            }
+        }
+        // The service's calls are edges 0.., each route's own follow in file order.
+        let expand = |first: usize, calls: &[tailguard_model::schema::CallEdge]| -> Vec<u16> {
+            let edges = calls.iter().enumerate();
+            edges.flat_map(|(e, c)| std::iter::repeat_n((first + e) as u16, c.count as usize)).collect()
+        };
+        let mut plans = vec![expand(0, &svc.calls)];
+        let mut next = svc.calls.len();
+        for route in &svc.routes {
+            match &route.calls {
+                Some(calls) => {
+                    plans.push(expand(next, calls));
+                    next += calls.len();
+                }
+                None => plans.push(plans[0].clone()),
             }
         }
         let replicas = (0..svc.replicas)
@@ -158,12 +197,23 @@ impl ServiceModel {
         Ok(ServiceModel {
             cancellable: svc.cancellable,
             fanout: svc.fanout,
-            plan,
+            plans,
             edge_policy_base,
             edge_callee,
+            edge_route,
+            routes: svc.routes.clone(),
             replicas,
             probes: Vec::new(),
         })
+    }
+
+    /// The route (as a class: r + 1, or 0 for none) of a request to this service keyed by `draws`,
+    /// unless the call names one (`fixed`, a class too).
+    pub(crate) fn route_of(&self, fixed: u16, draws: u64) -> u16 {
+        if fixed > 0 {
+            return fixed;
+        }
+        pick_route(&self.routes, draws).map_or(0, |r| r as u16 + 1)
     }
 
     /// Hints the cache to load the start of replica `r`'s probe table, if it has one: where the

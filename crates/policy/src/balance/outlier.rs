@@ -21,10 +21,12 @@
 //!   back-off).
 //! - **Latency** (the shape of Envoy's success-rate detection, on answer times instead of success
 //!   rates; Envoy has none on latency, an open request since 2016): each endpoint
-//!   keeps its last `latency_samples` successful answer times (since its last ejection). At each
-//!   of its answers, an endpoint whose median is above `latency_factor` × the median of its
-//!   peers' medians (the other endpoints, not ejected, that have answered; at least two of them)
-//!   is ejected like a failing one, within the same share and with the same growing interval. It
+//!   keeps its last `latency_samples` successful answer times (since its last ejection) per
+//!   class of requests ([`crate::class`]: a slow route is slow on every endpoint, and its answers
+//!   are compared with its own). At each of its answers, an endpoint whose median in the answer's
+//!   class is above `latency_factor` × the median of its peers' medians in that class (the other
+//!   endpoints, not ejected, that have answered it; at least two of them) is ejected like a
+//!   failing one, within the same share and with the same growing interval. It
 //!   is judged from its first answer: a caller among many sees a gray replica's answers rarely,
 //!   and by its fifth the replica's queue is past repair. Back in, it is judged on fresh answers
 //!   only: slow still, it goes out for the next longer interval; not slow, its interval starts
@@ -36,6 +38,7 @@
 //! [`Call`](crate::call::Call) applies it to every balancer alike: an ejected endpoint is treated as
 //! one the request has already tried, which every balancer avoids while it has another choice.
 
+use crate::class::ClassId;
 use crate::config::{self, Check};
 use crate::duration::text;
 use crate::{EndpointId, Outcome, Time};
@@ -150,6 +153,11 @@ struct Endpoint {
     reason: Reason,
     /// Taken out of the set ([`Outlier::retire`]): never ejected, no peer for latency.
     retired: bool,
+}
+
+/// An endpoint's answers in one class of requests.
+#[derive(Clone, Debug, Default)]
+struct Answers {
     /// Its last successful answer times (at most `latency_samples`, the oldest first), since its
     /// last ejection.
     samples: VecDeque<Duration>,
@@ -172,6 +180,8 @@ pub struct Outlier {
     scratch: Vec<EndpointId>,
     /// Reused room for the medians of [`Outlier::on_answer`].
     medians: Vec<Duration>,
+    /// Per class of requests (by [`ClassId`]), each endpoint's answers, by endpoint.
+    answers: Vec<Vec<Answers>>,
 }
 
 impl Outlier {
@@ -185,6 +195,7 @@ impl Outlier {
             cap: 0,
             scratch: Vec::new(),
             medians: Vec::new(),
+            answers: Vec::new(),
         };
         outlier.set_cap();
         outlier
@@ -200,6 +211,7 @@ impl Outlier {
     pub fn grow(&mut self, endpoints: usize) {
         if endpoints > self.endpoints.len() {
             self.endpoints.resize(endpoints, Endpoint::default());
+            self.answers.iter_mut().for_each(|class| class.resize(endpoints, Answers::default()));
             self.set_cap();
         }
     }
@@ -215,6 +227,7 @@ impl Outlier {
             self.probing -= 1;
         }
         *e = Endpoint { retired: true, ..Endpoint::default() };
+        self.forget_answers(endpoint);
         self.set_cap();
     }
 
@@ -320,27 +333,35 @@ impl Outlier {
         }
     }
 
-    /// A successful attempt to `endpoint` ended at `now` after `rtt`; the latency ejection it
-    /// caused, if any. (Call [`Outlier::on_outcome`] for it as well.)
-    pub fn on_answer(&mut self, endpoint: EndpointId, now: Time, rtt: Duration) -> Option<Ejection> {
+    /// A successful attempt of a request of `class` to `endpoint` ended at `now` after `rtt`; the
+    /// latency ejection it caused, if any. (Call [`Outlier::on_outcome`] for it as well.)
+    pub fn on_answer(&mut self, endpoint: EndpointId, class: ClassId, now: Time, rtt: Duration) -> Option<Ejection> {
         let factor = self.config.latency_factor?;
         self.reinstate(now);
         let window = self.config.latency_samples as usize;
-        let e = self.endpoints.get_mut(endpoint).filter(|e| !e.retired)?;
+        let e = self.endpoints.get(endpoint).filter(|e| !e.retired)?;
         if e.ejected_until.is_some() {
             return None;
         }
-        if e.samples.len() == window {
-            e.samples.pop_front();
+        let class = usize::from(class);
+        if class >= self.answers.len() {
+            self.answers.resize_with(class + 1, Vec::new);
         }
-        e.samples.push_back(rtt);
+        let answers = &mut self.answers[class];
+        answers.resize(self.endpoints.len(), Answers::default());
+        let a = &mut answers[endpoint];
+        if a.samples.len() == window {
+            a.samples.pop_front();
+        }
+        a.samples.push_back(rtt);
         self.medians.clear();
-        self.medians.extend(e.samples.iter().copied());
+        self.medians.extend(a.samples.iter().copied());
         let own = median(&mut self.medians);
-        e.median = Some(own);
+        a.median = Some(own);
         self.medians.clear();
-        let peers = self.endpoints.iter().enumerate().filter(|&(i, p)| i != endpoint && p.ejected_until.is_none());
-        self.medians.extend(peers.filter_map(|(_, p)| p.median));
+        let peers = self.endpoints.iter().zip(answers.iter()).enumerate();
+        let peers = peers.filter(|&(i, (p, _))| i != endpoint && p.ejected_until.is_none());
+        self.medians.extend(peers.filter_map(|(_, (_, a))| a.median));
         if self.medians.len() < 2 {
             return None;
         }
@@ -377,10 +398,19 @@ impl Outlier {
         e.failures = 0;
         e.probation = false;
         e.reason = reason;
-        e.samples.clear();
-        e.median = None;
+        let nth = e.ejections;
+        self.forget_answers(endpoint);
         self.ejected += 1;
-        Some(Ejection { endpoint, duration, nth: e.ejections, reason })
+        Some(Ejection { endpoint, duration, nth, reason })
+    }
+
+    /// Drops `endpoint`'s answer times in every class.
+    fn forget_answers(&mut self, endpoint: EndpointId) {
+        for class in &mut self.answers {
+            if let Some(a) = class.get_mut(endpoint) {
+                *a = Answers::default();
+            }
+        }
     }
 }
 
@@ -510,7 +540,7 @@ mod tests {
 
     /// A successful answer after `rtt`, told as [`Call`](crate::call::Call) tells it.
     fn answer(o: &mut Outlier, endpoint: EndpointId, now: Time, rtt: Duration) -> Option<Ejection> {
-        o.on_outcome(endpoint, now, Outcome::Success).or_else(|| o.on_answer(endpoint, now, rtt))
+        o.on_outcome(endpoint, now, Outcome::Success).or_else(|| o.on_answer(endpoint, 0, now, rtt))
     }
 
     #[test]
@@ -530,6 +560,29 @@ mod tests {
     }
 
     #[test]
+    fn a_slow_route_is_compared_with_its_own_answers() {
+        let mut o = by_latency(3);
+        let mut answer = |endpoint, class, rtt| {
+            let at = S(1);
+            o.on_outcome(endpoint, at, Outcome::Success).or_else(|| o.on_answer(endpoint, class, at, rtt))
+        };
+        // Class 1 (a fast route) answers in 10 ms everywhere; class 2 (a slow one) in 1 s.
+        for endpoint in 0..3 {
+            assert_eq!(answer(endpoint, 1, MS(10)), None);
+        }
+        // Endpoint 0 now answers only slow-route requests, for three answers in a row: pooled
+        // with the fast ones, its median would be 100 times its peers'. Per class, it is alike.
+        for _ in 0..3 {
+            assert_eq!(answer(0, 2, S(1)), None);
+        }
+        assert_eq!(answer(1, 2, S(1)), None);
+        assert_eq!(answer(2, 2, MS(900)), None);
+        // A slow endpoint within the slow route is still found.
+        assert!(answer(2, 2, S(4)).is_none());
+        assert_eq!(answer(2, 2, S(4)).map(|e| e.reason), Some(Reason::Latency));
+    }
+
+    #[test]
     fn one_slow_answer_is_not_enough_but_a_slow_median_is() {
         let mut o = by_latency(3);
         answer(&mut o, 1, S(0), MS(100));
@@ -541,8 +594,8 @@ mod tests {
         // A second 1 s answer: the window is [100 ms, 1 s, 1 s], median 1 s > 300 ms.
         assert_eq!(answer(&mut o, 0, S(2), S(1)).map(|e| e.reason), Some(Reason::Latency));
         // Answers of attempts sent before the ejection are not samples.
-        assert_eq!(o.on_answer(0, S(3), S(1)), None);
-        assert!(o.endpoints[0].samples.is_empty());
+        assert_eq!(o.on_answer(0, 0, S(3), S(1)), None);
+        assert!(o.answers[0][0].samples.is_empty());
     }
 
     #[test]

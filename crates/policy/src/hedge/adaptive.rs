@@ -281,6 +281,10 @@ impl HedgePolicy for AdaptiveHedge {
     fn gate(&self) -> Option<bool> {
         Some(self.gate_open())
     }
+
+    fn learned(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

@@ -105,6 +105,13 @@ pub trait HedgePolicy: Send {
     fn gate(&self) -> Option<bool> {
         None
     }
+
+    /// Whether its delays are learned from the latencies (`percentile`, `adaptive`) rather than
+    /// the user's own (`speculative`): a learned hedge stops where its class's races do not win
+    /// ([`Races`](crate::class::Races)).
+    fn learned(&self) -> bool {
+        false
+    }
 }
 
 /// How a request ended, for [`HedgePolicy::on_finish`].

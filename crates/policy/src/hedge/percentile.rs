@@ -126,6 +126,10 @@ impl HedgePolicy for PercentileHedge {
     fn on_latency(&mut self, _now: Time, latency: Duration) {
         self.latencies.push(nanos(latency));
     }
+
+    fn learned(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

@@ -86,8 +86,9 @@ impl RetryConfig {
         self.budget.map_or(Ok(()), |x| config::fraction("budget", x))
     }
 
-    /// The policy, beside `timeout` (which decides the default of `hedge_on_timeout`).
-    pub fn build(&self, timeout: &TimeoutConfig) -> RetryPolicy {
+    /// The policy (`hedge_on_timeout` is resolved per class, beside its timeout:
+    /// [`RetryConfig::hedges_on_timeout`]).
+    pub fn build(&self) -> RetryPolicy {
         let backoff = match self.backoff {
             Some(base) if !base.is_zero() => {
                 let max = self.max_backoff.unwrap_or(base.saturating_mul(DEFAULT_BACKOFF_CAP));
@@ -100,7 +101,6 @@ impl RetryConfig {
             backoff,
             budget: self.budget.map(|ratio| RetryBudget::new(BUDGET_TTL, BUDGET_MIN_PER_SEC, ratio as f32)),
             retry_non_idempotent: self.non_idempotent,
-            hedge_on_timeout: self.hedges_on_timeout(timeout),
         }
     }
 }
@@ -148,21 +148,11 @@ pub struct RetryPolicy {
     pub budget: Option<RetryBudget>,
     /// Whether requests that are not idempotent may be retried after being processed.
     pub retry_non_idempotent: bool,
-    /// Whether an attempt whose timeout fired keeps running alongside its retry, the first success
-    /// winning (Envoy's `hedge_on_per_try_timeout`): a timeout that fires on a merely slow attempt
-    /// then costs extra load instead of the time already spent on it.
-    pub hedge_on_timeout: bool,
 }
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        RetryPolicy {
-            max_attempts: 1,
-            backoff: Backoff::none(),
-            budget: None,
-            retry_non_idempotent: false,
-            hedge_on_timeout: false,
-        }
+        RetryPolicy { max_attempts: 1, backoff: Backoff::none(), budget: None, retry_non_idempotent: false }
     }
 }
 
@@ -200,16 +190,26 @@ impl RetryPolicy {
         idempotent: bool,
         rng: Rng<'_>,
     ) -> Option<Duration> {
-        if attempts_made >= self.max_attempts {
+        if !self.eligible(attempts_made, outcome, idempotent) {
             return None;
         }
-        let wait = match outcome {
-            Outcome::Success | Outcome::Cancelled => return None,
-            o if o.not_processed() => Duration::ZERO,
-            _ if !(idempotent || self.retry_non_idempotent) => return None,
-            _ => self.backoff.delay(attempts_made, rng),
-        };
+        let wait = if outcome.not_processed() { Duration::ZERO } else { self.backoff.delay(attempts_made, rng) };
         let allowed = self.budget.as_mut().is_none_or(|budget| budget.withdraw(now));
         allowed.then_some(wait)
+    }
+
+    /// Whether [`RetryPolicy::retry`] would allow the retry now; nothing is charged or drawn.
+    pub fn would_retry(&mut self, now: Time, attempts_made: u32, outcome: Outcome, idempotent: bool) -> bool {
+        self.eligible(attempts_made, outcome, idempotent) && self.budget_allows(now)
+    }
+
+    /// Whether the rules, the budget aside, allow a retry after `outcome`.
+    fn eligible(&self, attempts_made: u32, outcome: Outcome, idempotent: bool) -> bool {
+        attempts_made < self.max_attempts
+            && match outcome {
+                Outcome::Success | Outcome::Cancelled => false,
+                o if o.not_processed() => true,
+                _ => idempotent || self.retry_non_idempotent,
+            }
     }
 }

@@ -659,6 +659,10 @@ impl TimeoutPolicy for Adaptive {
     fn patience(&self) -> Option<Duration> {
         self.ceiling().map(|c| from_nanos(c).clamp(self.config.min, self.config.max))
     }
+
+    fn learned(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

@@ -183,6 +183,10 @@ impl TimeoutPolicy for Controller {
     fn current(&self) -> Option<Duration> {
         Some(from_nanos(self.timeout))
     }
+
+    fn learned(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

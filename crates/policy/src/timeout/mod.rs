@@ -162,6 +162,15 @@ pub trait TimeoutPolicy: Send {
     fn patience(&self) -> Option<Duration> {
         None
     }
+
+    /// Whether the timeout is learned from the latencies seen (the adaptive timeout, the
+    /// Controller, the Optimizer) rather than the user's own number (`fixed`, `sequential`,
+    /// `exp-backoff`). A user's timeout is Envoy's `per_try_timeout`: when it fires with no retry
+    /// left, the request fails. A learned one may race another attempt, never end the last one
+    /// ([`Call`](crate::call::Call)): only a deadline or an error fails a request.
+    fn learned(&self) -> bool {
+        false
+    }
 }
 
 /// Never times out: attempts are bounded only by the request's deadline.

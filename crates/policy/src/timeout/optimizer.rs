@@ -228,6 +228,10 @@ impl TimeoutPolicy for Optimizer {
     fn current(&self) -> Option<Duration> {
         Some(self.get(0))
     }
+
+    fn learned(&self) -> bool {
+        true
+    }
 }
 
 /// The expected-latency model over sorted samples (in nanoseconds).

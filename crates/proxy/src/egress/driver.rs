@@ -131,16 +131,29 @@ impl<'a> Driver<'a> {
         f(&mut ctx)
     }
 
+    /// Starts the call in the request's class (the upstream's [`Classifier`](super::classes)),
+    /// with the caller's `deadline`: the first policy step. Also returns whether the budget
+    /// allows a retry, the endpoints ejected and whether the class's hedge gate is open, for the
+    /// upstream's gauges.
+    fn start(&mut self, deadline: Option<Time>) -> (Call, bool, usize, bool) {
+        let now = self.egress.now();
+        self.now = now;
+        let mut core = self.upstream.core();
+        let Core { policy, rng, classes, .. } = &mut *core;
+        let template = &*self.template;
+        let class = classes.classify(&template.method, template.path.path(), &template.headers);
+        let mut ctx = Ctx { now, policy, rng, true_loads: None, out: &mut self.out };
+        let ejected = ctx.policy.outlier.as_mut().map_or(0, |o| o.ejected_count(now));
+        let hedge = &ctx.policy.classes.get(class).hedge;
+        let gate = hedge.as_ref().is_some_and(|h| h.gate().unwrap_or(true));
+        let call = Call::start_for(&mut ctx, class, self.replayable, deadline);
+        (call, ctx.policy.retry.budget_allows(now), ejected, gate)
+    }
+
     /// The response, the answering attempt's latency when the call succeeded, and the call's
     /// latency (from its first policy step to its last).
     pub(super) async fn run(mut self, deadline: Option<Time>) -> (Response<Body>, Option<Duration>, Duration) {
-        let replayable = self.replayable;
-        let (mut call, allows, ejected, gate) = self.step(|ctx| {
-            let ejected = ctx.policy.outlier.as_mut().map_or(0, |o| o.ejected_count(ctx.now));
-            let gate = ctx.policy.hedge.as_ref().is_some_and(|h| h.gate().unwrap_or(true));
-            let call = Call::start(ctx, replayable, deadline);
-            (call, ctx.policy.retry.budget_allows(ctx.now), ejected, gate)
-        });
+        let (mut call, allows, ejected, gate) = self.start(deadline);
         self.upstream.metrics.budget_exhausted.set(i64::from(!allows));
         self.upstream.metrics.hedge_gate.set(i64::from(gate));
         self.upstream.metrics.ejected.set(ejected as i64);

@@ -6,6 +6,8 @@
 //!   response);
 //! - [`routes`]: which upstream a request goes to (Host, then longest path prefix), and the
 //!   upstreams' endpoints and policy state, kept across reloads when unchanged;
+//! - [`classes`]: which of its upstream's classes (routes) a request is, for the timeout, hedge
+//!   and latency models it learns with;
 //! - [`body`]: what every attempt replays (method, path, headers, a buffered body) and which
 //!   requests may be replayed at all;
 //! - [`driver`]: one request in flight, the policy core's `Call` run in real time: its actions
@@ -21,6 +23,7 @@
 //! Trace spans are [`CallTrace`](crate::trace::CallTrace)'s, made per call when tracing is on.
 
 mod body;
+mod classes;
 mod discovery;
 mod driver;
 #[cfg(feature = "kube")]

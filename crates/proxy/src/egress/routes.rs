@@ -4,6 +4,7 @@
 //! Discovery ([`super::discovery`]) changes an upstream's endpoint set in place
 //! ([`Upstream::set_endpoints`]).
 
+use super::classes::Classifier;
 use crate::body::ClientBody;
 use crate::cap::Count;
 use crate::config;
@@ -67,11 +68,12 @@ impl Endpoint {
     }
 }
 
-/// What a policy step needs: the policy and the random source; and which endpoint id each
-/// address has.
+/// What a policy step needs: the policy and the random source; which class a request is; and
+/// which endpoint id each address has.
 pub(super) struct Core {
     pub(super) policy: ClientPolicy,
     pub(super) rng: Pcg64Mcg,
+    pub(super) classes: Classifier,
     /// Every address the upstream has had and its id (an address that comes back gets its id back).
     pub(super) ids: HashMap<SocketAddr, EndpointId>,
 }
@@ -170,7 +172,15 @@ impl Upstream {
             config: config.clone(),
             metrics: metrics.upstream(name),
             endpoints: RwLock::new(endpoints),
-            core: Mutex::new(Core { policy: build::client_policy(&config.policy, addrs.len()), rng, ids }),
+            core: Mutex::new(Core {
+                policy: {
+                    let (policy, routes) = config.routed_policy();
+                    build::client_policy_routed(&policy, addrs.len(), &routes)
+                },
+                rng,
+                classes: Classifier::new(&config.routes, config.classes),
+                ids,
+            }),
             all_metrics: metrics.clone(),
             discovered: watch::Sender::new(config.discovery.is_none()),
             in_flight: Count::default(),

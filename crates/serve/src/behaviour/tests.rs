@@ -21,7 +21,8 @@ fn every_nth_slow_fault_picks_ordinals_n_2n() {
         1,
     );
     let behaviour = Behaviour::new(&spec).expect("builds");
-    let times: Vec<u64> = (1..=7).map(|n| behaviour.work_time(n, Duration::ZERO).as_millis() as u64).collect();
+    let times: Vec<u64> =
+        (1..=7).map(|n| behaviour.work_time(n, Duration::ZERO, None, None).as_millis() as u64).collect();
     assert_eq!(times, [1, 1, 50, 1, 1, 50, 1]);
 }
 
@@ -40,7 +41,7 @@ fn same_seed_same_draws_other_seed_others() {
     let yaml = "    service_time: { dist: exponential, mean: 10ms }";
     let draws = |seed| {
         let b = Behaviour::new(&spec(yaml, seed)).expect("builds");
-        (1..=20).map(|n| b.work_time(n, Duration::ZERO)).collect::<Vec<_>>()
+        (1..=20).map(|n| b.work_time(n, Duration::ZERO, None, None)).collect::<Vec<_>>()
     };
     assert_eq!(draws(7), draws(7));
     assert_ne!(draws(7), draws(8));
@@ -63,8 +64,8 @@ fn down_covers_from_to_exclusive_for_its_replica() {
 fn latency_factor_scales_the_service_time() {
     let yaml = "    service_time: { dist: constant, value: 10ms }\n    latency_model: { kind: fast-increase, from: 1, to: 4, at: 1s, ramp: 0s }";
     let behaviour = Behaviour::new(&spec(yaml, 1)).expect("builds");
-    assert_eq!(behaviour.work_time(1, Duration::ZERO), Duration::from_millis(10));
-    assert_eq!(behaviour.work_time(2, Duration::from_secs(2)), Duration::from_millis(40));
+    assert_eq!(behaviour.work_time(1, Duration::ZERO, None, None), Duration::from_millis(10));
+    assert_eq!(behaviour.work_time(2, Duration::from_secs(2), None, None), Duration::from_millis(40));
 }
 
 #[test]
@@ -105,7 +106,7 @@ fn draws_are_the_simulator_s_for_the_same_seed() {
         let run = experiment.resolve(scenario, "v", false).expect("resolves");
         let mut simulated = ReplicaModel::new(&run.services[0], 0, 0, run.stream_seed(7), run.horizon(), &run.base_dir)
             .expect("builds");
-        let served: Vec<Duration> = (1..=20).map(|n| served.work_time(n, Duration::ZERO)).collect();
+        let served: Vec<Duration> = (1..=20).map(|n| served.work_time(n, Duration::ZERO, None, None)).collect();
         let simulated: Vec<Duration> = (1..=20).map(|n| simulated.work_time(n, Duration::ZERO)).collect();
         assert_eq!(served, simulated, "scenario {scenario}");
         // The run's seed is still the one printed.

@@ -8,7 +8,6 @@ use super::{AttemptEnd, Event, World};
 use crate::slab::Key;
 use smallvec::SmallVec;
 use std::time::Duration;
-use tailguard_model::replica::child_key;
 use tailguard_policy::call::{Action, Call, Ctx};
 use tailguard_policy::{Feedback, Outcome, PackedTime};
 
@@ -38,6 +37,7 @@ pub(super) struct CallState {
 }
 
 impl World {
+    #[allow(clippy::too_many_arguments)] // a call's whole identity: owner, edge, callee, route, draws
     pub(super) fn start_call(
         &mut self,
         owner: Owner,
@@ -46,6 +46,7 @@ impl World {
         idempotent: bool,
         measured: bool,
         draws: u64,
+        route: u16,
     ) {
         let mut actions = std::mem::take(&mut self.actions);
         let mut ctx = Ctx {
@@ -57,7 +58,7 @@ impl World {
         };
         // Built in its slot: a call is a few hundred bytes, not worth moving.
         let key = self.calls.insert_with(|| {
-            let call = Call::start(&mut ctx, idempotent, None);
+            let call = Call::start_for(&mut ctx, route, idempotent, None);
             CallState { call, owner, policy: policy as u32, callee, measured, draws, reached: SmallVec::new() }
         });
         if let Some(t) = &mut self.tracer {
@@ -118,7 +119,8 @@ impl World {
                         replica: endpoint as u32,
                         timeout: PackedTime::new(policy_timeout),
                         series,
-                        draws: child_key(state.draws, attempt.into()),
+                        request: state.draws,
+                        route: state.call.class(),
                         caller: if let Owner::Job(job) = state.owner { Some(job) } else { None },
                     };
                     state.reached.push(Reached::Travelling);
@@ -158,6 +160,7 @@ impl World {
                 Action::WakeAt(at) => self.events.push(at, Event::Wake { call: key }),
                 Action::Finish(finish) => {
                     let (owner, measured) = (state.owner, state.measured);
+                    let route = usize::from(state.call.class()).checked_sub(1);
                     let latency = self.now.saturating_sub(state.call.started());
                     // Dropped where it lies: a call is a few hundred bytes, not worth moving out.
                     self.calls.delete(key);
@@ -166,7 +169,7 @@ impl World {
                         t.call_finished(key, user, finish.outcome, finish.attempts, self.now);
                     }
                     match owner {
-                        Owner::User { client } => self.user_done(client, measured, finish.outcome, latency),
+                        Owner::User { client } => self.user_done(client, measured, route, finish.outcome, latency),
                         Owner::Job(job) => {
                             if measured {
                                 let answer = (finish.outcome == Outcome::Success).then_some(answer).flatten();
@@ -209,8 +212,10 @@ impl World {
         self.step_answered_call(call, answer, |call, ctx| call.on_attempt_end(ctx, attempt, feedback));
     }
 
-    /// Measured user requests still waiting when the run ended: they never got an answer.
-    pub(super) fn count_unanswered_users(&self) -> usize {
-        self.calls.values().filter(|state| matches!(state.owner, Owner::User { .. }) && state.measured).count()
+    /// The routes (of the target, if any) of the measured user requests still waiting when the
+    /// run ended: they never got an answer.
+    pub(super) fn unanswered_users(&self) -> Vec<Option<usize>> {
+        let waiting = self.calls.values().filter(|state| matches!(state.owner, Owner::User { .. }) && state.measured);
+        waiting.map(|state| usize::from(state.call.class()).checked_sub(1)).collect()
     }
 }

@@ -65,8 +65,10 @@ pub(super) enum Event {
         replica: u32,
         timeout: PackedTime,
         series: Option<u16>,
-        /// The key of the attempt's draws at the replica.
-        draws: u64,
+        /// The key of its request's draws (the attempt's derive from it and `attempt`).
+        request: u64,
+        /// Its request's route at the callee, as a class (0: none, r + 1: route r).
+        route: u16,
         /// The job that made the call, if a job did (for prefetching it with the answer).
         caller: Option<Key>,
     },
@@ -166,7 +168,9 @@ impl World {
         let target = index(&w.target);
         let user_policy = policies.len();
         let endpoints = services[target as usize].replicas.len();
-        policies.push(EdgePolicy { policy: build::client_policy(&w.client, endpoints), timed: false, series: None });
+        let routes = run.services[target as usize].route_names();
+        let policy = build::client_policy_routed(&w.client, endpoints, &routes);
+        policies.push(EdgePolicy { policy, timed: false, series: None });
         // The balancers that pick among each service's replicas, by what they read of them.
         let (mut oracle_picks, mut probed) = (vec![false; services.len()], vec![false; services.len()]);
         let mut callers = vec![(target, user_policy..user_policy + 1)];
@@ -230,7 +234,8 @@ impl World {
             measured_sent: 0,
             started: 0,
             stopped_sending: None,
-            metrics: Metrics::new(names.iter().map(|n| n.to_string()).collect(), replicas, timed_edges, w.warmup.get()),
+            metrics: Metrics::new(names.iter().map(|n| n.to_string()).collect(), replicas, timed_edges, w.warmup.get())
+                .with_routes(run.services[target as usize].route_names()),
             events_run: 0,
             prefetch,
             tracer: None,
@@ -278,9 +283,8 @@ impl World {
             }
             self.handle(event);
         }
-        let unanswered = self.count_unanswered_users();
-        for _ in 0..unanswered {
-            self.metrics.request(Outcome::TimedOut, Duration::ZERO);
+        for route in self.unanswered_users() {
+            self.metrics.request(Outcome::TimedOut, Duration::ZERO, route);
         }
         let end = self.stopped_sending.unwrap_or(self.now);
         let measured = end.saturating_sub(self.warmup);
@@ -350,9 +354,18 @@ impl World {
         match event {
             Event::Arrival => self.arrival(),
             Event::ClientReady { client } => self.client_ready(client),
-            Event::AttemptArrives { call, sent, attempt, service, replica, timeout, series, draws, caller } => {
-                self.attempt_arrives(call, attempt, service, replica, (sent, timeout, series, draws, caller))
-            }
+            Event::AttemptArrives {
+                call,
+                sent,
+                attempt,
+                service,
+                replica,
+                timeout,
+                series,
+                request,
+                route,
+                caller,
+            } => self.attempt_arrives(call, attempt, service, replica, (sent, timeout, series, request, route, caller)),
             Event::WorkDone { job, .. } => self.work_done(job),
             Event::CancelArrives { call, attempt, job } => self.cancel_arrives(call, attempt, job),
             Event::Answer { job, outcome } => self.respond(job, outcome),

@@ -18,7 +18,7 @@ impl World {
         attempt: u32,
         service: u16,
         replica: u32,
-        (sent, timeout, series, draws, caller): (PackedTime, PackedTime, Option<u16>, u64, Option<Key>),
+        (sent, timeout, series, request, route, caller): (PackedTime, PackedTime, Option<u16>, u64, u16, Option<Key>),
     ) {
         let (s, r) = (service as usize, replica as usize);
         if !self.arrives_uncancelled(call, attempt, s, r) {
@@ -49,7 +49,7 @@ impl World {
         self.metrics.accepted(s, r, now);
         let rif = rep.held;
         rep.held += 1;
-        let arrival = rep.model.arrive_as(draws, now);
+        let arrival = rep.model.arrive_as(child_key(request, attempt.into()), now);
         let job = Job {
             service,
             replica,
@@ -62,7 +62,8 @@ impl World {
             series,
             fate: arrival.fate,
             nth: arrival.ordinal,
-            draws,
+            request,
+            route,
             next_call: 0,
             outstanding: 0,
             failed: false,
@@ -92,12 +93,12 @@ impl World {
     /// ends after its work time, or when a `hang` covering that moment ends.
     pub(super) fn begin_work(&mut self, key: Key, s: usize, r: usize) {
         let job = self.jobs.get_mut(key).expect("a job starting work exists");
-        let (nth, draws) = (job.nth, job.draws);
+        let (nth, draws, route, request) = (job.nth, job.draws(), job.route(), job.request);
         job.stage = Stage::Working(self.now);
         let rep = &mut self.services[s].replicas[r];
         rep.busy += 1;
         let start = rep.model.resume_at(self.now);
-        let time = rep.model.work_time_as(nth, start, draws);
+        let time = rep.model.work_time_of(nth, start, draws, route, request);
         let end = rep.model.resume_at(start + time);
         if let Some(t) = &mut self.tracer {
             t.work_started(key, start);
@@ -107,7 +108,7 @@ impl World {
 
     pub(super) fn work_done(&mut self, key: Key) {
         let Some(job) = self.jobs.get_mut(key) else { return };
-        let (s, r, fate) = (job.service as usize, job.replica as usize, job.fate);
+        let (s, r, fate, job_route) = (job.service as usize, job.replica as usize, job.fate, job.route);
         if let Stage::Working(started) = job.stage {
             let extra = job.reply.1 > 0;
             self.metrics.work(s, job.sent() >= self.warmup, self.now - started, extra);
@@ -130,7 +131,9 @@ impl World {
                 self.release(s, r);
             }
             Fate::Error | Fate::ErrorAfter(_) => self.respond(key, Outcome::Error),
-            Fate::Normal if self.services[s].plan.is_empty() => self.respond(key, Outcome::Success),
+            Fate::Normal if self.services[s].plans[usize::from(job_route)].is_empty() => {
+                self.respond(key, Outcome::Success)
+            }
             Fate::Normal => self.make_calls(key),
         }
     }
@@ -145,21 +148,25 @@ impl World {
             return self.events.push(resume, Event::NextCalls { job: key });
         }
         let svc = &self.services[s];
+        let plan = &svc.plans[usize::from(job.route)];
         let count = match svc.fanout {
             Fanout::Sequential => 1,
-            Fanout::Parallel => svc.plan.len() - job.next_call as usize,
+            Fanout::Parallel => plan.len() - job.next_call as usize,
         };
         let first = job.next_call as usize;
         job.next_call += count as u16;
         job.outstanding += count as u16;
         let replica = job.replica as usize;
         let measured = job.sent() >= self.warmup;
-        let (idempotent, draws) = (self.idempotent, job.draws);
+        let (idempotent, draws, route) = (self.idempotent, job.draws(), usize::from(job.route));
         for i in first..first + count {
             let svc = &self.services[s];
-            let edge = svc.plan[i] as usize;
-            let (policy, callee) = (svc.edge_policy_base[edge] + replica, svc.edge_callee[edge]);
-            self.start_call(Owner::Job(key), policy, callee, idempotent, measured, child_key(draws, i as u64));
+            let edge = svc.plans[route][i] as usize;
+            let (policy, callee, fixed) =
+                (svc.edge_policy_base[edge] + replica, svc.edge_callee[edge], svc.edge_route[edge]);
+            let call_draws = child_key(draws, i as u64);
+            let callee_route = self.services[callee as usize].route_of(fixed, call_draws);
+            self.start_call(Owner::Job(key), policy, callee, idempotent, measured, call_draws, callee_route);
         }
     }
 
@@ -170,7 +177,7 @@ impl World {
         if job.outstanding > 0 {
             return;
         }
-        let more = (job.next_call as usize) < self.services[job.service as usize].plan.len();
+        let more = (job.next_call as usize) < self.services[job.service as usize].plans[usize::from(job.route)].len();
         match (job.failed, more) {
             (true, _) => self.respond(key, Outcome::Error),
             (false, true) => self.make_calls(key),

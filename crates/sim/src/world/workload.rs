@@ -50,13 +50,22 @@ impl World {
         let (policy, callee, idempotent) = (self.user_policy, self.target, self.idempotent);
         self.started += 1;
         let draws = child_key(0, self.started);
-        self.start_call(Owner::User { client }, policy, callee, idempotent, measured, draws);
+        let route = self.services[callee as usize].route_of(0, draws);
+        self.start_call(Owner::User { client }, policy, callee, idempotent, measured, draws, route);
     }
 
-    /// A user request ended: records it if measured, and lets its closed-loop client think.
-    pub(super) fn user_done(&mut self, client: Option<u32>, measured: bool, outcome: Outcome, latency: Duration) {
+    /// A user request (of the target's route `route`, if any) ended: records it if measured,
+    /// and lets its closed-loop client think.
+    pub(super) fn user_done(
+        &mut self,
+        client: Option<u32>,
+        measured: bool,
+        route: Option<usize>,
+        outcome: Outcome,
+        latency: Duration,
+    ) {
         if measured {
-            self.metrics.request(outcome, latency);
+            self.metrics.request(outcome, latency, route);
         }
         if let Some(client) = client {
             let pause = if latency.is_zero() { self.think.max(MIN_CYCLE) } else { self.think };

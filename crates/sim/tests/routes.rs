@@ -1,0 +1,131 @@
+//! Requests that carry their own work (routes, work per request): a learned number never fails a
+//! request that a policy without timeouts serves, and a hedge that cannot win stops paying.
+//! Nothing here was fitted to the seeds it asserts on: the race record's window and probe rate
+//! ([`tailguard_policy::class`]) were chosen on seeds 1–5 of examples/routes.yaml; the checks run
+//! seeds 101–103 and conditions outside that file.
+
+mod common;
+
+use common::example;
+use std::path::Path;
+use tailguard_model::Experiment;
+use tailguard_sim::{simulate, Options, RunResult};
+
+/// The seeds the checks assert on (never looked at while choosing a constant).
+const CHECKED: [u64; 3] = [101, 102, 103];
+
+fn run(experiment: &Experiment, seed: u64, variants: &[&str]) -> Vec<RunResult> {
+    let variants = variants.iter().map(|v| v.to_string()).collect();
+    let options = Options { seed, threads: 2, variants, ..Options::default() };
+    simulate(experiment, options, |_| {}).unwrap_or_else(|e| panic!("{e}")).runs
+}
+
+fn find<'a>(runs: &'a [RunResult], scenario: &str, variant: &str) -> &'a RunResult {
+    runs.iter()
+        .find(|r| r.scenario == scenario && r.variant == variant)
+        .unwrap_or_else(|| panic!("no {scenario}/{variant}"))
+}
+
+fn show(r: &RunResult) -> String {
+    let routes: Vec<String> =
+        r.routes.iter().map(|x| format!("{} {:.4} p99 {:.1}", x.route, x.success_rate, x.latency_ms.p99)).collect();
+    let extra = extra_attempts(r);
+    format!(
+        "{:<12}{:<18} success {:.4} extra attempts {:.4} | {}",
+        r.scenario,
+        r.variant,
+        r.success_rate,
+        extra,
+        routes.join(" | ")
+    )
+}
+
+/// Attempts the replicas accepted per measured request, − 1: the hedges and retries sent.
+fn extra_attempts(r: &RunResult) -> f64 {
+    let load = r.series.as_ref().and_then(|s| s.replica_load.as_ref()).expect("a run has its target's replica load");
+    let accepted: u64 = load.replicas.iter().flatten().sum();
+    accepted as f64 / r.requests.max(1) as f64 - 1.0
+}
+
+#[test]
+#[ignore = "prints the runs"]
+fn print_routes() {
+    let seeds: Vec<u64> = std::env::var("SEEDS")
+        .map(|s| s.split(',').map(|x| x.parse().unwrap()).collect())
+        .unwrap_or(vec![1, 2, 3, 4, 5]);
+    let experiment = example("routes.yaml");
+    for seed in seeds {
+        println!("seed {seed}");
+        for r in run(&experiment, seed, &[]) {
+            println!("{}", show(&r));
+        }
+    }
+}
+
+/// examples/routes.yaml: in every scenario, the recommended policy succeeds at least as often as
+/// P2C least-request without timeouts (− 0.1 point), and where all the work
+/// belongs to the request it sends at most 2 % extra attempts.
+#[test]
+fn the_recommended_policy_fails_no_route_that_no_timeout_serves() {
+    let experiment = example("routes.yaml");
+    for seed in CHECKED {
+        let runs = run(&experiment, seed, &["no-timeout", "recommended"]);
+        for scenario in experiment.scenario_names() {
+            let (plain, recommended) = (find(&runs, &scenario, "no-timeout"), find(&runs, &scenario, "recommended"));
+            let context = format!("seed {seed}\n{}\n{}", show(plain), show(recommended));
+            // Per scenario, as the bound is stated. Per route it does not hold yet: in `gray`, seed
+            // 103, the recommended policy's extra attempts (27 %) push 1 of ~320 slow-route
+            // requests past the 3 s deadline that no-timeout meets (99.69 % against 100 %).
+            assert!(recommended.success_rate >= plain.success_rate - 0.001, "{context}");
+        }
+        let per_request = find(&runs, "per-request", "recommended");
+        assert!(extra_attempts(per_request) <= 0.02, "seed {seed}: {}", show(per_request));
+    }
+}
+
+/// A fast route and a slow one (1.2 s of work on any replica, 4 % of the requests) on two
+/// replicas, all work per request, as a new user meets it: a learned timeout, alone or in the
+/// recommended policy, fails none of the slow route's requests that least-request serves, and
+/// its races of the slow route stop once they do not win.
+#[test]
+fn a_learned_timeout_never_fails_a_slow_route() {
+    let text = r#"
+name: slow-route
+services:
+  app:
+    replicas: 2
+    workers: 8
+    routes:
+      - { name: fast, match: { path: /fast }, weight: 0.96, work: { per_request: { dist: lognormal, median: 3ms, sigma: 0.5 } } }
+      - { name: slow, match: { path: /slow }, weight: 0.04, work: { per_request: { dist: constant, value: 1200ms } } }
+workload:
+  target: app
+  open: { rate: 100, arrival: poisson }
+  warmup: 5s
+  duration: 30s
+variants:
+  - name: least-request
+    edges: { workload->app: { balancer: { kind: least-request } } }
+  - name: adaptive
+    edges: { workload->app: { balancer: { kind: least-request }, timeout: { kind: adaptive } } }
+  - name: recommended
+    edges:
+      workload->app:
+        balancer: { kind: prequal }
+        outlier: {}
+        timeout: { kind: adaptive }
+        hedge: { kind: adaptive }
+        retry: { max_attempts: 2 }
+"#;
+    let experiment = Experiment::parse(text, Path::new("slow-route.yaml")).unwrap_or_else(|e| panic!("{e}"));
+    for seed in CHECKED {
+        let runs = run(&experiment, seed, &[]);
+        let plain = find(&runs, "default", "least-request");
+        assert_eq!(plain.success_rate, 1.0, "{}", show(plain));
+        for variant in ["adaptive", "recommended"] {
+            let r = find(&runs, "default", variant);
+            assert_eq!(r.success_rate, 1.0, "seed {seed}: {}", show(r));
+            assert!(extra_attempts(r) <= 0.02, "seed {seed}: {}", show(r));
+        }
+    }
+}
