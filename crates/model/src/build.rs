@@ -13,7 +13,7 @@ use tailguard_policy::call;
 pub fn client_policy(config: &ClientPolicy, endpoints: usize) -> call::ClientPolicy {
     call::ClientPolicy {
         balancer: config.balancer.build(endpoints),
-        outlier: config.outlier.map(|o| o.build(endpoints)),
+        outlier: config.outlier.build(endpoints),
         timeout: config.timeout.build(&config.retry),
         hedge: config.hedge.build(),
         retry: config.retry.build(&config.timeout),

@@ -226,8 +226,14 @@ impl<'a> Driver<'a> {
                     );
                 }
                 Action::Probe { endpoint, awaited } => match self.probe(endpoint) {
-                    Some(probe) if awaited => self.probes.push(probe),
-                    Some(probe) => drop(tokio::spawn(probe)),
+                    Some(probe) => {
+                        self.upstream.metrics.probes.inc();
+                        if awaited {
+                            self.probes.push(probe);
+                        } else {
+                            drop(tokio::spawn(probe));
+                        }
+                    }
                     // Nothing to wait for: done at once.
                     None if awaited => self.probes.push(Box::pin(std::future::ready(()))),
                     None => {}
@@ -260,8 +266,9 @@ impl<'a> Driver<'a> {
             Ok(mut response) => {
                 let found = http::scan(response.headers());
                 let chip = found.internal && http::has_chip(response.headers());
+                let load = crate::probe::report(response.headers(), found.internal);
                 clean(&mut response, found);
-                let feedback = Feedback::new(outcome(response.status()), rtt).with_chip(chip);
+                let feedback = Feedback::new(outcome(response.status()), rtt).with_chip(chip).with_load(load);
                 match feedback.outcome {
                     Outcome::Success => {
                         self.count_win(end.attempt);
