@@ -17,10 +17,11 @@
 //! - **Replicas without a sidecar** (their answers carry no report, or a probe was answered with
 //!   anything but a probe reply) and replicas not heard from yet are ranked from what this caller
 //!   sees itself: its own requests in flight there as their RIF, and a moving average (weight
-//!   [`ProbeResponder::WEIGHT`]) of its answer times from them as their latency (0 before the
-//!   first answer, so an unknown replica is tried and its first answer says whether it has a
-//!   sidecar). Those of a pick's draw compete in the HCL rule beside the pool. A sidecar that
-//!   arrives later shows itself on the next answer.
+//!   [`ProbeResponder::WEIGHT`]) of its answer times from them, times one more than those
+//!   requests, as their latency (peak-EWMA's cost; 0 before the first answer, so an unknown
+//!   replica is tried and its first answer says whether it has a sidecar). Those of a pick's
+//!   draw compete in the HCL rule beside the pool. A sidecar that arrives later shows itself on
+//!   the next answer.
 //! - **The pool** holds at most `pool_size` reports, at most one per replica (a newer report
 //!   replaces an older one); a report older than `max_age`, or than the quickest nonzero latency
 //!   estimate among the last [`RECENT_RIFS`] probe replies, is stale and dropped, and a new report
@@ -282,9 +283,12 @@ impl Prequal {
             .enumerate()
             .filter(|(_, p)| !exclude.contains(&p.endpoint))
             .map(|(i, p)| (Candidate::Pool(i), p.in_flight, p.latency));
+        // An endpoint ranked locally is expected to answer a new request in its average answer
+        // time for each request of ours ahead of it and this one (peak-EWMA's cost).
         let locals = self.locals.iter().filter(|e| !exclude.contains(e)).map(|&e| {
             let seen = &self.seen[e];
-            (Candidate::Local(e), seen.in_flight, seen.latency.map_or(Duration::ZERO, Duration::from_secs_f64))
+            let latency = seen.latency.map_or(0.0, |l| l * f64::from(seen.in_flight + 1));
+            (Candidate::Local(e), seen.in_flight, Duration::from_secs_f64(latency))
         });
         // Cold before hot; among cold, latency then RIF; among hot, RIF then latency. Older
         // reports come first in the pool, then the draw in its order, and `min_by_key` keeps the
