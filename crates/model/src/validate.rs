@@ -117,7 +117,8 @@ fn without_sidecar(s: &Service) -> Check {
         let at = s.groups.iter().find(|(_, g)| g.replicas.contains(r) && g.sidecar == Some(false));
         let at = at.map_or("sidecar".to_string(), |(name, _)| format!("groups.{name}.sidecar"));
         if !replica.calls.is_empty() {
-            let why = format!("replica {r} runs no sidecar, whose egress its calls would go through; expected no `calls`");
+            let why =
+                format!("replica {r} runs no sidecar, whose egress its calls would go through; expected no `calls`");
             return Err(ModelError::at(at, why));
         }
         if replica.admission != AdmissionConfig::None {

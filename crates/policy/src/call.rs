@@ -513,7 +513,9 @@ impl Call {
             }
         };
         let endpoint = match endpoint {
-            Some(e) if e == self.last_failed as EndpointId => Some(elsewhere(now, policy, &mut *ctx.rng, ctx.true_loads, e)),
+            Some(e) if e == self.last_failed as EndpointId => {
+                Some(elsewhere(now, policy, &mut *ctx.rng, ctx.true_loads, e))
+            }
             chosen => chosen,
         };
         let Some(endpoint) = endpoint else { return false };

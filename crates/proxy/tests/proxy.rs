@@ -1468,7 +1468,8 @@ async fn prequal_never_probes_a_plain_application_and_balances_a_mixed_set() {
     let as_backend =
         |addr| Backend { addr, hits: Arc::default(), accepted: Arc::default(), task: tokio::spawn(async {}) };
     let endpoints = [as_backend(plain.addr), as_backend(side.ingress.unwrap())];
-    let proxy = egress(&endpoints.iter().collect::<Vec<_>>(), "{balancer: {kind: prequal, max_age: 1ms}, outlier: off}").await;
+    let proxy =
+        egress(&endpoints.iter().collect::<Vec<_>>(), "{balancer: {kind: prequal, max_age: 1ms}, outlier: off}").await;
     for _ in 0..60 {
         let (status, headers, _) = get(&client(), proxy.egress.unwrap(), "svc", &[]).await;
         assert_eq!(status, StatusCode::OK);
@@ -1486,7 +1487,8 @@ async fn prequal_never_probes_a_plain_application_and_balances_a_mixed_set() {
     side.shutdown().await;
 
     // Plain applications alone: not one probe.
-    let (a, b) = (Backend::start("a", Mode::Ok(Duration::ZERO)).await, Backend::start("b", Mode::Ok(Duration::ZERO)).await);
+    let (a, b) =
+        (Backend::start("a", Mode::Ok(Duration::ZERO)).await, Backend::start("b", Mode::Ok(Duration::ZERO)).await);
     let proxy = egress(&[&a, &b], "{balancer: {kind: prequal}}").await;
     for _ in 0..40 {
         let (status, _, _) = get(&client(), proxy.egress.unwrap(), "svc", &[]).await;

@@ -382,7 +382,13 @@ impl Prequal {
             self.pool.remove(0);
         }
         let uses_left = self.config.reuse_budget;
-        self.pool.push(Probe { endpoint, in_flight: reply.in_flight, latency: reply.latency, received: now, uses_left });
+        self.pool.push(Probe {
+            endpoint,
+            in_flight: reply.in_flight,
+            latency: reply.latency,
+            received: now,
+            uses_left,
+        });
     }
 }
 
