@@ -33,7 +33,8 @@
 #              policy's timeout)
 #    defaults: the same SIGKILL on 127.0.0.1 with the policy a user writes without `outlier:`
 #             (ejection on by default): the balancer, `timeout: {kind: fixed, value: 100ms}`,
-#             `retry: {max_attempts: 3, budget: 0.2}`. Target <= 0.5 % failed.
+#             `retry: {max_attempts: 3, budget: 0.2}` (DEFAULTS_POLICY replaces it, e.g. with
+#             `outlier: off` added). Target <= 0.5 % failed.
 # 4. Proxy SIGTERM under load: 200 req/s to a 200 ms service (about 40 requests in flight), SIGTERM
 #    at 2 s. Figure: requests cut mid-flight, i.e. that reached the proxy and got no whole answer
 #    (load's io, timeout and 5xx errors; refused connects after the listener closed are not cuts,
@@ -203,7 +204,7 @@ fault_heal() {
 }
 # The upstream's policy beside its balancer in the fault phases, and in the defaults phase.
 FAULT_POLICY='{outlier: {}, timeout: {kind: adaptive}, retry: {max_attempts: 2}}'
-DEFAULTS_POLICY='{timeout: {kind: fixed, value: 100ms}, retry: {max_attempts: 3, budget: 0.2}}'
+DEFAULTS_POLICY=${DEFAULTS_POLICY:-'{timeout: {kind: fixed, value: 100ms}, retry: {max_attempts: 3, budget: 0.2}}'}
 # fault_run NET BALANCER FAULT [POLICY]: 200 req/s for 10 s through a fresh egress, FAULT at 3 s;
 # one sample of the failed % and the p99
 fault_run() {
