@@ -31,6 +31,10 @@
 #              blackhole: its link set down, so packets to it vanish and connects hang, which
 #              127.0.0.1 cannot show (bounded by the proxy's connect_timeout, 1 s, and the
 #              policy's timeout)
+#    defaults: the same SIGKILL on 127.0.0.1 with the policy a user writes without `outlier:`
+#             (ejection on by default): the balancer, `timeout: {kind: fixed, value: 100ms}`,
+#             `retry: {max_attempts: 3, budget: 0.2}` (DEFAULTS_POLICY replaces it, e.g. with
+#             `outlier: off` added). Target <= 0.5 % failed.
 # 4. Proxy SIGTERM under load: 200 req/s to a 200 ms service (about 40 requests in flight), SIGTERM
 #    at 2 s. Figure: requests cut mid-flight, i.e. that reached the proxy and got no whole answer
 #    (load's io, timeout and 5xx errors; refused connects after the listener closed are not cuts,
@@ -44,12 +48,12 @@
 #    (/proc/PID/fd). Figures: other routes answered (all asked / answered) and the most fds.
 #    Target: every one answered, fds under the bound of docs/security.md.
 # Env: RUNS (3), N (2000), IDLE (10000), HOLD (8), FANOUT_S (15), BALANCERS (all six),
-# PHASES (all: "slow idle faults netns term reload fanout"; a subset runs only those).
+# PHASES (all: "slow idle faults defaults netns term reload fanout"; a subset runs only those).
 # `ulimit -n` is raised to 65536 (the idle phase's 10,000 client sockets live in one process).
 source "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-3}; N=${N:-2000}; IDLE=${IDLE:-10000}; HOLD=${HOLD:-8}; FANOUT_S=${FANOUT_S:-15}
 BALANCERS=${BALANCERS:-random round-robin least-request peak-ewma bloc prequal}
-PHASES=" ${PHASES:-slow idle faults netns term reload fanout} "
+PHASES=" ${PHASES:-slow idle faults defaults netns term reload fanout} "
 want() { [[ "$PHASES" == *" $1 "* ]]; }
 START_S=$(date +%s)
 build_tailguard; install_debian_peers
@@ -198,10 +202,13 @@ fault_heal() {
     blackhole) ip -n tgrel1 link set tgreln1 up ;;
   esac
 }
-# fault_run NET BALANCER FAULT: 200 req/s for 10 s through a fresh egress, FAULT at 3 s; one
-# sample of the failed % and the p99
+# The upstream's policy beside its balancer in the fault phases, and in the defaults phase.
+FAULT_POLICY='{outlier: {}, timeout: {kind: adaptive}, retry: {max_attempts: 2}}'
+DEFAULTS_POLICY=${DEFAULTS_POLICY:-'{timeout: {kind: fixed, value: 100ms}, retry: {max_attempts: 3, budget: 0.2}}'}
+# fault_run NET BALANCER FAULT [POLICY]: 200 req/s for 10 s through a fresh egress, FAULT at 3 s;
+# one sample of the failed % and the p99
 fault_run() {
-  local net=$1 bal=$2 fault=$3 ports=("${R[@]}") pp lp fail p99 ejected
+  local net=$1 bal=$2 fault=$3 policy=${4:-$FAULT_POLICY} ports=("${R[@]}") pp lp fail p99 ejected
   [ "$bal" = bloc ] && ports=("${ING[@]}")
   cat >"$WORK/fault.yaml" <<CONF
 egress:
@@ -209,11 +216,7 @@ egress:
   upstreams:
     backend:
       endpoints: ["${HOST[0]}:${ports[0]}", "${HOST[1]}:${ports[1]}", "${HOST[2]}:${ports[2]}"]
-      policy:
-        balancer: {kind: $bal}
-        outlier: {}
-        timeout: {kind: adaptive}
-        retry: {max_attempts: 2}
+      policy: {balancer: {kind: $bal}, ${policy:1}
 workers: 1
 CONF
   start fault-proxy "$TG" proxy --config "$WORK/fault.yaml"; pp=$LAST_PID
@@ -236,29 +239,33 @@ fault_row() {   # fault_row NET BALANCER FAULT CASE: the medians of its runs as 
   row "$4" "$2" "$(printf '%.2f %% failed (worst %.2f), p99 %.1f ms' "$fail" "$(worst "$k.fail")" "$(med "$k.p99")")" \
     "<= 0.5 %" "$(verdict "$fail <= 0.5")"
 }
-# faults NET FAULT...: every balancer against each FAULT, RUNS times, with the replicas where
-# HOST and IN_NS put them
+# faults NET POLICY FAULT...: every balancer against each FAULT, RUNS times, with the replicas
+# where HOST and IN_NS put them
 faults() {
-  local net=$1 i run bal fault; shift
+  local net=$1 policy=$2 i run bal fault; shift 2
   for i in 0 1 2; do start_replica $i; done
   for run in $(seq 1 "$RUNS"); do
     echo "replica faults ($net), run $run/$RUNS ..." >&2
     for bal in $BALANCERS; do
-      for fault in "$@"; do fault_run "$net" "$bal" "$fault"; done
+      for fault in "$@"; do fault_run "$net" "$bal" "$fault" "$policy"; done
     done
   done
   for i in 0 1 2; do stop_pid "${RP[$i]}"; stop_pid "${IP[$i]}"; done
 }
 if want faults; then
-  faults loopback KILL STOP
+  faults loopback "$FAULT_POLICY" KILL STOP
   for bal in $BALANCERS; do
     fault_row loopback "$bal" KILL "replica SIGKILL"; fault_row loopback "$bal" STOP "replica SIGSTOP"
   done
 fi
+if want defaults; then
+  faults defaults "$DEFAULTS_POLICY" KILL
+  for bal in $BALANCERS; do fault_row defaults "$bal" KILL "SIGKILL, no outlier:"; done
+fi
 if want netns; then
   if netns_up 2>"$WORK/netns.err"; then
     HOST=("$NS_NET.1" "$NS_NET.2" "$NS_NET.3"); IN_NS=("ip netns exec tgrel0" "ip netns exec tgrel1" "ip netns exec tgrel2")
-    faults netns KILL blackhole
+    faults netns "$FAULT_POLICY" KILL blackhole
     for bal in $BALANCERS; do
       fault_row netns "$bal" KILL "netns SIGKILL"; fault_row netns "$bal" blackhole "netns blackhole"
     done

@@ -79,7 +79,8 @@ pub struct Replica {
     pub service_index: usize,
     pub index: u32,
     pub ip: IpAddr,
-    /// Whether a sidecar runs beside it (not for redis and memcached, crate::real).
+    /// Whether a sidecar runs beside it (not for redis and memcached, crate::real, nor for a
+    /// replica whose service or group says `sidecar: false`).
     pub sidecar: bool,
 }
 
@@ -95,6 +96,14 @@ impl Replica {
     }
     pub fn admin(&self) -> SocketAddr {
         SocketAddr::new(self.ip, ADMIN_PORT)
+    }
+    /// Where its callers reach it: its sidecar's ingress, or the program itself without one.
+    pub fn endpoint(&self) -> SocketAddr {
+        if self.sidecar {
+            self.ingress()
+        } else {
+            self.serve()
+        }
     }
     /// A name for logs and errors: `backend-3`.
     pub fn name(&self) -> String {
@@ -117,7 +126,8 @@ pub struct Plan {
     /// clears it where `tc netem` delays the packets instead); `None` when the file has none.
     /// Every network hop of the simulator ends at exactly one ingress, the load generator's hop
     /// to the entry service included, so each is delayed once each way; serve ↔ its own sidecar
-    /// is not a network hop. Calls to redis and memcached, which have no sidecar, are not delayed.
+    /// is not a network hop. Calls to redis and memcached, and to replicas with `sidecar: false`,
+    /// which have no sidecar, are not delayed.
     pub network_delay: Option<Network>,
 }
 
@@ -128,12 +138,12 @@ impl Plan {
         for (s, (name, service)) in run.services.iter().enumerate() {
             for r in 0..service.replicas {
                 let ip = isolation.address(slot, s, r);
-                let sidecar = crate::real::has_sidecar(service.kind);
+                let sidecar = crate::real::has_sidecar(service.kind) && service.for_replica(r).sidecar;
                 replicas.push(Replica { service: name.clone(), service_index: s, index: r, ip, sidecar });
             }
         }
         let host = isolation.host_address(slot);
-        let proxied = run.workload.client != ClientPolicy::default();
+        let proxied = !run.workload.client.is_plain();
         Plan {
             isolation,
             slot,
@@ -154,7 +164,7 @@ impl Plan {
     pub fn load_targets(&self, run: &Run) -> Vec<String> {
         match self.workload_proxy {
             Some(addr) => vec![format!("http://{addr}/{}/", run.workload.target)],
-            None => self.of(&run.workload.target).map(|r| format!("http://{}/", r.ingress())).collect(),
+            None => self.of(&run.workload.target).map(|r| format!("http://{}/", r.endpoint())).collect(),
         }
     }
 
@@ -289,7 +299,7 @@ fn upstream(run: &Run, plan: &Plan, callee: &str, policy: &ClientPolicy) -> Upst
         }
     });
     Upstream {
-        endpoints: plan.of(callee).map(Replica::ingress).collect(),
+        endpoints: plan.of(callee).map(Replica::endpoint).collect(),
         discovery: None,
         route: Route::PathPrefix(route(callee)),
         policy: ClientPolicy { routes: Default::default(), ..policy.clone() },

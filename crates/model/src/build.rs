@@ -24,7 +24,7 @@ pub fn client_policy_routed(config: &ClientPolicy, endpoints: usize, routes: &[S
     configs.extend(routes.iter().map(|name| config.for_route(name)));
     call::ClientPolicy {
         balancer: config.balancer.build(endpoints),
-        outlier: config.outlier.map(|o| o.build(endpoints)),
+        outlier: config.outlier.build(endpoints),
         classes: Classes::new(Box::new(move |class| {
             class_policy(configs.get(usize::from(class)).unwrap_or(&configs[0]))
         })),

@@ -3,10 +3,11 @@
 //!
 //! Resolution order (docs/experiment-files.md): the file as written; the `quick` overrides (for
 //! `--quick` runs); the scenario's `set`; the variant's `set`; then the variant's policies
-//! (`client`, `edges`, `admission`); then validation of the result.
+//! (`client`, `edges`, `admission`), where an `outlier` left out becomes `off` for a peer's
+//! variant and for a plain load-generator client; then validation of the result.
 
 use crate::error::ModelError;
-use crate::schema::{ExperimentFile, Network, Service, SidecarKind, Variant, Workload};
+use crate::schema::{ExperimentFile, Network, OutlierSetting, Service, SidecarKind, Variant, Workload};
 use crate::{overrides, validate};
 use indexmap::IndexMap;
 use serde_yaml_ng::Value;
@@ -241,7 +242,8 @@ fn apply(doc: &mut Value, list: &IndexMap<String, Value>, at: &str) -> Result<()
 }
 
 /// The variant's policies: `edges` entries on their edges (`workload->TARGET` on the workload's
-/// client), `client` on every other call edge, `admission` on its services.
+/// client), `client` on every other call edge, `admission` on its services; then no default
+/// outlier ejection where tailguard's sidecar does not apply the policy.
 fn apply_variant(
     v: &Variant,
     index: usize,
@@ -266,6 +268,19 @@ fn apply_variant(
     }
     if let Some(policy) = named(validate::WORKLOAD_CALLER, &workload.target) {
         workload.client = policy;
+    }
+    // Outlier ejection is tailguard's default, not a peer's (HAProxy and nginx have their own
+    // passive checks, which a variant writes out), nor the load generator's, which calls the entry
+    // replicas itself when its policy is plain.
+    let peer = v.sidecar != SidecarKind::Tailguard;
+    let policies = services.values_mut().flat_map(|s| s.calls.iter_mut().map(|c| &mut c.policy));
+    for policy in policies.filter(|_| peer) {
+        if policy.outlier.is_default() {
+            policy.outlier = OutlierSetting::Off;
+        }
+    }
+    if (peer || workload.client.is_plain()) && workload.client.outlier.is_default() {
+        workload.client.outlier = OutlierSetting::Off;
     }
     for (name, admission) in &v.admission {
         let service = services.get_mut(name).ok_or_else(|| {

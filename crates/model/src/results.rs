@@ -84,6 +84,10 @@ pub struct RunResult {
     /// run used from the end of the warm-up to the end of the load, per 1,000 measured requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sidecar_cpu_s_per_1k: Option<f64>,
+    /// The simulator only: Prequal's probes sent for measured requests, per measured request;
+    /// absent when no balancer of the run probes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probes_per_request: Option<f64>,
     /// Per route of the workload's target (when it has `routes`), its measured requests: the
     /// same figures as the run's, for that route's requests alone. Empty otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

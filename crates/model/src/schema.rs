@@ -81,6 +81,11 @@ pub struct Service {
     /// The real program's own parameters (docs/experiment-files.md lists them per kind).
     #[serde(default)]
     pub config: IndexMap<String, serde_yaml_ng::Value>,
+    /// Whether the replicas run tailguard's sidecar beside them (default): `false` models
+    /// endpoints outside the mesh (a database proxy, another team's service), whose callers see
+    /// no load reports, chips or admission from them. Such a service makes no calls.
+    #[serde(default = "yes")]
+    pub sidecar: bool,
     /// Whether a replica stops working on a request its caller abandoned (a lost hedge, a
     /// timed-out attempt, an ended request): the cancel reaches it one network delay later, as a
     /// reset stream reaches a real server through its sidecar. `false` models a server that
@@ -165,6 +170,7 @@ impl Service {
             if let Some(a) = &group.admission {
                 service.admission = a.clone();
             }
+            service.sidecar = group.sidecar.unwrap_or(service.sidecar);
             service.faults.extend(group.faults.iter().cloned());
         }
         service
@@ -238,9 +244,10 @@ pub struct ClientPolicy {
     /// Endpoint choice.
     #[serde(default)]
     pub balancer: BalancerConfig,
-    /// Outlier ejection of endpoints that keep failing, for any balancer (off when left out).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub outlier: Option<OutlierConfig>,
+    /// Outlier ejection of endpoints that keep failing or answer far more slowly than the
+    /// others, for any balancer: on at its defaults when left out, `off` to opt out.
+    #[serde(default, skip_serializing_if = "OutlierSetting::is_default")]
+    pub outlier: OutlierSetting,
     /// Per-attempt timeouts.
     #[serde(default)]
     pub timeout: TimeoutConfig,
@@ -376,11 +383,21 @@ fn root() -> String {
     "/".to_string()
 }
 
+impl ClientPolicy {
+    /// Whether the load generator applies it itself, so that no sidecar runs for it in the lab:
+    /// round robin and nothing else, ejection left out or off (it calls the entry replicas
+    /// directly, as users would, and so ejects nothing).
+    pub fn is_plain(&self) -> bool {
+        matches!(self.outlier, OutlierSetting::Default | OutlierSetting::Off)
+            && ClientPolicy { outlier: OutlierSetting::Default, ..self.clone() } == ClientPolicy::default()
+    }
+}
+
 // The policies' own configuration types, re-exported under their own names for the experiment
 // schema's users: each is its policy's schema (deserialisation, defaults and `validate()`), in
 // crates/policy.
 pub use tailguard_policy::admission::AdmissionConfig;
-pub use tailguard_policy::balance::{BalancerConfig, OutlierConfig};
+pub use tailguard_policy::balance::{BalancerConfig, OutlierConfig, OutlierSetting};
 pub use tailguard_policy::hedge::HedgeConfig;
 pub use tailguard_policy::retry::RetryConfig;
 pub use tailguard_policy::timeout::TimeoutConfig;
@@ -613,6 +630,10 @@ pub struct Group {
     /// Admission control at each replica of the group.
     #[serde(default)]
     pub admission: Option<AdmissionConfig>,
+    /// Whether the group's replicas run tailguard's sidecar (the service's `sidecar` when left
+    /// out): a mixed set, part of it outside the mesh.
+    #[serde(default)]
+    pub sidecar: Option<bool>,
     /// Faults of these replicas, after the service's own.
     #[serde(default)]
     pub faults: Vec<Fault>,

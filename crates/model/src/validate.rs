@@ -105,6 +105,7 @@ fn service(s: &Service, services: &IndexMap<String, Service>, base_dir: &Path, h
         group(g, base_dir, horizon).map_err(|e| e.under(&format!("groups.{name}")))?;
     }
     calls(&s.calls, services)?;
+    without_sidecar(s)?;
     real(s, services)
 }
 
@@ -184,6 +185,29 @@ fn routes(s: &Service, services: &IndexMap<String, Service>, base_dir: &Path) ->
         }
         if let Some(own) = &r.calls {
             calls(own, services).map_err(|e| e.under(&i.to_string()))?;
+        }
+    }
+    Ok(())
+}
+
+/// What a replica without tailguard's sidecar (`sidecar: false`) cannot have: admission (the
+/// sidecar's ingress admits) and calls (they go out through its egress).
+fn without_sidecar(s: &Service) -> Check {
+    for r in 0..s.replicas {
+        let replica = s.for_replica(r);
+        if replica.sidecar {
+            continue;
+        }
+        let at = s.groups.iter().find(|(_, g)| g.replicas.contains(r) && g.sidecar == Some(false));
+        let at = at.map_or("sidecar".to_string(), |(name, _)| format!("groups.{name}.sidecar"));
+        if !replica.calls.is_empty() {
+            let why =
+                format!("replica {r} runs no sidecar, whose egress its calls would go through; expected no `calls`");
+            return Err(ModelError::at(at, why));
+        }
+        if replica.admission != AdmissionConfig::None {
+            let why = format!("replica {r} runs no sidecar to admit requests; expected no `admission` for it");
+            return Err(ModelError::at(at, why));
         }
     }
     Ok(())
@@ -522,9 +546,7 @@ fn fault(f: &Fault, base_dir: &Path) -> Check {
 /// checks its own, crates/policy).
 pub fn client_policy(p: &ClientPolicy) -> Check {
     p.balancer.validate().map_err(|e| ModelError::from(e).under("balancer"))?;
-    if let Some(outlier) = &p.outlier {
-        outlier.validate().map_err(|e| ModelError::from(e).under("outlier"))?;
-    }
+    p.outlier.validate().map_err(|e| ModelError::from(e).under("outlier"))?;
     p.timeout.validate().map_err(|e| ModelError::from(e).under("timeout"))?;
     p.hedge.validate().map_err(|e| ModelError::from(e).under("hedge"))?;
     p.retry.validate().map_err(|e| ModelError::from(e).under("retry"))?;

@@ -18,7 +18,7 @@ use std::time::Duration;
 use tailguard_model::{build, schema};
 use tailguard_policy::balance::ProbeReply;
 use tailguard_policy::call::{Action, Call, ClientPolicy, Ctx};
-use tailguard_policy::{Feedback, Outcome, Time};
+use tailguard_policy::{Feedback, LoadReport, Outcome, Time};
 
 /// Counts the allocations (and reallocations) of a thread while its flag is up.
 struct Counting;
@@ -249,7 +249,9 @@ impl World {
                     self.in_flight[endpoint] -= 1;
                     self.seen.failed_attempts += u64::from(failed);
                     let outcome = if failed { Outcome::Error } else { Outcome::Success };
-                    let feedback = Feedback::new(outcome, at - sent);
+                    // The callee's sidecar reports its load on every answer, as an ingress does.
+                    let load = ProbeReply { in_flight: self.in_flight[endpoint], latency: Duration::from_micros(400) };
+                    let feedback = Feedback { load: LoadReport::Load(load), ..Feedback::new(outcome, at - sent) };
                     self.step(call, generation, |c, ctx| c.on_attempt_end(ctx, attempt, feedback));
                 }
                 What::Wake { call, generation } => self.step(call, generation, |c, ctx| c.on_wake(ctx)),
@@ -257,7 +259,7 @@ impl World {
                     // Replies last as long as the quickest latency estimate (Prequal's pool): here
                     // shorter than the mean gap between requests, so some picks wait for probes.
                     let reply = ProbeReply { in_flight: self.in_flight[endpoint], latency: Duration::from_micros(400) };
-                    self.policy.balancer.on_probe(endpoint, at, reply);
+                    self.policy.balancer.on_probe(endpoint, at, LoadReport::Load(reply));
                     if awaited {
                         self.step(call, generation, |c, ctx| c.on_probe_done(ctx));
                     }

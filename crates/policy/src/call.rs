@@ -221,6 +221,9 @@ pub struct Call {
     /// The earliest wake requested from the driver and not yet delivered.
     armed: PackedTime,
     last_failure: Outcome,
+    /// The endpoint of the attempt that failed last ([`NO_ENDPOINT`] before any did): a retry
+    /// goes elsewhere while another endpoint is available.
+    last_failed: u32,
     finished: bool,
     /// An attempt whose pick waits for probes ([`Balancer::probe_before_pick`]), if `until` is set.
     probing: Probing,
@@ -289,6 +292,7 @@ impl Call {
             hedging: false,
             armed: PackedTime::NONE,
             last_failure: Outcome::Rejected,
+            last_failed: NO_ENDPOINT,
             finished: false,
             probing: Probing::NONE,
         };
@@ -371,7 +375,7 @@ impl Call {
                 self.finish(ctx, feedback.outcome);
             }
         } else {
-            self.on_failure(ctx, feedback.outcome);
+            self.on_failure(ctx, endpoint, feedback.outcome);
         }
         self.arm(ctx);
     }
@@ -441,7 +445,7 @@ impl Call {
                 continue;
             }
             self.attempts[i].set(Tag::REPLACED);
-            self.on_failure(ctx, Outcome::TimedOut);
+            self.on_failure(ctx, endpoint, Outcome::TimedOut);
             if self.finished {
                 return;
             }
@@ -547,9 +551,11 @@ impl Call {
         !self.any_live() && self.retry_at.is_none() && self.hedge_at.is_none() && !self.probing.waits()
     }
 
-    /// An attempt failed: schedule a retry if the policy allows, else finish when nothing is left.
-    fn on_failure(&mut self, ctx: &mut Ctx<'_>, outcome: Outcome) {
+    /// An attempt to `endpoint` failed: schedule a retry if the policy allows, else finish when
+    /// nothing is left.
+    fn on_failure(&mut self, ctx: &mut Ctx<'_>, endpoint: EndpointId, outcome: Outcome) {
         self.last_failure = outcome;
+        self.last_failed = u32::try_from(endpoint).unwrap_or(NO_ENDPOINT);
         if self.retry_at.is_none() {
             let made = self.retries + 1;
             let wait = ctx.policy.retry.retry(ctx.now, made, outcome, self.idempotent, &mut *ctx.rng);
@@ -625,6 +631,12 @@ impl Call {
                 chosen => chosen,
             }
         };
+        let endpoint = match endpoint {
+            Some(e) if e == self.last_failed as EndpointId => {
+                Some(elsewhere(now, policy, &mut *ctx.rng, ctx.true_loads, e))
+            }
+            chosen => chosen,
+        };
         let Some(endpoint) = endpoint else { return false };
         let own = policy.classes.get(self.class).timeout.timeout(now, index, &mut *ctx.rng);
         let remaining = self.deadline.get().map(|d| d.saturating_sub(now));
@@ -698,6 +710,32 @@ impl Call {
             }
         }
     }
+}
+
+/// No endpoint, in [`Call`]'s `u32` fields.
+const NO_ENDPOINT: u32 = u32::MAX;
+
+/// Another endpoint than `failed`, whose attempt just failed, if one is available (Envoy's
+/// previous-hosts retry predicate): a pick lands on `failed` only when every other endpoint was
+/// tried, ejected or retired, and is then made again avoiding `failed` and the ejected and retired
+/// ones alone, so a retry goes to an endpoint the request tried before rather than back to the
+/// one that just failed. With nothing else left, `failed`.
+fn elsewhere(
+    now: Time,
+    policy: &mut ClientPolicy,
+    rng: Rng<'_>,
+    true_loads: Option<&crate::balance::LoadIndex>,
+    failed: EndpointId,
+) -> EndpointId {
+    let mut avoid: SmallVec<[EndpointId; 4]> = SmallVec::new();
+    if let Some(outlier) = &mut policy.outlier {
+        avoid.extend_from_slice(outlier.exclude(now, &[]));
+    }
+    avoid.extend_from_slice(&policy.retired);
+    avoid.push(failed);
+    let mut pick = Pick { now, rng, exclude: &avoid, true_loads };
+    // A pick that lands in `avoid` found nothing outside it.
+    policy.balancer.pick(&mut pick).filter(|e| !avoid.contains(e)).unwrap_or(failed)
 }
 
 /// Tells the balancer, and the outlier detector if any, how an attempt of a request of `class`

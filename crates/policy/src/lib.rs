@@ -29,6 +29,7 @@ pub mod stats;
 pub mod tail_model;
 pub mod timeout;
 
+use balance::ProbeReply;
 use std::time::Duration;
 
 /// A point in time, as the time elapsed since the driver's epoch (virtual or real).
@@ -129,17 +130,19 @@ pub struct Feedback {
     pub rtt: Duration,
     /// Whether the response carried a BLOC confidence chip.
     pub chip: bool,
+    /// What the response said of the endpoint's load ([`LoadReport::None`] without a response).
+    pub load: LoadReport,
 }
 
 impl Feedback {
-    /// A successful answer after `rtt`, without a chip.
+    /// A successful answer after `rtt`, without a chip or a load report.
     pub fn success(rtt: Duration) -> Self {
-        Feedback { outcome: Outcome::Success, rtt, chip: false }
+        Feedback::new(Outcome::Success, rtt)
     }
 
-    /// An attempt that ended with `outcome` after `rtt`, without a chip.
+    /// An attempt that ended with `outcome` after `rtt`, without a chip or a load report.
     pub fn new(outcome: Outcome, rtt: Duration) -> Self {
-        Feedback { outcome, rtt, chip: false }
+        Feedback { outcome, rtt, chip: false, load: LoadReport::None }
     }
 
     /// The same feedback carrying a chip.
@@ -147,6 +150,27 @@ impl Feedback {
         self.chip = chip;
         self
     }
+
+    /// The same feedback with what the response said of the endpoint's load.
+    pub fn with_load(mut self, load: LoadReport) -> Self {
+        self.load = load;
+        self
+    }
+}
+
+/// What an endpoint's answer (to a request or to a probe) said of its load: the endpoint's
+/// sidecar reports its requests in flight and latency estimate on every response it forwards
+/// (the proxy's `x-tailguard-load`), and answers probes with the same; a plain application says
+/// nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LoadReport {
+    /// Nothing is known: no answer came (a timeout, an unreachable endpoint, a cancellation).
+    #[default]
+    None,
+    /// An answer without a report: no sidecar reports this endpoint's load (to this caller).
+    Missing,
+    /// The endpoint's sidecar reported its load.
+    Load(ProbeReply),
 }
 
 #[cfg(test)]

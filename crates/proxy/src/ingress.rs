@@ -15,8 +15,10 @@
 //! To a gRPC request the ingress's own replies are gRPC's (`crate::grpc`): its 429 is
 //! RESOURCE_EXHAUSTED, its 504 DEADLINE_EXCEEDED.
 //!
-//! A probe (`x-tailguard-probe`, [`crate::probe`]) from a trusted peer is answered by the ingress
-//! itself with its in-flight count and latency estimate (Prequal); from anyone else, with 403.
+//! Every response to a trusted peer carries the ingress's load report (`x-tailguard-load`,
+//! [`crate::probe`]): the requests the application holds and the latency estimate at that count
+//! (Prequal). A probe (`x-tailguard-probe`) from a trusted peer is answered by the ingress itself
+//! with the same report; from anyone else, with 403, and their responses carry none.
 //!
 //! With a `network_delay` ([`crate::wire`]) it holds each request before anything else, and each
 //! response after everything else, for one network hop.
@@ -41,7 +43,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tailguard_model::build;
 use tailguard_policy::admission::Admission;
-use tailguard_policy::balance::ProbeResponder;
+use tailguard_policy::balance::{ProbeReply, ProbeResponder};
 use tailguard_policy::Time;
 
 /// The random stream of the ingress's network-delay jitter: far from the egress's upstream streams
@@ -146,14 +148,25 @@ impl Ingress {
         }
         let trusted = self.trusted_peers.iter().any(|n| n.contains(peer.ip()))
             || req.extensions().get::<crate::tls::TrustedIdentity>().is_some();
-        let response = match &self.tracing {
-            None => self.serve(req, trusted, None).await,
-            Some(tracing) => {
-                let span = tracing.ingress(req.headers(), trusted);
-                let response = self.serve(req, trusted, Some(&span)).await;
-                span.end(response.status());
-                response
+        let response = if crate::probe::is_probe(req.headers()) {
+            match trusted {
+                true => crate::probe::response(self.load()),
+                false => crate::probe::refused(),
             }
+        } else {
+            let mut response = match &self.tracing {
+                None => self.serve(req, trusted, None).await,
+                Some(tracing) => {
+                    let span = tracing.ingress(req.headers(), trusted);
+                    let response = self.serve(req, trusted, Some(&span)).await;
+                    span.end(response.status());
+                    response
+                }
+            };
+            if trusted {
+                crate::probe::add(response.headers_mut(), self.load());
+            }
+            response
         };
         self.responses.count(response.status());
         if let Some(wire) = &self.wire {
@@ -164,13 +177,6 @@ impl Ingress {
 
     /// Answers a request from a `trusted` caller or not.
     async fn serve(&self, req: Request<ClientBody>, trusted: bool, span: Option<&ServerSpan>) -> Response<Body> {
-        if crate::probe::is_probe(req.headers()) {
-            if !trusted {
-                return crate::probe::refused();
-            }
-            let state = self.lock();
-            return crate::probe::response(state.probes.reply(state.in_flight));
-        }
         self.metrics.ingress_requests.inc();
         let found = http::scan(req.headers());
         // An untrusted caller's deadline header is not believed, nor passed on; a gRPC caller's
@@ -253,6 +259,13 @@ impl Ingress {
         admission.observe(now, *in_flight);
         self.metrics.ingress_in_flight.set(i64::from(state.in_flight));
         Some(Held { ingress: self, rif })
+    }
+
+    /// The load report of a response or probe reply leaving now: the requests the application
+    /// holds and the latency estimate at that count.
+    fn load(&self) -> ProbeReply {
+        let state = self.lock();
+        state.probes.reply(state.in_flight)
     }
 
     /// Whether the response leaving now carries a chip.

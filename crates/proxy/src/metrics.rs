@@ -122,6 +122,9 @@ pub struct Metrics {
     pub ejections: Family<UpstreamLabels, Counter>,
     /// Endpoints out by outlier detection at the latest request's start, per upstream.
     pub ejected: Family<UpstreamLabels, Gauge>,
+    /// Prequal's probes sent (to endpoints whose sidecar's last load report is stale), per
+    /// upstream.
+    pub probes: Family<UpstreamLabels, Counter>,
     /// Endpoints in the set (listed, or found by discovery), per upstream.
     pub endpoints: Family<UpstreamLabels, Gauge>,
     /// Discovery answers that failed or named no endpoint (the last set was kept), per upstream.
@@ -177,6 +180,7 @@ impl Metrics {
             budget_exhausted: Family::default(),
             hedge_gate: Family::default(),
             ejections: Family::default(),
+            probes: Family::default(),
             ejected: Family::default(),
             endpoints: Family::default(),
             discovery_errors: Family::default(),
@@ -233,6 +237,7 @@ impl Metrics {
         );
         registry.register("egress_ejections", "Endpoints ejected by outlier detection", m.ejections.clone());
         registry.register("egress_ejected", "Endpoints ejected at the latest request's start", m.ejected.clone());
+        registry.register("egress_probes", "Load probes sent to endpoints' sidecars", m.probes.clone());
         registry.register("egress_endpoints", "Endpoints in the upstream's set", m.endpoints.clone());
         registry.register(
             "egress_discovery_errors",
@@ -295,6 +300,7 @@ impl Metrics {
             hedge_gate: self.hedge_gate.get_or_create(&labels).clone(),
             ejections: self.ejections.get_or_create(&labels).clone(),
             ejected: self.ejected.get_or_create(&labels).clone(),
+            probes: self.probes.get_or_create(&labels).clone(),
             endpoints: self.endpoints.get_or_create(&labels).clone(),
             discovery_errors: self.discovery_errors.get_or_create(&labels).clone(),
             timeout_seconds: self.timeout_seconds.get_or_create(&labels).clone(),
@@ -353,6 +359,8 @@ pub struct UpstreamMetrics {
     pub ejections: Counter,
     /// See [`Metrics::ejected`].
     pub ejected: Gauge,
+    /// See [`Metrics::probes`].
+    pub probes: Counter,
     /// See [`Metrics::endpoints`].
     pub endpoints: Gauge,
     /// See [`Metrics::discovery_errors`].

@@ -1,21 +1,25 @@
-//! Prequal's probes on the wire: the egress asks an endpoint's ingress sidecar for its load with a
-//! `GET /` carrying `x-tailguard-probe: 1`; the ingress answers it itself, without the application
-//! or admission, with `204` and its requests in flight (`x-tailguard-probe-in-flight`) and latency
-//! estimate in microseconds (`x-tailguard-probe-latency-us`). Like every `x-tailguard-*` header,
-//! the probe header is believed only from a trusted peer; anyone else's probe is refused with 403.
+//! Load reports on the wire (Prequal): an ingress sidecar reports its requests in flight (RIF) and
+//! latency estimate in one header, `x-tailguard-load: rif=3, latency_us=12345` (the key=value text
+//! form of ORCA's `endpoint-load-metrics`, under our own name), on every response it sends a
+//! trusted peer, and in its answer to a probe: a `GET /` carrying `x-tailguard-probe: 1`, which the
+//! ingress answers itself, without the application or admission, with `204` and the header. Like
+//! every `x-tailguard-*` header, both are for trusted peers only: anyone else's probe is refused
+//! with 403, and their responses carry no report. The egress reads the header off each response
+//! (and strips it, as every internal header, before the application sees it); a response without
+//! one, or an answer to a probe that is not a probe reply, tells it the endpoint has no sidecar
+//! reporting to it.
 
 use crate::http::{self, Body};
 use hyper::header::{HeaderMap, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use std::time::Duration;
 use tailguard_policy::balance::ProbeReply;
+use tailguard_policy::LoadReport;
 
 /// The request header that makes a request a probe.
 pub const PROBE: &str = "x-tailguard-probe";
-/// The reply's requests in flight.
-pub const IN_FLIGHT: &str = "x-tailguard-probe-in-flight";
-/// The reply's latency estimate, in whole microseconds.
-pub const LATENCY_US: &str = "x-tailguard-probe-latency-us";
+/// The response header carrying the load report.
+pub const LOAD: &str = "x-tailguard-load";
 
 /// Whether `headers` make the request a probe.
 pub fn is_probe(headers: &HeaderMap) -> bool {
@@ -33,9 +37,7 @@ pub fn request() -> Request<Body> {
 pub fn response(reply: ProbeReply) -> Response<Body> {
     let mut response = Response::new(http::empty());
     *response.status_mut() = StatusCode::NO_CONTENT;
-    let headers = response.headers_mut();
-    headers.insert(IN_FLIGHT, HeaderValue::from(reply.in_flight));
-    headers.insert(LATENCY_US, HeaderValue::from(u64::try_from(reply.latency.as_micros()).unwrap_or(u64::MAX)));
+    add(response.headers_mut(), reply);
     response
 }
 
@@ -44,15 +46,43 @@ pub fn refused() -> Response<Body> {
     http::text(StatusCode::FORBIDDEN, "tailguard: probes are answered to trusted peers only")
 }
 
-/// The reply a probe's response carries, if it is one (`None` for anything else, such as an
-/// application answering in place of a sidecar).
-pub fn parse(response: &Response<Body>) -> Option<ProbeReply> {
+/// Puts `reply` on a response's headers.
+pub fn add(headers: &mut HeaderMap, reply: ProbeReply) {
+    let latency_us = u64::try_from(reply.latency.as_micros()).unwrap_or(u64::MAX);
+    let text = format!("rif={}, latency_us={latency_us}", reply.in_flight);
+    headers.insert(LOAD, HeaderValue::try_from(text).expect("digits, letters and punctuation"));
+}
+
+/// The report a response carries ([`LoadReport::Missing`] when it carries none, or a malformed
+/// one). `internal`: whether the headers hold any `x-tailguard-*` one (a scan found it), so a
+/// response without does not pay for a lookup.
+pub fn report(headers: &HeaderMap, internal: bool) -> LoadReport {
+    let reply = internal.then(|| headers.get(LOAD).and_then(parse)).flatten();
+    reply.map_or(LoadReport::Missing, LoadReport::Load)
+}
+
+/// What an answer to a probe says: its report if it is a probe reply (204 with the header),
+/// [`LoadReport::Missing`] for anything else, such as an application answering in place of a
+/// sidecar.
+pub fn answer(response: &Response<Body>) -> LoadReport {
     if response.status() != StatusCode::NO_CONTENT {
-        return None;
+        return LoadReport::Missing;
     }
-    let number = |name: &str| response.headers().get(name)?.to_str().ok()?.trim().parse::<u64>().ok();
-    let in_flight = u32::try_from(number(IN_FLIGHT)?).ok()?;
-    Some(ProbeReply { in_flight, latency: Duration::from_micros(number(LATENCY_US)?) })
+    report(response.headers(), true)
+}
+
+/// `rif=N, latency_us=N`, in any order, other keys ignored (room for more fields).
+fn parse(value: &HeaderValue) -> Option<ProbeReply> {
+    let (mut rif, mut latency_us) = (None, None);
+    for field in value.to_str().ok()?.split(',') {
+        let (key, number) = field.trim().split_once('=')?;
+        match key {
+            "rif" => rif = Some(number.parse::<u32>().ok()?),
+            "latency_us" => latency_us = Some(number.parse::<u64>().ok()?),
+            _ => {}
+        }
+    }
+    Some(ProbeReply { in_flight: rif?, latency: Duration::from_micros(latency_us?) })
 }
 
 #[cfg(test)]
@@ -60,20 +90,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_reply_round_trips_through_the_headers() {
+    fn a_reply_round_trips_through_the_header() {
         let reply = ProbeReply { in_flight: 7, latency: Duration::from_micros(12_345) };
-        assert_eq!(parse(&response(reply)), Some(reply));
+        let probed = response(reply);
+        assert_eq!(probed.headers()[LOAD], "rif=7, latency_us=12345");
+        assert_eq!(answer(&probed), LoadReport::Load(reply));
         assert!(is_probe(request().headers()));
+        let mut headers = HeaderMap::new();
+        add(&mut headers, reply);
+        assert_eq!(report(&headers, true), LoadReport::Load(reply));
+        // Fields in another order, spaces and unknown fields are fine.
+        headers.insert(LOAD, HeaderValue::from_static("latency_us=5,cpu=0.3 ,  rif=2"));
+        let expected = ProbeReply { in_flight: 2, latency: Duration::from_micros(5) };
+        assert_eq!(report(&headers, true), LoadReport::Load(expected));
     }
 
     #[test]
-    fn anything_but_a_well_formed_reply_is_none() {
-        assert_eq!(parse(&refused()), None);
+    fn anything_but_a_well_formed_report_is_missing() {
+        assert_eq!(answer(&refused()), LoadReport::Missing);
+        let plain = http::text(StatusCode::OK, "an application's root page");
+        assert_eq!(answer(&plain), LoadReport::Missing);
+        assert_eq!(report(plain.headers(), false), LoadReport::Missing);
+        for bad in ["rif=many, latency_us=1", "rif=1", "latency_us=1", "rif=1; latency_us=2", ""] {
+            let mut headers = HeaderMap::new();
+            headers.insert(LOAD, HeaderValue::from_static(bad));
+            assert_eq!(report(&headers, true), LoadReport::Missing, "{bad}");
+        }
+        // A 204 with a report that is malformed is no probe reply either.
         let mut bad = response(ProbeReply { in_flight: 1, latency: Duration::ZERO });
-        bad.headers_mut().insert(IN_FLIGHT, HeaderValue::from_static("many"));
-        assert_eq!(parse(&bad), None);
-        let mut missing = response(ProbeReply { in_flight: 1, latency: Duration::ZERO });
-        missing.headers_mut().remove(LATENCY_US);
-        assert_eq!(parse(&missing), None);
+        bad.headers_mut().insert(LOAD, HeaderValue::from_static("rif=-1, latency_us=0"));
+        assert_eq!(answer(&bad), LoadReport::Missing);
     }
 }

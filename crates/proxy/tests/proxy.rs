@@ -1382,10 +1382,7 @@ async fn the_ingress_answers_probes_itself_and_prequal_learns_the_slow_replica_f
     // A probe is answered by the ingress, 204 with its load, and never reaches the application.
     let (status, headers, _) = get(&client(), slow_side.ingress.unwrap(), "app", &[("x-tailguard-probe", "1")]).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
-    assert_eq!(
-        (&headers["x-tailguard-probe-in-flight"], &headers["x-tailguard-probe-latency-us"]),
-        (&"0".parse().unwrap(), &"0".parse().unwrap())
-    );
+    assert_eq!(headers["x-tailguard-load"], "rif=0, latency_us=0");
     assert_eq!(slow.hits(), 0);
     // Through an egress balancing with Prequal over both sidecars: once the slow replica has
     // answered once, its probes report ~150 ms and the fast one (~0 ms) wins every pick.
@@ -1400,7 +1397,8 @@ async fn the_ingress_answers_probes_itself_and_prequal_learns_the_slow_replica_f
     assert_eq!(slow.hits() + fast.hits(), 20, "probes are not requests to the application");
     assert!(slow.hits() <= 3, "the slow replica got {} of 20 requests", slow.hits());
     let (_, headers, _) = get(&client(), slow_side.ingress.unwrap(), "app", &[("x-tailguard-probe", "1")]).await;
-    let latency_us: u64 = headers["x-tailguard-probe-latency-us"].to_str().unwrap().parse().unwrap();
+    let load = headers["x-tailguard-load"].to_str().unwrap();
+    let latency_us: u64 = load.split_once("latency_us=").unwrap().1.parse().unwrap();
     assert!(latency_us >= 150_000, "the slow replica's estimate is {latency_us} µs");
     proxy.shutdown().await;
     slow_side.shutdown().await;
@@ -1408,41 +1406,97 @@ async fn the_ingress_answers_probes_itself_and_prequal_learns_the_slow_replica_f
 }
 
 #[tokio::test]
-async fn a_prequal_pick_with_a_stale_pool_waits_for_its_probes_and_a_failed_probe_does_not_hold_it() {
-    let busy = Backend::start("busy", Mode::Hang).await;
+async fn a_prequal_pick_with_a_stale_pool_waits_for_its_probes() {
+    let busy = Backend::start("busy", Mode::HangOn("/held")).await;
     let idle = Backend::start("idle", Mode::Ok(Duration::ZERO)).await;
     let (busy_side, idle_side) = (sidecar(&busy, "{kind: none}").await, sidecar(&idle, "{kind: none}").await);
-    // The busy replica holds two requests for good.
+    let as_backend =
+        |addr| Backend { addr, hits: Arc::default(), accepted: Arc::default(), task: tokio::spawn(async {}) };
+    let endpoints = [as_backend(busy_side.ingress.unwrap()), as_backend(idle_side.ingress.unwrap())];
+    // Reports usable for 1 ms: once both sidecars have shown themselves on a response, every pick
+    // finds the pool stale and probes both first, for up to 2 s. A replica above the median RIF of
+    // the replies is hot, so the idle one wins each pick once the busy one holds requests.
+    let policy = "{balancer: {kind: prequal, probes_per_request: 2, max_age: 1ms, probe_wait: 2s, hot_quantile: 0.5}}";
+    let proxy = egress(&endpoints.iter().collect::<Vec<_>>(), policy).await;
+    for _ in 0..50 {
+        if busy.hits() > 0 && idle.hits() > 0 {
+            break;
+        }
+        let (status, _, _) = get(&client(), proxy.egress.unwrap(), "svc", &[]).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let (primed_busy, primed_idle) = (busy.hits(), idle.hits());
+    assert!(primed_busy > 0 && primed_idle > 0, "both answered in 50 requests: {primed_busy} {primed_idle}");
+    // The busy replica now holds two requests for good.
     let mut held = JoinSet::new();
-    (0..2).for_each(|_| hold(&mut held, busy_side.ingress.unwrap(), "app"));
+    for _ in 0..2 {
+        let ingress = busy_side.ingress.unwrap();
+        held.spawn(async move {
+            let req = Request::get(format!("http://{ingress}/held")).header("host", "app").body(Empty::new());
+            let _ = client().request(req.unwrap()).await;
+        });
+    }
     let started = Instant::now();
-    while busy.hits() < 2 {
+    while busy.hits() < primed_busy + 2 {
         assert!(started.elapsed() < Duration::from_secs(5), "the held requests never arrived");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    // A third endpoint nobody listens on: its probe fails at once.
-    let dead = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
-    let as_backend =
-        |addr| Backend { addr, hits: Arc::default(), accepted: Arc::default(), task: tokio::spawn(async {}) };
-    let endpoints = [as_backend(busy_side.ingress.unwrap()), as_backend(idle_side.ingress.unwrap()), as_backend(dead)];
-    // Replies usable for 1 ms: every pick finds the pool stale and probes all three first, for up
-    // to 2 s. A replica above the median RIF of the replies is hot, so the idle one wins each pick
-    // (picked at random, as before the wait, all ten would go to it one time in 59,049).
-    let policy = "{balancer: {kind: prequal, probes_per_request: 3, max_age: 1ms, probe_wait: 2s, hot_quantile: 0.5}}";
-    let proxy = egress(&endpoints.iter().collect::<Vec<_>>(), policy).await;
+    // Without the probes' replies the two look alike to the egress (nothing of its own in flight,
+    // quick answers): picked at random, all ten would go to the idle one one time in 1,024.
     for _ in 0..10 {
         let started = Instant::now();
         let (status, _, _) = get(&client(), proxy.egress.unwrap(), "svc", &[]).await;
         assert_eq!(status, StatusCode::OK);
-        // It waited for the two replies, not for the 2 s the failed probe would have cost.
         assert!(started.elapsed() < Duration::from_millis(500), "answered after {:?}", started.elapsed());
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert_eq!((idle.hits(), busy.hits()), (10, 2), "probes are not requests, and the busy replica got none");
+    assert_eq!(idle.hits() - primed_idle, 10, "probes are not requests, and the busy replica got none");
+    assert_eq!(busy.hits(), primed_busy + 2);
+    assert!(sample(&admin_metrics(&proxy).await, "tailguard_egress_probes_total{upstream=\"svc\"}") >= 20.0);
     held.abort_all();
     proxy.shutdown().await;
     busy_side.shutdown().await;
     idle_side.shutdown().await;
+}
+
+#[tokio::test]
+async fn prequal_never_probes_a_plain_application_and_balances_a_mixed_set() {
+    // A plain application (no sidecar) that answers slowly, and one behind a sidecar.
+    let plain = Backend::start("plain", Mode::Ok(Duration::from_millis(20))).await;
+    let meshed = Backend::start("meshed", Mode::Ok(Duration::ZERO)).await;
+    let side = sidecar(&meshed, "{kind: none}").await;
+    let as_backend =
+        |addr| Backend { addr, hits: Arc::default(), accepted: Arc::default(), task: tokio::spawn(async {}) };
+    let endpoints = [as_backend(plain.addr), as_backend(side.ingress.unwrap())];
+    let proxy =
+        egress(&endpoints.iter().collect::<Vec<_>>(), "{balancer: {kind: prequal, max_age: 1ms}, outlier: off}").await;
+    for _ in 0..60 {
+        let (status, headers, _) = get(&client(), proxy.egress.unwrap(), "svc", &[]).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(!headers.contains_key("x-tailguard-load"), "the load report is the egress's alone");
+        // The sidecar's last report (usable for 1 ms) is stale by the next request.
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    // Every request the plain application saw was a real one: no probe reached it. The sidecar's
+    // reports went stale between requests, so its endpoint was probed; the plain one, ranked from the
+    // egress's own answer times (20 ms against about 0), got few of the requests.
+    assert_eq!(plain.hits() + meshed.hits(), 60, "probes are not requests");
+    assert!(plain.hits() <= 10, "the slow plain endpoint got {} of 60", plain.hits());
+    assert!(sample(&admin_metrics(&proxy).await, "tailguard_egress_probes_total{upstream=\"svc\"}") > 0.0);
+    proxy.shutdown().await;
+    side.shutdown().await;
+
+    // Plain applications alone: not one probe.
+    let (a, b) =
+        (Backend::start("a", Mode::Ok(Duration::ZERO)).await, Backend::start("b", Mode::Ok(Duration::ZERO)).await);
+    let proxy = egress(&[&a, &b], "{balancer: {kind: prequal}}").await;
+    for _ in 0..40 {
+        let (status, _, _) = get(&client(), proxy.egress.unwrap(), "svc", &[]).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    assert_eq!(a.hits() + b.hits(), 40, "probes are not requests");
+    assert_eq!(sample(&admin_metrics(&proxy).await, "tailguard_egress_probes_total{upstream=\"svc\"}"), 0.0);
+    proxy.shutdown().await;
 }
 
 #[tokio::test]

@@ -33,6 +33,8 @@ pub(crate) struct Metrics {
     work: Vec<(Duration, Duration)>,
     /// Per call edge with a timeout policy, in the order of the world's series indices.
     edges: Vec<EdgeSeries>,
+    /// Prequal's probes sent for measured requests, when a balancer of the run probes.
+    probes: Option<u64>,
     warmup: Duration,
     /// Per route of the workload's target, its requests.
     routes: Vec<RouteRecorder>,
@@ -75,6 +77,7 @@ impl Metrics {
             replicas,
             names,
             edges: edges.into_iter().map(|name| EdgeSeries { name, sent: Vec::new(), answered: Vec::new() }).collect(),
+            probes: None,
             warmup,
             routes: Vec::new(),
         }
@@ -124,6 +127,18 @@ impl Metrics {
         if let Some(answer) = answer {
             self.observed_sum += latency.as_secs_f64();
             self.true_sum += answer.as_secs_f64();
+        }
+    }
+
+    /// A balancer of the run probes: the results count its probes.
+    pub(crate) fn count_probes(&mut self) {
+        self.probes = Some(0);
+    }
+
+    /// A measured request's call sent a probe.
+    pub(crate) fn probe(&mut self) {
+        if let Some(probes) = &mut self.probes {
+            *probes += 1;
         }
     }
 
@@ -213,6 +228,7 @@ impl Metrics {
             sidecar: None,
             sidecar_cpu_s_per_1k: None,
             routes: self.routes.iter().map(RouteRecorder::result).collect(),
+            probes_per_request: self.probes.map(|p| round(ratio(p as f64, self.requests as f64))),
         }
     }
 

@@ -118,6 +118,9 @@ pub(crate) struct Replica {
     /// Requests admitted and not yet answered: queued, in service, or waiting for downstream calls.
     pub(crate) held: u32,
     pub(crate) admission: Box<dyn Admission>,
+    /// Whether tailguard's sidecar runs beside it (`sidecar:`): without one, its answers carry no
+    /// load report, and a probe reaches the application, which answers it as any request.
+    pub(crate) sidecar: bool,
 }
 
 impl Replica {
@@ -185,12 +188,14 @@ impl ServiceModel {
         }
         let replicas = (0..svc.replicas)
             .map(|r| {
+                let own = svc.for_replica(r);
                 Ok(Replica {
                     model: ReplicaModel::new(svc, index, r, seed, run.horizon(), &run.base_dir)?,
                     queue: JobQueue::default(),
                     busy: 0,
                     held: 0,
-                    admission: build::admission(&svc.for_replica(r).admission),
+                    admission: build::admission(&own.admission),
+                    sidecar: own.sidecar,
                 })
             })
             .collect::<Result<_, SimError>>()?;

@@ -95,14 +95,15 @@ fn the_sample_is_bounded_deterministic_and_changes_nothing() {
 
 #[test]
 fn retries_are_tagged_and_warmup_requests_are_not_traced() {
-    // back's replica 0 is down: round robin sends each first attempt there, retries on replica 1.
+    // back's replica 0 is down: round robin sends each first attempt there, retries on replica 1
+    // (no outlier ejection, which would take replica 0 out during the warm-up).
     let yaml = r#"
 name: retry
 services:
   front:
     calls:
       - service: back
-        policy: { balancer: { kind: round-robin }, retry: { max_attempts: 2, budget: unlimited } }
+        policy: { balancer: { kind: round-robin }, outlier: off, retry: { max_attempts: 2, budget: unlimited } }
   back:
     replicas: 2
     service_time: { dist: constant, value: 5ms }

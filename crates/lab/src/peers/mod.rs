@@ -14,7 +14,9 @@ pub mod nginx;
 
 use std::net::SocketAddr;
 use std::time::Duration;
-use tailguard_model::schema::{AdmissionConfig, BalancerConfig, ClientPolicy, HedgeConfig, SidecarKind, TimeoutConfig};
+use tailguard_model::schema::{
+    AdmissionConfig, BalancerConfig, ClientPolicy, HedgeConfig, OutlierSetting, SidecarKind, TimeoutConfig,
+};
 use tailguard_proxy::config::{Config, Route};
 
 /// A policy field a peer cannot express: the lab refuses the variant before starting anything,
@@ -196,7 +198,8 @@ fn edge(policy: &ClientPolicy, at: &str, peer: &'static str) -> Result<Edge, Ref
             return Err(refuse(field("retry.hedge_on_timeout"), "a peer abandons a timed-out attempt"));
         }
     }
-    let eject = match &policy.outlier {
+    // Left out, a peer's variant has no tailguard ejection (the variant resolves it to `off`).
+    let eject = match policy.outlier.config().filter(|_| policy.outlier != OutlierSetting::Default) {
         None => None,
         Some(o) => {
             if o.latency_factor.is_some() {

@@ -91,7 +91,7 @@ fn run_script(s: &Subject, seed: u64) -> Vec<Option<EndpointId>> {
             assert!(e < N, "{}: probed {e} of {N}", s.name);
             let reply =
                 ProbeReply { in_flight: rng.gen_range(0..10), latency: Duration::from_millis(rng.gen_range(1..50)) };
-            b.on_probe(e, now, reply);
+            b.on_probe(e, now, LoadReport::Load(reply));
         }
         if let Some(e) = chosen {
             assert!(e < N, "{}: picked {e} of {N}", s.name);

@@ -20,14 +20,14 @@ pub use bloc::{Bloc, BlocConfig};
 pub use least_request::LeastRequest;
 pub use loads::LoadIndex;
 pub use oracle::Oracle;
-pub use outlier::{Ejection, Outlier, OutlierConfig, Reason as EjectionReason};
+pub use outlier::{Ejection, Outlier, OutlierConfig, OutlierSetting, Reason as EjectionReason};
 pub use peak_ewma::{PeakEwma, PeakEwmaConfig};
 pub use prequal::{Prequal, PrequalConfig, ProbeReply, ProbeResponder};
 pub use random::RandomBalancer;
 pub use round_robin::RoundRobin;
 
 use crate::config::Check;
-use crate::{EndpointId, Feedback, Rng, Time};
+use crate::{EndpointId, Feedback, LoadReport, Rng, Time};
 use ranked::{sorted_exclusions, Skipping};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -123,8 +123,10 @@ pub trait Balancer: Send {
         None
     }
 
-    /// A probe of `endpoint` was answered with `reply`.
-    fn on_probe(&mut self, _endpoint: EndpointId, _now: Time, _reply: ProbeReply) {}
+    /// A probe of `endpoint` was answered: with a probe reply ([`LoadReport::Load`]), or with
+    /// anything else ([`LoadReport::Missing`]: no sidecar answers probes there). A probe that
+    /// got no answer at all is not reported.
+    fn on_probe(&mut self, _endpoint: EndpointId, _now: Time, _report: LoadReport) {}
 
     /// Whether it sends probes ([`Balancer::take_probe`], [`Prequal`]): a simulator keeps its
     /// replicas' [`ProbeResponder`] only for the services such a balancer picks among.

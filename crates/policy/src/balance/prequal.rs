@@ -1,70 +1,92 @@
-//! Prequal: probe a few random replicas for their requests in flight (RIF) and latency, keep the
-//! replies in a small pool, and send each request to the best of the pool by the hot-cold
+//! Prequal: keep a small pool of fresh load reports (requests in flight, RIF, and latency) from
+//! replicas drawn at random, and send each request to the best of the pool by the hot-cold
 //! lexicographic (HCL) rule.
 //!
 //! Wydrowski, Kleinberg, Rumble, "Load is not what you should balance: Introducing Prequal",
 //! NSDI 2024 (§3–§4). Per caller:
-//! - **Probes.** Each pick asks for `probes_per_request` probes (fractions accumulate from pick to
-//!   pick), to distinct replicas drawn uniformly at random. The driver sends them asynchronously
-//!   ([`Balancer::take_probe`], the proxy and the simulator alike) and hands each reply to
-//!   [`Balancer::on_probe`]: the replica's RIF and its latency estimate ([`ProbeResponder`]).
-//! - **The pool** holds at most `pool_size` replies, at most one per replica (a newer reply
-//!   replaces an older one); a reply older than `max_age`, or than the quickest nonzero latency
-//!   estimate among the last [`RECENT_RIFS`] replies, is dropped, and a new reply into a full pool
-//!   evicts the oldest.
-//! - **HCL.** A replica is *hot* when its RIF is above the `hot_quantile` quantile of the RIFs of the
-//!   last [`RECENT_RIFS`] probe replies, *cold* otherwise. Among cold replicas in the pool the one
-//!   with the lowest latency estimate wins (ties: lower RIF, then the older reply); if every one is
-//!   hot, the one with the lowest RIF (ties: lower latency, then older).
-//! - **Reuse.** A reply serves at most `reuse_budget` picks. Each use also adds one to the reply's
-//!   RIF, as the request just sent is one more in flight there, so a reused reply degrades instead
-//!   of attracting a burst.
-//! - With no usable reply (the pool empty, aged out, or holding only endpoints this request
-//!   avoids), the pick's probes go out before it and it waits for their replies, at most
-//!   `probe_wait` ([`Balancer::probe_before_pick`]); with still none, it is uniform at random
-//!   among the eligible endpoints, as the paper falls back to a random replica.
+//! - **Reports.** A replica's sidecar reports its RIF and latency estimate ([`ProbeResponder`]) on
+//!   every response it forwards ([`LoadReport`] in each attempt's [`Feedback`]) and in reply to a
+//!   probe ([`Balancer::on_probe`]): both are the paper's probe reply, and both enter the pool.
+//! - **Probes.** Each pick draws `probes_per_request` distinct replicas uniformly at random
+//!   (fractions accumulate from pick to pick). Of those, the ones whose sidecar has reported
+//!   before and whose report is no longer in the pool (stale, spent or evicted) are probed; the
+//!   driver sends the probes asynchronously ([`Balancer::take_probe`], the proxy and the simulator
+//!   alike). A replica with a usable report needs no probe, and one that has never reported is
+//!   never probed: a probe goes only where a sidecar has shown itself on real traffic, so none
+//!   ever reaches a plain application.
+//! - **Replicas without a sidecar** (their answers carry no report, or a probe was answered with
+//!   anything but a probe reply) and replicas not heard from yet are ranked from what this caller
+//!   sees itself: its own requests in flight there as their RIF, and a moving average (weight
+//!   [`ProbeResponder::WEIGHT`]) of its answer times from them, times one more than those
+//!   requests, as their latency (peak-EWMA's cost; 0 before the first answer, so an unknown
+//!   replica is tried and its first answer says whether it has a sidecar). Those of a pick's
+//!   draw compete in the HCL rule beside the pool. A sidecar that arrives later shows itself on
+//!   the next answer.
+//! - **The pool** holds at most `pool_size` reports, at most one per replica (a newer report
+//!   replaces an older one); a report older than `max_age`, or than the quickest nonzero latency
+//!   estimate among the last [`RECENT_RIFS`] probe replies, is stale and dropped, and a new report
+//!   into a full pool evicts the oldest.
+//! - **HCL.** A replica is *hot* when its RIF is above the `hot_quantile` quantile of the RIFs of
+//!   the last [`RECENT_RIFS`] probe replies, *cold* otherwise. Among cold candidates the one with
+//!   the lowest latency estimate wins (ties: lower RIF, then the older report); if every one is
+//!   hot, the one with the lowest RIF (ties: lower latency, then older). The threshold and the
+//!   age limit are drawn from probe replies alone, which sample replicas at random: a response's
+//!   report comes from a replica this caller chose, as a request left it, and would pull both
+//!   down (on examples/balancing.yaml, p99 up to 10 % higher with them).
+//! - **Reuse.** A report serves at most `reuse_budget` picks. Each use also adds one to the
+//!   report's RIF, as the request just sent is one more in flight there, so a reused report
+//!   degrades instead of attracting a burst.
+//! - With fewer usable reports than a pick draws replicas (the pool empty, aged out, holding only
+//!   endpoints this request avoids, or the one report the last response left), the pick draws
+//!   before it rather than after, and waits for its probes' replies, at most `probe_wait`
+//!   ([`Balancer::probe_before_pick`]); with still no candidate, it is uniform at random among the
+//!   eligible endpoints, as the paper falls back to a random replica.
 //!
 //! Where we differ from or fill in the paper:
+//! - The paper's replicas answer probes only; ours also report on every response, as ORCA's
+//!   per-request load reports do, so a caller that sends often keeps its pool fresh with few or
+//!   no probes.
 //! - The paper's clients also probe on a timer when idle, so the pool is fresh when a request
 //!   comes; a balancer here has no timers, so a pick that finds the pool stale waits one round
-//!   trip for its own probes instead (a caller sending under one request per reply lifetime
+//!   trip for its own probes instead (a caller sending under one request per report lifetime
 //!   would otherwise always pick at random).
 //! - The paper derives the reuse budget from the probe rate, the pool's turnover and `hot_quantile`
 //!   and periodically removes the worst probe; we use a fixed budget and the age limit.
 //! - The paper's replicas report the median latency of recent requests that arrived at the current
 //!   RIF; our [`ProbeResponder`] keeps a moving average per RIF instead of a median (the same code
 //!   in the simulator and the proxy).
-//! - A refusal (429) or an unreachable replica drops that replica's reply from the pool.
+//! - A refusal (429) or an unreachable replica drops that replica's report from the pool.
 
 use super::{Balancer, Eligible, Pick};
 use crate::config::{self, Check};
 use crate::duration::text;
-use crate::{EndpointId, Feedback, Outcome, Time};
+use crate::{EndpointId, Feedback, LoadReport, Outcome, Time};
 use rand::Rng as _;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-/// How many recent probe replies the hot threshold is the quantile of.
+/// How many recent reports the hot threshold is the quantile of.
 pub const RECENT_RIFS: usize = 64;
 
 /// Settings of [`Prequal`]; a file may leave out any of them.
 #[derive(Clone, Copy, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PrequalConfig {
-    /// Probes sent per pick, on average (default 3, the paper's r_probe in YouTube).
+    /// Replicas drawn per pick, on average, to be probed if their report is stale (default 3, the
+    /// paper's r_probe in YouTube).
     pub probes_per_request: f64,
-    /// The most probe replies kept (default 16, the paper's pool size).
+    /// The most reports kept (default 16, the paper's pool size).
     pub pool_size: u32,
-    /// The longest a probe reply stays usable (default 1 s). A reply is stale sooner, once it is
-    /// older than the quickest latency estimate among the last [`RECENT_RIFS`] replies (zeros
+    /// The longest a report stays usable (default 1 s). A report is stale sooner, once it is
+    /// older than the quickest latency estimate among the last [`RECENT_RIFS`] reports (zeros
     /// aside): by then even the quickest replica has finished a request, and queues have moved.
     #[serde(with = "text")]
     pub max_age: Duration,
-    /// How many picks one probe reply may serve (default 2).
+    /// How many picks one report may serve (default 2).
     pub reuse_budget: u32,
     /// The quantile of recent RIFs above which a replica is hot (default 0.84, the paper's Q_RIF).
     pub hot_quantile: f64,
-    /// How long a pick whose pool holds no usable reply waits for its probes, sent before it
+    /// How long a pick whose pool holds no usable report waits for its probes, sent before it
     /// rather than after (default 5 ms; 0: never, the pick is random as in the paper).
     #[serde(with = "text")]
     pub probe_wait: Duration,
@@ -94,7 +116,7 @@ impl PrequalConfig {
     }
 }
 
-/// What a replica answers a probe with.
+/// A replica's load as its sidecar reports it, on a response or in reply to a probe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProbeReply {
     /// Requests the replica holds right now (queued or in service).
@@ -104,8 +126,8 @@ pub struct ProbeReply {
 }
 
 /// The replica's side of Prequal: it learns its latency at each RIF from its own answers and
-/// answers probes with the estimate for its current RIF (the simulator's replica model and the
-/// proxy's ingress sidecar).
+/// reports the estimate for its current RIF (the simulator's replica model and the proxy's
+/// ingress sidecar), on every response and in reply to probes.
 ///
 /// As in the paper, latency is conditioned on the RIF a request found on arrival: one moving average
 /// (weight [`ProbeResponder::WEIGHT`]) per RIF up to [`ProbeResponder::RIFS`] − 1, the last one
@@ -135,15 +157,11 @@ impl ProbeResponder {
 
     /// A request that found `rif` requests on arrival was answered `latency` after it arrived.
     pub fn on_answer(&mut self, rif: u32, latency: Duration) {
-        let sample = latency.as_secs_f64();
         let slot = &mut self.by_rif[Self::bucket(rif)];
-        *slot = Some(match *slot {
-            Some(avg) => avg + Self::WEIGHT * (sample - avg),
-            None => sample,
-        });
+        *slot = Some(moving_average(*slot, latency));
     }
 
-    /// The reply to a probe while the replica holds `in_flight` requests.
+    /// The report while the replica holds `in_flight` requests.
     pub fn reply(&self, in_flight: u32) -> ProbeReply {
         let at = Self::bucket(in_flight);
         let below = self.by_rif[..=at].iter().rev().find_map(|x| *x);
@@ -152,35 +170,80 @@ impl ProbeResponder {
     }
 }
 
-/// One probe reply in the pool.
+/// `average` moved by [`ProbeResponder::WEIGHT`] towards `sample` (seconds), or `sample` first.
+fn moving_average(average: Option<f64>, sample: Duration) -> f64 {
+    let sample = sample.as_secs_f64();
+    average.map_or(sample, |avg| avg + ProbeResponder::WEIGHT * (sample - avg))
+}
+
+/// One report in the pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Probe {
     endpoint: EndpointId,
-    /// The replica's RIF as it answered, plus the picks this reply has served since.
+    /// The replica's RIF as reported, plus the picks this report has served since.
     in_flight: u32,
     latency: Duration,
     received: Time,
     uses_left: u32,
 }
 
-/// The Prequal balancer: a pool of probe replies and the HCL rule.
+/// Whether an endpoint has a sidecar that reports its load, as far as this caller knows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Sidecar {
+    /// Not answered yet.
+    #[default]
+    Unknown,
+    /// Its last answer carried a report.
+    Reports,
+    /// Its last answer carried none: a plain application, or a sidecar that does not trust us.
+    Missing,
+}
+
+/// What this caller knows of one endpoint.
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    sidecar: Sidecar,
+    /// This caller's attempts in flight to it.
+    in_flight: u32,
+    /// The moving average of this caller's answer times from it, in seconds, once answered.
+    latency: Option<f64>,
+}
+
+impl Default for Seen {
+    fn default() -> Self {
+        Seen { sidecar: Sidecar::Unknown, in_flight: 0, latency: None }
+    }
+}
+
+/// A candidate of a pick: a report in the pool, or an endpoint ranked from this caller's view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Candidate {
+    Pool(usize),
+    Local(EndpointId),
+}
+
+/// The Prequal balancer: a pool of reports and the HCL rule.
 #[derive(Clone, Debug)]
 pub struct Prequal {
     config: PrequalConfig,
-    endpoints: usize,
     pool: Vec<Probe>,
-    /// RIFs of the last [`RECENT_RIFS`] replies, a ring written at `recent_next`.
+    /// RIFs of the last [`RECENT_RIFS`] reports, a ring written at `recent_next`.
     recent: Vec<u32>,
     /// Their latency estimates, in the same ring.
     recent_latencies: Vec<Duration>,
     recent_next: usize,
-    /// Probes owed: the fraction of `probes_per_request` not sent yet.
+    /// Draws owed: the fraction of `probes_per_request` not drawn yet.
     credit: f64,
-    /// Probes asked for by the last pick and not yet taken by the driver.
+    /// Probes asked for by the last draw and not yet taken by the driver.
     due: Vec<EndpointId>,
-    /// The next pick's probes went out before it ([`Balancer::probe_before_pick`]).
-    probed_ahead: bool,
+    /// Endpoints of the last draw without a report to go by: candidates of the next pick.
+    locals: Vec<EndpointId>,
+    /// The replicas a pick drew (kept to reuse its allocation).
+    drawn: Vec<EndpointId>,
+    /// The next pick's draw was made before it ([`Balancer::probe_before_pick`]).
+    drawn_ahead: bool,
     eligible: Eligible,
+    seen: Vec<Seen>,
 }
 
 impl Prequal {
@@ -188,19 +251,21 @@ impl Prequal {
     pub fn new(endpoints: usize, config: PrequalConfig) -> Self {
         Prequal {
             config,
-            endpoints,
             pool: Vec::with_capacity(config.pool_size as usize),
             recent: Vec::with_capacity(RECENT_RIFS),
             recent_latencies: Vec::with_capacity(RECENT_RIFS),
             recent_next: 0,
             credit: 0.0,
             due: Vec::new(),
-            probed_ahead: false,
+            locals: Vec::new(),
+            drawn: Vec::new(),
+            drawn_ahead: false,
             eligible: Eligible::new(endpoints),
+            seen: vec![Seen::default(); endpoints],
         }
     }
 
-    /// The RIF above which a replica is hot: the `hot_quantile` quantile of the recent replies'
+    /// The RIF above which a replica is hot: the `hot_quantile` quantile of the recent reports'
     /// RIFs (the smallest value with at least that share of them at or below it).
     fn hot_threshold(&self) -> u32 {
         let mut sorted = [0u32; RECENT_RIFS];
@@ -211,25 +276,38 @@ impl Prequal {
         sorted.get(rank.max(1) - 1).copied().unwrap_or(u32::MAX)
     }
 
-    /// The pool index of the HCL choice among replies whose endpoint is not in `exclude`.
-    fn hcl(&self, exclude: &[EndpointId]) -> Option<usize> {
+    /// The HCL choice among the pool's reports and the drawn endpoints ranked locally, leaving
+    /// out the endpoints in `exclude`.
+    fn hcl(&self, exclude: &[EndpointId]) -> Option<Candidate> {
         let threshold = self.hot_threshold();
-        let usable = self.pool.iter().enumerate().filter(|(_, p)| !exclude.contains(&p.endpoint));
+        let pool = self
+            .pool
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| !exclude.contains(&p.endpoint))
+            .map(|(i, p)| (Candidate::Pool(i), p.in_flight, p.latency));
+        // An endpoint ranked locally is expected to answer a new request in its average answer
+        // time for each request of ours ahead of it and this one (peak-EWMA's cost).
+        let locals = self.locals.iter().filter(|e| !exclude.contains(e)).map(|&e| {
+            let seen = &self.seen[e];
+            let latency = seen.latency.map_or(0.0, |l| l * f64::from(seen.in_flight + 1));
+            (Candidate::Local(e), seen.in_flight, Duration::from_secs_f64(latency))
+        });
         // Cold before hot; among cold, latency then RIF; among hot, RIF then latency. Older
-        // replies come first in the pool, and `min_by_key` keeps the first of equals.
-        usable
-            .min_by_key(|(_, p)| {
-                let hot = p.in_flight > threshold;
-                if hot {
-                    (true, Duration::ZERO, p.in_flight, p.latency)
+        // reports come first in the pool, then the draw in its order, and `min_by_key` keeps the
+        // first of equals.
+        pool.chain(locals)
+            .min_by_key(|&(_, in_flight, latency)| {
+                if in_flight > threshold {
+                    (true, Duration::ZERO, in_flight, latency)
                 } else {
-                    (false, p.latency, p.in_flight, Duration::ZERO)
+                    (false, latency, in_flight, Duration::ZERO)
                 }
             })
-            .map(|(i, _)| i)
+            .map(|(candidate, ..)| candidate)
     }
 
-    /// Spends one use of the reply at `index`: one more request in flight there; gone when spent.
+    /// Spends one use of the report at `index`: one more request in flight there; gone when spent.
     fn use_probe(&mut self, index: usize) -> EndpointId {
         let probe = &mut self.pool[index];
         probe.in_flight = probe.in_flight.saturating_add(1);
@@ -241,27 +319,80 @@ impl Prequal {
         endpoint
     }
 
-    /// How long a reply stays usable: `max_age`, or less, the quickest nonzero latency estimate
-    /// among the recent replies.
+    /// How long a report stays usable: `max_age`, or less, the quickest nonzero latency estimate
+    /// among the recent reports.
     fn max_age(&self) -> Duration {
         let quickest = self.recent_latencies.iter().filter(|l| !l.is_zero()).min();
         quickest.map_or(self.config.max_age, |q| self.config.max_age.min(*q))
     }
 
-    /// Drops the replies older than [`Prequal::max_age`].
+    /// Drops the reports older than [`Prequal::max_age`].
     fn age_out(&mut self, now: Time) {
         let max_age = self.max_age();
         self.pool.retain(|p| now.saturating_sub(p.received) <= max_age);
     }
 
-    /// Draws this pick's probes: distinct endpoints, uniformly at random.
-    fn draw_probes(&mut self, rng: crate::Rng<'_>) {
+    /// Draws this pick's replicas: distinct, uniformly at random. Those whose sidecar reported
+    /// before, but whose report is no longer in the pool (aged out, spent, evicted), are to be
+    /// probed; those without a report to go by are candidates of the next pick. (The pool has
+    /// been aged at `now`.)
+    fn draw(&mut self, rng: crate::Rng<'_>) {
         self.credit += self.config.probes_per_request;
-        let count = (self.credit.floor() as usize).min(self.endpoints);
+        let count = (self.credit.floor() as usize).min(self.seen.len());
         self.credit -= count as f64;
-        sample_into(rng, self.endpoints, count, &mut self.due);
+        sample_into(rng, self.seen.len(), count, &mut self.drawn);
+        self.due.clear();
+        self.locals.clear();
+        for &e in &self.drawn {
+            match self.seen[e].sidecar {
+                Sidecar::Reports if !self.pool.iter().any(|p| p.endpoint == e) => self.due.push(e),
+                Sidecar::Reports => {}
+                Sidecar::Unknown | Sidecar::Missing => self.locals.push(e),
+            }
+        }
         // Taken from the end: reversed so the driver sends them in the order drawn.
         self.due.reverse();
+    }
+
+    /// What an answer from `endpoint` at `now` said of its load: a probe's (`probed`), or a
+    /// response's. Only probe replies join the recent ones the hot threshold and the age limit
+    /// are drawn from: they sample replicas at random, while a response's report comes from a
+    /// replica this caller chose, just as a request left it, and would pull both down.
+    fn on_report(&mut self, endpoint: EndpointId, now: Time, report: LoadReport, probed: bool) {
+        let Some(seen) = self.seen.get_mut(endpoint) else { return };
+        let reply = match report {
+            LoadReport::None => return,
+            LoadReport::Missing => {
+                seen.sidecar = Sidecar::Missing;
+                self.pool.retain(|p| p.endpoint != endpoint);
+                return;
+            }
+            LoadReport::Load(reply) => reply,
+        };
+        seen.sidecar = Sidecar::Reports;
+        if probed {
+            if self.recent.len() < RECENT_RIFS {
+                self.recent.push(reply.in_flight);
+                self.recent_latencies.push(reply.latency);
+            } else {
+                self.recent[self.recent_next] = reply.in_flight;
+                self.recent_latencies[self.recent_next] = reply.latency;
+            }
+            self.recent_next = (self.recent_next + 1) % RECENT_RIFS;
+        }
+        self.pool.retain(|p| p.endpoint != endpoint);
+        if self.pool.len() >= self.config.pool_size as usize {
+            // The pool is in arrival order: the oldest report is first.
+            self.pool.remove(0);
+        }
+        let uses_left = self.config.reuse_budget;
+        self.pool.push(Probe {
+            endpoint,
+            in_flight: reply.in_flight,
+            latency: reply.latency,
+            received: now,
+            uses_left,
+        });
     }
 }
 
@@ -291,14 +422,17 @@ impl Balancer for Prequal {
     fn pick(&mut self, pick: &mut Pick<'_>) -> Option<EndpointId> {
         self.age_out(pick.now);
         let chosen = match self.hcl(pick.exclude) {
-            Some(index) => Some(self.use_probe(index)),
+            Some(Candidate::Pool(index)) => Some(self.use_probe(index)),
+            Some(Candidate::Local(endpoint)) => Some(endpoint),
             None => {
                 let candidates = self.eligible.among(pick.exclude);
                 (!candidates.is_empty()).then(|| candidates.get(pick.rng.gen_range(0..candidates.len())))
             }
         };
-        if !std::mem::take(&mut self.probed_ahead) {
-            self.draw_probes(&mut *pick.rng);
+        if std::mem::take(&mut self.drawn_ahead) {
+            self.locals.clear();
+        } else {
+            self.draw(&mut *pick.rng);
         }
         chosen
     }
@@ -308,21 +442,38 @@ impl Balancer for Prequal {
             return None;
         }
         self.age_out(now);
-        if self.pool.iter().any(|p| !exclude.contains(&p.endpoint)) {
+        // As many usable reports as a pick draws replicas (fewer only when there are fewer
+        // endpoints): a lone report, as the last response leaves, is no choice.
+        let eligible = self.seen.len().saturating_sub(exclude.len());
+        let wanted = (self.config.probes_per_request.ceil() as usize).min(eligible).max(1);
+        if self.pool.iter().filter(|p| !exclude.contains(&p.endpoint)).count() >= wanted {
             return None;
         }
-        self.draw_probes(rng);
-        self.probed_ahead = !self.due.is_empty();
-        self.probed_ahead.then_some(self.config.probe_wait)
+        self.draw(rng);
+        self.drawn_ahead = true;
+        (!self.due.is_empty()).then_some(self.config.probe_wait)
     }
 
     fn grow(&mut self, endpoints: usize) {
-        self.endpoints = endpoints.max(self.endpoints);
+        if endpoints > self.seen.len() {
+            self.seen.resize(endpoints, Seen::default());
+        }
         self.eligible.grow(endpoints);
     }
-    fn on_send(&mut self, _endpoint: EndpointId, _now: Time) {}
 
-    fn on_feedback(&mut self, endpoint: EndpointId, _now: Time, feedback: &Feedback) {
+    fn on_send(&mut self, endpoint: EndpointId, _now: Time) {
+        if let Some(seen) = self.seen.get_mut(endpoint) {
+            seen.in_flight += 1;
+        }
+    }
+
+    fn on_feedback(&mut self, endpoint: EndpointId, now: Time, feedback: &Feedback) {
+        let Some(seen) = self.seen.get_mut(endpoint) else { return };
+        seen.in_flight = seen.in_flight.saturating_sub(1);
+        if matches!(feedback.outcome, Outcome::Success | Outcome::Error | Outcome::TimedOut) {
+            seen.latency = Some(moving_average(seen.latency, feedback.rtt));
+        }
+        self.on_report(endpoint, now, feedback.load, false);
         if matches!(feedback.outcome, Outcome::Rejected | Outcome::Unavailable) {
             self.pool.retain(|p| p.endpoint != endpoint);
         }
@@ -336,31 +487,8 @@ impl Balancer for Prequal {
         true
     }
 
-    fn on_probe(&mut self, endpoint: EndpointId, now: Time, reply: ProbeReply) {
-        if endpoint >= self.endpoints {
-            return;
-        }
-        if self.recent.len() < RECENT_RIFS {
-            self.recent.push(reply.in_flight);
-            self.recent_latencies.push(reply.latency);
-        } else {
-            self.recent[self.recent_next] = reply.in_flight;
-            self.recent_latencies[self.recent_next] = reply.latency;
-        }
-        self.recent_next = (self.recent_next + 1) % RECENT_RIFS;
-        self.pool.retain(|p| p.endpoint != endpoint);
-        if self.pool.len() >= self.config.pool_size as usize {
-            // The pool is in arrival order: the oldest reply is first.
-            self.pool.remove(0);
-        }
-        let uses_left = self.config.reuse_budget;
-        self.pool.push(Probe {
-            endpoint,
-            in_flight: reply.in_flight,
-            latency: reply.latency,
-            received: now,
-            uses_left,
-        });
+    fn on_probe(&mut self, endpoint: EndpointId, now: Time, report: LoadReport) {
+        self.on_report(endpoint, now, report, true);
     }
 }
 
@@ -377,6 +505,14 @@ mod tests {
         (Prequal::new(endpoints, config), Pcg64Mcg::seed_from_u64(7))
     }
 
+    /// A balancer whose endpoints have all reported once, at time 0 (RIF 0, 100 ms): from 101 ms
+    /// on every report is stale, and every endpoint is one to probe.
+    fn reported(endpoints: usize, config: PrequalConfig) -> (Prequal, Pcg64Mcg) {
+        let (mut b, rng) = prequal(endpoints, config);
+        (0..endpoints).for_each(|e| report(&mut b, e, Time::ZERO, 0, 100));
+        (b, rng)
+    }
+
     fn no_probes() -> PrequalConfig {
         PrequalConfig { probes_per_request: 0.0, ..PrequalConfig::default() }
     }
@@ -387,6 +523,11 @@ mod tests {
 
     fn reply(in_flight: u32, latency_ms: u32) -> ProbeReply {
         ProbeReply { in_flight, latency: MS * latency_ms }
+    }
+
+    /// `endpoint`'s sidecar reports `in_flight` and `latency_ms` at `now` (a probe's reply).
+    fn report(b: &mut Prequal, endpoint: EndpointId, now: Time, in_flight: u32, latency_ms: u32) {
+        b.on_probe(endpoint, now, LoadReport::Load(reply(in_flight, latency_ms)));
     }
 
     fn probes(b: &mut Prequal) -> Vec<EndpointId> {
@@ -412,17 +553,17 @@ mod tests {
     }
 
     #[test]
-    fn each_pick_asks_for_distinct_random_probes_and_fractions_accumulate() {
+    fn each_pick_draws_distinct_random_replicas_and_fractions_accumulate() {
         let config = PrequalConfig { probes_per_request: 1.5, ..PrequalConfig::default() };
-        let (mut b, mut rng) = prequal(10, config);
+        let (mut b, mut rng) = reported(10, config);
         let mut twin = Pcg64Mcg::seed_from_u64(7);
-        // Empty pool: the pick is uniform (one draw), then one probe (credit 1.5 → 0.5).
-        let first = pick_at(&mut b, &mut rng, Time::ZERO, &[]);
+        // Every report stale: the pick is uniform (one draw), then one probe (credit 1.5 → 0.5).
+        let first = pick_at(&mut b, &mut rng, SEC, &[]);
         assert_eq!(first, Some(twin.gen_range(0..10)));
         let expected: Vec<usize> = rand::seq::index::sample(&mut twin, 10, 1).into_vec();
         assert_eq!(probes(&mut b), expected);
         // The next pick owes two (0.5 + 1.5), distinct, in the order drawn.
-        let _ = pick_at(&mut b, &mut rng, Time::ZERO, &[]);
+        let _ = pick_at(&mut b, &mut rng, SEC, &[]);
         let _ = twin.gen_range(0..10);
         let expected: Vec<usize> = rand::seq::index::sample(&mut twin, 10, 2).into_vec();
         assert_eq!(probes(&mut b), expected);
@@ -446,11 +587,103 @@ mod tests {
     #[test]
     fn never_more_probes_than_endpoints() {
         let config = PrequalConfig { probes_per_request: 5.0, ..PrequalConfig::default() };
-        let (mut b, mut rng) = prequal(3, config);
-        let _ = pick_at(&mut b, &mut rng, Time::ZERO, &[]);
+        let (mut b, mut rng) = reported(3, config);
+        let _ = pick_at(&mut b, &mut rng, SEC, &[]);
         let mut sent = probes(&mut b);
         sent.sort_unstable();
         assert_eq!(sent, [0, 1, 2]);
+    }
+
+    #[test]
+    fn only_replicas_whose_last_report_is_stale_are_probed() {
+        let config = PrequalConfig { probes_per_request: 4.0, ..PrequalConfig::default() };
+        let (mut b, mut rng) = reported(4, config);
+        // At 1 s, 1 and 3 report again (a response carried it): fresh for 100 ms.
+        for e in [1, 3] {
+            b.on_feedback(e, SEC, &Feedback::success(MS).with_load(LoadReport::Load(reply(0, 100))));
+        }
+        let _ = pick_at(&mut b, &mut rng, SEC + 50 * MS, &[]);
+        let mut sent = probes(&mut b);
+        sent.sort_unstable();
+        assert_eq!(sent, [0, 2]);
+        // Once theirs are stale too, all four are probed.
+        let _ = pick_at(&mut b, &mut rng, SEC + 101 * MS, &[]);
+        assert_eq!(probes(&mut b).len(), 4);
+    }
+
+    #[test]
+    fn a_replica_never_heard_from_is_not_probed_but_tried_and_its_answer_tells() {
+        let config = PrequalConfig { probes_per_request: 3.0, ..PrequalConfig::default() };
+        let (mut b, mut rng) = prequal(3, config);
+        // Nothing known: no probe, at once or ahead; the pick is uniform.
+        assert_eq!(b.probe_before_pick(Time::ZERO, &mut rng, &[]), None);
+        assert_eq!(probes(&mut b), []);
+        let first = pick_at(&mut b, &mut rng, Time::ZERO, &[]).unwrap();
+        assert_eq!(probes(&mut b), []);
+        // The next draw makes all three candidates, ranked by this caller's view: none in flight,
+        // no answer yet (latency 0), so one of the others rather than the first, which has one in
+        // flight.
+        b.on_send(first, Time::ZERO);
+        assert_eq!(b.probe_before_pick(Time::ZERO, &mut rng, &[]), None);
+        let second = pick_at(&mut b, &mut rng, Time::ZERO, &[]).unwrap();
+        assert_ne!(second, first);
+        // The first answers with a report: it has a sidecar, and is probed once its report is
+        // stale (a response's report ages out after `max_age`, 1 s, here).
+        b.on_feedback(first, MS, &Feedback::success(MS).with_load(LoadReport::Load(reply(0, 5))));
+        assert_eq!(b.seen[first].sidecar, Sidecar::Reports);
+        let _ = pick_at(&mut b, &mut rng, 2 * SEC, &[]);
+        assert_eq!(probes(&mut b), [first]);
+    }
+
+    #[test]
+    fn a_replica_without_a_sidecar_is_ranked_by_what_this_caller_sees() {
+        let (mut b, mut rng) = prequal(2, PrequalConfig { probes_per_request: 2.0, ..PrequalConfig::default() });
+        // 0 has a sidecar that reports 2 in flight and 300 ms; 1 answers without a report, in
+        // 100 ms: plain.
+        report(&mut b, 0, Time::ZERO, 2, 300);
+        b.on_send(1, Time::ZERO);
+        b.on_feedback(1, Time::ZERO, &Feedback::success(100 * MS).with_load(LoadReport::Missing));
+        assert_eq!(b.seen[1].sidecar, Sidecar::Missing);
+        // The first pick has drawn nothing yet: 0's report alone, and 1 becomes a candidate.
+        assert_eq!(pick_at(&mut b, &mut rng, MS, &[]), Some(0));
+        assert_eq!(probes(&mut b), [], "0's report is fresh, and 1 is never probed");
+        // Cold both (the threshold is 2, the recent RIFs being [2]): 1's 100 ms beats 0's 300.
+        assert_eq!(pick_at(&mut b, &mut rng, 2 * MS, &[]), Some(1));
+        // Both hot now: 0's report counts the pick it served (3 > 2), and so would three of this
+        // caller's requests in flight at 1; with four, 0's lower RIF wins.
+        (0..4).for_each(|_| b.on_send(1, 2 * MS));
+        assert_eq!(pick_at(&mut b, &mut rng, 3 * MS, &[]), Some(0));
+        // Its own answer times move 1's estimate: 100 + (500 - 100) / 4 = 200 ms.
+        b.on_feedback(1, 4 * MS, &Feedback::success(500 * MS).with_load(LoadReport::Missing));
+        assert_eq!(b.seen[1].latency, Some(0.2));
+    }
+
+    #[test]
+    fn a_probe_answered_by_anything_but_a_probe_reply_stops_the_probes_until_a_report_comes() {
+        let config = PrequalConfig { probes_per_request: 2.0, ..PrequalConfig::default() };
+        let (mut b, mut rng) = reported(2, config);
+        // 1 answered a probe as a plain application would: out of the pool, never probed again.
+        b.on_probe(1, SEC, LoadReport::Missing);
+        let _ = pick_at(&mut b, &mut rng, SEC, &[]);
+        assert_eq!(probes(&mut b), [0]);
+        // A response from it carries a report (a sidecar arrived): probed again once stale.
+        b.on_feedback(1, 2 * SEC, &Feedback::success(MS).with_load(LoadReport::Load(reply(0, 100))));
+        let _ = pick_at(&mut b, &mut rng, 3 * SEC, &[]);
+        let mut sent = probes(&mut b);
+        sent.sort_unstable();
+        assert_eq!(sent, [0, 1]);
+    }
+
+    #[test]
+    fn a_report_on_a_response_enters_the_pool_as_a_probe_reply_does() {
+        let (mut b, mut rng) = prequal(3, no_probes());
+        b.on_feedback(2, Time::ZERO, &Feedback::success(MS).with_load(LoadReport::Load(reply(1, 20))));
+        let carried = Probe { endpoint: 2, in_flight: 1, latency: 20 * MS, received: Time::ZERO, uses_left: 2 };
+        assert_eq!(b.pool, [carried]);
+        assert_eq!(pick_at(&mut b, &mut rng, MS, &[]), Some(2));
+        // An answer without a report (nor a response at all) adds nothing.
+        b.on_feedback(0, MS, &Feedback::success(MS));
+        assert_eq!(b.pool.len(), 1);
     }
 
     #[test]
@@ -458,10 +691,10 @@ mod tests {
         let (mut b, mut rng) = prequal(4, no_probes());
         // RIFs 1, 2, 3, 9: the 0.84 quantile of four is the 4th (⌈3.36⌉), 9, so none is hot; the
         // latencies pick 2.
-        b.on_probe(0, Time::ZERO, reply(1, 40));
-        b.on_probe(1, Time::ZERO, reply(2, 30));
-        b.on_probe(2, Time::ZERO, reply(3, 10));
-        b.on_probe(3, Time::ZERO, reply(9, 20));
+        report(&mut b, 0, Time::ZERO, 1, 40);
+        report(&mut b, 1, Time::ZERO, 2, 30);
+        report(&mut b, 2, Time::ZERO, 3, 10);
+        report(&mut b, 3, Time::ZERO, 9, 20);
         assert_eq!(b.hot_threshold(), 9);
         assert_eq!(pick_at(&mut b, &mut rng, MS, &[]), Some(2));
     }
@@ -471,13 +704,13 @@ mod tests {
         let config = PrequalConfig { hot_quantile: 0.5, ..no_probes() };
         let (mut b, mut rng) = prequal(4, config);
         // RIFs 1, 2, 5, 8: the median (2nd of 4) is 2, so 2 and 3 are hot despite their latency.
-        b.on_probe(0, Time::ZERO, reply(1, 40));
-        b.on_probe(1, Time::ZERO, reply(2, 30));
-        b.on_probe(2, Time::ZERO, reply(5, 1));
-        b.on_probe(3, Time::ZERO, reply(8, 2));
+        report(&mut b, 0, Time::ZERO, 1, 40);
+        report(&mut b, 1, Time::ZERO, 2, 30);
+        report(&mut b, 2, Time::ZERO, 5, 1);
+        report(&mut b, 3, Time::ZERO, 8, 2);
         assert_eq!(b.hot_threshold(), 2);
         assert_eq!(pick_at(&mut b, &mut rng, MS, &[]), Some(1));
-        // 1's reply now counts 3 in flight (hot) with one use left; 0 is the only cold one.
+        // 1's report now counts 3 in flight (hot) with one use left; 0 is the only cold one.
         assert_eq!(pick_at(&mut b, &mut rng, MS, &[]), Some(0));
         // 0 (RIF 2) is still cold: its second and last use.
         assert_eq!(pick_at(&mut b, &mut rng, MS, &[]), Some(0));
@@ -490,7 +723,7 @@ mod tests {
     fn a_reply_serves_at_most_its_reuse_budget() {
         let config = PrequalConfig { reuse_budget: 3, ..no_probes() };
         let (mut b, mut rng) = prequal(5, config);
-        b.on_probe(4, Time::ZERO, reply(0, 5));
+        report(&mut b, 4, Time::ZERO, 0, 5);
         for _ in 0..3 {
             assert_eq!(pick_at(&mut b, &mut rng, MS, &[]), Some(4));
         }
@@ -504,13 +737,13 @@ mod tests {
     fn replies_age_out_and_newer_ones_replace_older() {
         let (mut b, mut rng) = prequal(3, no_probes());
         // Estimates of 5 s and more: the 1 s `max_age` is the limit.
-        b.on_probe(0, Time::ZERO, reply(0, 5000));
-        b.on_probe(1, 500 * MS, reply(0, 9000));
+        report(&mut b, 0, Time::ZERO, 0, 5000);
+        report(&mut b, 1, 500 * MS, 0, 9000);
         // At 1.2 s, 0's reply (1.2 s old) is gone, 1's (0.7 s) remains.
         assert_eq!(pick_at(&mut b, &mut rng, 1200 * MS, &[]), Some(1));
         assert_eq!(b.pool.len(), 1);
         // A new reply from 1 replaces its old one, with a fresh budget.
-        b.on_probe(1, 1300 * MS, reply(4, 9000));
+        report(&mut b, 1, 1300 * MS, 4, 9000);
         let fresh = Probe { endpoint: 1, in_flight: 4, latency: 9 * SEC, received: 1300 * MS, uses_left: 2 };
         assert_eq!(b.pool, [fresh]);
     }
@@ -519,9 +752,9 @@ mod tests {
     fn a_reply_is_stale_once_older_than_the_quickest_recent_estimate() {
         let (mut b, mut rng) = prequal(3, no_probes());
         // A replica that answers at once (0) says nothing of the time scale; 300 ms is the quickest.
-        b.on_probe(0, Time::ZERO, reply(0, 0));
-        b.on_probe(1, Time::ZERO, reply(1, 300));
-        b.on_probe(2, 100 * MS, reply(2, 700));
+        report(&mut b, 0, Time::ZERO, 0, 0);
+        report(&mut b, 1, Time::ZERO, 1, 300);
+        report(&mut b, 2, 100 * MS, 2, 700);
         assert_eq!(b.max_age(), 300 * MS);
         // At 350 ms the replies of 0 and 1 (350 ms old) are gone; 2's (250 ms) is left.
         assert_eq!(pick_at(&mut b, &mut rng, 350 * MS, &[]), Some(2));
@@ -531,37 +764,66 @@ mod tests {
     #[test]
     fn a_pick_with_no_usable_reply_has_its_probes_sent_first() {
         let config = PrequalConfig { probe_wait: 5 * MS, ..PrequalConfig::default() };
-        let (mut b, mut rng) = prequal(10, config);
-        // Empty pool: three distinct probes are due before the pick, which may wait 5 ms for them.
-        assert_eq!(b.probe_before_pick(Time::ZERO, &mut rng, &[]), Some(5 * MS));
+        let (mut b, mut rng) = reported(10, config);
+        // Every report stale: three distinct probes are due before the pick, which may wait 5 ms.
+        assert_eq!(b.probe_before_pick(SEC, &mut rng, &[]), Some(5 * MS));
         let mut sent = probes(&mut b);
         sent.sort_unstable();
         sent.dedup();
         assert_eq!(sent.len(), 3);
         // Their replies come; the pick takes the best and sends no probes of its own (it had them).
         for (rif, &e) in sent.iter().enumerate() {
-            b.on_probe(e, MS, reply(rif as u32, 250 * (rif as u32 + 1)));
+            report(&mut b, e, SEC + MS, rif as u32, 250 * (rif as u32 + 1));
         }
-        assert_eq!(pick_at(&mut b, &mut rng, MS, &[]), Some(sent[0]));
+        assert_eq!(pick_at(&mut b, &mut rng, SEC + MS, &[]), Some(sent[0]));
         assert_eq!(b.take_probe(), None);
-        // The pool now has usable replies: the next pick does not wait, and probes after itself.
-        assert_eq!(b.probe_before_pick(MS, &mut rng, &[]), None);
-        let _ = pick_at(&mut b, &mut rng, MS, &[]);
-        assert_eq!(probes(&mut b).len(), 3);
-        // A pool holding only replicas this request avoids is as good as empty.
-        assert!(b.probe_before_pick(MS, &mut rng, &sent).is_some());
+        // The pool now has three usable replies: the next pick does not wait, and after itself
+        // probes those of its three with no report left in the pool (aged out, or spent: the
+        // best one has served two picks now), never one whose report is still there.
+        assert_eq!(b.probe_before_pick(SEC + MS, &mut rng, &[]), None);
+        let _ = pick_at(&mut b, &mut rng, SEC + MS, &[]);
+        assert!(!b.pool.iter().any(|p| p.endpoint == sent[0]));
+        let after = probes(&mut b);
+        assert!(after.len() <= 3 && after.iter().all(|e| !b.pool.iter().any(|p| p.endpoint == *e)), "{after:?}");
+        // A pool holding only replicas this request avoids is as good as empty: a draw of all ten
+        // probes the seven others.
+        let (mut b, mut rng) = reported(10, PrequalConfig { probes_per_request: 10.0, ..config });
+        (0..3).for_each(|e| report(&mut b, e, SEC, 0, 250));
+        assert_eq!(b.probe_before_pick(SEC, &mut rng, &[0, 1, 2]), Some(5 * MS));
+        let mut sent = probes(&mut b);
+        sent.sort_unstable();
+        assert_eq!(sent, [3, 4, 5, 6, 7, 8, 9]);
         // `probe_wait: 0` never waits.
-        let (mut b, mut rng) = prequal(10, PrequalConfig { probe_wait: Duration::ZERO, ..config });
-        assert_eq!(b.probe_before_pick(Time::ZERO, &mut rng, &[]), None);
+        let (mut b, mut rng) = reported(10, PrequalConfig { probe_wait: Duration::ZERO, ..config });
+        assert_eq!(b.probe_before_pick(SEC, &mut rng, &[]), None);
+    }
+
+    #[test]
+    fn a_lone_report_left_by_the_last_response_is_no_choice() {
+        let (mut b, mut rng) = reported(10, PrequalConfig::default());
+        // At 1 s every probe reply is stale, and a response from 4 leaves its report: one usable
+        // report, fewer than the three a pick draws, so the pick draws first and waits.
+        b.on_feedback(4, SEC, &Feedback::success(MS).with_load(LoadReport::Load(reply(0, 100))));
+        b.age_out(SEC);
+        assert_eq!(b.pool.len(), 1);
+        assert_eq!(b.probe_before_pick(SEC, &mut rng, &[]), Some(5 * MS));
+        assert!(probes(&mut b).iter().all(|&e| e != 4));
+        // With three usable reports it goes ahead at once.
+        (5..7).for_each(|e| report(&mut b, e, SEC, 0, 100));
+        assert_eq!(b.probe_before_pick(SEC, &mut rng, &[]), None);
+        // Two endpoints, one avoided: the one report of the other is all a pick can have.
+        let (mut b, mut rng) = reported(2, PrequalConfig::default());
+        report(&mut b, 1, SEC, 0, 100);
+        assert_eq!(b.probe_before_pick(SEC, &mut rng, &[0]), None);
     }
 
     #[test]
     fn a_full_pool_evicts_its_oldest_reply() {
         let config = PrequalConfig { pool_size: 2, ..no_probes() };
         let (mut b, _) = prequal(3, config);
-        b.on_probe(0, Time::ZERO, reply(0, 1));
-        b.on_probe(1, MS, reply(0, 2));
-        b.on_probe(2, 2 * MS, reply(0, 3));
+        report(&mut b, 0, Time::ZERO, 0, 1);
+        report(&mut b, 1, MS, 0, 2);
+        report(&mut b, 2, 2 * MS, 0, 3);
         assert_eq!(b.pool.iter().map(|p| p.endpoint).collect::<Vec<_>>(), [1, 2]);
     }
 
@@ -570,24 +832,25 @@ mod tests {
         let (mut b, _) = prequal(2, no_probes());
         assert_eq!(b.hot_threshold(), u32::MAX);
         // 64 replies with RIF 0, then 64 with RIF 7: only the last 64 count.
-        (0..RECENT_RIFS).for_each(|_| b.on_probe(0, Time::ZERO, reply(0, 1)));
+        (0..RECENT_RIFS).for_each(|_| report(&mut b, 0, Time::ZERO, 0, 1));
         assert_eq!(b.hot_threshold(), 0);
-        (0..RECENT_RIFS).for_each(|_| b.on_probe(1, Time::ZERO, reply(7, 1)));
+        (0..RECENT_RIFS).for_each(|_| report(&mut b, 1, Time::ZERO, 7, 1));
         assert_eq!(b.hot_threshold(), 7);
     }
 
     #[test]
     fn excluded_and_refusing_replicas_are_skipped() {
         let (mut b, mut rng) = prequal(3, no_probes());
-        b.on_probe(0, Time::ZERO, reply(0, 1));
-        b.on_probe(1, Time::ZERO, reply(0, 2));
+        report(&mut b, 0, Time::ZERO, 0, 1);
+        report(&mut b, 1, Time::ZERO, 0, 2);
         // A retry that tried 0 takes 1.
         assert_eq!(pick_at(&mut b, &mut rng, MS, &[0]), Some(1));
-        // 0 refuses: its reply goes, and 1 (one use left) is the choice.
-        b.on_feedback(0, MS, &Feedback::new(Outcome::Rejected, MS));
+        // 0 refuses (its sidecar's 429 reports its load): its reply goes, and 1 (one use left) is
+        // the choice.
+        b.on_feedback(0, MS, &Feedback::new(Outcome::Rejected, MS).with_load(LoadReport::Load(reply(9, 1))));
         assert_eq!(pick_at(&mut b, &mut rng, MS, &[]), Some(1));
         // A reply from an endpoint the balancer does not have is ignored.
-        b.on_probe(9, MS, reply(0, 1));
+        report(&mut b, 9, MS, 0, 1);
         assert!(b.pool.is_empty());
     }
 

@@ -255,8 +255,14 @@ impl<'a> Driver<'a> {
                     );
                 }
                 Action::Probe { endpoint, awaited } => match self.probe(endpoint) {
-                    Some(probe) if awaited => self.probes.push(probe),
-                    Some(probe) => drop(tokio::spawn(probe)),
+                    Some(probe) => {
+                        self.upstream.metrics.probes.inc();
+                        if awaited {
+                            self.probes.push(probe);
+                        } else {
+                            drop(tokio::spawn(probe));
+                        }
+                    }
                     // Nothing to wait for: done at once.
                     None if awaited => self.probes.push(Box::pin(std::future::ready(()))),
                     None => {}
@@ -289,13 +295,14 @@ impl<'a> Driver<'a> {
             Ok(mut response) => {
                 let found = http::scan(response.headers());
                 let chip = found.internal && http::has_chip(response.headers());
+                let load = crate::probe::report(response.headers(), found.internal);
                 clean(&mut response, found);
                 // A gRPC error sent trailers-only is judged by its status, as its HTTP kin is.
                 let status = match self.template.grpc {
                     true => crate::grpc::http_status(response.headers()).unwrap_or(response.status()),
                     false => response.status(),
                 };
-                let feedback = Feedback::new(outcome(status), rtt).with_chip(chip);
+                let feedback = Feedback::new(outcome(status), rtt).with_chip(chip).with_load(load);
                 match feedback.outcome {
                     Outcome::Success => {
                         self.count_win(end.attempt);

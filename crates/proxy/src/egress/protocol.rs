@@ -109,8 +109,9 @@ impl Driver<'_> {
 }
 
 impl Driver<'_> {
-    /// Probes `endpoint` for Prequal: the reply goes to the upstream's balancer; a failed or
-    /// malformed one is dropped. `None` when the endpoint cannot be probed (gone, no authority).
+    /// Probes `endpoint` for Prequal: what the answer says goes to the upstream's balancer (a
+    /// probe reply, or anything else: no sidecar reports there); a probe that gets no answer is
+    /// dropped. `None` when the endpoint cannot be probed (gone, no authority).
     pub(super) fn probe(&self, endpoint: EndpointId) -> Option<ProbeFuture> {
         let target = self.upstream.endpoint(endpoint)?;
         let response: ResponseFuture = match self.upstream.config.protocol {
@@ -132,10 +133,10 @@ impl Driver<'_> {
         let (upstream, epoch) = (self.upstream.clone(), self.egress.epoch);
         Some(Box::pin(async move {
             let Ok(response) = response.await else { return };
-            let Some(reply) = probe::parse(&response) else { return };
+            let report = probe::answer(&response);
             let now = epoch.elapsed();
             let mut core = upstream.core();
-            core.policy.balancer.on_probe(endpoint, now, reply);
+            core.policy.balancer.on_probe(endpoint, now, report);
         }))
     }
 }

@@ -27,6 +27,8 @@ pub enum Mode {
     Status(u16),
     /// Never answers.
     Hang,
+    /// Never answers a request for this path; 200 at once to any other.
+    HangOn(&'static str),
     /// Reads the whole request body first, then 200 with its length in `x-body-length` (500 if
     /// the body failed).
     Read,
@@ -125,6 +127,11 @@ async fn answer(name: &str, mode: Mode, req: Request<Incoming>) -> Result<Respon
             std::future::pending::<()>().await;
             500
         }
+        Mode::HangOn(path) if req.uri().path() == path => {
+            std::future::pending::<()>().await;
+            500
+        }
+        Mode::HangOn(_) => 200,
         Mode::Read => match req.into_body().collect().await {
             Ok(body) => {
                 body_length = body.to_bytes().len();

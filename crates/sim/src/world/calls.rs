@@ -148,6 +148,9 @@ impl World {
                 // Ejections change the policy's later picks; the simulator reports no log of them.
                 Action::Eject(_) => {}
                 Action::Probe { endpoint, awaited } => {
+                    if state.measured {
+                        self.metrics.probe();
+                    }
                     let event = Event::ProbeArrives {
                         policy: state.policy,
                         service: state.callee,
@@ -185,7 +188,7 @@ impl World {
 
     /// An attempt's answer reached its caller: records it and hands it to the call.
     pub(super) fn attempt_ends(&mut self, end: AttemptEnd) {
-        let AttemptEnd { call, attempt, sent, timeout, series, outcome, chip, .. } = end;
+        let AttemptEnd { call, attempt, sent, timeout, series, outcome, chip, load, .. } = end;
         let (sent, timeout) = (sent.get().expect("an attempt has a send time"), timeout.get());
         let rtt = self.now.saturating_sub(sent);
         // Every answer counts, also one its caller stopped waiting for: the series shows
@@ -208,7 +211,7 @@ impl World {
         if let Some(t) = &mut self.tracer {
             t.attempt_ended(call, attempt, outcome, self.now);
         }
-        let feedback = Feedback { outcome, rtt, chip };
+        let feedback = Feedback { outcome, rtt, chip, load: load.get() };
         self.step_answered_call(call, answer, |call, ctx| call.on_attempt_end(ctx, attempt, feedback));
     }
 

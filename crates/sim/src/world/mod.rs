@@ -27,6 +27,7 @@ use crate::trace::Tracer;
 use crate::SimError;
 use calls::{CallState, Owner};
 use cancel::Pending;
+use probes::Carried;
 use rand::SeedableRng;
 use rand_pcg::Pcg64Mcg;
 use std::collections::HashMap;
@@ -35,7 +36,7 @@ use tailguard_model::replica::child_key;
 use tailguard_model::results::{load_service, RunResult};
 use tailguard_model::schema::Network;
 use tailguard_model::{build, ArrivalSchedule, Run};
-use tailguard_policy::balance::{LoadIndex, ProbeReply, ProbeResponder};
+use tailguard_policy::balance::{LoadIndex, ProbeResponder};
 use tailguard_policy::call::Action;
 use tailguard_policy::{Outcome, PackedTime, Time};
 use tailguard_trace::Trace;
@@ -90,8 +91,8 @@ pub(super) enum Event {
     /// A Prequal probe sent by policy `policy` reaches a replica, one network hop after it left
     /// (`awaited_by`: the call whose pick waits for it, if one does).
     ProbeArrives { policy: u32, service: u16, replica: u32, awaited_by: Option<Key> },
-    /// A probe's reply reaches its caller's policy.
-    ProbeAnswered { policy: u32, endpoint: u32, reply: ProbeReply, awaited_by: Option<Key> },
+    /// A probe's answer reaches its caller's policy.
+    ProbeAnswered { policy: u32, endpoint: u32, report: Carried, awaited_by: Option<Key> },
 }
 
 /// An attempt's answer reaching its caller (`timeout` is the one its policy set, for closeness).
@@ -103,6 +104,8 @@ pub(super) struct AttemptEnd {
     pub(super) series: Option<u16>,
     pub(super) outcome: Outcome,
     pub(super) chip: bool,
+    /// What the answer says of the replica's load.
+    pub(super) load: Carried,
     /// The job that made the call, if a job did: the answer may end the call, and the job then
     /// goes on, so it is prefetched with the call.
     pub(super) caller: Option<Key>,
@@ -185,6 +188,7 @@ impl World {
                 probed[callee as usize] |= balancer.sends_probes();
             }
         }
+        let probes = probed.iter().any(|p| *p);
         for (svc, probed) in services.iter_mut().zip(probed) {
             if probed {
                 svc.probes = vec![ProbeResponder::default(); svc.replicas.len()];
@@ -240,6 +244,9 @@ impl World {
             prefetch,
             tracer: None,
         };
+        if probes {
+            world.metrics.count_probes();
+        }
         match &w.closed {
             Some(c) => {
                 (0..c.clients).for_each(|client| world.events.push(Duration::ZERO, Event::ClientReady { client }))
@@ -375,8 +382,8 @@ impl World {
             Event::ProbeArrives { policy, service, replica, awaited_by } => {
                 self.probe_arrives(policy, service, replica, awaited_by)
             }
-            Event::ProbeAnswered { policy, endpoint, reply, awaited_by } => {
-                self.probe_answered(policy, endpoint, reply, awaited_by)
+            Event::ProbeAnswered { policy, endpoint, report, awaited_by } => {
+                self.probe_answered(policy, endpoint, report, awaited_by)
             }
         }
     }

@@ -4,7 +4,7 @@
 //! An `error` fault with `after` answers without a worker; a `hang` window holds the start and end
 //! of work, the next calls and the answers until it closes.
 
-use super::{AttemptEnd, Event, Owner, World};
+use super::{AttemptEnd, Carried, Event, Owner, World};
 use crate::service::{Job, Stage};
 use crate::slab::Key;
 use tailguard_model::replica::{child_key, Fate};
@@ -31,7 +31,9 @@ impl World {
             }
             world.load_dec(s, r);
             world.visit_started(call, attempt, s, None);
-            let end = AttemptEnd { call, attempt, sent, timeout, series, outcome, chip: false, caller };
+            // A replica down without a sidecar refuses the connection: no answer at all.
+            let load = if world.services[s].replicas[r].sidecar { world.report(s, r) } else { Carried::NONE };
+            let end = AttemptEnd { call, attempt, sent, timeout, series, outcome, chip: false, load, caller };
             let event = Event::AttemptEnds(end);
             let hop = world.hop();
             world.events.push(now + hop, event);
@@ -208,9 +210,11 @@ impl World {
             replica.admission.answered(self.now, job.rif, self.now - job.arrived());
         }
         let chip = replica.admission.grant_chip(self.now, held, replica.model.rng());
+        let load = self.report(s, r);
         let (call, attempt) = job.reply;
         let (sent, timeout, series, caller) = (job.sent, job.timeout, job.series, job.caller);
-        let event = Event::AttemptEnds(AttemptEnd { call, attempt, sent, timeout, series, outcome, chip, caller });
+        let end = AttemptEnd { call, attempt, sent, timeout, series, outcome, chip, load, caller };
+        let event = Event::AttemptEnds(end);
         let hop = self.hop();
         self.events.push(self.now + hop, event);
     }
