@@ -41,6 +41,10 @@ pub struct SimArgs {
     /// Write the HTML report (plots and tables, see docs/report.md) here.
     #[arg(long, value_name = "PATH")]
     report: Option<PathBuf>,
+    /// Charge this machine calibration's hops (`tailguard lab calibrate`) in every run, in place
+    /// of the file's `network.calibrated`.
+    #[arg(long, value_name = "FILE")]
+    calibration: Option<PathBuf>,
 }
 
 /// `tailguard demo --sim`: the embedded default experiment `text` in the simulator.
@@ -57,6 +61,7 @@ pub fn demo(text: &str, json: Option<PathBuf>, full: bool, report: Option<PathBu
         traces: None,
         trace_sample: DEFAULT_TRACE_SAMPLE,
         report,
+        calibration: None,
     };
     simulate_and_report(&experiment, &sim)
 }
@@ -81,7 +86,13 @@ fn simulate_and_report(experiment: &Experiment, args: &SimArgs) -> anyhow::Resul
     eprintln!("simulating {} ({total} runs, seed {seed}{quick})", args.file.display());
     let bar = progress_bar(total as u64);
     let started = std::time::Instant::now();
-    let options = Options { seed, quick: args.quick, threads, scenarios, variants };
+    let calibration = match &args.calibration {
+        None => None,
+        Some(path) => Some(
+            tailguard_model::Calibration::load(path).map_err(|e| anyhow::anyhow!("--calibration {}: {e}", path.display()))?,
+        ),
+    };
+    let options = Options { seed, quick: args.quick, threads, scenarios, variants, calibration };
     // Without --traces no run records spans (the tracer is never built).
     let sample = args.traces.as_ref().map(|_| args.trace_sample);
     let progress = |p: tailguard_sim::Progress<'_>| {

@@ -57,6 +57,9 @@ pub struct Options {
     pub cancel: Cancel,
     /// What the sidecars do with spans (docs/traces.md).
     pub tracing: Tracing,
+    /// The machine's calibration the run is recorded under (`results.json`'s `calibration`):
+    /// the lab adds nothing for it, bench/lab-vs-sim.sh hands it to the simulator.
+    pub calibration: Option<tailguard_model::Calibration>,
 }
 
 impl Options {
@@ -79,6 +82,7 @@ impl Options {
             ready_timeout: Duration::from_secs(20),
             cancel: Cancel::default(),
             tracing,
+            calibration: None,
         }
     }
 }
@@ -168,6 +172,7 @@ pub fn run(experiment: &Experiment, options: &Options, observer: &dyn Observer) 
         mode: "lab".to_string(),
         seed: options.seed,
         runs: results,
+        calibration: options.calibration.clone().or_else(|| runs.iter().find_map(|r| r.calibration.clone())),
     };
     match stopped {
         None => Ok(finished),

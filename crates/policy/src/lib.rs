@@ -12,6 +12,7 @@
 //! - [`hedge`]: when to send a speculative (hedged) attempt;
 //! - [`retry`]: whether and when a failed attempt is retried, within a budget;
 //! - [`call`]: one request's attempts, driven by all of the above;
+//! - [`peer`]: what HAProxy and nginx do in tailguard's place, as policies of this core;
 //! - [`config`]: what the policies' configuration types share (each family's config type,
 //!   `BalancerConfig`, `TimeoutConfig`, ..., is the schema of files that set it), and
 //!   [`duration`]: durations as files write them (`250ms`).
@@ -22,6 +23,7 @@ pub mod call;
 pub mod config;
 pub mod duration;
 pub mod hedge;
+pub mod peer;
 pub mod retry;
 pub mod stats;
 pub mod tail_model;

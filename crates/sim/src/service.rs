@@ -138,7 +138,7 @@ impl ServiceModel {
             let timed = edge.policy.timeout != TimeoutConfig::None;
             for _ in 0..svc.replicas {
                 policies.push(EdgePolicy {
-                    policy: build::client_policy(&edge.policy, endpoints),
+                    policy: build::client_policy_as(run.sidecar, &edge.policy, endpoints),
                     timed,
                     series: None,
                 });

@@ -1,7 +1,7 @@
 //! A [`Sidecar`] as HAProxy's configuration (HAProxy 2.6, Debian's; docs/lab.md has the table of
 //! every line with the section of HAProxy's configuration manual behind it).
 
-use super::{millis, Balance, Sidecar, NO_TIMEOUT};
+use super::{millis, PeerBalance, Sidecar, NO_TIMEOUT};
 use std::fmt::Write;
 
 /// `haproxy.cfg` for `sidecar`.
@@ -38,31 +38,33 @@ pub fn config(sidecar: &Sidecar) -> String {
         let _ = writeln!(out, "    use_backend {} if {{ path_beg {} }}", edge.name, edge.prefix);
     }
     for edge in edges {
-        let balance = match edge.balance {
-            Balance::RoundRobin => "roundrobin",
-            Balance::Random => "random(1)",
-            Balance::TwoChoices => "random(2)",
+        let policy = &edge.policy;
+        let balance = match policy.balance {
+            PeerBalance::RoundRobin => "roundrobin",
+            PeerBalance::Random => "random(1)",
+            PeerBalance::TwoChoices => "random(2)",
+            PeerBalance::LeastConnections => "leastconn",
         };
         let _ = write!(out, "\nbackend {}\n    balance {balance}\n", edge.name);
-        if let Some(timeout) = edge.timeout {
+        if let Some(timeout) = policy.timeout {
             let _ = writeln!(out, "    timeout server {}", millis(timeout));
         }
-        if edge.attempts > 1 {
+        if policy.attempts > 1 {
             let _ = write!(
                 out,
                 "    retries {}\n    retry-on conn-failure empty-response response-timeout 500 502 503 504\n    option redispatch 1\n",
-                edge.attempts - 1
+                policy.attempts - 1
             );
         }
         // Passive ejection: errors seen on live traffic mark a server down; an active check brings
         // it back (`observe` needs `check`), at most `inter` later.
-        let check = match edge.eject {
-            Some(eject) => {
+        let check = match policy.health {
+            Some(health) => {
                 out.push_str("    option httpchk GET /healthz\n");
                 format!(
                     " check inter {} rise 1 observe layer7 error-limit {} on-error mark-down",
-                    millis(eject.duration),
-                    eject.failures
+                    millis(health.duration),
+                    health.failures
                 )
             }
             None => String::new(),
@@ -146,5 +148,7 @@ backend back
         assert!(config(&all[1]).ends_with("backend app\n    server app 127.7.2.1:8080 maxconn 4\n"));
         let random = config(&sidecars(SidecarKind::Haproxy, "{balancer: {kind: random}}", "").unwrap()[0]);
         assert!(random.contains("    balance random(1)\n"), "{random}");
+        let least = config(&sidecars(SidecarKind::Haproxy, "{balancer: {kind: least-connections}}", "").unwrap()[0]);
+        assert!(least.contains("    balance leastconn\n"), "{least}");
     }
 }
