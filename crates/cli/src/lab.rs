@@ -251,17 +251,19 @@ fn calibrate(args: CalibrateArgs) -> anyhow::Result<()> {
     progress.bar.finish_and_clear();
     let calibration = calibration?;
     std::fs::write(&args.out, calibration.to_yaml()).with_context(|| format!("writing {}", args.out.display()))?;
-    println!("sidecar     rate/s  client p50  client p99  service p50  service p99   (ms, round trip added)");
+    println!("sidecar     rate/s  client p50  client p99  service p50  service p99  work p50  work p99   (ms added)");
     for (name, hops) in &calibration.sidecars {
         for p in &hops.points {
             let ms = |d: Duration| d.as_secs_f64() * 1000.0;
             println!(
-                "{name:<10} {:>7} {:>11.3} {:>11.3} {:>12.3} {:>12.3}",
+                "{name:<10} {:>7} {:>11.3} {:>11.3} {:>12.3} {:>12.3} {:>9.3} {:>9.3}",
                 p.rate,
                 ms(p.client.at(0.5)),
                 ms(p.client.at(0.99)),
                 ms(p.service.at(0.5)),
-                ms(p.service.at(0.99))
+                ms(p.service.at(0.99)),
+                ms(p.work.at(0.5)),
+                ms(p.work.at(0.99))
             );
         }
     }

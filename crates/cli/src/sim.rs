@@ -89,7 +89,8 @@ fn simulate_and_report(experiment: &Experiment, args: &SimArgs) -> anyhow::Resul
     let calibration = match &args.calibration {
         None => None,
         Some(path) => Some(
-            tailguard_model::Calibration::load(path).map_err(|e| anyhow::anyhow!("--calibration {}: {e}", path.display()))?,
+            tailguard_model::Calibration::load(path)
+                .map_err(|e| anyhow::anyhow!("--calibration {}: {e}", path.display()))?,
         ),
     };
     let options = Options { seed, quick: args.quick, threads, scenarios, variants, calibration };

@@ -8,13 +8,18 @@
 //! service (the same, plus serve → egress → the callee's ingress → its serve, and back). The
 //! first run's latencies are the client hop; the service hop is the second's minus the first's,
 //! quantile by quantile (the sum of two hops is not the sum of their quantiles, but the client
-//! hop's spread is small beside the service hop's). Each is kept at [`FRACTIONS`].
+//! hop's spread is small beside the service hop's). A third run gives the entry [`WORK`] of work
+//! per request; what it takes beyond the first run's latency and the work is the work's
+//! lateness. Each is kept at [`FRACTIONS`].
 
 use crate::{run, LabError, Observer, Options, Tracing};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tailguard_model::calibration::{Hop, RatePoint, SidecarHops, FRACTIONS};
 use tailguard_model::{Calibration, Dur, Experiment, RunResult};
+
+/// The work the `work` path's replica asks for: long enough to sleep on a timer, as real work.
+pub const WORK: Duration = Duration::from_millis(10);
 
 /// Requests per second the calibration measures at, unless told otherwise: a light load, and
 /// the examples' rates at the entry (examples/peers.yaml 300, examples/hedging.yaml 189 and 441).
@@ -67,6 +72,10 @@ pub fn experiment_text(options: &CalibrateOptions) -> String {
         text.push_str(&format!(
             "  - {{ name: service-{rate}, set: {{ workload.open.rate: {rate}, services.front.calls: [ {{ service: back }} ] }} }}\n"
         ));
+        text.push_str(&format!(
+            "  - {{ name: work-{rate}, set: {{ workload.open.rate: {rate}, services.front.service_time: {{ dist: constant, value: {} }} }} }}\n",
+            Dur::from(WORK)
+        ));
     }
     text
 }
@@ -98,7 +107,8 @@ pub fn calibrate(options: &CalibrateOptions, observer: &dyn Observer) -> Result<
             .map(|rate| {
                 let client = result(&format!("client-{rate}"), sidecar);
                 let service = result(&format!("service-{rate}"), sidecar);
-                point(*rate, client, service)
+                let work = result(&format!("work-{rate}"), sidecar);
+                point(*rate, client, service, work)
             })
             .collect();
         sidecars.insert(sidecar.clone(), SidecarHops { points });
@@ -114,22 +124,23 @@ pub fn calibrate(options: &CalibrateOptions, observer: &dyn Observer) -> Result<
     Ok(calibration)
 }
 
-/// The hops at `rate`: the client path's quantiles, and the service path's less them.
-fn point(rate: f64, client: &RunResult, service: &RunResult) -> RatePoint {
-    let (c, s) = (quantiles(client), quantiles(service));
-    let mut floor = Duration::ZERO;
-    let extra: Vec<Dur> = s
-        .iter()
-        .zip(&c)
-        .map(|(s, c)| {
-            floor = floor.max(s.saturating_sub(*c));
+/// The hops at `rate`: the client path's quantiles, the service path's less them, and the work
+/// path's less them and the work.
+fn point(rate: f64, client: &RunResult, service: &RunResult, work: &RunResult) -> RatePoint {
+    let c = quantiles(client);
+    let less = |path: &RunResult, more: Duration| {
+        let mut floor = Duration::ZERO;
+        let extra = quantiles(path).into_iter().zip(&c).map(|(p, c)| {
+            floor = floor.max(p.saturating_sub(*c + more));
             Dur::from(floor)
-        })
-        .collect();
+        });
+        Hop { quantiles: extra.collect() }
+    };
     RatePoint {
         rate,
-        client: Hop { quantiles: c.into_iter().map(Dur::from).collect() },
-        service: Hop { quantiles: extra },
+        service: less(service, Duration::ZERO),
+        work: less(work, WORK),
+        client: Hop { quantiles: c.iter().copied().map(Dur::from).collect() },
     }
 }
 
@@ -158,7 +169,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_experiment_has_a_variant_per_sidecar_and_two_paths_per_rate() {
+    fn the_experiment_has_a_variant_per_sidecar_and_three_paths_per_rate() {
         let options = CalibrateOptions {
             exe: PathBuf::new(),
             out: PathBuf::new(),
@@ -170,7 +181,12 @@ mod tests {
         };
         let experiment = Experiment::parse(&experiment_text(&options), Path::new("c.yaml")).unwrap();
         assert_eq!(experiment.variant_names(), ["tailguard", "nginx"]);
-        assert_eq!(experiment.scenario_names(), ["client-50", "service-50", "client-250", "service-250"]);
+        assert_eq!(
+            experiment.scenario_names(),
+            ["client-50", "service-50", "work-50", "client-250", "service-250", "work-250"]
+        );
+        let work = experiment.resolve("work-50", "nginx", false).unwrap().services["front"].service_time.clone();
+        assert_eq!(work, tailguard_model::Distribution::Constant { value: Dur::from(WORK) });
         let run = experiment.resolve("service-250", "nginx", false).unwrap();
         assert_eq!(run.services["front"].calls.len(), 1);
         assert_eq!(run.workload.open.as_ref().unwrap().rate, 250.0);
@@ -182,9 +198,11 @@ mod tests {
         let cdf = |shift: f64| (0..=100).map(|i| [shift + f64::from(i) / 100.0, f64::from(i) / 100.0]).collect();
         let client = RunResult { cdf: cdf(0.2), ..RunResult::default() };
         let service = RunResult { cdf: cdf(0.7), ..RunResult::default() };
-        let p = point(100.0, &client, &service);
+        let work = RunResult { cdf: cdf(10.5), ..RunResult::default() };
+        let p = point(100.0, &client, &service, &work);
         assert_eq!(p.client.at(0.5), Duration::from_micros(700));
         assert_eq!(p.service.at(0.5), Duration::from_micros(500));
         assert_eq!(p.service.at(0.99), Duration::from_micros(500));
+        assert_eq!(p.work.at(0.5), Duration::from_micros(300));
     }
 }

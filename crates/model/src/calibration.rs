@@ -4,8 +4,9 @@
 //!
 //! The lab's calls cross processes the simulator does not model: a user request passes the entry
 //! replica's ingress sidecar and its `tailguard serve`; a call between services passes the
-//! caller's serve, its egress sidecar, the callee's ingress and the callee's serve. The
-//! calibration measures both on services that do no work, per sidecar (tailguard's, HAProxy,
+//! caller's serve, its egress sidecar, the callee's ingress and the callee's serve; a replica's
+//! work is a timer that wakes a little late. The calibration measures the calls on services that
+//! do no work and the work's lateness on one that does, per sidecar (tailguard's, HAProxy,
 //! nginx) and at a few request rates, and keeps each as quantiles of the round trip they add.
 //! The simulator adds a draw of the matching one to every attempt ([`Hop::sample`]), at the rate
 //! of requests its callee's replicas receive ([`SidecarHops::at_rate`]: linear between the
@@ -60,6 +61,9 @@ pub struct RatePoint {
     /// A call between services: the round trip through the caller's serve and egress and the
     /// callee's ingress and serve.
     pub service: Hop,
+    /// A replica's work: how much longer than the work time it asks for a request takes at a
+    /// replica that works (serve's timer and the scheduler's wake-up).
+    pub work: Hop,
 }
 
 /// A round trip's added time, as its quantiles at [`FRACTIONS`], in increasing order.
@@ -103,18 +107,18 @@ impl Hop {
 }
 
 impl SidecarHops {
-    /// The (client, service) hops at `rate` requests per second: linear between the two measured
-    /// rates around it, the nearest measured one outside them.
-    pub fn at_rate(&self, rate: f64) -> (Hop, Hop) {
+    /// The (client, service, work) hops at `rate` requests per second: linear between the two
+    /// measured rates around it, the nearest measured one outside them.
+    pub fn at_rate(&self, rate: f64) -> [Hop; 3] {
         let p = &self.points;
         let above = p.partition_point(|x| x.rate < rate);
         if above == 0 || above == p.len() {
             let x = &p[above.min(p.len() - 1)];
-            return (x.client.clone(), x.service.clone());
+            return [x.client.clone(), x.service.clone(), x.work.clone()];
         }
         let (lo, hi) = (&p[above - 1], &p[above]);
         let w = (rate - lo.rate) / (hi.rate - lo.rate);
-        (lo.client.blend(&hi.client, w), lo.service.blend(&hi.service, w))
+        [lo.client.blend(&hi.client, w), lo.service.blend(&hi.service, w), lo.work.blend(&hi.work, w)]
     }
 }
 
@@ -138,7 +142,7 @@ impl Calibration {
                 return Err(format!("sidecars.{name}.points: expected increasing rates"));
             }
             for (i, point) in hops.points.iter().enumerate() {
-                for (path, hop) in [("client", &point.client), ("service", &point.service)] {
+                for (path, hop) in [("client", &point.client), ("service", &point.service), ("work", &point.work)] {
                     let q = &hop.quantiles;
                     if q.len() != FRACTIONS.len() || q.windows(2).any(|w| w[0].get() > w[1].get()) {
                         return Err(format!(
@@ -193,12 +197,12 @@ mod tests {
 
     #[test]
     fn between_measured_rates_the_hops_are_blended_and_outside_them_the_nearest_is_taken() {
-        let point = |rate, scale| RatePoint { rate, client: hop(scale), service: hop(2.0 * scale) };
+        let point = |rate, scale| RatePoint { rate, client: hop(scale), service: hop(2.0 * scale), work: hop(scale) };
         let hops = SidecarHops { points: vec![point(100.0, 1.0), point(300.0, 2.0)] };
-        assert_eq!(hops.at_rate(200.0).0.at(0.5), ms(0.75));
-        assert_eq!(hops.at_rate(200.0).1.at(0.5), ms(1.5));
-        assert_eq!(hops.at_rate(10.0).0.at(0.5), ms(0.5));
-        assert_eq!(hops.at_rate(900.0).0.at(0.5), ms(1.0));
+        let [client, service, work] = hops.at_rate(200.0);
+        assert_eq!((client.at(0.5), service.at(0.5), work.at(0.5)), (ms(0.75), ms(1.5), ms(0.75)));
+        assert_eq!(hops.at_rate(10.0)[0].at(0.5), ms(0.5));
+        assert_eq!(hops.at_rate(900.0)[0].at(0.5), ms(1.0));
     }
 
     #[test]
@@ -208,9 +212,12 @@ mod tests {
             host: "polyglot".into(),
             load_average: [1.5, 2.0],
             seconds: 10.0,
-            sidecars: [("tailguard".to_string(), SidecarHops {
-                points: vec![RatePoint { rate: 100.0, client: hop(1.0), service: hop(2.0) }],
-            })]
+            sidecars: [(
+                "tailguard".to_string(),
+                SidecarHops {
+                    points: vec![RatePoint { rate: 100.0, client: hop(1.0), service: hop(2.0), work: hop(0.5) }],
+                },
+            )]
             .into_iter()
             .collect(),
         };

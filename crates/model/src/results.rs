@@ -475,7 +475,8 @@ mod tests {
             keys(run_json["latency_ms"].clone()),
             names(&schema["$defs"]["run"]["properties"]["latency_ms"]["required"])
         );
-        let results = Results { experiment: String::new(), mode: "sim".into(), seed: 0, runs: vec![], calibration: None };
+        let results =
+            Results { experiment: String::new(), mode: "sim".into(), seed: 0, runs: vec![], calibration: None };
         assert_eq!(keys(serde_json::to_value(&results).unwrap()), names(&schema["required"]));
     }
     #[test]

@@ -171,7 +171,8 @@ mod tests {
             ],
             ..RunResult::default()
         };
-        let mut results = Results { experiment: "e".into(), mode: "lab".into(), seed: 1, runs: vec![run], calibration: None };
+        let mut results =
+            Results { experiment: "e".into(), mode: "lab".into(), seed: 1, runs: vec![run], calibration: None };
         let text = memory(&results);
         let lines: Vec<&str> = text.lines().skip(2).collect();
         assert_eq!(lines[1].split_whitespace().collect::<Vec<_>>(), ["default", "v", "a", "20.5", "8.3", "3"]);

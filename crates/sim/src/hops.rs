@@ -3,7 +3,8 @@
 //! drawn for every attempt and charged on its way to the replica.
 //!
 //! A user request's attempt gets a draw of the run's sidecar's client hop, an attempt between
-//! services one of its service hop, each taken at the rate of requests per second one replica of
+//! services one of its service hop, plus, at a service that works (a service time other than
+//! none), a draw of the work's lateness, each taken at the rate of requests per second one replica of
 //! the callee receives: the open loop's rate times the calls each user request makes to the
 //! service, over its replicas (retries and hedges not counted). A closed loop's rate is not
 //! known before the run; it takes the lowest measured rate.
@@ -17,8 +18,9 @@ use tailguard_model::{ModelError, Run};
 
 /// The hops of each service's callers, and the stream they are drawn from.
 pub(crate) struct Hops {
-    /// Per service: (a user request's hop, a call's hop between services).
-    by_service: Vec<(Hop, Hop)>,
+    /// Per service: a user request's hop, a call's hop between services, and its work's
+    /// lateness if it works.
+    by_service: Vec<(Hop, Hop, Option<Hop>)>,
     rng: Pcg64Mcg,
 }
 
@@ -36,15 +38,25 @@ impl Hops {
             ModelError::new(std::path::Path::new(run.network.calibrated.as_deref().unwrap_or("")), "network.calibrated", message)
         })?;
         let rates = replica_rates(run);
-        let by_service = rates.iter().map(|&rate| hops.at_rate(rate)).collect();
+        let by_service = run
+            .services
+            .values()
+            .zip(rates)
+            .map(|(svc, rate)| {
+                let [client, call, work] = hops.at_rate(rate);
+                let works = svc.service_time != tailguard_model::Distribution::default();
+                (client, call, works.then_some(work))
+            })
+            .collect();
         Ok(Some(Hops { by_service, rng: Pcg64Mcg::seed_from_u64(seed) }))
     }
 
-    /// A draw of the round trip an attempt to `service` adds.
+    /// A draw of the round trip an attempt to `service` adds, its work's lateness included.
     pub(crate) fn draw(&mut self, service: usize, between_services: bool) -> Duration {
-        let (client, call) = &self.by_service[service];
+        let (client, call, work) = &self.by_service[service];
         let hop = if between_services { call } else { client };
-        hop.sample(self.rng.gen::<f64>())
+        let late = work.as_ref().map_or(Duration::ZERO, |w| w.sample(self.rng.gen::<f64>()));
+        hop.sample(self.rng.gen::<f64>()) + late
     }
 }
 
@@ -80,7 +92,8 @@ mod tests {
     #[test]
     fn each_replica_s_rate_follows_the_calls_down_the_tree() {
         let text = "name: t\nservices:\n  gateway:\n    calls: [{service: front}]\n  front:\n    replicas: 2\n    calls: [{service: back, count: 3}]\n  back:\n    replicas: 4\nworkload: {target: gateway, open: {rate: 100}, duration: 1s}\nvariants: [{name: v}]\n";
-        let run = Experiment::parse(text, std::path::Path::new("t.yaml")).unwrap().resolve("default", "v", false).unwrap();
+        let run =
+            Experiment::parse(text, std::path::Path::new("t.yaml")).unwrap().resolve("default", "v", false).unwrap();
         assert_eq!(replica_rates(&run), [100.0, 50.0, 75.0]);
     }
 }

@@ -190,7 +190,12 @@ fn simulate_inner(
         runs.push(run);
         traces.extend(t);
     }
-    let results =
-        Results { experiment: experiment.file.name.clone(), mode: "sim".to_string(), seed: options.seed, runs, calibration };
+    let results = Results {
+        experiment: experiment.file.name.clone(),
+        mode: "sim".to_string(),
+        seed: options.seed,
+        runs,
+        calibration,
+    };
     Ok((results, traces))
 }

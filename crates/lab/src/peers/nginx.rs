@@ -159,7 +159,8 @@ http {
         assert!(!back.contains("4140"), "no egress: {back}");
         let random = config(&sidecars(SidecarKind::Nginx, "{balancer: {kind: random}}", "").unwrap()[0], false);
         assert!(random.contains("upstream back { zone back 64k; random; server"), "{random}");
-        let least = config(&sidecars(SidecarKind::Nginx, "{balancer: {kind: least-connections}}", "").unwrap()[0], false);
+        let least =
+            config(&sidecars(SidecarKind::Nginx, "{balancer: {kind: least-connections}}", "").unwrap()[0], false);
         assert!(least.contains("upstream back { zone back 64k; least_conn; server"), "{least}");
     }
 }

@@ -24,12 +24,7 @@ pub struct LeastConnections {
 impl LeastConnections {
     /// A balancer over endpoints `0..endpoints`, none of them with requests in flight.
     pub fn new(endpoints: usize) -> Self {
-        LeastConnections {
-            in_flight: InFlight::new(endpoints),
-            eligible: Eligible::new(endpoints),
-            endpoints,
-            next: 0,
-        }
+        LeastConnections { in_flight: InFlight::new(endpoints), eligible: Eligible::new(endpoints), endpoints, next: 0 }
     }
 }
 
@@ -75,7 +70,10 @@ mod tests {
     fn the_fewest_in_flight_wins_and_equals_take_turns() {
         let mut b = LeastConnections::new(3);
         // Step: all idle: in turn.
-        assert_eq!([pick_with(&mut b, &[]), pick_with(&mut b, &[]), pick_with(&mut b, &[])], [Some(0), Some(1), Some(2)]);
+        assert_eq!(
+            [pick_with(&mut b, &[]), pick_with(&mut b, &[]), pick_with(&mut b, &[])],
+            [Some(0), Some(1), Some(2)]
+        );
         // Step: 0 and 2 busy: 1 every time.
         b.on_send(0, Time::ZERO);
         b.on_send(2, Time::ZERO);

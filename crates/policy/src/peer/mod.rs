@@ -154,10 +154,16 @@ impl PeerPolicy {
             None => None,
             Some(o) => {
                 if o.latency_factor.is_some() {
-                    return refuse("outlier.latency_factor", "a peer ejects on errors only; write `latency_factor: null`");
+                    return refuse(
+                        "outlier.latency_factor",
+                        "a peer ejects on errors only; write `latency_factor: null`",
+                    );
                 }
                 if o.max_ejected < 1.0 {
-                    return refuse("outlier.max_ejected", "a peer ejects any number of endpoints; write `max_ejected: 1`");
+                    return refuse(
+                        "outlier.max_ejected",
+                        "a peer ejects any number of endpoints; write `max_ejected: 1`",
+                    );
                 }
                 if o.max_ejection != o.base_ejection {
                     return refuse(

@@ -101,7 +101,8 @@ impl Nginx {
     }
 
     fn least_conn(&mut self, now: u64, tried: &[EndpointId]) -> Option<usize> {
-        let fewest = (0..self.servers.len()).filter(|&i| self.usable(i, now, tried)).map(|i| self.servers[i].conns).min()?;
+        let fewest =
+            (0..self.servers.len()).filter(|&i| self.usable(i, now, tried)).map(|i| self.servers[i].conns).min()?;
         self.round_robin(now, tried, |s| s.conns == fewest)
     }
 

@@ -55,7 +55,10 @@ fn an_edge_becomes_a_balance_a_timeout_retries_and_passive_health() {
         })
     );
     let plain = translate(Peer::Haproxy, "{balancer: {kind: least-connections}}").unwrap();
-    assert_eq!((plain.balance, plain.timeout, plain.attempts, plain.health), (PeerBalance::LeastConnections, None, 1, None));
+    assert_eq!(
+        (plain.balance, plain.timeout, plain.attempts, plain.health),
+        (PeerBalance::LeastConnections, None, 1, None)
+    );
 }
 
 #[test]
