@@ -76,6 +76,26 @@ pub fn config(sidecar: &Sidecar) -> String {
     out
 }
 
+/// The servers a HAProxy's statistics (`/stats;csv`) list as down, as `backend/server`.
+///
+/// A checked server starts up with one failure to spare: its first check fails when the callee's
+/// sidecar started after this one, and it is down until the next check (`rise 1`) at most `inter`
+/// later. The lab waits for none to be down before it starts the load (the simulator's model
+/// starts with every server up); otherwise the warm-up piles its requests on the servers up.
+pub fn servers_down(csv: &str) -> Vec<String> {
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap_or("").trim_start_matches("# ").split(',').collect();
+    let column = |name: &str| header.iter().position(|h| *h == name);
+    let (Some(px), Some(sv), Some(status)) = (column("pxname"), column("svname"), column("status")) else {
+        return Vec::new();
+    };
+    lines
+        .map(|line| line.split(',').collect::<Vec<_>>())
+        .filter(|f| f.len() > status && !matches!(f[sv], "FRONTEND" | "BACKEND") && f[status].starts_with("DOWN"))
+        .map(|f| format!("{}/{}", f[px], f[sv]))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,5 +170,18 @@ backend back
         assert!(random.contains("    balance random(1)\n"), "{random}");
         let least = config(&sidecars(SidecarKind::Haproxy, "{balancer: {kind: least-connections}}", "").unwrap()[0]);
         assert!(least.contains("    balance leastconn\n"), "{least}");
+    }
+
+    #[test]
+    fn the_servers_down_are_read_from_the_statistics() {
+        let csv = "# pxname,svname,qcur,status,weight\n\
+                   egress,FRONTEND,,OPEN,\n\
+                   back,back-0,0,UP,1\n\
+                   back,back-1,0,DOWN,1\n\
+                   back,back-2,0,DOWN 1/2,1\n\
+                   back,BACKEND,0,UP,2\n\
+                   app,app,0,no check,1\n";
+        assert_eq!(servers_down(csv), ["back/back-1", "back/back-2"]);
+        assert!(servers_down("not a csv").is_empty());
     }
 }
