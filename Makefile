@@ -10,12 +10,26 @@ VENV := .venv
 GO ?= go
 K8S_VALIDATE := target/tools/k8s-validate
 
-.PHONY: build pgo python demo deps test lint bench clean k8s-validate
+# The protocol suites run against the proxy (tools/protocol-suites, Go, pinned): h2spec and
+# grpc-go's interop server and client; about 3 min to build from nothing on 2 cores, seconds once
+# Go's cache holds them. `make test` requires them (TAILGUARD_REQUIRE_SUITES: no test skips).
+SUITES := target/tools/h2spec target/tools/grpc-interop-server target/tools/grpc-interop-client
+SUITES_MOD := tools/protocol-suites/go.mod tools/protocol-suites/go.sum
+
+.PHONY: build pgo python demo deps test lint bench clean k8s-validate suites
 
 build: python $(K8S_VALIDATE)
 	$(CARGO) build --release --locked
 
 k8s-validate: $(K8S_VALIDATE)
+
+suites: $(SUITES)
+
+target/tools/h2spec: $(SUITES_MOD)
+	cd tools/protocol-suites && $(GO) build -mod=readonly -o ../../$@ github.com/summerwind/h2spec/cmd/h2spec
+
+target/tools/grpc-interop-%: $(SUITES_MOD)
+	cd tools/protocol-suites && $(GO) build -mod=readonly -o ../../$@ google.golang.org/grpc/interop/$*
 
 $(K8S_VALIDATE): tools/k8s-validate/go.mod tools/k8s-validate/go.sum tools/k8s-validate/main.go
 	cd tools/k8s-validate && $(GO) build -mod=readonly -o ../../$(K8S_VALIDATE) .
@@ -38,13 +52,14 @@ demo: build
 	$(BIN) demo
 
 # The Debian packages the tests use (nginx, redis-server, memcached, chromium, postgresql, ...),
-# installed when missing; without root it names them and the command that installs them.
-deps:
+# installed when missing (without root it names them and the command that installs them), and
+# the protocol suites.
+deps: suites
 	scripts/install-test-deps.sh
 
 # Tests run in release mode: the simulator's reproduction tests simulate minutes of traffic.
 test: deps build
-	$(CARGO) test --release --locked --workspace
+	TAILGUARD_REQUIRE_SUITES=1 $(CARGO) test --release --locked --workspace
 	$(CARGO) test --release --locked -p tailguard-proxy --features kube --test kubernetes
 	$(VENV)/bin/python -m pytest -q python/tests
 	$(PYTHON) scripts/measured.py --check

@@ -5,6 +5,7 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode, Version};
+use std::time::Duration;
 
 /// Any error a body may fail with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -50,11 +51,14 @@ pub fn bytes(bytes: &Bytes) -> Body {
     }
 }
 
-/// A plain-text response with `status`.
+/// A plain-text response of the proxy's own with `status`: to a gRPC request the listener sends
+/// it in gRPC's form instead ([`crate::grpc::local_reply`]).
 pub fn text(status: StatusCode, message: &str) -> Response<Body> {
-    let mut response = Response::new(full(format!("{message}\n")));
+    let message = Bytes::from(format!("{message}\n"));
+    let mut response = Response::new(full(message.clone()));
     *response.status_mut() = status;
     response.headers_mut().insert(hyper::header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    response.extensions_mut().insert(crate::grpc::LocalReply(message));
     response
 }
 
@@ -65,12 +69,15 @@ pub fn text(status: StatusCode, message: &str) -> Response<Body> {
 pub struct Found {
     pub hop_by_hop: bool,
     pub internal: bool,
+    /// A gRPC `content-type` ([`crate::grpc::is_grpc`]).
+    pub grpc: bool,
 }
 
 /// One pass over the names of `headers`.
 pub fn scan(headers: &HeaderMap) -> Found {
     let mut found = Found::default();
-    for name in headers.keys() {
+    for (name, value) in headers {
+        found.grpc |= name == hyper::header::CONTENT_TYPE && crate::grpc::is_grpc(value.as_bytes());
         let name = name.as_str();
         found.hop_by_hop |= hop_by_hop(name).is_some();
         found.internal |= name.starts_with(INTERNAL_PREFIX);
@@ -172,6 +179,21 @@ pub fn deadline_ms(headers: &HeaderMap) -> Result<Option<u64>, String> {
     Ok(Some(ms.min(MAX_DEADLINE_MS)))
 }
 
+/// A request's deadline from its headers (`found` by their [`scan`]): the time left in
+/// [`DEADLINE_MS`] if `believed`, and a gRPC request's `grpc-timeout`; the sooner of the two.
+/// `Err` names the malformed header.
+pub fn deadline(headers: &HeaderMap, found: Found, believed: bool) -> Result<Option<Duration>, String> {
+    let own = match believed && found.internal {
+        true => deadline_ms(headers)?.map(Duration::from_millis),
+        false => None,
+    };
+    let grpc = if found.grpc { crate::grpc::timeout(headers)? } else { None };
+    Ok(match (own, grpc) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    })
+}
+
 /// The answer to a request whose deadline was spent on arrival: never forwarded.
 pub fn deadline_spent() -> Response<Body> {
     text(StatusCode::GATEWAY_TIMEOUT, "tailguard: the deadline had passed on arrival")
@@ -195,12 +217,14 @@ mod tests {
         for name in &HOP_BY_HOP {
             let mut h = headers.clone();
             h.insert(name, HeaderValue::from_static("x"));
-            assert_eq!(scan(&h), Found { hop_by_hop: true, internal: false }, "{name}");
+            assert_eq!(scan(&h), Found { hop_by_hop: true, ..Found::default() }, "{name}");
             strip_hop_by_hop(&mut h);
             assert_eq!(h, headers, "{name}");
         }
         headers.insert(CHIP, HeaderValue::from_static("1"));
-        assert_eq!(scan(&headers), Found { hop_by_hop: false, internal: true });
+        assert_eq!(scan(&headers), Found { hop_by_hop: false, internal: true, grpc: false });
+        headers.insert("content-type", HeaderValue::from_static("application/grpc+proto"));
+        assert_eq!(scan(&headers), Found { hop_by_hop: false, internal: true, grpc: true });
     }
 
     #[test]

@@ -11,7 +11,9 @@
 //! for one of `trusted_identities`: docs/security.md), which is
 //! honoured (the application is given that long, at most an hour, then the caller gets 504) and
 //! passed on so the application's own calls can propagate it; a deadline spent on arrival is
-//! answered 504 at once.
+//! answered 504 at once. A gRPC request's `grpc-timeout` is a deadline too, from any caller.
+//! To a gRPC request the ingress's own replies are gRPC's (`crate::grpc`): its 429 is
+//! RESOURCE_EXHAUSTED, its 504 DEADLINE_EXCEEDED.
 //!
 //! A probe (`x-tailguard-probe`, [`crate::probe`]) from a trusted peer is answered by the ingress
 //! itself with its in-flight count and latency estimate (Prequal); from anyone else, with 403.
@@ -170,10 +172,12 @@ impl Ingress {
             return crate::probe::response(state.probes.reply(state.in_flight));
         }
         self.metrics.ingress_requests.inc();
-        // An untrusted caller's deadline is not believed, nor passed on.
-        let deadline = match trusted.then(|| http::deadline_ms(req.headers())).transpose() {
-            Ok(Some(Some(0))) => return http::deadline_spent(),
-            Ok(ms) => ms.flatten(),
+        let found = http::scan(req.headers());
+        // An untrusted caller's deadline header is not believed, nor passed on; a gRPC caller's
+        // grpc-timeout is, from anyone (it can only shorten its own request).
+        let deadline = match http::deadline(req.headers(), found, trusted) {
+            Ok(Some(left)) if left.is_zero() => return http::deadline_spent(),
+            Ok(left) => left,
             Err(e) => return http::text(StatusCode::BAD_REQUEST, &e),
         };
         let Some(held) = self.admit() else {
@@ -183,7 +187,7 @@ impl Ingress {
             return response;
         };
         let fault = req.body().fault();
-        let mut request = match self.app_request(req, deadline) {
+        let mut request = match self.app_request(req, found, deadline) {
             Ok(r) => r,
             Err(e) => return http::text(StatusCode::BAD_REQUEST, &format!("tailguard: {e}")),
         };
@@ -191,7 +195,7 @@ impl Ingress {
             span.inject(request.headers_mut());
         }
         let (arrived, rif) = (Instant::now(), held.rif);
-        let answer = match deadline.map(Duration::from_millis) {
+        let answer = match deadline {
             Some(d) => tokio::time::timeout(d, self.call(request)).await.ok(),
             None => Some(self.call(request).await),
         };
@@ -259,9 +263,15 @@ impl Ingress {
         admission.grant_chip(now, *in_flight, rng)
     }
 
-    /// The request as the application gets it: no hop-by-hop headers, no spoofed internal ones,
-    /// and the believed `deadline_ms` (clamped), if any.
-    fn app_request(&self, req: Request<ClientBody>, deadline_ms: Option<u64>) -> Result<Request<Body>, BoxError> {
+    /// The request as the application gets it (`found` by a scan of its headers): no hop-by-hop
+    /// headers, no spoofed internal ones, and the believed deadline (clamped), if any, in
+    /// milliseconds and, to a gRPC application, as `grpc-timeout`.
+    fn app_request(
+        &self,
+        req: Request<ClientBody>,
+        found: http::Found,
+        deadline: Option<Duration>,
+    ) -> Result<Request<Body>, BoxError> {
         let (mut parts, body) = req.into_parts();
         let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
         match self.client {
@@ -276,10 +286,12 @@ impl Ingress {
                 parts.version = Version::HTTP_2;
             }
         }
-        let found = http::scan(&parts.headers);
         http::forwardable(&mut parts.headers, found);
-        if let Some(ms) = deadline_ms {
-            parts.headers.insert(DEADLINE_MS, HeaderValue::from(ms));
+        if let Some(left) = deadline {
+            parts.headers.insert(DEADLINE_MS, HeaderValue::from(u64::try_from(left.as_millis()).unwrap_or(u64::MAX)));
+            if found.grpc {
+                parts.headers.insert(crate::grpc::TIMEOUT, crate::grpc::timeout_value(left));
+            }
         }
         Ok(Request::from_parts(parts, body.map_err(BoxError::from).boxed()))
     }

@@ -6,7 +6,7 @@
 //! application, and the admin listener serves health, metrics and the configuration.
 //!
 //! Modules, one concept each: [`config`] (the file), `egress`, `ingress`, `admin`, [`metrics`],
-//! `http` (bodies and header helpers), `body` (a client's request body: read timeout, client faults), `pool` (an endpoint's connections: kept-alive HTTP/1, or one HTTP/2 when a TLS endpoint chooses it by ALPN), `probe` (Prequal's probes on the wire), `server` (HTTP/1.1 + h2c accept loops with limits and
+//! `http` (bodies and header helpers), `grpc` (gRPC requests, `grpc-timeout`, replies in gRPC's form), `body` (a client's request body: read timeout, client faults), `pool` (an endpoint's connections: kept-alive HTTP/1, or one HTTP/2 when a TLS endpoint chooses it by ALPN), `probe` (Prequal's probes on the wire), `server` (HTTP/1.1 + h2c accept loops with limits and
 //! graceful shutdown), `tls` (rustls on the listeners and towards upstreams, files reloaded when
 //! they change), `reload` (watching the file and swapping the egress's upstreams), `trace`
 //! (OTLP spans, when configured) and `wire` (the network delay the ingress adds where the kernel
@@ -18,6 +18,7 @@ mod cap;
 pub mod config;
 mod egress;
 pub mod fuzz;
+mod grpc;
 mod http;
 mod ingress;
 pub mod metrics;

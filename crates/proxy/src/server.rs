@@ -37,7 +37,8 @@ use silent::Silent;
 /// Serves `listener` with `handler` (given each request and its peer's address) until `stop`
 /// turns true, then drains for at most `grace`; over TLS when given an acceptor, and then a
 /// request whose client certificate proves a trusted identity carries a [`TrustedIdentity`].
-/// Malformed requests are answered 400 by hyper and close only their own connection.
+/// Malformed requests are answered 400 by hyper and close only their own connection; the
+/// proxy's own replies to a gRPC request are sent in gRPC's trailers-only form.
 pub async fn serve<H, F>(
     listener: TcpListener,
     tls: Option<Arc<Acceptor>>,
@@ -265,6 +266,8 @@ where
         if let Some(identity) = &identity {
             req.extensions_mut().insert(*identity);
         }
+        // A gRPC request gets the proxy's own replies in gRPC's form (crate::grpc).
+        let grpc = crate::grpc::content_type(req.headers()).cloned();
         // hyper keeps room for one request's future in every connection, idle or not: boxed, an
         // idle connection holds a pointer instead of the whole request state.
         let response: Pin<Box<dyn Future<Output = Response<Body>> + Send>> = match http::malformed_head(&req) {
@@ -280,6 +283,9 @@ where
         async move {
             let mut response = response.await;
             drop(awaiting);
+            if let Some(content_type) = grpc {
+                crate::grpc::local_reply(&mut response, content_type);
+            }
             // Draining, an HTTP/1 client is told to leave the connection after this response
             // (hyper then closes it); HTTP/2 clients were sent GOAWAY.
             if !h2c && in_flight.is_draining() {

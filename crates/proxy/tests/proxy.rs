@@ -605,11 +605,18 @@ async fn responses_are_counted_by_status_class_and_failed_requests_per_upstream(
 async fn a_malformed_request_gets_400_and_the_proxy_serves_on() {
     let backend = Backend::start("a", Mode::Ok(Duration::ZERO)).await;
     let proxy = egress(&[&backend], "{}").await;
-    let mut stream = TcpStream::connect(proxy.egress.unwrap()).await.unwrap();
-    stream.write_all(b"NOT HTTP AT ALL\r\n\r\n").await.unwrap();
-    let mut reply = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(2), stream.read_to_end(&mut reply)).await;
-    assert!(String::from_utf8_lossy(&reply).starts_with("HTTP/1.1 400"), "{:?}", String::from_utf8_lossy(&reply));
+    let reply = |opening: &'static [u8]| async move {
+        let mut stream = TcpStream::connect(proxy.egress.unwrap()).await.unwrap();
+        stream.write_all(opening).await.unwrap();
+        let mut reply = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(2), stream.read_to_end(&mut reply)).await;
+        String::from_utf8_lossy(&reply).into_owned()
+    };
+    let malformed = reply(b"NOT HTTP AT ALL HTTP/1.1\r\n\r\n").await;
+    assert!(malformed.starts_with("HTTP/1.1 400"), "{malformed:?}");
+    // A line naming no HTTP/1 version is no HTTP/1 request: an invalid HTTP/2 preface, closed
+    // without an answer (RFC 9113 §3.4).
+    assert_eq!(reply(b"NOT HTTP AT ALL\r\n\r\n").await, "");
     let (status, _, _) = get(&client(), proxy.egress.unwrap(), "svc", &[]).await;
     assert_eq!(status, StatusCode::OK);
     proxy.shutdown().await;

@@ -90,7 +90,7 @@ impl<'a> Driver<'a> {
         template: Arc<Template>,
         streamed: Option<ClientBody>,
     ) -> Driver<'a> {
-        let replayable = template.body.is_some() && idempotent(&template.method);
+        let replayable = template.body.is_some() && idempotent(&template.method, &template.headers);
         Driver {
             egress,
             upstream,
@@ -144,7 +144,8 @@ impl<'a> Driver<'a> {
                 let answer = self.winner.as_ref().filter(|_| finish.outcome == Outcome::Success).map(|w| w.1);
                 let latency = self.now.saturating_sub(started);
                 let trace = self.trace.take();
-                let response = self.respond(finish);
+                let past_deadline = call.deadline().is_some_and(|d| d <= self.now);
+                let response = self.respond(finish, past_deadline);
                 if let Some(trace) = trace {
                     trace.finish(finish.outcome, finish.attempts, response.status());
                 }
@@ -261,7 +262,12 @@ impl<'a> Driver<'a> {
                 let found = http::scan(response.headers());
                 let chip = found.internal && http::has_chip(response.headers());
                 clean(&mut response, found);
-                let feedback = Feedback::new(outcome(response.status()), rtt).with_chip(chip);
+                // A gRPC error sent trailers-only is judged by its status, as its HTTP kin is.
+                let status = match self.template.grpc {
+                    true => crate::grpc::http_status(response.headers()).unwrap_or(response.status()),
+                    false => response.status(),
+                };
+                let feedback = Feedback::new(outcome(status), rtt).with_chip(chip);
                 match feedback.outcome {
                     Outcome::Success => {
                         self.count_win(end.attempt);
@@ -291,8 +297,9 @@ impl<'a> Driver<'a> {
         self.step_at(now, |ctx| call.on_attempt_end(ctx, end.attempt, feedback));
     }
 
-    /// The response to the application once the call finished.
-    fn respond(self, finish: Finish) -> Response<Body> {
+    /// The response to the application once the call finished (`past_deadline`: its deadline had
+    /// passed then).
+    fn respond(self, finish: Finish, past_deadline: bool) -> Response<Body> {
         let upstream_response = match finish.outcome {
             Outcome::Success => self.winner.map(|(response, _)| response),
             Outcome::Error => self.last_error,
@@ -302,6 +309,7 @@ impl<'a> Driver<'a> {
             return response;
         }
         match finish.outcome {
+            Outcome::TimedOut if past_deadline => http::text(StatusCode::GATEWAY_TIMEOUT, "tailguard: the deadline passed"),
             Outcome::TimedOut => http::text(StatusCode::GATEWAY_TIMEOUT, "tailguard: the request timed out"),
             Outcome::Rejected => match self.overflowed {
                 Some(max) => http::text(
@@ -310,6 +318,7 @@ impl<'a> Driver<'a> {
                 ),
                 None => http::text(StatusCode::SERVICE_UNAVAILABLE, "tailguard: no endpoint would take the request"),
             },
+            Outcome::Unavailable => http::text(StatusCode::BAD_GATEWAY, "tailguard: no endpoint could be reached"),
             _ => http::text(StatusCode::BAD_GATEWAY, "tailguard: the upstream failed"),
         }
     }

@@ -44,7 +44,7 @@ use hyper_util::rt::TokioExecutor;
 use protocol::HttpClient;
 use routes::{Routes, Upstream};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tailguard_policy::Time;
 
 pub(crate) use driver::outcome;
@@ -139,10 +139,10 @@ impl Egress {
     /// Sends `req` to `upstream` under its policy.
     async fn forward(&self, routes: &Routes, upstream: &Arc<Upstream>, req: Request<ClientBody>) -> Response<Body> {
         let found = http::scan(req.headers());
-        // The deadline header is internal: without any, no lookup.
-        let deadline = match found.internal.then(|| http::deadline_ms(req.headers())).transpose() {
-            Ok(Some(Some(0))) => return http::deadline_spent(),
-            Ok(ms) => ms.flatten().map(|ms| self.now().saturating_add(Duration::from_millis(ms))),
+        // The application's own deadline header, or a gRPC request's grpc-timeout.
+        let deadline = match http::deadline(req.headers(), found, true) {
+            Ok(Some(left)) if left.is_zero() => return http::deadline_spent(),
+            Ok(left) => left.map(|left| self.now().saturating_add(left)),
             Err(e) => return http::text(StatusCode::BAD_REQUEST, &e),
         };
         let trace = self.tracing.as_ref().map(|t| t.call(req.headers(), &upstream.name));

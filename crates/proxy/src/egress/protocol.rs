@@ -3,11 +3,12 @@
 //! the request is replayable; over TLS the pool speaks HTTP/2 instead when the endpoint chooses
 //! it by ALPN); h2c attempts through hyper-util's client (one multiplexed
 //! connection per endpoint, absolute URI). Each carries the template's headers, the deadline left
-//! for the next hop and its trace context; a response loses internal and hop-by-hop headers.
+//! for the next hop (a gRPC request's also as `grpc-timeout`) and its trace context; a response loses internal and hop-by-hop headers.
 
 use super::body::Template;
 use super::driver::{Attempt, Driver};
 use crate::config;
+use crate::grpc;
 use crate::http::{self, Body, BoxError, CHIP, DEADLINE_MS};
 use crate::pool;
 use crate::probe;
@@ -166,7 +167,8 @@ fn h2c_request(
 /// response's; a typical response has about ten.
 const ATTEMPT_HEADERS: usize = 12;
 
-/// The template's method and headers on `body`, plus the deadline left and the trace context.
+/// The template's method and headers on `body`, plus the deadline left (and for gRPC as
+/// `grpc-timeout`) and the trace context.
 fn attempt_request(t: &Template, body: Body, remaining: Option<Duration>, traced: &HeaderMap) -> Request<Body> {
     // Set in place: each step of `Request::builder()` moves the whole request head.
     let mut request = Request::new(body);
@@ -180,6 +182,9 @@ fn attempt_request(t: &Template, body: Body, remaining: Option<Duration>, traced
     }
     if let Some(r) = remaining {
         headers.insert(DEADLINE_MS, HeaderValue::from(u64::try_from(r.as_millis()).unwrap_or(u64::MAX)));
+        if t.grpc {
+            headers.insert(grpc::TIMEOUT, grpc::timeout_value(r));
+        }
     }
     for (name, value) in traced {
         headers.insert(name, value.clone());

@@ -16,16 +16,28 @@ use tokio::net::TcpStream;
 /// The HTTP/2 connection preface (RFC 9113 §3.4).
 pub(super) const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
+/// How many bytes a connection's opening is peeked at: the preface, or most HTTP/1 request lines
+/// whole (one that does not end within them is left to hyper).
+const PEEKED: usize = 128;
+
 /// Reads how `stream` opens: whether with the HTTP/2 preface, and the stream with any bytes read
-/// to tell put back in front. An error when the client leaves or fails before showing it.
+/// to tell put back in front. An error when the client leaves or fails before showing it, or when
+/// it opens with a line that is neither the preface nor an HTTP/1 request line: an invalid
+/// preface, which closes the connection (RFC 9113 §3.4) instead of drawing an HTTP/1 400.
 pub(super) async fn open(mut stream: TcpStream) -> io::Result<(bool, Opened)> {
-    let mut read = [0u8; 24];
-    let n = stream.peek(&mut read).await?;
+    let mut peeked = [0u8; PEEKED];
+    let n = stream.peek(&mut peeked).await?;
     if n == 0 {
         return Err(io::ErrorKind::UnexpectedEof.into());
     }
+    let mut read = [0u8; 24];
+    let head = n.min(read.len());
+    read[..head].copy_from_slice(&peeked[..head]);
     let h2c = read == *H2_PREFACE;
-    if h2c || read[..n] != H2_PREFACE[..n] {
+    if h2c || read[..head] != H2_PREFACE[..head] {
+        if !h2c && !http1_line(&peeked[..n]) {
+            return Err(refuse(stream).await);
+        }
         return Ok((h2c, Opened { read, at: 0, len: 0, stream }));
     }
     // Part of the preface: read up to its length (never a byte past it) until it is whole or
@@ -39,9 +51,39 @@ pub(super) async fn open(mut stream: TcpStream) -> io::Result<(bool, Opened)> {
         len += n;
         let h2c = len == H2_PREFACE.len() && read == *H2_PREFACE;
         if h2c || read[..len] != H2_PREFACE[..len] {
+            if !h2c && !http1_line(&read[..len]) {
+                return Err(refuse(stream).await);
+            }
             return Ok((h2c, Opened { read, at: 0, len: len as u8, stream }));
         }
     }
+}
+
+/// Whether `opening` (a connection's first bytes, not the HTTP/2 preface) may be an HTTP/1
+/// request: its first line is not whole yet, or it ends with an HTTP version (`GET / HTTP/1.1`;
+/// hyper answers a malformed one 400). Any other line is no HTTP/1 request at all.
+fn http1_line(opening: &[u8]) -> bool {
+    // Empty lines before a request line are ignored (RFC 9112 §2.2).
+    let start = opening.iter().position(|b| !matches!(b, b'\r' | b'\n')).unwrap_or(opening.len());
+    let opening = &opening[start..];
+    let Some(end) = opening.iter().position(|b| *b == b'\n') else { return true };
+    let line = opening[..end].strip_suffix(b"\r").unwrap_or(&opening[..end]);
+    let version = line.rsplit(|b| *b == b' ').next().unwrap_or_default();
+    version.starts_with(b"HTTP/1.")
+}
+
+/// Closes a connection that opened with neither HTTP/1 nor the HTTP/2 preface, with a FIN: the
+/// bytes it sent are read first (at most 64 KiB of them, without waiting), since closing a socket
+/// with unread bytes resets it, and a reset may be read as a network failure rather than an answer.
+async fn refuse(mut stream: TcpStream) -> io::Error {
+    let mut sink = [0u8; 4096];
+    for _ in 0..16 {
+        if !matches!(stream.try_read(&mut sink), Ok(n) if n > 0) {
+            break;
+        }
+    }
+    let _ = tokio::io::AsyncWriteExt::shutdown(&mut stream).await;
+    io::Error::new(io::ErrorKind::InvalidData, "neither an HTTP/1 request nor the HTTP/2 preface")
 }
 
 /// A client's stream, with the bytes [`open`] read from it (`read[at..len]`) served first.
@@ -153,6 +195,31 @@ mod tests {
         let (h2c, bytes, _) = open_split(head, b"").await;
         assert!(!h2c);
         assert_eq!(bytes, head);
+    }
+
+    #[tokio::test]
+    async fn a_line_that_is_neither_http1_nor_the_preface_is_an_error() {
+        let (mut client, server) = pair().await;
+        client.write_all(b"INVALID CONNECTION PREFACE\r\n\r\n").await.unwrap();
+        assert_eq!(open(server).await.err().map(|e| e.kind()), Some(io::ErrorKind::InvalidData));
+        // Closed with a FIN, not reset: the client reads the stream's end.
+        let mut rest = Vec::new();
+        assert_eq!(client.read_to_end(&mut rest).await.unwrap(), 0);
+        // A malformed HTTP/1 request line is still HTTP/1 (hyper answers it 400), and so is a
+        // line not yet whole.
+        for opening in [&b"GET /\x01 HTTP/1.1\r\n\r\n"[..], b"GET /a-long-path-still-coming"] {
+            let (h2c, bytes, _) = open_split(opening, b"").await;
+            assert!(!h2c && bytes == opening);
+        }
+        assert!(http1_line(b"GET / HTTP/1.0\n") && http1_line(b"\r\nGET / HTTP/1.1\r\n") && http1_line(b"\r\n"));
+        assert!(!http1_line(b"GET /\r\n") && !http1_line(b"GET / HTTP/2.0\r\n"));
+        // The preface's own line, then something else: an HTTP/2 client's broken preface.
+        let (mut client, server) = pair().await;
+        client.write_all(&H2_PREFACE[..10]).await.unwrap();
+        let opening = tokio::spawn(open(server));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        client.write_all(b"P/2.0\r\n\r\nXX").await.unwrap();
+        assert_eq!(opening.await.unwrap().err().map(|e| e.kind()), Some(io::ErrorKind::InvalidData));
     }
 
     #[tokio::test]

@@ -145,3 +145,63 @@ async fn answer(name: &str, mode: Mode, req: Request<Incoming>) -> Result<Respon
         .unwrap();
     Ok(response)
 }
+
+/// A protocol-suite tool built by `make suites` (`target/tools/NAME`: h2spec, grpc-go's interop
+/// server and client). Absent, the test says loudly that it skips and gets `None`, unless
+/// `TAILGUARD_REQUIRE_SUITES` is set (as `make test` sets it, having built them): then it fails.
+pub fn suite_tool(name: &str) -> Option<std::path::PathBuf> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let path = root.join("target/tools").join(name);
+    if path.is_file() {
+        return Some(path);
+    }
+    let why = format!("{} is missing: `make suites` builds it (make test does)", path.display());
+    assert!(std::env::var_os("TAILGUARD_REQUIRE_SUITES").is_none(), "{why}");
+    eprintln!("SKIPPED: {why}");
+    None
+}
+
+/// A child process that is killed, by its own id, when dropped.
+pub struct Killed(pub std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs `command` to its end within `limit` (killed past it); its exit status, stdout and
+/// stderr, or `None` if it had to be killed.
+pub fn run_bounded(
+    command: &mut std::process::Command,
+    limit: Duration,
+) -> Option<(std::process::ExitStatus, String, String)> {
+    use std::io::Read;
+    use std::process::Stdio;
+    let child = command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn();
+    let mut child = Killed(child.unwrap_or_else(|e| panic!("cannot start {command:?}: {e}")));
+    // Drained on threads of their own, so that a full pipe never stalls the child.
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = pipe.read_to_string(&mut text);
+            text
+        })
+    };
+    let stdout = drain(Box::new(child.0.stdout.take().expect("piped")));
+    let stderr = drain(Box::new(child.0.stderr.take().expect("piped")));
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.0.try_wait().expect("the child can be waited for") {
+            break Some(status);
+        }
+        if start.elapsed() > limit {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    drop(child);
+    let (stdout, stderr) = (stdout.join().unwrap_or_default(), stderr.join().unwrap_or_default());
+    status.map(|status| (status, stdout, stderr))
+}
