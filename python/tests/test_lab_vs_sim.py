@@ -98,7 +98,13 @@ def test_main_exits_1_out_of_bounds_and_2_when_incomparable(tmp_path, capsys):
 
 
 def test_the_calibration_a_lab_ran_under_is_handed_on_and_named_in_the_table(tmp_path, capsys):
-    calibration = {"host": "h", "measured": "2026-11-28T13:00:00Z", "load_average": [1.5, 2.25], "seconds": 10.0, "sidecars": {}}
+    calibration = {
+        "host": "h",
+        "measured": "2026-11-28T13:00:00Z",
+        "load_average": [1.5, 2.25],
+        "seconds": 10.0,
+        "sidecars": {},
+    }
     recorded, bare = tmp_path / "recorded.json", tmp_path / "bare.json"
     recorded.write_text(json.dumps({**doc(run("s", "a", 10.0, 20.0, 1.0)), "calibration": calibration}))
     bare.write_text(json.dumps(doc(run("s", "a", 10.0, 20.0, 1.0))))
