@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The simulator and the lab on the same experiment file: p50 and p99 of every run the lab can do
 # (oracle variants are simulator-only), as lab / sim ratios, and the success rates, against the
-# bounds the lab is held to (p50 within ±10 %, p99 within ±20 %, success within 1 percentage point:
+# bounds the lab is held to (p50 within ±5 %, p99 within ±10 %, success within 0.5 percentage point:
 # a lab run that is as fast as the simulator's but fails more requests is no match). The table is
 # bench/lab_vs_sim.py's. Extra arguments go to `tailguard lab run` (e.g. `--isolation netns`);
 # `--seed`, `--scenario` and `--variant` go to the simulator too, so that both sides run the same
@@ -11,11 +11,16 @@
 # (its seed is used; FULL=1 if it ran without --quick). Exits 1 when any run is out of bounds, and
 # says which bound; 2 when the runs cannot be compared (different seeds or durations). A variant
 # whose sidecar is HAProxy's or nginx's (docs/lab.md, "Peer sidecars") is compared like any
-# other, its name followed by the peer's: the simulator runs its policies as tailguard's.
+# other, its name followed by the peer's: the simulator runs the peer's own policies.
+# The machine's calibration (`tailguard lab calibrate`, docs/lab.md "Calibration") makes the
+# simulator charge the lab's hops: CALIBRATION=FILE gives it to both sides (the lab records it in
+# results.json); with LAB_RESULTS, the calibration recorded there is used unless CALIBRATION says
+# otherwise. Without one the simulator charges nothing for the sidecars (the file's network only).
 #
 #   bench/lab-vs-sim.sh examples/speculative.yaml
 #   bench/lab-vs-sim.sh examples/balancing.yaml --scenario fast-error --variant bloc
 #   FULL=1 LAB_RESULTS=lab-out/peers-.../results.json bench/lab-vs-sim.sh examples/peers.yaml
+#   CALIBRATION=calibration.yaml bench/lab-vs-sim.sh examples/hedging.yaml --scenario bimodal-30
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FILE=${1:?usage: [FULL=1] [LAB_RESULTS=results.json] bench/lab-vs-sim.sh FILE [lab options...]}
@@ -37,6 +42,12 @@ QUICK=(--quick)
 TG=target/release/tailguard
 [ -x "$TG" ] || cargo build --release --locked
 OUT=$(mktemp -d /tmp/tailguard-lab-vs-sim.XXXXXX)
+if [ -n "${CALIBRATION:-}" ]; then
+  LAB_ARGS+=(--calibration "$CALIBRATION")
+  SIM_ARGS+=(--calibration "$CALIBRATION")
+elif [ -n "${LAB_RESULTS:-}" ] && python3 bench/lab_vs_sim.py --calibration "$LAB_RESULTS" >"$OUT/calibration.json"; then
+  SIM_ARGS+=(--calibration "$OUT/calibration.json")
+fi
 if [ -n "${LAB_RESULTS:-}" ]; then
   LAB_JSON=$LAB_RESULTS
   case " ${SIM_ARGS[*]} " in

@@ -38,16 +38,16 @@ def doc(*runs, seed=19):
 def test_each_bound_is_checked_at_its_edge():
     sim = doc(run("s", "a", 100.0, 200.0, 1.0), run("s", "b", 100.0, 200.0, 1.0), run("s", "c", 100.0, 200.0, 1.0))
     lab = doc(
-        run("s", "a", 109.9, 239.9, 0.9901),  # every ratio just within its bound
-        run("s", "b", 111.0, 241.0, 0.989),  # every one just past it
-        run("s", "c", 89.0, 159.0, 1.0),  # too fast is no match either
+        run("s", "a", 104.9, 219.9, 0.9951),  # every ratio just within its bound
+        run("s", "b", 105.1, 220.2, 0.994),  # every one just past it
+        run("s", "c", 94.0, 179.0, 1.0),  # too fast is no match either
     )
     a, b, c = lab_vs_sim.compare(sim, lab)
     assert a.missed() == []
     assert b.missed() == ["p50", "p99", "success"]
     assert c.missed() == ["p50", "p99"]
-    assert b.p99_ratio == pytest.approx(1.205)
-    assert b.success_diff_pp == pytest.approx(-1.1)
+    assert b.p99_ratio == pytest.approx(1.101)
+    assert b.success_diff_pp == pytest.approx(-0.6)
 
 
 def test_a_simulator_latency_of_zero_misses_rather_than_divides():
@@ -87,14 +87,32 @@ def test_documents_that_cannot_be_compared_are_refused(sim, lab, message):
 def test_main_exits_1_out_of_bounds_and_2_when_incomparable(tmp_path, capsys):
     sim, ok, slow, other_seed = (tmp_path / n for n in ("sim.json", "ok.json", "slow.json", "seed.json"))
     sim.write_text(json.dumps(doc(run("s", "a", 10.0, 20.0, 1.0))))
-    ok.write_text(json.dumps(doc(run("s", "a", 10.5, 21.0, 1.0))))
-    slow.write_text(json.dumps(doc(run("s", "a", 10.5, 30.0, 1.0))))
+    ok.write_text(json.dumps(doc(run("s", "a", 10.4, 21.0, 1.0))))
+    slow.write_text(json.dumps(doc(run("s", "a", 10.4, 30.0, 1.0))))
     other_seed.write_text(json.dumps(doc(run("s", "a", 10.0, 20.0, 1.0), seed=3)))
     assert lab_vs_sim.main(["lab_vs_sim.py", str(sim), str(ok)]) == 0
     assert lab_vs_sim.main(["lab_vs_sim.py", str(sim), str(slow)]) == 1
     assert "NO: p99" in capsys.readouterr().out
     assert lab_vs_sim.main(["lab_vs_sim.py", str(sim), str(other_seed)]) == 2
     assert "cannot compare" in capsys.readouterr().err
+
+
+def test_the_calibration_a_lab_ran_under_is_handed_on_and_named_in_the_table(tmp_path, capsys):
+    calibration = {
+        "host": "h",
+        "measured": "2026-11-28T13:00:00Z",
+        "load_average": [1.5, 2.25],
+        "seconds": 10.0,
+        "sidecars": {},
+    }
+    recorded, bare = tmp_path / "recorded.json", tmp_path / "bare.json"
+    recorded.write_text(json.dumps({**doc(run("s", "a", 10.0, 20.0, 1.0)), "calibration": calibration}))
+    bare.write_text(json.dumps(doc(run("s", "a", 10.0, 20.0, 1.0))))
+    assert lab_vs_sim.main(["lab_vs_sim.py", "--calibration", str(recorded)]) == 0
+    assert json.loads(capsys.readouterr().out) == calibration
+    assert lab_vs_sim.main(["lab_vs_sim.py", "--calibration", str(bare)]) == 1
+    assert lab_vs_sim.main(["lab_vs_sim.py", str(recorded), str(bare)]) == 0
+    assert "calibration: h at 2026-11-28T13:00:00Z, load average 1.50-2.25" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("option", ["--duration", "--warmup=5s", "--quick"])

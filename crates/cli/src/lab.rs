@@ -18,6 +18,35 @@ pub enum LabCommand {
     Run(LabArgs),
     /// Write one run of an experiment file as Kubernetes manifests (docs/deploy.md).
     Render(RenderArgs),
+    /// Measure what a call through real sidecars costs on this machine and write it as a network
+    /// model the simulator charges (`network: {calibrated: FILE}`; docs/lab.md, "Calibration").
+    Calibrate(CalibrateArgs),
+}
+
+/// Arguments of `tailguard lab calibrate`.
+#[derive(clap::Args)]
+pub struct CalibrateArgs {
+    /// Where the calibration goes.
+    #[arg(long, value_name = "FILE", default_value = "calibration.yaml")]
+    out: PathBuf,
+    /// Where the runs' files and logs go (default: lab-out/calibrate-TIMESTAMP).
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Requests per second to measure at (repeatable; default 50, 250 and 500).
+    #[arg(long = "rate", value_name = "R")]
+    rates: Vec<f64>,
+    /// Measured time per rate, path and sidecar.
+    #[arg(long, value_parser = Dur::parse_duration, default_value = "10s")]
+    duration: Duration,
+    /// Warm-up before each measurement.
+    #[arg(long, value_parser = Dur::parse_duration, default_value = "2s")]
+    warmup: Duration,
+    /// 3 s per measurement after 1 s of warm-up, at 50 and 500 requests/s: a quick look.
+    #[arg(long)]
+    quick: bool,
+    /// Only this sidecar (repeatable: tailguard, haproxy, nginx; default: every one installed).
+    #[arg(long = "sidecar", value_name = "S")]
+    sidecars: Vec<String>,
 }
 
 /// Arguments of `tailguard lab render`.
@@ -99,6 +128,11 @@ pub struct LabArgs {
     /// Trace nothing: the sidecars build no tracer.
     #[arg(long)]
     no_traces: bool,
+    /// The machine's calibration (`tailguard lab calibrate`) to record in results.json, for
+    /// the simulator to charge when it is compared (bench/lab-vs-sim.sh); the file's
+    /// `network.calibrated` when not given.
+    #[arg(long, value_name = "FILE")]
+    calibration: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -111,6 +145,7 @@ pub fn run(command: LabCommand) -> anyhow::Result<()> {
     let args = match command {
         LabCommand::Run(args) => args,
         LabCommand::Render(args) => return render(args),
+        LabCommand::Calibrate(args) => return calibrate(args),
     };
     let experiment = Experiment::load(&args.file)?;
     let out = args.out.unwrap_or_else(|| default_out(&format!("{}-{}", experiment.file.name, timestamp())));
@@ -130,6 +165,11 @@ pub fn run(command: LabCommand) -> anyhow::Result<()> {
     options.variants = args.variants;
     options.duration = args.duration;
     options.warmup = args.warmup;
+    if let Some(path) = &args.calibration {
+        let calibration = tailguard_model::Calibration::load(path)
+            .map_err(|e| anyhow::anyhow!("--calibration {}: {e}", path.display()))?;
+        options.calibration = Some(calibration);
+    }
     let ratio = args.trace_ratio;
     options.tracing = match (args.no_traces, args.otlp_endpoint, args.traces) {
         (true, _, _) => Tracing::Off,
@@ -141,6 +181,72 @@ pub fn run(command: LabCommand) -> anyhow::Result<()> {
         },
     };
     run_lab(&experiment, options, &outputs, every_table)
+}
+
+/// `tailguard lab calibrate`: measures and writes the calibration, and prints its medians.
+fn calibrate(args: CalibrateArgs) -> anyhow::Result<()> {
+    use tailguard_lab::calibrate::{self, CalibrateOptions};
+    crate::output::file("--out", &args.out)?;
+    let installed = calibrate::installed_sidecars();
+    let sidecars = if args.sidecars.is_empty() { installed.clone() } else { args.sidecars.clone() };
+    if let Some(missing) = sidecars.iter().find(|s| !installed.contains(s)) {
+        anyhow::bail!("--sidecar {missing}: expected one of the sidecars installed here: {}", installed.join(", "));
+    }
+    let (mut rates, duration, warmup) = match args.quick {
+        true => (vec![50.0, 500.0], Duration::from_secs(3), Duration::from_secs(1)),
+        false => (calibrate::RATES.to_vec(), args.duration, args.warmup),
+    };
+    if !args.rates.is_empty() {
+        rates = args.rates.clone();
+    }
+    rates.sort_by(f64::total_cmp);
+    rates.dedup();
+    if let Some(bad) = rates.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
+        anyhow::bail!("--rate {bad}: expected a positive number of requests per second");
+    }
+    let dir = args.dir.unwrap_or_else(|| default_out(&format!("calibrate-{}", timestamp())));
+    let options = CalibrateOptions {
+        exe: std::env::current_exe()?,
+        out: std::path::absolute(&dir)?,
+        rates,
+        seconds: duration,
+        warmup,
+        sidecars,
+        cancel: Cancel::default(),
+    };
+    watch_signals(options.cancel.clone());
+    eprintln!(
+        "calibrating {} at {} requests/s, {} s each (load average {:.2}), runs in {}",
+        options.sidecars.join(", "),
+        options.rates.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", "),
+        options.seconds.as_secs_f64(),
+        calibrate::load_average(),
+        dir.display()
+    );
+    let progress = Progress::new();
+    let calibration = calibrate::calibrate(&options, &progress);
+    progress.bar.finish_and_clear();
+    let calibration = calibration?;
+    std::fs::write(&args.out, calibration.to_yaml()).with_context(|| format!("writing {}", args.out.display()))?;
+    println!("sidecar     rate/s  client p50  client p99  service p50  service p99  work p50  work p99   (ms added)");
+    for (name, hops) in &calibration.sidecars {
+        for p in &hops.points {
+            let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+            println!(
+                "{name:<10} {:>7} {:>11.3} {:>11.3} {:>12.3} {:>12.3} {:>9.3} {:>9.3}",
+                p.rate,
+                ms(p.client.at(0.5)),
+                ms(p.client.at(0.99)),
+                ms(p.service.at(0.5)),
+                ms(p.service.at(0.99)),
+                ms(p.work.at(0.5)),
+                ms(p.work.at(0.99))
+            );
+        }
+    }
+    let [before, after] = calibration.load_average;
+    println!("load average {before:.2} before, {after:.2} after; calibration: {}", args.out.display());
+    Ok(())
 }
 
 /// Where a lab run's results JSON and report go.
@@ -249,19 +355,8 @@ pub(crate) fn default_out(name: &str) -> PathBuf {
 
 /// UTC now as `YYYYMMDD-HHMMSS`.
 pub(crate) fn timestamp() -> String {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Howard Hinnant's civil-from-days.
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}{month:02}{day:02}-{:02}{:02}{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+    let (year, month, day, hour, minute, second) = tailguard_lab::utc_now();
+    format!("{year:04}{month:02}{day:02}-{hour:02}{minute:02}{second:02}")
 }
 
 /// Progress: one bar per run, counting the seconds of load against the run's length.

@@ -42,6 +42,10 @@ pub struct SimArgs {
     /// Write the HTML report (plots and tables, see docs/report.md) here.
     #[arg(long, value_name = "PATH")]
     report: Option<PathBuf>,
+    /// Charge this machine calibration's hops (`tailguard lab calibrate`) in every run, in place
+    /// of the file's `network.calibrated`.
+    #[arg(long, value_name = "FILE")]
+    calibration: Option<PathBuf>,
 }
 
 /// `tailguard demo --sim`: the embedded demo file's `scenarios` × `variants` in the simulator,
@@ -65,6 +69,7 @@ pub fn demo(
         traces: None,
         trace_sample: DEFAULT_TRACE_SAMPLE,
         report: Some(outputs.report.clone()),
+        calibration: None,
     };
     simulate_and_report(experiment, &sim, table::summary)
 }
@@ -89,7 +94,14 @@ fn simulate_and_report(experiment: &Experiment, args: &SimArgs, table: Table) ->
     eprintln!("simulating {} ({total} runs, seed {seed}{quick})", args.file.display());
     let bar = progress_bar(total as u64);
     let started = std::time::Instant::now();
-    let options = Options { seed, quick: args.quick, threads, scenarios, variants };
+    let calibration = match &args.calibration {
+        None => None,
+        Some(path) => Some(
+            tailguard_model::Calibration::load(path)
+                .map_err(|e| anyhow::anyhow!("--calibration {}: {e}", path.display()))?,
+        ),
+    };
+    let options = Options { seed, quick: args.quick, threads, scenarios, variants, calibration };
     // Without --traces no run records spans (the tracer is never built).
     let sample = args.traces.as_ref().map(|_| args.trace_sample);
     let progress = |p: tailguard_sim::Progress<'_>| {

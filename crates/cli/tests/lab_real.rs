@@ -177,7 +177,9 @@ fn haproxy_and_nginx_sidecars_carry_a_variant_s_retries() {
         assert!(cpu >= least && cpu < 100.0, "{}: {cpu} s per 1000 requests", run.variant);
     }
     let kept = |variant: &str| std::fs::read_to_string(out.join(format!("runs/default/{variant}/metrics-front-0.txt")));
-    assert!(kept("haproxy").unwrap().lines().any(|l| l.starts_with("back,BACKEND,")), "HAProxy's CSV statistics");
+    let stats = kept("haproxy").unwrap();
+    assert!(stats.lines().any(|l| l.starts_with("back,BACKEND,")), "HAProxy's CSV statistics");
+    assert!(tailguard_lab::peers::haproxy::servers_down(&stats).is_empty(), "{stats}");
     assert!(kept("nginx").unwrap().starts_with("Active connections:"), "nginx's stub_status");
     let pids = spawned.0.lock().unwrap().clone();
     assert!(pids.iter().any(|(name, _)| name == "proxy back-1"), "{pids:?}");

@@ -20,6 +20,7 @@
 //!
 //! Runs that need the simulator's oracle balancer are skipped (no real process sees every queue).
 
+pub mod calibrate;
 pub mod cpu;
 mod error;
 pub mod faults;
@@ -83,3 +84,26 @@ pub trait Observer: Sync {
 /// An observer that ignores everything.
 pub struct Quiet;
 impl Observer for Quiet {}
+
+/// UTC now as (year, month, day, hour, minute, second).
+pub fn utc_now() -> (i64, i64, i64, u64, u64, u64) {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Howard Hinnant's civil-from-days.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day, rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// UTC now as RFC 3339 (`2026-11-28T13:40:00Z`).
+pub fn utc_now_rfc3339() -> String {
+    let (y, mo, d, h, mi, s) = utc_now();
+    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
+}

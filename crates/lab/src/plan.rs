@@ -150,7 +150,7 @@ impl Plan {
             replicas,
             workload_proxy: proxied.then(|| SocketAddr::new(host, EGRESS_PORT)),
             workload_admin: proxied.then(|| SocketAddr::new(host, ADMIN_PORT)),
-            network_delay: (!run.network.is_zero()).then(|| run.network.clone()),
+            network_delay: (!run.network.is_zero()).then(|| Network { calibrated: None, ..run.network.clone() }),
         }
     }
 
@@ -428,7 +428,7 @@ mod tests {
         let delayed = FILE.replace("workload:", "network: {delay: 5ms, jitter: 1ms}\nworkload:");
         let delayed_run = run(&delayed);
         let plan = Plan::new(&delayed_run, Isolation::Loopback, 7);
-        let expected = Network { delay: Dur::from_millis(5), jitter: Dur::from_millis(1) };
+        let expected = Network { delay: Dur::from_millis(5), jitter: Dur::from_millis(1), calibrated: None };
         assert_eq!(plan.network_delay, Some(expected.clone()));
         // Every replica's ingress: the entry's holds the load generator's hop, the callee's the
         // caller's; read back as the proxy reads it.

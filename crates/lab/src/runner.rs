@@ -57,6 +57,9 @@ pub struct Options {
     pub cancel: Cancel,
     /// What the sidecars do with spans (docs/traces.md).
     pub tracing: Tracing,
+    /// The machine's calibration the run is recorded under (`results.json`'s `calibration`):
+    /// the lab adds nothing for it, bench/lab-vs-sim.sh hands it to the simulator.
+    pub calibration: Option<tailguard_model::Calibration>,
 }
 
 impl Options {
@@ -79,6 +82,7 @@ impl Options {
             ready_timeout: Duration::from_secs(20),
             cancel: Cancel::default(),
             tracing,
+            calibration: None,
         }
     }
 }
@@ -168,6 +172,7 @@ pub fn run(experiment: &Experiment, options: &Options, observer: &dyn Observer) 
         mode: "lab".to_string(),
         seed: options.seed,
         runs: results,
+        calibration: options.calibration.clone().or_else(|| runs.iter().find_map(|r| r.calibration.clone())),
     };
     match stopped {
         None => Ok(finished),
@@ -219,6 +224,9 @@ fn run_one(
     observer.phase(&format!("starting {count} processes"));
     let checks = start(run, &plan, options, endpoint.as_deref(), &dir, &mut processes, observer)?;
     processes.wait_ready(&checks, options.ready_timeout, &options.cancel)?;
+    if run.sidecar == SidecarKind::Haproxy {
+        await_haproxy_checks(run, &plan, options, observer)?;
+    }
     observer.ready(&plan);
     for line in faults::realisations(run, &plan) {
         observer.note(&line);
@@ -278,6 +286,46 @@ fn run_one(
     result.sidecar_cpu_s_per_1k =
         cpu_s.filter(|_| result.requests > 0).map(|s| round(1000.0 * s / result.requests as f64));
     Ok(result)
+}
+
+/// Waits until no HAProxy sidecar has a server down ([`peers::haproxy::servers_down`]), for at
+/// most twice the longest check interval of the run's policies; a server still down then (a
+/// `down` fault's replica fails its check) is noted, and the load starts.
+fn await_haproxy_checks(run: &Run, plan: &Plan, options: &Options, observer: &dyn Observer) -> Result<(), LabError> {
+    let policies = run.services.values().flat_map(|s| s.calls.iter().map(|c| &c.policy));
+    let longest = policies
+        .chain([&run.workload.client])
+        .filter_map(|p| tailguard_model::build::peer_policy(tailguard_policy::peer::Peer::Haproxy, p).ok()?.health)
+        .map(|h| h.duration)
+        .max();
+    let Some(inter) = longest else { return Ok(()) };
+    let admins: Vec<_> =
+        plan.replicas.iter().filter(|r| r.sidecar).map(Replica::admin).chain(plan.workload_admin).collect();
+    let deadline = Instant::now() + 2 * inter;
+    loop {
+        let down: Vec<String> = admins
+            .iter()
+            .filter_map(|&admin| crate::http::get(admin, "/stats;csv").ok())
+            .flat_map(|(_, csv)| peers::haproxy::servers_down(&csv))
+            .collect();
+        if down.is_empty() {
+            return Ok(());
+        }
+        if options.cancel.is_cancelled() {
+            return Err(LabError::Interrupted);
+        }
+        if Instant::now() >= deadline {
+            observer.note(&format!(
+                "{} / {}: {} HAProxy servers still down after their checks (e.g. {}): the load starts without them",
+                run.scenario,
+                run.variant,
+                down.len(),
+                down[0]
+            ));
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Saves each sidecar's final counters as `metrics-NAME.txt` beside its logs, for a closer look

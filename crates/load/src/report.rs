@@ -143,6 +143,7 @@ impl LoadReport {
             mode: "load".to_string(),
             seed: self.seed,
             runs: vec![self.to_run(&self.shape, variant)],
+            calibration: None,
         }
     }
 

@@ -4,10 +4,12 @@
 //! fail. Each policy family's config type builds its own policy (`BalancerConfig::build`, ...);
 //! what is here combines a caller's sections, which only the experiment's [`ClientPolicy`] holds.
 
-use crate::schema::{self, ClientPolicy};
+use crate::schema::{self, ClientPolicy, SidecarKind};
+use crate::Run;
 use std::time::Duration;
 use tailguard_policy::admission;
 use tailguard_policy::call;
+use tailguard_policy::peer::{Peer, PeerPolicy, Refusal};
 use tailguard_policy::class::{ClassPolicy, Classes};
 
 /// A caller's policies towards a service of `endpoints` replicas, every request in one class.
@@ -42,6 +44,81 @@ pub fn class_policy(config: &ClientPolicy) -> ClassPolicy {
         hedge_on_timeout: config.retry.hedges_on_timeout(&config.timeout),
         races: Default::default(),
     }
+}
+
+/// A caller's policies towards a service of `endpoints` replicas whose routes are `routes`, as
+/// the variant's `sidecar` runs them: a peer's own policy ([`peer_policy`], the table the lab's
+/// translation reads; one class), else tailguard's ([`client_policy_routed`]). A policy the peer
+/// cannot express ([`check_peers`] refuses the run) is built as tailguard's.
+pub fn client_policy_as(
+    sidecar: SidecarKind,
+    config: &ClientPolicy,
+    endpoints: usize,
+    routes: &[String],
+) -> call::ClientPolicy {
+    match sidecar.peer_kind().map(|peer| peer_policy(peer, config)) {
+        Some(Ok(policy)) => policy.build(endpoints),
+        _ => client_policy_routed(config, endpoints, routes),
+    }
+}
+
+/// The workload's client towards the entry service's `endpoints` replicas: the load generator's
+/// own round robin when the file leaves `client` at its default (the lab then starts no sidecar
+/// for it), else the client as the variant's sidecar runs it.
+pub fn workload_policy(run: &Run, endpoints: usize) -> call::ClientPolicy {
+    let client = &run.workload.client;
+    let sidecar = if *client == ClientPolicy::default() { SidecarKind::Tailguard } else { run.sidecar };
+    let routes = run.services.get(&run.workload.target).map(|s| s.route_names()).unwrap_or_default();
+    client_policy_as(sidecar, client, endpoints, &routes)
+}
+
+/// What `peer` makes of a caller's policy: the one table of docs/lab.md, "Peer sidecars".
+pub fn peer_policy(peer: Peer, config: &ClientPolicy) -> Result<PeerPolicy, Refusal> {
+    PeerPolicy::translate(
+        peer,
+        &config.balancer,
+        // A peer's variant gets no ejection of tailguard's unless the policy writes it.
+        config.outlier.config().filter(|_| !config.outlier.is_default()).as_ref(),
+        &config.timeout,
+        &config.hedge,
+        &config.retry,
+        config.deadline.map(|d| d.get()),
+    )
+}
+
+/// A policy field a peer sidecar cannot express, at `caller->callee.FIELD`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("sidecar: {peer} cannot express `{field}`: {why}")]
+pub struct PeerRefused {
+    /// `haproxy` or `nginx`.
+    pub peer: &'static str,
+    /// Where the field is, as the variant writes it: `frontend->backend.hedge`.
+    pub field: String,
+    pub why: String,
+}
+
+impl PeerRefused {
+    /// `refusal` of the edge `at` (`caller->callee`) by `peer`.
+    pub fn new(peer: Peer, at: &str, refusal: Refusal) -> PeerRefused {
+        PeerRefused { peer: peer.name(), field: format!("{at}.{}", refusal.field), why: refusal.why.to_string() }
+    }
+}
+
+/// Checks that a peer variant's every policy has a peer counterpart: its call edges, and the
+/// workload's client when it is not the load generator's own round robin (then a peer sidecar
+/// carries it, as in the lab). Tailguard's own sidecar expresses everything.
+pub fn check_peers(run: &Run) -> Result<(), PeerRefused> {
+    let Some(peer) = run.sidecar.peer_kind() else { return Ok(()) };
+    let edges = run.services.iter().flat_map(|(name, s)| s.calls.iter().map(move |c| (name, &c.service, &c.policy)));
+    for (caller, callee, policy) in edges {
+        peer_policy(peer, policy).map_err(|r| PeerRefused::new(peer, &format!("{caller}->{callee}"), r))?;
+    }
+    let client = &run.workload.client;
+    if *client != ClientPolicy::default() {
+        let at = format!("workload->{}", run.workload.target);
+        peer_policy(peer, client).map_err(|r| PeerRefused::new(peer, &at, r))?;
+    }
+    Ok(())
 }
 
 /// The request deadline: the policy's own, shortened by a speculative hedge's overall `timeout`.

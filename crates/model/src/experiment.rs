@@ -6,6 +6,7 @@
 //! (`client`, `edges`, `admission`), where an `outlier` left out becomes `off` for a peer's
 //! variant and for a plain load-generator client; then validation of the result.
 
+use crate::calibration::Calibration;
 use crate::error::ModelError;
 use crate::schema::{ExperimentFile, Network, OutlierSetting, Service, SidecarKind, Variant, Workload};
 use crate::{overrides, validate};
@@ -48,9 +49,11 @@ pub struct Run {
     pub workload: Workload,
     /// The experiment file's directory: relative paths in the run (empirical data) start here.
     pub base_dir: PathBuf,
-    /// The variant's sidecar (the lab runs it beside every replica; the simulator labels its
-    /// results with it).
+    /// The variant's sidecar (the lab runs it beside every replica; the simulator runs a peer's
+    /// policies as the peer does and labels its results with it).
     pub sidecar: SidecarKind,
+    /// The calibration `network.calibrated` names, read (the simulator charges its hops).
+    pub calibration: Option<Calibration>,
 }
 
 impl Run {
@@ -185,6 +188,13 @@ impl Experiment {
         let base_dir = self.base_dir();
         validate::topology(&services, &workload, &base_dir, validate::Stage::Resolved)
             .map_err(|e| e.in_file(origin).note(&note))?;
+        let calibration = match &network.calibrated {
+            None => None,
+            Some(file) => Some(
+                Calibration::load(&base_dir.join(file))
+                    .map_err(|e| ModelError::new(origin, "network.calibrated", format!("{file}: {e}")))?,
+            ),
+        };
         Ok(Run {
             scenario: scenario.to_string(),
             variant: variant.to_string(),
@@ -193,6 +203,7 @@ impl Experiment {
             workload,
             base_dir,
             sidecar: v.sidecar,
+            calibration,
         })
     }
 

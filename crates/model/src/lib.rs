@@ -22,12 +22,15 @@
 //!   implementation for the simulator, the lab and the load generator.
 //! - [`ArrivalSchedule`]: open-loop intended start times (constant or seeded Poisson), shared by
 //!   the simulator and the load generator.
+//! - [`Calibration`]: a machine's hops through real sidecars (`tailguard lab calibrate`), which
+//!   `network: {calibrated: FILE}` makes the simulator charge.
 //! - [`fuzz`]: the experiment file's fuzz entry point and the seeded mutator tests run them with.
 //! - [`Dur`]: a `Duration` written with a unit (`250ms`, `1.5s`); a bare number is an error.
 //! - [`ModelError`]: `FILE: PATH: what was wrong, what was expected`.
 
 pub mod arrivals;
 pub mod build;
+pub mod calibration;
 pub mod dist;
 pub mod duration;
 pub mod error;
@@ -42,6 +45,7 @@ pub mod schema;
 pub mod validate;
 
 pub use arrivals::ArrivalSchedule;
+pub use calibration::Calibration;
 pub use dist::Sampler;
 pub use duration::Dur;
 pub use error::ModelError;

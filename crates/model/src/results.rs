@@ -20,6 +20,10 @@ pub struct Results {
     pub seed: u64,
     /// One entry per scenario × variant, scenarios outermost, in file order.
     pub runs: Vec<RunResult>,
+    /// The machine's calibration (docs/lab.md, "Calibration"): the one the simulator charged, or
+    /// the one the lab ran under (`tailguard lab run --calibration`); absent when none was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<crate::Calibration>,
 }
 
 /// What one variant did under one scenario; latencies are over successful requests as the user
@@ -525,7 +529,8 @@ mod tests {
             keys(run_json["latency_ms"].clone()),
             names(&schema["$defs"]["run"]["properties"]["latency_ms"]["required"])
         );
-        let results = Results { experiment: String::new(), mode: "sim".into(), seed: 0, runs: vec![] };
+        let results =
+            Results { experiment: String::new(), mode: "sim".into(), seed: 0, runs: vec![], calibration: None };
         assert_eq!(keys(serde_json::to_value(&results).unwrap()), names(&schema["required"]));
 
         // Every field a run may write (the optional ones set) is a property of the schema and is

@@ -700,6 +700,11 @@ pub struct Network {
     /// A uniform extra delay in [0, jitter) drawn for each hop, each way.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub jitter: Dur,
+    /// A calibration file (`tailguard lab calibrate`, relative to the experiment file): the
+    /// simulator adds to every call the round trip the lab's sidecars and processes add on the
+    /// machine it describes. The lab adds nothing for it (its calls cost what they cost).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibrated: Option<String>,
 }
 
 fn is_zero(d: &Dur) -> bool {
@@ -707,7 +712,7 @@ fn is_zero(d: &Dur) -> bool {
 }
 
 impl Network {
-    /// Whether no hop is delayed.
+    /// Whether no hop is delayed (a calibration aside, which only the simulator charges).
     pub fn is_zero(&self) -> bool {
         is_zero(&self.delay) && is_zero(&self.jitter)
     }
@@ -833,6 +838,15 @@ impl SidecarKind {
         }
     }
 
+    /// The peer whose policies the variant runs (`None` for tailguard's own).
+    pub fn peer_kind(self) -> Option<tailguard_policy::peer::Peer> {
+        match self {
+            SidecarKind::Tailguard => None,
+            SidecarKind::Haproxy => Some(tailguard_policy::peer::Peer::Haproxy),
+            SidecarKind::Nginx => Some(tailguard_policy::peer::Peer::Nginx),
+        }
+    }
+
     /// The peer's name for results (`None` for tailguard's own sidecar, which results leave
     /// unlabelled).
     pub fn peer(self) -> Option<String> {
@@ -860,12 +874,12 @@ mod tests {
     #[test]
     fn a_hop_is_the_delay_plus_a_jitter_drawn_only_when_given() {
         let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(1);
-        let fixed = Network { delay: Dur::from_millis(5), jitter: Dur::ZERO };
+        let fixed = Network { delay: Dur::from_millis(5), jitter: Dur::ZERO, calibrated: None };
         let before = rng.clone();
         assert_eq!(fixed.hop(&mut rng), Duration::from_millis(5));
         assert_eq!(format!("{rng:?}"), format!("{before:?}"), "no jitter, no draw");
 
-        let jittered = Network { delay: Dur::from_millis(5), jitter: Dur::from_millis(2) };
+        let jittered = Network { delay: Dur::from_millis(5), jitter: Dur::from_millis(2), calibrated: None };
         let hops: Vec<Duration> = (0..1000).map(|_| jittered.hop(&mut rng)).collect();
         assert!(hops.iter().all(|h| (Duration::from_millis(5)..Duration::from_millis(7)).contains(h)));
         let mean = hops.iter().sum::<Duration>() / 1000;
@@ -875,7 +889,7 @@ mod tests {
     #[test]
     fn the_network_reads_and_writes_its_jitter_only_when_given() {
         let n: Network = serde_yaml_ng::from_str("{delay: 5ms, jitter: 1ms}").unwrap();
-        assert_eq!(n, Network { delay: Dur::from_millis(5), jitter: Dur::from_millis(1) });
+        assert_eq!(n, Network { delay: Dur::from_millis(5), jitter: Dur::from_millis(1), calibrated: None });
         let plain: Network = serde_yaml_ng::from_str("{delay: 5ms}").unwrap();
         assert!(!serde_yaml_ng::to_string(&plain).unwrap().contains("jitter"));
         assert!(Network::default().is_zero() && !plain.is_zero());

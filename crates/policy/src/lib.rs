@@ -13,6 +13,7 @@
 //! - [`retry`]: whether and when a failed attempt is retried, within a budget;
 //! - [`call`]: one request's attempts, driven by all of the above;
 //! - [`class`]: request classes (routes), each with its own timeout, hedge and race record;
+//! - [`peer`]: what HAProxy and nginx do in tailguard's place, as policies of this core;
 //! - [`config`]: what the policies' configuration types share (each family's config type,
 //!   `BalancerConfig`, `TimeoutConfig`, ..., is the schema of files that set it), and
 //!   [`duration`]: durations as files write them (`250ms`).
@@ -24,6 +25,7 @@ pub mod class;
 pub mod config;
 pub mod duration;
 pub mod hedge;
+pub mod peer;
 pub mod retry;
 pub mod stats;
 pub mod tail_model;

@@ -201,7 +201,8 @@ mod tests {
             ],
             ..RunResult::default()
         };
-        let mut results = Results { experiment: "e".into(), mode: "lab".into(), seed: 1, runs: vec![run] };
+        let mut results =
+            Results { experiment: "e".into(), mode: "lab".into(), seed: 1, runs: vec![run], calibration: None };
         let text = memory(&results);
         let lines: Vec<&str> = text.lines().skip(2).collect();
         assert_eq!(lines[1].split_whitespace().collect::<Vec<_>>(), ["default", "v", "a", "20.5", "8.3", "3"]);
@@ -268,6 +269,7 @@ mod tests {
             mode: "sim".into(),
             seed: 1,
             runs: vec![run("exp-backoff", 0, 57.2833, 45.1423), run("timeout-3s", 3, 10.0, 2894.012)],
+            calibration: None,
         };
         let text = render(&results);
         let lines: Vec<&str> = text.lines().collect();

@@ -76,7 +76,7 @@ fn runs_without_successes_or_without_runs_do_not_panic() {
     let html = render_html(&results);
     assert_eq!(svg_count(&html), 0);
     assert_eq!(html.matches("No request succeeded in this scenario").count(), 2);
-    let empty = Results { experiment: "empty".into(), mode: "lab".into(), seed: 1, runs: vec![] };
+    let empty = Results { experiment: "empty".into(), mode: "lab".into(), seed: 1, runs: vec![], calibration: None };
     assert!(render_html(&empty).contains("This results file has no runs."));
 }
 

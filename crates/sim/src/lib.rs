@@ -6,6 +6,7 @@
 //! instances, and the workload. The same seed gives the same results, byte for byte; variants of
 //! one scenario share their random streams' seeds, so they face the same luck.
 
+mod hops;
 mod job_queue;
 mod metrics;
 mod prefetch;
@@ -38,18 +39,22 @@ pub enum SimError {
     /// The event loop ran away (a model that never lets virtual time advance).
     #[error("the simulation ran more than {events} events without finishing; check for a zero-delay loop")]
     Runaway { events: u64 },
+    /// A peer variant's policy that the peer cannot express (the lab refuses it too).
+    #[error(transparent)]
+    Peer(#[from] tailguard_model::build::PeerRefused),
     /// A service runs real software, which only the lab can run.
     #[error("service {service:?} is `kind: {kind}`: the simulator has no model of real {kind}; run the file with `tailguard lab run`, or make the service synthetic (a service_time shaped like it)")]
     RealService { service: String, kind: &'static str },
 }
 
 /// Refuses runs with real programs: the simulator models only synthetic services, and a guessed
-/// service time would pass a model off as a measurement.
+/// service time would pass a model off as a measurement. A peer variant's policies must have a
+/// peer counterpart, as the lab requires.
 fn synthetic_only(run: &Run) -> Result<(), SimError> {
-    match run.services.iter().find(|(_, s)| s.kind != tailguard_model::Kind::Synthetic) {
-        Some((name, s)) => Err(SimError::RealService { service: name.clone(), kind: s.kind.name() }),
-        None => Ok(()),
+    if let Some((name, s)) = run.services.iter().find(|(_, s)| s.kind != tailguard_model::Kind::Synthetic) {
+        return Err(SimError::RealService { service: name.clone(), kind: s.kind.name() });
     }
+    Ok(tailguard_model::build::check_peers(run)?)
 }
 
 /// How to run an experiment.
@@ -65,12 +70,15 @@ pub struct Options {
     pub scenarios: Vec<String>,
     /// Simulate only these variants (all when empty).
     pub variants: Vec<String>,
+    /// Charge this calibration's hops in every run, in place of the file's
+    /// `network.calibrated` (`tailguard sim --calibration`, bench/lab-vs-sim.sh).
+    pub calibration: Option<tailguard_model::Calibration>,
 }
 
 impl Default for Options {
     /// Seed 1, full-length runs, one thread, every scenario and variant.
     fn default() -> Self {
-        Options { seed: 1, quick: false, threads: 1, scenarios: Vec::new(), variants: Vec::new() }
+        Options { seed: 1, quick: false, threads: 1, scenarios: Vec::new(), variants: Vec::new(), calibration: None }
     }
 }
 
@@ -96,7 +104,7 @@ pub fn run_one(run: &Run, seed: u64) -> Result<(RunResult, u64), SimError> {
 }
 
 /// The result labelled with the run's peer sidecar, if any: the simulator runs a peer variant's
-/// policies as tailguard's, the nearest the lab's translation (docs/lab.md) could express.
+/// policies as the peer does (crates/policy/src/peer, docs/lab.md).
 fn labelled(run: &Run, result: RunResult) -> RunResult {
     RunResult { sidecar: run.sidecar.peer(), ..result }
 }
@@ -142,12 +150,16 @@ fn simulate_inner(
     let (scenarios, variants) = experiment.select(&options.scenarios, &options.variants)?;
     for scenario in &scenarios {
         for variant in &variants {
-            let run = experiment.resolve(scenario, variant, options.quick)?;
+            let mut run = experiment.resolve(scenario, variant, options.quick)?;
+            if let Some(calibration) = &options.calibration {
+                run.calibration = Some(calibration.clone());
+            }
             synthetic_only(&run)?;
             runs.push(run);
         }
     }
     let total = runs.len();
+    let calibration = runs.iter().find_map(|r: &Run| r.calibration.clone());
     type Slot = Option<Result<(RunResult, Vec<Trace>), SimError>>;
     let slots: Vec<Mutex<Slot>> = (0..total).map(|_| Mutex::new(None)).collect();
     let next = AtomicUsize::new(0);
@@ -178,7 +190,12 @@ fn simulate_inner(
         runs.push(run);
         traces.extend(t);
     }
-    let results =
-        Results { experiment: experiment.file.name.clone(), mode: "sim".to_string(), seed: options.seed, runs };
+    let results = Results {
+        experiment: experiment.file.name.clone(),
+        mode: "sim".to_string(),
+        seed: options.seed,
+        runs,
+        calibration,
+    };
     Ok((results, traces))
 }

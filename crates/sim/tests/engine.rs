@@ -290,3 +290,36 @@ fn a_jitter_adds_a_uniform_draw_to_every_hop_and_only_when_given() {
     assert!((l.p50 - 24.0).abs() < 0.2 && l.p90 > 25.0, "{l:?}");
     assert_eq!(&run(&file("network: { delay: 5ms, jitter: 2ms }"))[0], jittered, "seeded");
 }
+
+#[test]
+fn a_calibration_charges_its_hops_on_every_attempt() {
+    // Constant hops: a user request's 1 ms, a call between services 2 ms, a working replica's
+    // lateness 0.5 ms. front works 10 ms and calls back, which does no work (no lateness):
+    // 1 + 0.5 + 10 + 2 = 13.5 ms, where the uncalibrated run takes 10 ms.
+    use tailguard_model::calibration::{Calibration, Hop, RatePoint, SidecarHops, FRACTIONS};
+    let constant =
+        |ms: f64| Hop { quantiles: vec![std::time::Duration::from_secs_f64(ms / 1000.0).into(); FRACTIONS.len()] };
+    let point = RatePoint { rate: 100.0, client: constant(1.0), service: constant(2.0), work: constant(0.5) };
+    let calibration = Calibration {
+        measured: "2026-01-01T00:00:00Z".to_string(),
+        host: "test".to_string(),
+        load_average: [0.0, 0.0],
+        seconds: 1.0,
+        sidecars: [("tailguard".to_string(), SidecarHops { points: vec![point] })].into_iter().collect(),
+    };
+    let yaml = r#"
+name: calibrated
+services:
+  front: { service_time: { dist: constant, value: 10ms }, calls: [ { service: back } ] }
+  back: {}
+workload: { target: front, open: { rate: 100 }, duration: 1s }
+variants: [ { name: v } ]
+"#;
+    let experiment = Experiment::parse(yaml, Path::new("inline.yaml")).unwrap();
+    let plain = simulate(&experiment, Options::default(), |_| {}).unwrap().runs;
+    assert_eq!((plain[0].latency_ms.p10, plain[0].latency_ms.max), (10.0, 10.0));
+    let options = Options { calibration: Some(calibration), ..Options::default() };
+    let runs = simulate(&experiment, options, |_| {}).unwrap().runs;
+    assert_eq!(runs[0].succeeded, runs[0].requests);
+    assert_eq!((runs[0].latency_ms.p10, runs[0].latency_ms.max), (13.5, 13.5));
+}

@@ -1,7 +1,7 @@
 //! A [`Sidecar`] as HAProxy's configuration (HAProxy 2.6, Debian's; docs/lab.md has the table of
 //! every line with the section of HAProxy's configuration manual behind it).
 
-use super::{millis, Balance, Sidecar, NO_TIMEOUT};
+use super::{millis, PeerBalance, Sidecar, NO_TIMEOUT};
 use std::fmt::Write;
 
 /// `haproxy.cfg` for `sidecar`.
@@ -38,31 +38,33 @@ pub fn config(sidecar: &Sidecar) -> String {
         let _ = writeln!(out, "    use_backend {} if {{ path_beg {} }}", edge.name, edge.prefix);
     }
     for edge in edges {
-        let balance = match edge.balance {
-            Balance::RoundRobin => "roundrobin",
-            Balance::Random => "random(1)",
-            Balance::TwoChoices => "random(2)",
+        let policy = &edge.policy;
+        let balance = match policy.balance {
+            PeerBalance::RoundRobin => "roundrobin",
+            PeerBalance::Random => "random(1)",
+            PeerBalance::TwoChoices => "random(2)",
+            PeerBalance::LeastConnections => "leastconn",
         };
         let _ = write!(out, "\nbackend {}\n    balance {balance}\n", edge.name);
-        if let Some(timeout) = edge.timeout {
+        if let Some(timeout) = policy.timeout {
             let _ = writeln!(out, "    timeout server {}", millis(timeout));
         }
-        if edge.attempts > 1 {
+        if policy.attempts > 1 {
             let _ = write!(
                 out,
                 "    retries {}\n    retry-on conn-failure empty-response response-timeout 500 502 503 504\n    option redispatch 1\n",
-                edge.attempts - 1
+                policy.attempts - 1
             );
         }
         // Passive ejection: errors seen on live traffic mark a server down; an active check brings
         // it back (`observe` needs `check`), at most `inter` later.
-        let check = match edge.eject {
-            Some(eject) => {
+        let check = match policy.health {
+            Some(health) => {
                 out.push_str("    option httpchk GET /healthz\n");
                 format!(
                     " check inter {} rise 1 observe layer7 error-limit {} on-error mark-down",
-                    millis(eject.duration),
-                    eject.failures
+                    millis(health.duration),
+                    health.failures
                 )
             }
             None => String::new(),
@@ -72,6 +74,26 @@ pub fn config(sidecar: &Sidecar) -> String {
         }
     }
     out
+}
+
+/// The servers a HAProxy's statistics (`/stats;csv`) list as down, as `backend/server`.
+///
+/// A checked server starts up with one failure to spare: its first check fails when the callee's
+/// sidecar started after this one, and it is down until the next check (`rise 1`) at most `inter`
+/// later. The lab waits for none to be down before it starts the load (the simulator's model
+/// starts with every server up); otherwise the warm-up piles its requests on the servers up.
+pub fn servers_down(csv: &str) -> Vec<String> {
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap_or("").trim_start_matches("# ").split(',').collect();
+    let column = |name: &str| header.iter().position(|h| *h == name);
+    let (Some(px), Some(sv), Some(status)) = (column("pxname"), column("svname"), column("status")) else {
+        return Vec::new();
+    };
+    lines
+        .map(|line| line.split(',').collect::<Vec<_>>())
+        .filter(|f| f.len() > status && !matches!(f[sv], "FRONTEND" | "BACKEND") && f[status].starts_with("DOWN"))
+        .map(|f| format!("{}/{}", f[px], f[sv]))
+        .collect()
 }
 
 #[cfg(test)]
@@ -146,5 +168,20 @@ backend back
         assert!(config(&all[1]).ends_with("backend app\n    server app 127.7.2.1:8080 maxconn 4\n"));
         let random = config(&sidecars(SidecarKind::Haproxy, "{balancer: {kind: random}}", "").unwrap()[0]);
         assert!(random.contains("    balance random(1)\n"), "{random}");
+        let least = config(&sidecars(SidecarKind::Haproxy, "{balancer: {kind: least-connections}}", "").unwrap()[0]);
+        assert!(least.contains("    balance leastconn\n"), "{least}");
+    }
+
+    #[test]
+    fn the_servers_down_are_read_from_the_statistics() {
+        let csv = "# pxname,svname,qcur,status,weight\n\
+                   egress,FRONTEND,,OPEN,\n\
+                   back,back-0,0,UP,1\n\
+                   back,back-1,0,DOWN,1\n\
+                   back,back-2,0,DOWN 1/2,1\n\
+                   back,BACKEND,0,UP,2\n\
+                   app,app,0,no check,1\n";
+        assert_eq!(servers_down(csv), ["back/back-1", "back/back-2"]);
+        assert!(servers_down("not a csv").is_empty());
     }
 }

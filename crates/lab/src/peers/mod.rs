@@ -14,41 +14,15 @@ pub mod nginx;
 
 use std::net::SocketAddr;
 use std::time::Duration;
-use tailguard_model::schema::{
-    AdmissionConfig, BalancerConfig, ClientPolicy, HedgeConfig, OutlierSetting, SidecarKind, TimeoutConfig,
-};
+use tailguard_model::build::{self, PeerRefused};
+use tailguard_model::schema::{AdmissionConfig, SidecarKind};
 use tailguard_proxy::config::{Config, Route};
 
+pub use tailguard_policy::peer::{PassiveHealth, PeerBalance, PeerPolicy, NO_TIMEOUT};
+
 /// A policy field a peer cannot express: the lab refuses the variant before starting anything,
-/// never drops the field silently.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("sidecar: {peer} cannot express `{field}`: {why}")]
-pub struct Refused {
-    /// `haproxy` or `nginx`.
-    pub peer: &'static str,
-    /// Where the field is, as the variant writes it: `frontend->backend.hedge`,
-    /// `admission.backend`, `network.delay`.
-    pub field: String,
-    pub why: String,
-}
-
-/// How a peer picks an endpoint.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Balance {
-    /// In turn (`round-robin`).
-    RoundRobin,
-    /// Uniformly at random (`random`).
-    Random,
-    /// The fewer in-flight requests of two drawn at random (`least-request`, power of two choices).
-    TwoChoices,
-}
-
-/// Passive ejection: an endpoint that fails `failures` times is taken out for about `duration`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Eject {
-    pub failures: u32,
-    pub duration: Duration,
-}
+/// never drops the field silently (the simulator refuses it too).
+pub type Refused = PeerRefused;
 
 /// One called service as a peer's egress routes to it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,14 +33,8 @@ pub struct Edge {
     pub prefix: String,
     /// Its replicas' ingresses.
     pub endpoints: Vec<SocketAddr>,
-    pub balance: Balance,
-    /// Per attempt; `None` leaves the peer's long default ([`NO_TIMEOUT`]).
-    pub timeout: Option<Duration>,
-    /// Attempts in all, the first included.
-    pub attempts: u32,
-    pub eject: Option<Eject>,
-    /// The whole request's limit (nginx's `proxy_next_upstream_timeout`; HAProxy refuses it).
-    pub deadline: Option<Duration>,
+    /// What the peer does towards it: the table the simulator's model reads too.
+    pub policy: PeerPolicy,
 }
 
 /// A peer's ingress: the replica's callers reach `listen`, which passes to the app at `app`.
@@ -88,15 +56,12 @@ pub struct Sidecar {
     pub admin: SocketAddr,
 }
 
-/// The attempt timeout a peer gets when the policy has none: longer than the load generator's
-/// 30 s per request, so it never decides an outcome (HAProxy needs one; nginx's default is 60 s).
-pub const NO_TIMEOUT: Duration = Duration::from_secs(60);
-
 impl Sidecar {
     /// What `config`, the tailguard sidecar file of a replica of `service` (or `workload`), asks
     /// of `peer`; an error names the first field it cannot express.
     pub fn from_config(peer: SidecarKind, service: &str, config: &Config) -> Result<Sidecar, Refused> {
-        let peer = peer.name();
+        let kind = peer.peer_kind().expect("a peer sidecar");
+        let peer = kind.name();
         let refuse = |field: String, why: &str| Refused { peer, field, why: why.to_string() };
         let admin =
             config.admin.as_ref().map(|a| a.listen).ok_or_else(|| refuse("admin".into(), "no admin listener"))?;
@@ -133,12 +98,9 @@ impl Sidecar {
                         let Route::PathPrefix(prefix) = &u.route else {
                             return Err(refuse(format!("{service}->{name}"), "the lab routes by path prefix only"));
                         };
-                        edge(&u.policy, &format!("{service}->{name}"), peer).map(|edge| Edge {
-                            name: name.clone(),
-                            prefix: prefix.clone(),
-                            endpoints: u.endpoints.clone(),
-                            ..edge
-                        })
+                        let at = format!("{service}->{name}");
+                        let policy = build::peer_policy(kind, &u.policy).map_err(|r| Refused::new(kind, &at, r))?;
+                        Ok(Edge { name: name.clone(), prefix: prefix.clone(), endpoints: u.endpoints.clone(), policy })
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 Some((e.listen, edges))
@@ -146,93 +108,6 @@ impl Sidecar {
         };
         Ok(Sidecar { ingress, egress, admin })
     }
-}
-
-/// The edge's policy (`at` is `caller->callee`) in `peer`'s terms, its name, prefix and
-/// endpoints left for the caller to fill in.
-fn edge(policy: &ClientPolicy, at: &str, peer: &'static str) -> Result<Edge, Refused> {
-    let field = |name: &str| format!("{at}.{name}");
-    let refuse = |field: String, why: &str| Refused { peer, field, why: why.to_string() };
-    // nginx bounds the whole request (`proxy_next_upstream_timeout`); HAProxy cannot.
-    if policy.deadline.is_some() && peer == "haproxy" {
-        return Err(refuse(
-            field("deadline"),
-            "HAProxy times each attempt out (`timeout server`), never the whole request",
-        ));
-    }
-    let balance = match policy.balancer {
-        BalancerConfig::RoundRobin => Balance::RoundRobin,
-        BalancerConfig::Random => Balance::Random,
-        BalancerConfig::LeastRequest => Balance::TwoChoices,
-        _ => {
-            return Err(refuse(
-                field("balancer"),
-                "only round-robin, random and least-request (two random choices) have a peer counterpart; \
-                 peak-ewma, bloc's chips and prequal's probes do not",
-            ))
-        }
-    };
-    if policy.hedge != HedgeConfig::None {
-        return Err(refuse(field("hedge"), "a peer sends one attempt at a time; it cannot hedge"));
-    }
-    let timeout = match &policy.timeout {
-        TimeoutConfig::None => None,
-        TimeoutConfig::Fixed { value } => Some(*value),
-        _ => return Err(refuse(
-            field("timeout"),
-            "a peer has one fixed per-attempt timeout; adaptive, learned or per-attempt sequences are not expressible",
-        )),
-    };
-    let retry = &policy.retry;
-    if retry.max_attempts > 1 {
-        if retry.backoff.is_some() {
-            return Err(refuse(field("retry.backoff"), "a peer retries at once, with no backoff"));
-        }
-        if retry.budget.is_some() {
-            return Err(refuse(
-                field("retry.budget"),
-                "a peer has no retry budget; write `budget: unlimited` to retry up to max_attempts",
-            ));
-        }
-        if retry.hedge_on_timeout == Some(true) {
-            return Err(refuse(field("retry.hedge_on_timeout"), "a peer abandons a timed-out attempt"));
-        }
-    }
-    // Left out, a peer's variant has no tailguard ejection (the variant resolves it to `off`).
-    let eject = match policy.outlier.config().filter(|_| policy.outlier != OutlierSetting::Default) {
-        None => None,
-        Some(o) => {
-            if o.latency_factor.is_some() {
-                return Err(refuse(
-                    field("outlier.latency_factor"),
-                    "a peer ejects on errors only; write `latency_factor: null`",
-                ));
-            }
-            if o.max_ejected < 1.0 {
-                return Err(refuse(
-                    field("outlier.max_ejected"),
-                    "a peer ejects any number of endpoints; write `max_ejected: 1`",
-                ));
-            }
-            if o.max_ejection != o.base_ejection {
-                return Err(refuse(
-                    field("outlier.max_ejection"),
-                    "a peer's ejections do not grow; write `max_ejection` equal to `base_ejection`",
-                ));
-            }
-            Some(Eject { failures: o.consecutive_failures, duration: o.base_ejection })
-        }
-    };
-    Ok(Edge {
-        name: String::new(),
-        prefix: String::new(),
-        endpoints: Vec::new(),
-        balance,
-        timeout,
-        attempts: retry.max_attempts,
-        eject,
-        deadline: policy.deadline.map(|d| d.get()),
-    })
 }
 
 /// A duration as both peers write it: whole milliseconds (at least 1), `250ms`.
@@ -262,7 +137,7 @@ mod tests {
     }
 
     #[test]
-    fn an_edge_becomes_balance_timeout_retries_and_ejection() {
+    fn an_edge_becomes_the_peer_s_policy() {
         let all = sidecars(
             SidecarKind::Nginx,
             "{balancer: {kind: least-request}, timeout: {kind: fixed, value: 250ms}, retry: {max_attempts: 3, budget: unlimited}, outlier: {consecutive_failures: 3, base_ejection: 10s, max_ejection: 10s, max_ejected: 1, latency_factor: null}, deadline: 2s}",
@@ -277,11 +152,14 @@ mod tests {
                 name: "back".into(),
                 prefix: "/back/".into(),
                 endpoints: vec!["127.7.2.1:4143".parse().unwrap(), "127.7.2.2:4143".parse().unwrap()],
-                balance: Balance::TwoChoices,
-                timeout: Some(Duration::from_millis(250)),
-                attempts: 3,
-                eject: Some(Eject { failures: 3, duration: Duration::from_secs(10) }),
-                deadline: Some(Duration::from_secs(2)),
+                policy: PeerPolicy {
+                    peer: tailguard_policy::peer::Peer::Nginx,
+                    balance: PeerBalance::TwoChoices,
+                    timeout: Some(Duration::from_millis(250)),
+                    attempts: 3,
+                    health: Some(PassiveHealth { failures: 3, duration: Duration::from_secs(10) }),
+                    deadline: Some(Duration::from_secs(2)),
+                },
             }]
         );
         let ingress = all[1].ingress.clone().unwrap();
@@ -301,29 +179,14 @@ mod tests {
 
     #[test]
     fn what_a_peer_cannot_express_is_refused_naming_the_field() {
+        // The edge's fields are the table's (crates/policy/src/peer has every case); the sidecar's
+        // own are the lab's.
         let refused = |edge: &str, extra: &str| sidecars(SidecarKind::Haproxy, edge, extra).unwrap_err().field;
-        let outlier = "consecutive_failures: 3, base_ejection: 10s, max_ejection: 10s";
         for (edge, extra, field) in [
             ("{hedge: {kind: adaptive}}", "", "front->back.hedge"),
-            ("{balancer: {kind: bloc}}", "", "front->back.balancer"),
-            ("{balancer: {kind: peak-ewma}}", "", "front->back.balancer"),
-            ("{timeout: {kind: adaptive}}", "", "front->back.timeout"),
-            ("{retry: {max_attempts: 2}}", "", "front->back.retry.budget"),
-            ("{retry: {max_attempts: 2, budget: unlimited, backoff: 5ms}}", "", "front->back.retry.backoff"),
-            ("{outlier: {}}", "", "front->back.outlier.latency_factor"),
-            (
-                &format!("{{outlier: {{{outlier}, max_ejected: 0.5, latency_factor: null}}}}"),
-                "",
-                "front->back.outlier.max_ejected",
-            ),
-            (
-                "{outlier: {base_ejection: 10s, max_ejected: 1, latency_factor: null}}",
-                "",
-                "front->back.outlier.max_ejection",
-            ),
+            ("{deadline: 1s}", "", "front->back.deadline"),
             ("{}", "    admission: {kind: dynamic}\n", "admission.back"),
             ("{}", "network: {delay: 1ms}\n", "network.delay"),
-            ("{deadline: 1s}", "", "front->back.deadline"),
         ] {
             assert_eq!(refused(edge, extra), field, "{edge} {extra}");
         }
@@ -332,9 +195,5 @@ mod tests {
             error,
             "sidecar: haproxy cannot express `front->back.hedge`: a peer sends one attempt at a time; it cannot hedge"
         );
-        // One attempt within the default budget retries nothing: nothing to refuse. nginx bounds
-        // the whole request, HAProxy refuses to.
-        assert!(sidecars(SidecarKind::Haproxy, "{retry: {max_attempts: 1}}", "").is_ok());
-        assert!(sidecars(SidecarKind::Nginx, "{deadline: 1s}", "").is_ok());
     }
 }

@@ -1,7 +1,7 @@
 //! A [`Sidecar`] as nginx's configuration (nginx 1.22, Debian's; docs/lab.md has the table of
 //! every line with the nginx module documentation behind it).
 
-use super::{millis, Balance, Sidecar, NO_TIMEOUT};
+use super::{millis, PeerBalance, Sidecar, NO_TIMEOUT};
 use std::fmt::Write;
 
 /// What nginx counts as a failed attempt, retried and counted towards `max_fails` (errors and
@@ -10,6 +10,10 @@ const FAILURES: &str = "error timeout http_500 http_502 http_503 http_504";
 
 /// Idle connections each worker keeps to an upstream's servers.
 const KEEPALIVE: u32 = 64;
+
+/// Shared memory for an upstream group's state (`zone`): nginx's smallest useful size holds
+/// dozens of servers.
+const ZONE: &str = "64k";
 
 /// `nginx.conf` for `sidecar`, with every path under the prefix nginx is started with (`-p`);
 /// `root` adds `user root;` (nginx's workers would run as nobody and could not write the prefix).
@@ -41,21 +45,25 @@ pub fn config(sidecar: &Sidecar, root: bool) -> String {
     }
     if let Some((listen, edges)) = &sidecar.egress {
         for edge in edges {
-            let balance = match edge.balance {
-                Balance::RoundRobin => "",
-                Balance::Random => " random;",
-                Balance::TwoChoices => " random two least_conn;",
+            let policy = &edge.policy;
+            let balance = match policy.balance {
+                PeerBalance::RoundRobin => "",
+                PeerBalance::Random => " random;",
+                PeerBalance::TwoChoices => " random two least_conn;",
+                PeerBalance::LeastConnections => " least_conn;",
             };
-            let fails = match edge.eject {
+            let fails = match policy.health {
                 // nginx reads the `server` parameter in whole seconds.
-                Some(eject) => format!(
+                Some(health) => format!(
                     " max_fails={} fail_timeout={}s",
-                    eject.failures,
-                    eject.duration.as_secs_f64().ceil().max(1.0)
+                    health.failures,
+                    health.duration.as_secs_f64().ceil().max(1.0)
                 ),
                 None => " max_fails=0".to_string(),
             };
-            let _ = write!(out, "    upstream {} {{{balance}", edge.name);
+            // `zone`: the workers share the group's state (connections, failures, the rotation),
+            // so the sidecar balances as one, as the simulator's model does.
+            let _ = write!(out, "    upstream {} {{ zone {} {ZONE};{balance}", edge.name, edge.name);
             for endpoint in &edge.endpoints {
                 let _ = write!(out, " server {endpoint}{fails};");
             }
@@ -64,9 +72,9 @@ pub fn config(sidecar: &Sidecar, root: bool) -> String {
         let _ = writeln!(out, "    server {{ listen {listen};");
         for edge in edges {
             let _ = write!(out, "        location {} {{ ", edge.prefix);
-            pass(&mut out, &edge.name, &millis(edge.timeout.unwrap_or(NO_TIMEOUT)));
-            let _ = write!(out, " proxy_next_upstream {FAILURES}; proxy_next_upstream_tries {};", edge.attempts);
-            if let Some(deadline) = edge.deadline {
+            pass(&mut out, &edge.name, &millis(edge.policy.timeout.unwrap_or(NO_TIMEOUT)));
+            let _ = write!(out, " proxy_next_upstream {FAILURES}; proxy_next_upstream_tries {};", edge.policy.attempts);
+            if let Some(deadline) = edge.policy.deadline {
                 let _ = write!(out, " proxy_next_upstream_timeout {};", millis(deadline));
             }
             out.push_str(" }\n");
@@ -121,7 +129,7 @@ http {
     scgi_temp_path tmp/scgi;
     upstream app { server 127.7.1.1:8080 max_fails=0; keepalive 64; }
     server { listen 127.7.1.1:4143; location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_connect_timeout 1s; proxy_read_timeout 60000ms; proxy_next_upstream off; } }
-    upstream back { random two least_conn; server 127.7.2.1:4143 max_fails=3 fail_timeout=10s; server 127.7.2.2:4143 max_fails=3 fail_timeout=10s; keepalive 64; }
+    upstream back { zone back 64k; random two least_conn; server 127.7.2.1:4143 max_fails=3 fail_timeout=10s; server 127.7.2.2:4143 max_fails=3 fail_timeout=10s; keepalive 64; }
     server { listen 127.7.1.1:4140;
         location /back/ { proxy_pass http://back; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_connect_timeout 1s; proxy_read_timeout 250ms; proxy_next_upstream error timeout http_500 http_502 http_503 http_504; proxy_next_upstream_tries 3; proxy_next_upstream_timeout 2000ms; }
     }
@@ -138,7 +146,7 @@ http {
         assert!(front.contains("\nuser root;\n"), "{front}");
         assert!(
             front.contains(
-                "    upstream back { server 127.7.2.1:4143 max_fails=0; server 127.7.2.2:4143 max_fails=0; keepalive 64; }\n"
+                "    upstream back { zone back 64k; server 127.7.2.1:4143 max_fails=0; server 127.7.2.2:4143 max_fails=0; keepalive 64; }\n"
             ),
             "{front}"
         );
@@ -150,6 +158,9 @@ http {
         );
         assert!(!back.contains("4140"), "no egress: {back}");
         let random = config(&sidecars(SidecarKind::Nginx, "{balancer: {kind: random}}", "").unwrap()[0], false);
-        assert!(random.contains("upstream back { random; server"), "{random}");
+        assert!(random.contains("upstream back { zone back 64k; random; server"), "{random}");
+        let least =
+            config(&sidecars(SidecarKind::Nginx, "{balancer: {kind: least-connections}}", "").unwrap()[0], false);
+        assert!(least.contains("upstream back { zone back 64k; least_conn; server"), "{least}");
     }
 }

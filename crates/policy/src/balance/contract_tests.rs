@@ -30,6 +30,12 @@ fn subjects() -> Vec<Subject> {
             load_aware: true,
         },
         Subject {
+            name: "least-connections",
+            make: |n| Box::new(LeastConnections::new(n)),
+            always_picks: true,
+            load_aware: true,
+        },
+        Subject {
             name: "peak-ewma",
             make: |n| Box::new(PeakEwma::new(n, PeakEwmaConfig::default())),
             always_picks: true,

@@ -6,6 +6,7 @@
 mod bloc;
 #[cfg(test)]
 mod contract_tests;
+mod least_connections;
 mod least_request;
 mod loads;
 mod oracle;
@@ -17,6 +18,7 @@ mod ranked;
 mod round_robin;
 
 pub use bloc::{Bloc, BlocConfig};
+pub use least_connections::LeastConnections;
 pub use least_request::LeastRequest;
 pub use loads::LoadIndex;
 pub use oracle::Oracle;
@@ -44,6 +46,9 @@ pub enum BalancerConfig {
     RoundRobin,
     /// P2C on this caller's in-flight requests (Envoy's default).
     LeastRequest,
+    /// The fewest of this caller's in-flight requests of all endpoints, ties in turn (HAProxy's
+    /// `leastconn`, nginx's `least_conn`).
+    LeastConnections,
     /// P2C on RTT × (pending + 1) (Linkerd's default).
     PeakEwma(PeakEwmaConfig),
     /// BLOC confidence chips (bloc-load-balancing.txt §IV).
@@ -71,6 +76,7 @@ impl BalancerConfig {
             BalancerConfig::Random => Box::new(RandomBalancer::new(endpoints)),
             BalancerConfig::RoundRobin => Box::new(RoundRobin::new(endpoints)),
             BalancerConfig::LeastRequest => Box::new(LeastRequest::new(endpoints)),
+            BalancerConfig::LeastConnections => Box::new(LeastConnections::new(endpoints)),
             BalancerConfig::PeakEwma(c) => Box::new(PeakEwma::new(endpoints, *c)),
             BalancerConfig::Bloc(c) => Box::new(Bloc::new(endpoints, *c)),
             BalancerConfig::Prequal(c) => Box::new(Prequal::new(endpoints, *c)),

@@ -124,7 +124,8 @@ impl World {
                         caller: if let Owner::Job(job) = state.owner { Some(job) } else { None },
                     };
                     state.reached.push(Reached::Travelling);
-                    let hop = self.hop();
+                    let callee = state.callee;
+                    let hop = self.hop_to(callee, between_services);
                     self.events.push(self.now + hop, event);
                 }
                 Action::Cancel { attempt, reason, .. } => {

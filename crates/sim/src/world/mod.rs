@@ -50,6 +50,8 @@ const MAX_EVENTS: u64 = 2_000_000_000;
 const PREFETCH_ABOVE_BYTES: usize = 1 << 20;
 /// The key of the network's jitter stream, under the run's seed.
 const NETWORK_STREAM: u64 = 0x006E_6574_776F_726B; // "network" in ASCII
+/// The key of the calibrated hops' stream, under the run's seed.
+const HOPS_STREAM: u64 = 0x686F_7073; // "hops" in ASCII
 
 pub(super) enum Event {
     /// The workload sends its next open-loop request.
@@ -135,6 +137,8 @@ pub(crate) struct World {
     /// The network's jitter draws: a stream of its own, drawn only when the file gives a jitter,
     /// so files without one repeat their runs exactly.
     network_rng: Pcg64Mcg,
+    /// The calibrated round trips of the lab's sidecars, if the file names a calibration.
+    hops: Option<crate::hops::Hops>,
     target: u16,
     /// The service whose per-replica load the results report.
     load_service: usize,
@@ -171,9 +175,7 @@ impl World {
         let target = index(&w.target);
         let user_policy = policies.len();
         let endpoints = services[target as usize].replicas.len();
-        let routes = run.services[target as usize].route_names();
-        let policy = build::client_policy_routed(&w.client, endpoints, &routes);
-        policies.push(EdgePolicy { policy, timed: false, series: None });
+        policies.push(EdgePolicy { policy: build::workload_policy(run, endpoints), timed: false, series: None });
         // The balancers that pick among each service's replicas, by what they read of them.
         let (mut oracle_picks, mut probed) = (vec![false; services.len()], vec![false; services.len()]);
         let mut callers = vec![(target, user_policy..user_policy + 1)];
@@ -227,6 +229,7 @@ impl World {
             policy_rng: Pcg64Mcg::seed_from_u64(seed.rotate_left(17) ^ 0xA5A5_A5A5),
             network: run.network.clone(),
             network_rng: Pcg64Mcg::seed_from_u64(child_key(seed, NETWORK_STREAM)),
+            hops: crate::hops::Hops::new(run, child_key(seed, HOPS_STREAM))?,
             target,
             load_service: index(load_service(run)) as usize,
             user_policy,
@@ -355,6 +358,13 @@ impl World {
     /// The one-way delay of the next message on the network (an attempt or its answer).
     fn hop(&mut self) -> Duration {
         self.network.hop(&mut self.network_rng)
+    }
+
+    /// The delay of an attempt on its way to `service`: a hop, plus the calibrated round trip
+    /// of the sidecars it passes (crate::hops), if any.
+    fn hop_to(&mut self, service: u16, between_services: bool) -> Duration {
+        let calibrated = self.hops.as_mut().map_or(Duration::ZERO, |h| h.draw(service.into(), between_services));
+        self.hop() + calibrated
     }
 
     fn handle(&mut self, event: Event) {

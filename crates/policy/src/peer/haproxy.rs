@@ -1,0 +1,342 @@
+//! HAProxy's backend balancers with `observe layer7` + `on-error mark-down` passive health, as
+//! HAProxy 2.6 runs them (configuration manual: `balance`, `observe`, `error-limit`, `on-error`,
+//! `inter`, `rise`, `option redispatch`; source: `backend.c`, `lb_chash.c`, `lb_fwrr.c`,
+//! `lb_fwlc.c`), every server at weight 1, one state for all threads.
+//!
+//! - `roundrobin`: in turn.
+//! - `leastconn`: the fewest requests served now; among equals the one whose count changed
+//!   longest ago (`lb_fwlc.c` re-inserts a server behind its equals on every change), which the
+//!   manual calls round robin among servers of the same load.
+//! - `random(N)`: each draw is a random 32-bit key looked up on the consistent-hash ring, the
+//!   ring holding 16 points per server (`BE_WEIGHT_SCALE` × weight 1) at
+//!   `full_hash(puid × 4096 + n)` (Bob Jenkins' integer hash times 3221225473; `puid` the server's
+//!   1-based place in the backend); the point nearest the key wins (the earlier one on a tie). Of
+//!   the N draws the server serving fewer requests wins (the later draw on ties). The ring's
+//!   points are not evenly spread, so with few servers their shares of the draws differ: with 10
+//!   servers from 7.1 % to 13.4 % of single draws (and a draw may repeat the first), which P2C
+//!   over two distinct, equally likely endpoints does not show.
+//!
+//! A retry goes to another server than the previous attempt's (`option redispatch 1`, which the
+//! lab writes with `retries`; HAProxy skips the server it avoids and takes it only when no other
+//! is left). `observe layer7` counts consecutive errors (5xx other than 501 and 505, timeouts,
+//! connection failures); `error-limit` of them mark the server down (`on-error mark-down`) and out
+//! of every pick and of the ring. The health check (`check inter T rise 1`) brings it back at its
+//! next run: server i of n checks at `i·T/n + k·T` from the start (HAProxy staggers its first
+//! checks over one interval). The model's checks pass: a server whose `/healthz` fails (a `down`
+//! replica) stays down in the lab and comes back at each check here, to be marked down again
+//! after `error-limit` errors. With every server down the pick is `None` (HAProxy's 503).
+
+use super::{PassiveHealth, PeerBalance};
+use crate::balance::{Balancer, Pick};
+use crate::{EndpointId, Feedback, Outcome, Time};
+use std::time::Duration;
+
+/// Ring points per server of weight 1 (`BE_WEIGHT_SCALE`).
+const POINTS: u32 = 16;
+/// `SRV_EWGHT_RANGE`: the stride between two servers' point keys.
+const KEY_STRIDE: u32 = 256 * 16;
+
+/// HAProxy's `full_hash`: Bob Jenkins' full-avalanche 32-bit integer hash, spread by a large
+/// prime (`include/haproxy/intops.h`).
+fn full_hash(mut a: u32) -> u32 {
+    a = a.wrapping_add(0x7ed5_5d16).wrapping_add(a << 12);
+    a = (a ^ 0xc761_c23c) ^ (a >> 19);
+    a = a.wrapping_add(0x1656_67b1).wrapping_add(a << 5);
+    a = a.wrapping_add(0xd3a2_646c) ^ (a << 9);
+    a = a.wrapping_add(0xfd70_46c5).wrapping_add(a << 3);
+    a = (a ^ 0xb55a_4f09) ^ (a >> 16);
+    a.wrapping_mul(3_221_225_473)
+}
+
+#[derive(Clone, Debug, Default)]
+struct Server {
+    served: u32,
+    /// Consecutive errors `observe layer7` counted.
+    errors: u32,
+    /// When `on-error mark-down` took it down, while it is down.
+    down_since: Option<Time>,
+    /// When its count last changed (`leastconn`'s order among equals).
+    moved: u64,
+}
+
+/// A HAProxy backend's balancer.
+#[derive(Clone, Debug)]
+pub struct Haproxy {
+    balance: PeerBalance,
+    servers: Vec<Server>,
+    /// The ring of the servers up, `(key, server)` sorted by key (`random`).
+    ring: Vec<(u32, u32)>,
+    /// The next server in turn (`roundrobin`).
+    next: usize,
+    health: Option<PassiveHealth>,
+    changes: u64,
+}
+
+impl Haproxy {
+    /// The backend of `endpoints` servers (`server NAME-i`, puid i + 1); `health` sets
+    /// `error-limit` and the check's `inter`.
+    pub fn new(endpoints: usize, balance: PeerBalance, health: Option<PassiveHealth>) -> Haproxy {
+        let mut b = Haproxy {
+            balance,
+            servers: vec![Server::default(); endpoints],
+            ring: Vec::new(),
+            next: 0,
+            health,
+            changes: 0,
+        };
+        b.rebuild_ring();
+        b
+    }
+
+    fn up(&self, i: usize) -> bool {
+        self.servers[i].down_since.is_none()
+    }
+
+    fn rebuild_ring(&mut self) {
+        self.ring.clear();
+        for (i, s) in self.servers.iter().enumerate() {
+            if s.down_since.is_none() {
+                let puid = i as u32 + 1;
+                let base = puid.wrapping_mul(KEY_STRIDE);
+                self.ring.extend((0..POINTS).map(|n| (full_hash(base.wrapping_add(n)), i as u32)));
+            }
+        }
+        self.ring.sort_unstable();
+    }
+
+    /// Brings back the servers whose health check ran since they were marked down.
+    fn run_checks(&mut self, now: Time) {
+        let Some(health) = self.health else { return };
+        let (n, inter) = (self.servers.len() as u32, health.duration);
+        let mut changed = false;
+        for (i, s) in self.servers.iter_mut().enumerate() {
+            let Some(since) = s.down_since else { continue };
+            if now >= next_check(inter * i as u32 / n, inter, since) {
+                s.down_since = None;
+                s.errors = 0;
+                changed = true;
+            }
+        }
+        if changed {
+            self.rebuild_ring();
+        }
+    }
+
+    /// The server at the ring point nearest `key` (the earlier on a tie), skipping `avoid` by
+    /// walking on (`chash_get_server_hash`).
+    fn ring_lookup(&self, key: u32, avoid: Option<usize>) -> Option<usize> {
+        let len = self.ring.len();
+        if len == 0 {
+            return None;
+        }
+        let at = self.ring.partition_point(|&(k, _)| k < key) % len;
+        let before = (at + len - 1) % len;
+        let (next, prev) = (self.ring[at], self.ring[before]);
+        let mut i = if key.wrapping_sub(prev.0) <= next.0.wrapping_sub(key) { before } else { at };
+        for _ in 0..len {
+            if Some(self.ring[i].1 as usize) != avoid {
+                break;
+            }
+            i = (i + 1) % len;
+        }
+        Some(self.ring[i].1 as usize)
+    }
+
+    fn random(&self, draws: u32, avoid: Option<usize>, rng: crate::Rng<'_>) -> Option<usize> {
+        let mut best: Option<usize> = None;
+        for _ in 0..draws {
+            let current = self.ring_lookup(rng.next_u32(), avoid)?;
+            best = Some(match best {
+                Some(prev) if prev != current && self.servers[current].served > self.servers[prev].served => prev,
+                _ => current,
+            });
+        }
+        best
+    }
+
+    fn round_robin(&mut self, avoid: Option<usize>) -> Option<usize> {
+        let n = self.servers.len();
+        let order = (0..n).map(|k| (self.next + k) % n).filter(|&i| self.up(i));
+        let chosen = order.clone().find(|&i| Some(i) != avoid).or_else(|| order.clone().next())?;
+        self.next = (chosen + 1) % n;
+        Some(chosen)
+    }
+
+    fn least_conn(&self, avoid: Option<usize>) -> Option<usize> {
+        let up = (0..self.servers.len()).filter(|&i| self.up(i));
+        let by_load = |&i: &usize| (self.servers[i].served, self.servers[i].moved);
+        up.clone().filter(|&i| Some(i) != avoid).min_by_key(by_load).or_else(|| up.min_by_key(by_load))
+    }
+
+    fn moved(&mut self, endpoint: EndpointId) {
+        self.changes += 1;
+        self.servers[endpoint].moved = self.changes;
+    }
+}
+
+/// The first run after `since` of a check that runs at `phase + k·inter`.
+fn next_check(phase: Duration, inter: Duration, since: Time) -> Time {
+    if since < phase {
+        return phase;
+    }
+    let k = (since - phase).as_nanos() / inter.as_nanos().max(1) + 1;
+    phase + Duration::from_nanos(u64::try_from(k * inter.as_nanos()).unwrap_or(u64::MAX))
+}
+
+impl Balancer for Haproxy {
+    fn pick(&mut self, pick: &mut Pick<'_>) -> Option<EndpointId> {
+        self.run_checks(pick.now);
+        // `option redispatch 1`: a retry avoids the server of the attempt before it.
+        let avoid = pick.exclude.last().copied();
+        match self.balance {
+            PeerBalance::RoundRobin => self.round_robin(avoid),
+            PeerBalance::LeastConnections => self.least_conn(avoid),
+            PeerBalance::Random => self.random(1, avoid, &mut *pick.rng),
+            PeerBalance::TwoChoices => self.random(2, avoid, &mut *pick.rng),
+        }
+    }
+
+    fn on_send(&mut self, endpoint: EndpointId, _now: Time) {
+        self.servers[endpoint].served += 1;
+        self.moved(endpoint);
+    }
+
+    fn on_feedback(&mut self, endpoint: EndpointId, now: Time, feedback: &Feedback) {
+        let s = &mut self.servers[endpoint];
+        s.served = s.served.saturating_sub(1);
+        self.moved(endpoint);
+        let Some(health) = self.health else { return };
+        let s = &mut self.servers[endpoint];
+        match feedback.outcome {
+            Outcome::Error | Outcome::TimedOut | Outcome::Unavailable => {
+                s.errors += 1;
+                if s.errors >= health.failures && s.down_since.is_none() {
+                    s.down_since = Some(now);
+                    s.errors = 0;
+                    self.rebuild_ring();
+                }
+            }
+            Outcome::Success | Outcome::Rejected => s.errors = 0,
+            Outcome::Cancelled => {}
+        }
+    }
+
+    fn grow(&mut self, endpoints: usize) {
+        self.servers.resize(endpoints.max(self.servers.len()), Server::default());
+        self.rebuild_ring();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::peer::tests::{fail, pick, succeed};
+    use rand::RngCore as _;
+
+    fn ms(n: u64) -> Time {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn full_hash_is_haproxy_s() {
+        // intops.h's steps written out in C (gcc, 32-bit unsigned arithmetic).
+        assert_eq!(full_hash(0), 2_874_071_335);
+        assert_eq!(full_hash(4096), 1_237_450_891);
+        assert_eq!(full_hash(4096 * 10 + 15), 1_609_685_223);
+    }
+
+    /// Each server's exact share of the 2^32 keys: every point owns the keys nearer to it than
+    /// to its neighbours (the earlier point on a tie).
+    fn shares(b: &Haproxy) -> Vec<f64> {
+        let mut owned = vec![0u64; b.servers.len()];
+        for key in (0..=u32::MAX).step_by(1 << 12) {
+            owned[b.ring_lookup(key, None).unwrap()] += 1;
+        }
+        owned.iter().map(|&n| n as f64 / (1u64 << 20) as f64).collect()
+    }
+
+    #[test]
+    fn the_ring_s_shares_are_uneven_and_draws_follow_them() {
+        let b = Haproxy::new(10, PeerBalance::Random, None);
+        assert_eq!(b.ring.len(), 160);
+        let shares = shares(&b);
+        let percent: Vec<u32> = shares.iter().map(|s| (s * 1000.0).round() as u32).collect();
+        // Per mille of single draws, servers 1 to 10 of a 10-server backend: 7.1 % to 13.4 %.
+        assert_eq!(percent, [121, 80, 90, 94, 109, 115, 71, 82, 105, 134]);
+        let mut counts = [0u32; 10];
+        let mut rng = rand_pcg::Pcg64Mcg::new(7);
+        for _ in 0..100_000 {
+            counts[b.ring_lookup(rng.next_u32(), None).unwrap()] += 1;
+        }
+        for (count, share) in counts.iter().zip(&shares) {
+            assert!((f64::from(*count) / 100_000.0 - share).abs() < 0.005, "{counts:?} {shares:?}");
+        }
+    }
+
+    #[test]
+    fn of_two_draws_the_less_served_wins_the_later_on_ties_and_a_server_may_be_drawn_twice() {
+        let mut b = Haproxy::new(2, PeerBalance::TwoChoices, None);
+        let share = shares(&b)[0];
+        b.on_send(0, ms(0));
+        // The busier server 0 is picked only when both draws land on it.
+        let zero = (0..4000).filter(|&seed| pick(&mut b, ms(0), &[], seed) == Some(0)).count();
+        assert!((zero as f64 / 4000.0 - share * share).abs() < 0.03, "{zero} {share}");
+        // Equal loads: the later draw wins, so each is picked as often as it is drawn.
+        b.on_feedback(0, ms(0), &Feedback::success(Duration::ZERO));
+        let zero = (0..4000).filter(|&seed| pick(&mut b, ms(0), &[], seed) == Some(0)).count();
+        assert!((zero as f64 / 4000.0 - share).abs() < 0.03, "{zero} {share}");
+    }
+
+    #[test]
+    fn leastconn_takes_the_least_served_and_in_turn_among_equals() {
+        let mut b = Haproxy::new(3, PeerBalance::LeastConnections, None);
+        let mut sent = Vec::new();
+        for _ in 0..3 {
+            let e = pick(&mut b, ms(0), &[], 0).unwrap();
+            b.on_send(e, ms(0));
+            sent.push(e);
+        }
+        assert_eq!(sent, [0, 1, 2]);
+        b.on_feedback(1, ms(1), &Feedback::success(Duration::ZERO));
+        b.on_feedback(0, ms(2), &Feedback::success(Duration::ZERO));
+        // 0 and 1 are at zero; 1 changed first.
+        assert_eq!(pick(&mut b, ms(2), &[], 0), Some(1));
+    }
+
+    #[test]
+    fn a_retry_avoids_the_previous_server_unless_it_is_the_only_one() {
+        let mut b = Haproxy::new(2, PeerBalance::RoundRobin, None);
+        assert_eq!(pick(&mut b, ms(0), &[], 0), Some(0));
+        assert_eq!(pick(&mut b, ms(0), &[1], 0), Some(0), "its turn is 1, which the retry avoids");
+        let mut one = Haproxy::new(1, PeerBalance::TwoChoices, None);
+        assert_eq!(pick(&mut one, ms(0), &[0], 0), Some(0));
+    }
+
+    #[test]
+    fn error_limit_errors_in_a_row_mark_down_until_the_next_check() {
+        let health = PassiveHealth { failures: 3, duration: Duration::from_secs(2) };
+        let mut b = Haproxy::new(2, PeerBalance::RoundRobin, Some(health));
+        // Step: a success between errors resets the count.
+        fail(&mut b, 1, ms(100));
+        fail(&mut b, 1, ms(200));
+        succeed(&mut b, 1, ms(300));
+        fail(&mut b, 1, ms(400));
+        fail(&mut b, 1, ms(500));
+        assert!(b.up(1));
+        // Step: the third in a row marks server 1 down: every pick goes to 0.
+        fail(&mut b, 1, ms(600));
+        assert!((0..4).all(|_| pick(&mut b, ms(700), &[], 0) == Some(0)));
+        // Step: server 1 of 2 checks at 1 s + k·2 s: its check at 1 s brings it back.
+        assert_eq!(pick(&mut b, ms(999), &[], 0), Some(0));
+        assert_eq!(pick(&mut b, ms(999), &[], 0), Some(0));
+        assert!((0..2).any(|_| pick(&mut b, ms(1000), &[], 0) == Some(1)));
+        // Step: with both down, nothing is picked.
+        for t in [3100, 3200, 3300] {
+            fail(&mut b, 0, ms(t));
+            fail(&mut b, 1, ms(t));
+        }
+        assert_eq!(pick(&mut b, ms(3300), &[], 0), None);
+        assert_eq!(next_check(ms(1000), Duration::from_secs(2), ms(600)), ms(1000));
+        assert_eq!(next_check(ms(1000), Duration::from_secs(2), ms(1000)), ms(3000));
+    }
+}
