@@ -205,15 +205,13 @@ pub struct Call {
     idempotent: bool,
     /// The request's class ([`crate::class`]).
     class: ClassId,
-    /// An attempt was sent as a race: the class records whether a race won when it ends.
-    raced: bool,
     deadline: PackedTime,
     // Inline room for a try, a hedge and a retry keeps a call allocation-free.
     attempts: SmallVec<[Attempt; 3]>,
     /// Retries sent so far; also the index the timeout policy gets for the next retry.
     retries: u32,
     retry_at: PackedTime,
-    hedges: u32,
+    hedges: u16,
     hedge_at: PackedTime,
     /// Whether the hedge policy heard of this request ([`HedgePolicy::on_request`]), so it hears
     /// of its end too.
@@ -282,7 +280,6 @@ impl Call {
             start: PackedTime::at(now),
             idempotent,
             class,
-            raced: false,
             deadline: PackedTime::new(deadline),
             attempts: SmallVec::new(),
             retries: 0,
@@ -466,20 +463,20 @@ impl Call {
         }
         if self.hedge_at.get().is_some_and(|t| t <= now) {
             self.hedge_at = PackedTime::NONE;
-            let n = self.hedges + 1;
+            let n = self.hedges.saturating_add(1);
             // The budget and the class's races are asked first so that a hedge they refuse costs
             // the hedge policy nothing.
             let budget = ctx.policy.retry.budget_allows(now);
             let class = ctx.policy.classes.get(self.class);
             let hedge = class.hedge.as_mut().expect("hedge_at is set only with a hedge policy");
             let races = !hedge.learned() || class.races.allow();
-            if budget && races && hedge.try_send(now, n) {
+            if budget && races && hedge.try_send(now, u32::from(n)) {
                 ctx.policy.retry.charge_hedge(now);
                 self.hedges = n;
                 self.send(ctx, self.retries);
                 let hedge = ctx.policy.classes.get(self.class).hedge.as_mut().expect("checked above");
                 let start = self.started();
-                self.hedge_at = PackedTime::new(hedge.delay(now, n + 1).map(|d| start.saturating_add(d).max(now)));
+                self.hedge_at = PackedTime::new(hedge.delay(now, u32::from(n) + 1).map(|d| start.saturating_add(d).max(now)));
             }
             // A refused hedge (by the hedge policy or by the budget retries and hedges share) ends
             // hedging for this request: asking again at once would be refused again, and a
@@ -650,7 +647,6 @@ impl Call {
         }
         let attempt = self.attempts.len() as u32;
         let raced = self.any_live();
-        self.raced |= raced;
         self.attempts.push(Attempt {
             sent: PackedTime::at(now),
             timeout: PackedTime::new(timeout),
@@ -683,7 +679,7 @@ impl Call {
         }
         self.finished = true;
         let class = ctx.policy.classes.get(self.class);
-        if self.raced {
+        if self.attempts.iter().any(|a| a.has(Tag::RACED)) {
             class.races.record(by_race);
         }
         if self.hedging {

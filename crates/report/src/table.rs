@@ -225,6 +225,7 @@ mod tests {
             experiment: "e".into(),
             mode: "lab".into(),
             seed: 1,
+            calibration: None,
             runs: vec![run("tailguard", Some(0.943)), run("nginx", None)],
         };
         let text = summary(&results);
