@@ -99,7 +99,7 @@ mod tests {
     #[test]
     fn routes_first_then_automatic_classes_up_to_the_limit() {
         let routes = "[{name: search, match: {path: /search}}, {name: writes, match: {path: /, method: POST}}]";
-        let mut c = classifier(routes, config::Classify { max: 3, segments: 2 });
+        let mut c = classifier(routes, config::Classify { max: 4, segments: 2 });
         let none = HeaderMap::new();
         let mut class = |method: Method, path: &str| c.classify(&method, path, &none);
         assert_eq!(class(Method::GET, "/search?q=x"), 1);
