@@ -9,8 +9,8 @@ use crate::Run;
 use std::time::Duration;
 use tailguard_policy::admission;
 use tailguard_policy::call;
-use tailguard_policy::peer::{Peer, PeerPolicy, Refusal};
 use tailguard_policy::class::{ClassPolicy, Classes};
+use tailguard_policy::peer::{Peer, PeerPolicy, Refusal};
 
 /// A caller's policies towards a service of `endpoints` replicas, every request in one class.
 pub fn client_policy(config: &ClientPolicy, endpoints: usize) -> call::ClientPolicy {

@@ -476,7 +476,8 @@ impl Call {
                 self.send(ctx, self.retries);
                 let hedge = ctx.policy.classes.get(self.class).hedge.as_mut().expect("checked above");
                 let start = self.started();
-                self.hedge_at = PackedTime::new(hedge.delay(now, u32::from(n) + 1).map(|d| start.saturating_add(d).max(now)));
+                self.hedge_at =
+                    PackedTime::new(hedge.delay(now, u32::from(n) + 1).map(|d| start.saturating_add(d).max(now)));
             }
             // A refused hedge (by the hedge policy or by the budget retries and hedges share) ends
             // hedging for this request: asking again at once would be refused again, and a

@@ -199,7 +199,12 @@ impl PeerPolicy {
                 deadline: self.deadline,
                 ..ClassPolicy::new(Box::new(Fixed::new(self.timeout.unwrap_or(NO_TIMEOUT))))
             }),
-            retry: RetryPolicy { max_attempts: self.attempts, backoff: Backoff::none(), budget: None, retry_non_idempotent: false },
+            retry: RetryPolicy {
+                max_attempts: self.attempts,
+                backoff: Backoff::none(),
+                budget: None,
+                retry_non_idempotent: false,
+            },
             retired: Vec::new(),
         }
     }
