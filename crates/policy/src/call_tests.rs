@@ -425,6 +425,35 @@ fn a_learned_timeout_never_ends_the_last_attempt() {
 }
 
 #[test]
+fn an_attempt_a_learned_timeout_cut_is_no_failure_to_the_outlier_detector() {
+    use crate::balance::OutlierConfig;
+    // Two endpoints, ejection after 2 failures in a row, a retry allowed: each of two requests'
+    // first attempt goes to endpoint 0 (round robin) and is cut at 100 ms; its retry on 1 wins.
+    let ejections = |timeout: Box<dyn TimeoutPolicy>| {
+        let mut d = Driver::new(2, timeout).retries(2, Backoff::none());
+        let config = OutlierConfig { consecutive_failures: 2, max_ejected: 0.5, ..OutlierConfig::default() };
+        d.policy.outlier = Some(config.build(2));
+        let mut ejected = Vec::new();
+        for i in 0..2 {
+            let t = 1000 * i;
+            let (mut call, out) = d.at(ms(t)).start(true);
+            assert_eq!(out[0], send(0, 0, Some(ms(100))), "request {i}");
+            let out = d.at(ms(t + 100)).wake(&mut call);
+            ejected.extend(out.iter().filter(|a| matches!(a, Action::Eject(_))).cloned());
+            assert_eq!(out.last(), Some(&Action::WakeAt(ms(t + 200))), "request {i}: {out:?}");
+            let out = d.at(ms(t + 150)).end(&mut call, 1, Feedback::success(ms(50)));
+            assert_eq!(out, vec![finish(Outcome::Success, 2)]);
+        }
+        ejected
+    };
+    // A user's timeout says the endpoint failed: the second cut ejects it.
+    let user = ejections(Box::new(Fixed::new(ms(100))));
+    assert!(matches!(user[..], [Action::Eject(Ejection { endpoint: 0, nth: 1, .. })]), "{user:?}");
+    // A learned one only guessed: the endpoint keeps its place.
+    assert_eq!(ejections(Box::new(Learned(Fixed::new(ms(100))))), vec![]);
+}
+
+#[test]
 fn hedges_that_never_win_stop_but_for_probes_and_a_win_brings_them_back() {
     use crate::class::{RACE_PROBE_EVERY, RACE_WINDOW};
     // The work belongs to the request: the first attempt always answers first. A learned hedge
