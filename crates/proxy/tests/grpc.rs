@@ -19,7 +19,7 @@ use tailguard_proxy::{Config, Proxy};
 use tokio::net::TcpListener;
 
 mod common;
-use common::{Backend, Mode};
+use common::{Backend, Mode, Refusing};
 
 async fn start(text: &str) -> Proxy {
     Proxy::start(Config::parse(text, Path::new("grpc.yaml")).unwrap()).await.unwrap()
@@ -102,11 +102,6 @@ async fn echo_deadlines() -> SocketAddr {
     addr
 }
 
-/// A port nothing listens on: connects to it are refused.
-async fn refusing() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap()
-}
-
 #[tokio::test]
 async fn the_egress_answers_grpc_requests_in_grpcs_form() {
     let backend = Backend::start_h2c("grpc", Mode::Ok(Duration::ZERO)).await;
@@ -138,7 +133,8 @@ async fn the_egress_answers_grpc_requests_in_grpcs_form() {
 
 #[tokio::test]
 async fn a_refused_connect_is_unavailable_and_a_passed_grpc_timeout_deadline_exceeded() {
-    let proxy = egress(&[refusing().await], "{}").await;
+    let refusing = Refusing::new();
+    let proxy = egress(&[refusing.addr], "{}").await;
     let (status, headers, _) = call(proxy.egress.unwrap(), "svc", &[]).await;
     assert_eq!(grpc_status(status, &headers), ("14".into(), "tailguard: no endpoint could be reached".into()));
     proxy.shutdown().await;

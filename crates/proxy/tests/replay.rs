@@ -22,6 +22,9 @@ use std::time::Duration;
 use tailguard_proxy::{Config, Proxy};
 use tokio::net::TcpListener;
 
+mod common;
+use common::Refusing;
+
 /// Copies of each request (by its `x-request` header) that reached the application.
 type Copies = Arc<Mutex<HashMap<String, usize>>>;
 
@@ -64,15 +67,11 @@ async fn replica(copies: Copies) -> SocketAddr {
     addr
 }
 
-/// A port nothing listens on: connects to it are refused.
-async fn refusing() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap()
-}
-
 #[tokio::test]
 async fn non_idempotent_requests_reach_the_application_once_while_the_others_are_hedged_and_retried() {
     let copies = Copies::default();
-    let endpoints = [replica(copies.clone()).await, replica(copies.clone()).await, refusing().await];
+    let refusing = Refusing::new();
+    let endpoints = [replica(copies.clone()).await, replica(copies.clone()).await, refusing.addr];
     let endpoints: Vec<String> = endpoints.iter().map(SocketAddr::to_string).collect();
     let text = format!(
         "egress:\n  listen: 127.0.0.1:0\n  upstreams:\n    svc:\n      endpoints: [{}]\n      policy:\n        \

@@ -212,3 +212,20 @@ pub fn run_bounded(
     let (stdout, stderr) = (stdout.join().unwrap_or_default(), stderr.join().unwrap_or_default());
     status.map(|status| (status, stdout, stderr))
 }
+
+/// A loopback port bound but not listening, held while this lives: connects to it are refused,
+/// and no other socket can take the port meanwhile (a listener dropped at once frees its port for
+/// the next test's backend to take, and connects then went to that backend instead).
+pub struct Refusing {
+    _socket: tokio::net::TcpSocket,
+    pub addr: SocketAddr,
+}
+
+impl Refusing {
+    pub fn new() -> Refusing {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = socket.local_addr().unwrap();
+        Refusing { _socket: socket, addr }
+    }
+}
