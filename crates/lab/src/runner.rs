@@ -371,11 +371,14 @@ fn check_size(run: &Run) -> Result<(), LabError> {
 }
 
 /// A layout whose address block is free: on loopback every listen address can be bound; in
-/// netns runs no interface and no namespace already uses the block.
+/// netns runs no interface and no namespace already uses the block. The slots are taken in turn
+/// from a random start, so that runs of one process (tests run labs side by side) never draw the
+/// same block: two of them had, checked it free at once, and collided on its addresses.
 fn choose_plan(run: &Run, isolation: Isolation) -> Result<Plan, LabError> {
-    let mut rng = rand::thread_rng();
+    static NEXT: std::sync::OnceLock<std::sync::atomic::AtomicUsize> = std::sync::OnceLock::new();
+    let next = NEXT.get_or_init(|| std::sync::atomic::AtomicUsize::new(rand::thread_rng().gen_range(0..249)));
     for _ in 0..SLOT_TRIES {
-        let slot: u8 = rng.gen_range(2..=250);
+        let slot = 2 + (next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 249) as u8;
         let plan = Plan::new(run, isolation, slot);
         let free = match isolation {
             Isolation::Loopback => plan.listen_addresses().iter().all(|a| TcpListener::bind(a).is_ok()),
