@@ -23,7 +23,7 @@ TESTS=(
   "tailguard lab" "tailguard lab_real"
   "tailguard-proxy proxy" "tailguard-proxy cancel" "tailguard-proxy discovery" "tailguard-proxy shutdown"
   "tailguard-proxy tls" "tailguard-proxy trace" "tailguard-proxy fuzz" "tailguard-proxy grpc"
-  "tailguard-proxy replay" "tailguard-proxy h2spec" "tailguard-proxy grpc_interop"
+  "tailguard-proxy replay" "tailguard-proxy h2spec" "tailguard-proxy grpc_interop" "tailguard-proxy routes"
   "tailguard-load load" "tailguard-load cpu"
   "tailguard-serve serve" "tailguard-serve cancel" "tailguard-serve store"
 )

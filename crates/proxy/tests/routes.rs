@@ -151,7 +151,6 @@ fn failed(statuses: &[StatusCode]) -> usize {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "written, not yet run: see the routes branch report"]
 async fn a_learned_timeout_fails_no_slow_route_request_that_least_request_serves() {
     let (a, b) = (App::start().await, App::start().await);
     let _busy = Busy::start();
