@@ -82,32 +82,7 @@ def main(argv: list[str]) -> int:
     if not os.path.exists(haproxy):
         print("haproxy is not installed (apt-get install haproxy)", file=sys.stderr)
         return 2
-    counts = [0] * SERVERS
-    lock = threading.Lock()
-
-    def handler(index: int) -> type[http.server.BaseHTTPRequestHandler]:
-        class Hold(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
-                with lock:
-                    counts[index] += 1
-                time.sleep(HOLD)
-                self.send_response(200)
-                self.send_header("Content-Length", "2")
-                self.end_headers()
-                self.wfile.write(b"ok")
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        return Hold
-
-    backends = []
-    for i in range(SERVERS):
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler(i))
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        backends.append(server)
+    counts, lock, backends = r.counting_backends(SERVERS, HOLD)
     listen = r.free_port()
     lines = [
         "global", "    maxconn 1024", "defaults", "    mode http", "    timeout connect 1s",

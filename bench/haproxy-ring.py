@@ -60,13 +60,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def main(argv: list[str]) -> int:
-    requests = int(argv[1]) if len(argv) > 1 else 4000
-    servers = int(argv[2]) if len(argv) > 2 else 10
-    haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
-    if not os.path.exists(haproxy):
-        print("haproxy is not installed (apt-get install haproxy)", file=sys.stderr)
-        return 2
+def counting_backends(
+    servers: int, hold: float = 0.0
+) -> tuple[list[int], threading.Lock, list[http.server.ThreadingHTTPServer]]:
+    """`servers` HTTP servers on 127.0.0.1, each answering a GET after `hold` seconds and counting
+    it in its slot of the returned list (under the returned lock); they run until the process ends."""
     counts = [0] * servers
     lock = threading.Lock()
 
@@ -77,6 +75,8 @@ def main(argv: list[str]) -> int:
             def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
                 with lock:
                     counts[index] += 1
+                if hold:
+                    time.sleep(hold)
                 self.send_response(200)
                 self.send_header("Content-Length", "2")
                 self.end_headers()
@@ -92,6 +92,17 @@ def main(argv: list[str]) -> int:
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler(i))
         threading.Thread(target=server.serve_forever, daemon=True).start()
         backends.append(server)
+    return counts, lock, backends
+
+
+def main(argv: list[str]) -> int:
+    requests = int(argv[1]) if len(argv) > 1 else 4000
+    servers = int(argv[2]) if len(argv) > 2 else 10
+    haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
+    if not os.path.exists(haproxy):
+        print("haproxy is not installed (apt-get install haproxy)", file=sys.stderr)
+        return 2
+    counts, lock, backends = counting_backends(servers)
     listen = free_port()
     lines = [
         "global", "    maxconn 1024", "defaults", "    mode http", "    timeout connect 1s",
