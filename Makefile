@@ -7,6 +7,8 @@ BIN := target/release/tailguard
 # per request. `make demo` after `make test` builds nothing.
 TEST_PROFILE := test-release
 TEST_BIN := target/$(TEST_PROFILE)/tailguard
+# ... with the `kube` feature, as the image is built (Dockerfile); `make build` leaves it out.
+TEST_FEATURES := --features tailguard/kube
 # The tuner (python/) lives in a virtual environment with pinned versions (python/constraints.txt).
 PYTHON ?= python3
 VENV := .venv
@@ -58,8 +60,12 @@ $(VENV)/.installed: python/pyproject.toml python/constraints.txt
 demo: peers test-bin
 	$(TEST_BIN) demo
 
-test-bin:
-	$(CARGO) build --profile $(TEST_PROFILE) --locked -p tailguard
+# The binary `make test` left is reused while no source changed since: Cargo would rebuild it
+# for `-p tailguard` alone, whose dependencies' features differ from the workspace's test build.
+test-bin: $(TEST_BIN)
+
+$(TEST_BIN): $(shell git ls-files 'crates/*' Cargo.toml Cargo.lock 2>/dev/null)
+	$(CARGO) build --profile $(TEST_PROFILE) --locked -p tailguard $(TEST_FEATURES)
 
 # nginx and HAProxy for the demo, installed when missing; where they cannot be, the demo says so
 # and runs without them.
@@ -73,10 +79,10 @@ deps: suites
 	scripts/install-test-deps.sh
 
 # Tests run optimised (the simulator's reproduction tests simulate minutes of traffic), with the
-# test-release profile; the tuner's tests and scripts/measured.py run that build's binary too.
+# test-release profile and the image's `kube` feature (one build: a second one without it cost 3
+# more minutes); the tuner's tests and scripts/measured.py run that build's binary too.
 test: deps python $(K8S_VALIDATE)
-	TAILGUARD_REQUIRE_SUITES=1 $(CARGO) test --profile $(TEST_PROFILE) --locked --workspace
-	$(CARGO) test --profile $(TEST_PROFILE) --locked -p tailguard-proxy --features kube --test kubernetes
+	TAILGUARD_REQUIRE_SUITES=1 $(CARGO) test --profile $(TEST_PROFILE) --locked --workspace $(TEST_FEATURES)
 	PATH="$(CURDIR)/target/$(TEST_PROFILE):$$PATH" $(VENV)/bin/python -m pytest -q python/tests
 	$(PYTHON) scripts/measured.py --check --bin $(TEST_BIN)
 

@@ -15,6 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-10}
 PROFILE=test-release
+FEATURES=(--features tailguard/kube) # as `make test` builds them
 LOGS=target/flaky
 case $ROUNDS in '' | *[!0-9]*) echo "usage: scripts/flaky.sh [N]" >&2; exit 2 ;; esac
 
@@ -36,7 +37,7 @@ for t in "${TESTS[@]}"; do
   args+=(-p "$package" --test "$target")
 done
 # The executables Cargo builds, with the package folder each runs in (as `cargo test` does).
-cargo test --profile "$PROFILE" --locked --no-run "${args[@]}" --message-format=json 2>/dev/null |
+cargo test --profile "$PROFILE" --locked --no-run "${FEATURES[@]}" "${args[@]}" --message-format=json 2>/dev/null |
   python3 -c '
 import json, os, sys
 for line in sys.stdin:
@@ -44,7 +45,7 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(os.path.dirname(m["manifest_path"]), m["target"]["name"], m["executable"])
 '  >"$LOGS.list" || {
-  cargo test --profile "$PROFILE" --locked --no-run "${args[@]}" # shows the build error
+  cargo test --profile "$PROFILE" --locked --no-run "${FEATURES[@]}" "${args[@]}" # shows the build error
   exit 1
 }
 [ "$(wc -l <"$LOGS.list")" -eq "${#TESTS[@]}" ] || { echo "expected ${#TESTS[@]} test binaries" >&2; exit 1; }

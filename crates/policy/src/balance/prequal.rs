@@ -131,8 +131,9 @@ pub struct ProbeReply {
 ///
 /// As in the paper, latency is conditioned on the RIF a request found on arrival: one moving average
 /// (weight [`ProbeResponder::WEIGHT`]) per RIF up to [`ProbeResponder::RIFS`] − 1, the last one
-/// shared by every higher RIF. A RIF not seen yet borrows the nearest RIF seen below it, else above
-/// it; a replica that has answered nothing reports 0 (an unused replica is the one to try).
+/// shared by every higher RIF. A RIF not seen yet borrows the nearest RIF seen below it, scaled by
+/// the requests ahead, else the nearest above it; a replica that has answered nothing reports 0 (an
+/// unused replica is the one to try).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProbeResponder {
     /// Per RIF on arrival, the moving average of latency in seconds (`None`: no answer yet).
@@ -164,7 +165,15 @@ impl ProbeResponder {
     /// The report while the replica holds `in_flight` requests.
     pub fn reply(&self, in_flight: u32) -> ProbeReply {
         let at = Self::bucket(in_flight);
-        let below = self.by_rif[..=at].iter().rev().find_map(|x| *x);
+        // A RIF not seen yet: the nearest one below, grown in proportion to the requests ahead
+        // (one more request ahead, one more service time), so that a replica whose queue grows
+        // without answering (a hang, a stall) reports longer and longer waits instead of its
+        // last quick one; else the nearest one above.
+        let below = self.by_rif[..=at]
+            .iter()
+            .enumerate()
+            .rev()
+            .find_map(|(rif, x)| x.map(|latency| latency * (at as f64 + 1.0) / (rif as f64 + 1.0)));
         let estimate = below.or_else(|| self.by_rif[at..].iter().find_map(|x| *x));
         ProbeReply { in_flight, latency: estimate.map_or(Duration::ZERO, Duration::from_secs_f64) }
     }
@@ -862,11 +871,12 @@ mod tests {
         r.on_answer(2, 300 * MS);
         r.on_answer(2, 500 * MS);
         assert_eq!(r.reply(2), ProbeReply { in_flight: 2, latency: 350 * MS });
-        // RIF 5 was never seen: the nearest below (2) answers; RIF 0 borrows from above.
-        assert_eq!(r.reply(5).latency, 350 * MS);
+        // RIF 5 was never seen: the nearest below (2) answers, for 6 requests ahead where it
+        // had 3; RIF 0 borrows from above as it is.
+        assert_eq!(r.reply(5).latency, 700 * MS);
         assert_eq!(r.reply(0).latency, 350 * MS);
         r.on_answer(0, 100 * MS);
-        assert_eq!((r.reply(0).latency, r.reply(1).latency), (100 * MS, 100 * MS));
+        assert_eq!((r.reply(0).latency, r.reply(1).latency), (100 * MS, 200 * MS));
         // RIFs of 63 and more share one average.
         r.on_answer(900, 9 * SEC);
         assert_eq!(r.reply(63).latency, 9 * SEC);
