@@ -60,12 +60,13 @@ $(VENV)/.installed: python/pyproject.toml python/constraints.txt
 demo: peers test-bin
 	$(TEST_BIN) demo
 
-# The binary `make test` left is reused while no source changed since: Cargo would rebuild it
-# for `-p tailguard` alone, whose dependencies' features differ from the workspace's test build.
+# The binary `make test` left is reused while no source changed since (Cargo would rebuild it for
+# `-p tailguard` alone, whose dependencies' features differ from the workspace's test build);
+# without one, the demo builds the binary alone, without the `kube` feature it does not use.
 test-bin: $(TEST_BIN)
 
 $(TEST_BIN): $(shell git ls-files 'crates/*' Cargo.toml Cargo.lock 2>/dev/null)
-	$(CARGO) build --profile $(TEST_PROFILE) --locked -p tailguard $(TEST_FEATURES)
+	$(CARGO) build --profile $(TEST_PROFILE) --locked -p tailguard
 
 # nginx and HAProxy for the demo, installed when missing; where they cannot be, the demo says so
 # and runs without them.
