@@ -401,8 +401,16 @@ impl Call {
             if a.overdue() {
                 if !self.others_live(i) {
                     // The last live attempt: patience is learned, and a learned number does not
-                    // end a request. It is waited for until it answers or the deadline passes.
+                    // end a request. It is waited for until it answers or the deadline passes,
+                    // and, lost as far as the caller can tell (a hung endpoint), raced now if no
+                    // retry could go out when its timeout fired: from the budget's allowance for
+                    // lost attempts, as the races of the usual tail may have spent the rest.
                     self.attempts[i].abandon_at = PackedTime::NONE;
+                    if self.retry_at.is_none() && ctx.policy.retry.retry_lost(now, self.retries + 1, self.idempotent) {
+                        self.last_failed = u32::try_from(endpoint).unwrap_or(NO_ENDPOINT);
+                        self.retries += 1;
+                        self.send(ctx, self.retries);
+                    }
                     continue;
                 }
                 // Kept past its timeout beyond the policy's patience while another attempt runs:

@@ -372,6 +372,34 @@ fn an_overdue_attempt_is_abandoned_after_the_policy_s_patience_only_while_anothe
     assert_eq!(*abandoned.lock().expect("not poisoned"), vec![(0, ms(250))]);
 }
 
+#[test]
+fn a_lost_attempt_is_raced_from_the_budgets_allowance_for_lost_attempts() {
+    let patient = || Patient { fixed: Fixed::new(ms(100)), patience: ms(250), abandoned: Arc::default() };
+    let mut d = Driver::new(3, Box::new(patient())).retries(2, Backoff::none());
+    d.class().hedge_on_timeout = true;
+    // One retry in the budget (a floor of 1 a second over a 1 s window, nothing per request), and
+    // as much again for attempts lost.
+    d.policy.retry.budget = Some(RetryBudget::new(Duration::from_secs(1), 1, 0.0));
+    let (mut a, _) = d.start(true);
+    let (mut b, _) = d.at(ms(1)).start(true);
+    let (mut c, _) = d.at(ms(2)).start(true);
+    // t=100: a's timeout fires and its race takes the budget's one retry.
+    let out = d.at(ms(100)).wake(&mut a);
+    assert_eq!(out, vec![overdue(0, 0), send(1, 1, Some(ms(100))), Action::WakeAt(ms(200))]);
+    // t=101, t=102: b's and c's find it spent: each keeps its only attempt.
+    assert_eq!(d.at(ms(101)).wake(&mut b), vec![overdue(0, 1), Action::WakeAt(ms(251))]);
+    assert_eq!(d.at(ms(102)).wake(&mut c), vec![overdue(0, 2), Action::WakeAt(ms(252))]);
+    // t=251: b's attempt has waited its patience unanswered, lost as far as the caller can tell
+    // (a hung endpoint): kept, and raced from the allowance for lost attempts.
+    assert_eq!(d.at(ms(251)).wake(&mut b), vec![send(1, 2, Some(ms(100))), Action::WakeAt(ms(351))]);
+    // t=252: that allowance is spent too: c's attempt is only kept, until it answers or a deadline.
+    assert_eq!(d.at(ms(252)).wake(&mut c), vec![]);
+    assert!(c.is_waiting_for(0));
+    // b's race answers first and wins.
+    let out = d.at(ms(300)).end(&mut b, 1, Feedback::success(ms(49)));
+    assert_eq!(out, vec![cancel(0, 1), finish(Outcome::Success, 2)]);
+}
+
 /// A fixed timeout that says it was learned (as the adaptive timeout, the Controller and the
 /// Optimizer do).
 struct Learned(Fixed);

@@ -157,10 +157,9 @@ variants:
 /// Conditions no example has, where a learned number used to fail requests that least-request
 /// without timeouts serves: three tiers of exponential 250 ms work (per attempt, and per request
 /// where no race can win) at 20 % and 50 % load under a 2 s deadline; a service whose latency
-/// jumps 20-fold for 300 ms every 7 s. In each, the adaptive timeout and the recommended policy
-/// succeed at least as often as least-request (− 0.1 point). (Not yet: one of three replicas
-/// hanging for 10 s, where the adaptive timeout's races have spent the retry budget when the hang
-/// begins; docs/policies.md.)
+/// jumps 20-fold for 300 ms every 7 s; one of three replicas hanging for 10 s. In each, the
+/// adaptive timeout and the recommended policy succeed at least as often as least-request
+/// (− 0.1 point).
 #[test]
 fn a_learned_number_fails_no_request_on_conditions_outside_the_examples() {
     let tiers = |work: &str| {
@@ -195,6 +194,9 @@ scenarios:
   - name: spikes
     set:
       services.back.latency_model: {{ kind: spikes, base: 1, peak: 20, every: 7s, length: 300ms }}
+  - name: hang
+    set:
+      services.back.faults: [ {{ kind: hang, replica: 0, from: 20s, until: 30s }} ]
 "#,
         policies("front->back", "2s")
     );

@@ -62,6 +62,20 @@ impl RetryBudget {
         true
     }
 
+    /// Charges the retry of an attempt given up as lost (kept past its timeout and its patience
+    /// without an answer), which may overdraw the budget by its floor once more: races of the
+    /// usual tail spend the budget as it fills, and a request stuck on a hung endpoint must not
+    /// wait behind them until its deadline. Lost attempts add at most the floor again.
+    pub fn withdraw_lost(&mut self, now: Time) -> bool {
+        self.advance(now);
+        if self.balance().saturating_add(self.reserve) < self.withdraw {
+            return false;
+        }
+        let slot = self.slot();
+        self.slots[slot] = self.slots[slot].saturating_sub(self.withdraw);
+        true
+    }
+
     /// Whether a retry may be made now, without charging it.
     pub fn allows(&mut self, now: Time) -> bool {
         self.advance(now);
@@ -118,6 +132,16 @@ mod tests {
         assert!(b.withdraw(ms(1)));
         assert!(b.withdraw(ms(2)));
         assert!(!b.withdraw(ms(3)));
+    }
+
+    #[test]
+    fn a_lost_attempt_may_overdraw_by_the_floor_once_more() {
+        let mut b = RetryBudget::new(secs(10), 1, 0.2);
+        assert_eq!((0..12).filter(|_| b.withdraw(Time::ZERO)).count(), 10);
+        assert_eq!((0..12).filter(|_| b.withdraw_lost(Time::ZERO)).count(), 10);
+        // In debt: nothing else goes out until requests repay it.
+        assert!(!b.withdraw(Time::ZERO));
+        assert_eq!(b.available(Time::ZERO), 0);
     }
 
     #[test]

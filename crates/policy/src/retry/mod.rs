@@ -198,6 +198,14 @@ impl RetryPolicy {
         allowed.then_some(wait)
     }
 
+    /// Whether a request whose attempt number `attempts_made - 1` is lost (kept past its timeout
+    /// and its patience) is retried now, as a timed-out one would be but at once and within the
+    /// budget's allowance for lost attempts ([`RetryBudget::withdraw_lost`]); charged if so.
+    pub fn retry_lost(&mut self, now: Time, attempts_made: u32, idempotent: bool) -> bool {
+        self.eligible(attempts_made, Outcome::TimedOut, idempotent)
+            && self.budget.as_mut().is_none_or(|budget| budget.withdraw_lost(now))
+    }
+
     /// Whether [`RetryPolicy::retry`] would allow the retry now; nothing is charged or drawn.
     pub fn would_retry(&mut self, now: Time, attempts_made: u32, outcome: Outcome, idempotent: bool) -> bool {
         self.eligible(attempts_made, outcome, idempotent) && self.budget_allows(now)
