@@ -13,10 +13,12 @@
 //!   driver sends the probes asynchronously ([`Balancer::take_probe`], the proxy and the simulator
 //!   alike). A replica with a usable report needs no probe, and one that has never reported is
 //!   never probed: a probe goes only where a sidecar has shown itself on real traffic, so none
-//!   ever reaches a plain application.
+//!   ever reaches a plain application. Nor is a replica whose last reported latency is shorter
+//!   than a probe's round trip ([`Prequal::worth_probing`]): it is ranked as the next point says.
 //! - **Replicas without a sidecar** (their answers carry no report, or a probe was answered with
-//!   anything but a probe reply) and replicas not heard from yet are ranked from what this caller
-//!   sees itself: its own requests in flight there as their RIF, and a moving average (weight
+//!   anything but a probe reply), replicas not heard from yet and those not worth a probe are
+//!   ranked from what this caller sees itself: its own requests in flight there as their RIF,
+//!   and a moving average (weight
 //!   [`ProbeResponder::WEIGHT`]) of its answer times from them, times one more than those
 //!   requests, as their latency (peak-EWMA's cost; 0 before the first answer, so an unknown
 //!   replica is tried and its first answer says whether it has a sidecar). Those of a pick's
@@ -216,11 +218,15 @@ struct Seen {
     in_flight: u32,
     /// The moving average of this caller's answer times from it, in seconds, once answered.
     latency: Option<f64>,
+    /// The latency estimate of its last report (zero: none yet, or it has answered nothing).
+    reported: Duration,
+    /// When the probe to it in flight was drawn, if one is.
+    probe_sent: Option<Time>,
 }
 
 impl Default for Seen {
     fn default() -> Self {
-        Seen { sidecar: Sidecar::Unknown, in_flight: 0, latency: None }
+        Seen { sidecar: Sidecar::Unknown, in_flight: 0, latency: None, reported: Duration::ZERO, probe_sent: None }
     }
 }
 
@@ -253,6 +259,8 @@ pub struct Prequal {
     drawn_ahead: bool,
     eligible: Eligible,
     seen: Vec<Seen>,
+    /// The moving average of probes' round trips (draw to reply), in seconds, once one replied.
+    probe_rtt: Option<f64>,
 }
 
 impl Prequal {
@@ -271,6 +279,7 @@ impl Prequal {
             drawn_ahead: false,
             eligible: Eligible::new(endpoints),
             seen: vec![Seen::default(); endpoints],
+            probe_rtt: None,
         }
     }
 
@@ -341,11 +350,25 @@ impl Prequal {
         self.pool.retain(|p| now.saturating_sub(p.received) <= max_age);
     }
 
+    /// Whether a probe of `endpoint` can tell more than it costs. Its reply describes the
+    /// replica as it was half a round trip before arriving, and a report is stale once older
+    /// than a replica's latency ([`Prequal::max_age`]): where the replica's last reported
+    /// latency is shorter than a probe's round trip, the reply is stale about as soon as it
+    /// arrives, and the probe is one more exchange as costly as the request it would place (a
+    /// sub-millisecond service probed on every request cost the egress as much CPU as three
+    /// requests; bench/proxy-overhead.sh). Such a replica is ranked from this caller's own view
+    /// instead, as one without a sidecar is. Unknown yet (no probe answered, or no latency
+    /// reported): worth it.
+    fn worth_probing(&self, endpoint: EndpointId) -> bool {
+        let reported = self.seen[endpoint].reported;
+        self.probe_rtt.is_none_or(|rtt| reported.is_zero() || reported.as_secs_f64() >= rtt)
+    }
+
     /// Draws this pick's replicas: distinct, uniformly at random. Those whose sidecar reported
     /// before, but whose report is no longer in the pool (aged out, spent, evicted), are to be
-    /// probed; those without a report to go by are candidates of the next pick. (The pool has
-    /// been aged at `now`.)
-    fn draw(&mut self, rng: crate::Rng<'_>) {
+    /// probed if worth it ([`Prequal::worth_probing`]); those without a report to go by are
+    /// candidates of the next pick. (The pool has been aged at `now`.)
+    fn draw(&mut self, now: Time, rng: crate::Rng<'_>) {
         self.credit += self.config.probes_per_request;
         let count = (self.credit.floor() as usize).min(self.seen.len());
         self.credit -= count as f64;
@@ -354,8 +377,12 @@ impl Prequal {
         self.locals.clear();
         for &e in &self.drawn {
             match self.seen[e].sidecar {
-                Sidecar::Reports if !self.pool.iter().any(|p| p.endpoint == e) => self.due.push(e),
-                Sidecar::Reports => {}
+                Sidecar::Reports if self.pool.iter().any(|p| p.endpoint == e) => {}
+                Sidecar::Reports if self.worth_probing(e) => {
+                    self.seen[e].probe_sent = Some(now);
+                    self.due.push(e);
+                }
+                Sidecar::Reports => self.locals.push(e),
                 Sidecar::Unknown | Sidecar::Missing => self.locals.push(e),
             }
         }
@@ -379,6 +406,7 @@ impl Prequal {
             LoadReport::Load(reply) => reply,
         };
         seen.sidecar = Sidecar::Reports;
+        seen.reported = reply.latency;
         if probed {
             if self.recent.len() < RECENT_RIFS {
                 self.recent.push(reply.in_flight);
@@ -441,7 +469,7 @@ impl Balancer for Prequal {
         if std::mem::take(&mut self.drawn_ahead) {
             self.locals.clear();
         } else {
-            self.draw(&mut *pick.rng);
+            self.draw(pick.now, &mut *pick.rng);
         }
         chosen
     }
@@ -458,7 +486,7 @@ impl Balancer for Prequal {
         if self.pool.iter().filter(|p| !exclude.contains(&p.endpoint)).count() >= wanted {
             return None;
         }
-        self.draw(rng);
+        self.draw(now, rng);
         self.drawn_ahead = true;
         (!self.due.is_empty()).then_some(self.config.probe_wait)
     }
@@ -497,6 +525,10 @@ impl Balancer for Prequal {
     }
 
     fn on_probe(&mut self, endpoint: EndpointId, now: Time, report: LoadReport) {
+        if let Some(sent) = self.seen.get_mut(endpoint).and_then(|seen| seen.probe_sent.take()) {
+            let rtt = now.saturating_sub(sent);
+            self.probe_rtt = Some(moving_average(self.probe_rtt, rtt));
+        }
         self.on_report(endpoint, now, report, true);
     }
 }
@@ -618,6 +650,32 @@ mod tests {
         // Once theirs are stale too, all four are probed.
         let _ = pick_at(&mut b, &mut rng, SEC + 101 * MS, &[]);
         assert_eq!(probes(&mut b).len(), 4);
+    }
+
+    #[test]
+    fn a_replica_quicker_than_a_probes_round_trip_is_ranked_locally_not_probed() {
+        let config = PrequalConfig { probes_per_request: 2.0, ..PrequalConfig::default() };
+        let (mut b, mut rng) = prequal(2, config);
+        // Both probed at 0; their replies take 2 ms: 0 reports 1 ms of latency, 1 reports 5 ms.
+        let _ = pick_at(&mut b, &mut rng, Time::ZERO, &[]);
+        (0..2).for_each(|e| report(&mut b, e, Time::ZERO, 0, 1));
+        let _ = pick_at(&mut b, &mut rng, 10 * MS, &[]);
+        assert_eq!(probes(&mut b).len(), 2);
+        report(&mut b, 0, 12 * MS, 0, 1);
+        report(&mut b, 1, 12 * MS, 0, 5);
+        // Both stale by 20 ms: 1 (5 ms ≥ the 2 ms round trip) is probed again, 0 (1 ms) is not,
+        // and is a candidate ranked from this caller's view: with 1 already picked and in flight
+        // (the pool empty), the pick is 0.
+        let _ = pick_at(&mut b, &mut rng, 20 * MS, &[]);
+        assert_eq!(probes(&mut b), [1]);
+        b.on_send(1, 20 * MS);
+        assert_eq!(pick_at(&mut b, &mut rng, 21 * MS, &[1]), Some(0));
+        // Once 0 reports being slower than a round trip (on a response), it is probed again.
+        b.on_feedback(0, 30 * MS, &Feedback::success(MS).with_load(LoadReport::Load(reply(3, 4))));
+        let _ = pick_at(&mut b, &mut rng, 40 * MS, &[]);
+        let mut sent = probes(&mut b);
+        sent.sort_unstable();
+        assert_eq!(sent, [0, 1]);
     }
 
     #[test]
