@@ -18,12 +18,11 @@
 //! - **Replicas without a sidecar** (their answers carry no report, or a probe was answered with
 //!   anything but a probe reply), replicas not heard from yet and those not worth a probe are
 //!   ranked from what this caller sees itself: its own requests in flight there as their RIF,
-//!   and a moving average (weight
-//!   [`ProbeResponder::WEIGHT`]) of its answer times from them, times one more than those
-//!   requests, as their latency (peak-EWMA's cost; 0 before the first answer, so an unknown
-//!   replica is tried and its first answer says whether it has a sidecar). Those of a pick's
-//!   draw compete in the HCL rule beside the pool. A sidecar that arrives later shows itself on
-//!   the next answer.
+//!   and a moving average (weight [`ProbeResponder::WEIGHT`]) of its answer times from them,
+//!   times one more than those requests, as their latency (peak-EWMA's cost; 0 before the first
+//!   answer, so an unknown replica is tried and its first answer says whether it has a sidecar).
+//!   Those of a pick's draw compete in the HCL rule beside the pool. A sidecar that arrives later
+//!   shows itself on the next answer.
 //! - **The pool** holds at most `pool_size` reports, at most one per replica (a newer report
 //!   replaces an older one); a report older than `max_age`, or than the quickest nonzero latency
 //!   estimate among the last [`RECENT_RIFS`] probe replies, is stale and dropped, and a new report
@@ -382,8 +381,7 @@ impl Prequal {
                     self.seen[e].probe_sent = Some(now);
                     self.due.push(e);
                 }
-                Sidecar::Reports => self.locals.push(e),
-                Sidecar::Unknown | Sidecar::Missing => self.locals.push(e),
+                Sidecar::Reports | Sidecar::Unknown | Sidecar::Missing => self.locals.push(e),
             }
         }
         // Taken from the end: reversed so the driver sends them in the order drawn.

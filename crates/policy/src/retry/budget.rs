@@ -54,12 +54,7 @@ impl RetryBudget {
 
     /// Whether a retry may be made now; if so, it is charged to the budget.
     pub fn withdraw(&mut self, now: Time) -> bool {
-        if !self.allows(now) {
-            return false;
-        }
-        let slot = self.slot();
-        self.slots[slot] = self.slots[slot].saturating_sub(self.withdraw);
-        true
+        self.charge(now, 0)
     }
 
     /// Charges the retry of an attempt given up as lost (kept past its timeout and its patience
@@ -67,8 +62,13 @@ impl RetryBudget {
     /// usual tail spend the budget as it fills, and a request stuck on a hung endpoint must not
     /// wait behind them until its deadline. Lost attempts add at most the floor again.
     pub fn withdraw_lost(&mut self, now: Time) -> bool {
+        self.charge(now, self.reserve)
+    }
+
+    /// Charges one retry if the balance, with `overdraft` more, covers it.
+    fn charge(&mut self, now: Time, overdraft: i64) -> bool {
         self.advance(now);
-        if self.balance().saturating_add(self.reserve) < self.withdraw {
+        if self.balance().saturating_add(overdraft) < self.withdraw {
             return false;
         }
         let slot = self.slot();
