@@ -75,16 +75,15 @@ impl Sidecar {
                          --isolation netns where the kernel delays packets",
                     ));
                 }
-                let max_connections = match &i.admission {
-                    AdmissionConfig::None => None,
-                    AdmissionConfig::Fixed { capacity } => Some(*capacity),
-                    AdmissionConfig::Dynamic { .. } => {
-                        return Err(refuse(
+                let max_connections =
+                    match &i.admission {
+                        AdmissionConfig::None => None,
+                        AdmissionConfig::Fixed { capacity } => Some(*capacity),
+                        AdmissionConfig::Dynamic { .. } | AdmissionConfig::Adaptive => return Err(refuse(
                             format!("admission.{service}"),
-                            "a `dynamic` capacity is recomputed from the load; a peer's connection limit is fixed",
-                        ))
-                    }
-                };
+                            "a `dynamic` or `adaptive` capacity follows the load; a peer's connection limit is fixed",
+                        )),
+                    };
                 Some(Ingress { listen: i.listen, app: i.app, max_connections })
             }
         };

@@ -1,9 +1,11 @@
 //! Admission control at a replica: whether an arriving request is admitted or refused with 429,
 //! and whether a response carries a BLOC confidence chip.
 
+mod adaptive;
 mod capacity;
 mod dynamic;
 
+pub use adaptive::{AdaptiveAdmission, Priority};
 pub use capacity::FixedCapacity;
 pub use dynamic::DynamicCapacity;
 
@@ -42,6 +44,9 @@ pub enum AdmissionConfig {
         #[serde(default = "default_floor")]
         floor: bool,
     },
+    /// Refuses, while a queue stands, the requests that would wait longer than their own service
+    /// ([`AdaptiveAdmission`]); nothing to set.
+    Adaptive,
 }
 
 fn default_floor() -> bool {
@@ -72,7 +77,7 @@ impl AdmissionConfig {
     /// Checks the parameters; the error names the field.
     pub fn validate(&self) -> Check {
         match self {
-            AdmissionConfig::None => Ok(()),
+            AdmissionConfig::None | AdmissionConfig::Adaptive => Ok(()),
             AdmissionConfig::Fixed { capacity } => config::at_least_one("capacity", *capacity),
             AdmissionConfig::Dynamic { window, headroom, deviations, .. } => {
                 config::positive("window", *window)?;
@@ -87,6 +92,7 @@ impl AdmissionConfig {
         match self {
             AdmissionConfig::None => Box::new(AdmitAll),
             AdmissionConfig::Fixed { capacity } => Box::new(FixedCapacity::new(*capacity)),
+            AdmissionConfig::Adaptive => Box::new(AdaptiveAdmission::new()),
             AdmissionConfig::Dynamic { window, headroom, deviations, floor } => Box::new(
                 DynamicCapacity::new(*window).with_headroom(*headroom).with_deviations(*deviations).with_floor(*floor),
             ),

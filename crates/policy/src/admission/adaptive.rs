@@ -1,0 +1,387 @@
+//! Adaptive admission: refuse with 429, at once, the requests that would wait a long time in the
+//! replica's queue, but only while a queue stands; admit everything otherwise. No number to set.
+//!
+//! What it decides, and from what a sidecar sees (the requests its replica holds, and how long
+//! each answer took after it arrived, by how many the replica held then):
+//! - **The limit** (the target of Breakwater's and CoDel's queueing delay, derived instead of
+//!   set): the base is the mean latency of the answers that found the replica idle; the first
+//!   count of held requests whose answers took on average [`QUEUED`] times the base (they waited
+//!   half a service) is the most a request may find held and still be admitted. An admitted
+//!   request then waits about half a service, a one-worker replica's one request, so the median
+//!   success stays near the unloaded median while the replica never runs dry (a request waits
+//!   to take the place of the one in service). A replica whose latency does not grow with what
+//!   it holds has no limit and is never refused. The means are per count and move with the last
+//!   [`LEVEL_MEMORY`] answers, so a replica that gets faster or slower is followed.
+//! - **When** (CoDel's standing queue, Nichols & Jacobson 2012): a burst that fills the queue and
+//!   drains is not overload. The limit is enforced only once the replica has held at least the
+//!   limit for a whole interval ([`INTERVAL_BASES`] times the base: a queue at the limit drains in
+//!   about one base at capacity, so one that stands several means arrivals keep pace with the
+//!   service), and stays enforced while arrivals keep finding the replica at the limit: an
+//!   interval with no request refused ends it. Below capacity the queue drains within the
+//!   interval and nothing is refused; above it, the excess is refused as it arrives, where every
+//!   static policy lets it wait to its deadline.
+//! - **A cold start in overload**: a replica overloaded from its first request never finds itself
+//!   idle, so its base is unknown. When two held have stood for an interval of its quickest
+//!   answers, it admits only at an idle replica for such an interval (extended by each answer
+//!   that found it idle), as Envoy's filter pins its limit to measure, but only then: the queue
+//!   drains, requests that find the replica idle give the base, and the limit takes over.
+//! - **Priorities** (DAGOR's and TopFull's business priority, Breakwater's credits withheld
+//!   first from the least important): while the limit is enforced, a request of lower priority is
+//!   refused already at the count its answers say queues at all (the first count whose answers
+//!   took [`LOW_PRIORITY_QUEUED`] times the base), so the replica's room goes first to the higher
+//!   priority ([`AdaptiveAdmission::admit_priority`]; requests do not carry a priority to it yet,
+//!   in the proxy or the simulator, and are admitted as [`Priority::Normal`]).
+//!
+//! Envoy's adaptive concurrency filter, the nearest deployed peer, finds its limit from a minimum
+//! RTT it measures by pinning the limit low every few seconds, refusing requests then even when
+//! idle; this policy learns the base from the requests that found the replica idle, which
+//! happen on their own below capacity, and refuses to measure only in a cold start in overload,
+//! where refusals are due anyway.
+
+use super::Admission;
+use crate::stats::nanos;
+use crate::Time;
+use std::time::Duration;
+
+/// Answers each count's mean latency moves with (an EWMA of this weight after as many answers).
+pub const LEVEL_MEMORY: u32 = 64;
+
+/// Answers at a count before its mean is trusted.
+const MIN_ANSWERS: u32 = 16;
+
+/// The interval a queue must stand for before the limit is enforced, in bases.
+pub const INTERVAL_BASES: u32 = 4;
+
+/// The latency over the base that says a count queues: its answers waited half a service on
+/// average. A one-worker replica's answers behind one request take twice the base, clear of it
+/// however noisy the means; one of `w` workers reaches it `w / 2` requests past its workers.
+pub const QUEUED: f64 = 1.5;
+
+/// The latency over the base at the count where lower priorities are refused while the limit is
+/// enforced: a quarter of a service waited.
+pub const LOW_PRIORITY_QUEUED: f64 = 1.25;
+
+/// The counts of held requests whose answers it tracks: a limit beyond this is moot, and it
+/// bounds the memory a flood of held requests could make it take.
+const MOST_TRACKED: usize = 1024;
+
+/// A request's priority at admission: lower priorities are refused first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Priority {
+    /// Refused first (`low`).
+    Low,
+    /// The default.
+    #[default]
+    Normal,
+}
+
+/// Adaptive admission at one replica (module docs).
+#[derive(Clone, Debug, Default)]
+pub struct AdaptiveAdmission {
+    /// Per count of held requests at arrival: answers seen and their mean latency (ns).
+    levels: Vec<(u32, f64)>,
+    /// The limits the levels give (recomputed at each answer): `(normal, low)`.
+    limits: Option<(u32, u32)>,
+    /// Since when the replica has held at least the limit, if it does.
+    full_since: Option<Time>,
+    /// Until then it admits only at an idle replica, to learn the base a cold start in overload
+    /// never shows.
+    measuring_until: Option<Time>,
+    /// The limit is enforced until then (extended by each refusal).
+    enforced_until: Option<Time>,
+}
+
+impl AdaptiveAdmission {
+    /// A policy that has seen nothing yet: it admits everything until its answers show a queue.
+    pub fn new() -> Self {
+        AdaptiveAdmission::default()
+    }
+
+    /// The mean latency of answers that found the replica idle, once trusted.
+    pub fn base(&self) -> Option<Duration> {
+        self.levels.first().filter(|(n, _)| *n >= MIN_ANSWERS).map(|&(_, mean)| Duration::from_nanos(mean as u64))
+    }
+
+    /// While the limit is enforced, a request of `priority` is admitted only if the replica holds
+    /// fewer requests than this (`None` until the answers show a queue).
+    pub fn limit(&self, priority: Priority) -> Option<u32> {
+        self.limits.map(|(normal, low)| if priority == Priority::Low { low } else { normal })
+    }
+
+    /// Whether the limit is enforced at `now` (a queue has stood).
+    pub fn enforced(&self, now: Time) -> bool {
+        self.enforced_until.is_some_and(|until| now < until)
+    }
+
+    fn interval(&self) -> Option<Duration> {
+        self.base().map(|base| base * INTERVAL_BASES)
+    }
+
+    /// The count at or above which a queue stands, and for how long it must stand: the limit
+    /// and its interval once known; before the base is, two held (one may wait) for an interval
+    /// of the quickest answers seen (a cold start in overload, where no request finds the
+    /// replica idle).
+    fn stand(&self) -> Option<(u32, Duration)> {
+        if let (Some((limit, _)), Some(interval)) = (self.limits, self.interval()) {
+            return Some((limit, interval));
+        }
+        if self.base().is_some() {
+            return None;
+        }
+        Some((2, Duration::from_nanos(self.quickest()? as u64) * INTERVAL_BASES))
+    }
+
+    /// The mean latency of the answers at the fewest held, pooled up to [`MIN_ANSWERS`] of them.
+    fn quickest(&self) -> Option<f64> {
+        let (mut count, mut total) = (0.0, 0.0);
+        for &(n, mean) in &self.levels {
+            let n = f64::from(n.min(LEVEL_MEMORY));
+            count += n;
+            total += n * mean;
+            if count >= f64::from(MIN_ANSWERS) {
+                return Some(total / count);
+            }
+        }
+        None
+    }
+
+    /// Whether it is measuring the base at `now`: admitting only at an idle replica.
+    fn measuring(&self, now: Time) -> bool {
+        self.base().is_none() && self.measuring_until.is_some_and(|until| now < until)
+    }
+
+    /// The limits the levels show, as capacities (a request is admitted while the replica holds
+    /// fewer): one more than the first count whose answers took [`QUEUED`] times the base, and for
+    /// low priority that first count whose answers took [`LOW_PRIORITY_QUEUED`] times it. Counts
+    /// with fewer than [`MIN_ANSWERS`] answers are pooled with the next ones until the pool has
+    /// as many (each pool judged at its first count): under overload the low counts are passed
+    /// through quickly and hold few answers each.
+    fn limits_now(&self) -> Option<(u32, u32)> {
+        let base = self.levels.first().filter(|(n, _)| *n >= MIN_ANSWERS)?.1;
+        let (mut normal, mut low) = (None, None);
+        let (mut first, mut count, mut total) = (1, 0.0, 0.0);
+        for (k, &(n, mean)) in self.levels.iter().enumerate().skip(1) {
+            if count == 0.0 {
+                first = k as u32;
+            }
+            let n = f64::from(n.min(LEVEL_MEMORY));
+            count += n;
+            total += n * mean;
+            if count < f64::from(MIN_ANSWERS) {
+                continue;
+            }
+            let pooled = total / count;
+            if low.is_none() && pooled >= LOW_PRIORITY_QUEUED * base {
+                low = Some(first);
+            }
+            if pooled >= QUEUED * base {
+                normal = Some(first + 1);
+                break;
+            }
+            (count, total) = (0.0, 0.0);
+        }
+        let normal = normal?;
+        Some((normal, low.unwrap_or(normal).min(normal)))
+    }
+
+    /// Follows the held count: starts or ends the stand of a queue at the limit, and enforces the
+    /// limit once it has stood an interval.
+    fn follow(&mut self, now: Time, in_system: u32) {
+        let Some((limit, interval)) = self.stand() else { return };
+        if in_system < limit {
+            self.full_since = None;
+            return;
+        }
+        let since = *self.full_since.get_or_insert(now);
+        if now.saturating_sub(since) < interval || self.enforced(now) || self.measuring(now) {
+            return;
+        }
+        self.full_since = None;
+        if self.limits.is_some() {
+            self.enforced_until = Some(now + interval);
+        } else {
+            self.measuring_until = Some(now + interval);
+        }
+    }
+
+    /// Whether a request of `priority` arriving at `now` is admitted, the replica holding
+    /// `in_system` requests before it.
+    pub fn admit_priority(&mut self, now: Time, in_system: u32, priority: Priority) -> bool {
+        self.follow(now, in_system);
+        if self.measuring(now) {
+            return in_system == 0;
+        }
+        let Some(limit) = self.limit(priority) else { return true };
+        if !self.enforced(now) || in_system < limit {
+            return true;
+        }
+        // Arrivals still find the queue at the limit: it still stands.
+        self.enforced_until = self.interval().map(|interval| now + interval);
+        false
+    }
+}
+
+impl Admission for AdaptiveAdmission {
+    fn admit(&mut self, now: Time, in_system: u32) -> bool {
+        self.admit_priority(now, in_system, Priority::Normal)
+    }
+
+    fn observe(&mut self, now: Time, in_system: u32) {
+        self.follow(now, in_system);
+    }
+
+    fn answered(&mut self, now: Time, rif: u32, latency: Duration) {
+        let k = rif as usize;
+        if k == 0 && self.measuring(now) {
+            // Measuring goes on while it learns: each answer at an idle replica extends it.
+            self.measuring_until = self.stand().map(|(_, interval)| now + interval);
+        }
+        if k >= MOST_TRACKED {
+            return;
+        }
+        if self.levels.len() <= k {
+            self.levels.resize(k + 1, (0, 0.0));
+        }
+        let (n, mean) = &mut self.levels[k];
+        *n = n.saturating_add(1);
+        *mean += (nanos(latency) - *mean) / f64::from((*n).min(LEVEL_MEMORY));
+        self.limits = self.limits_now();
+    }
+
+    fn capacity(&self, now: Time) -> Option<u32> {
+        if self.measuring(now) {
+            return Some(1);
+        }
+        self.limit(Priority::Normal).filter(|_| self.enforced(now))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// A one-worker replica of 100 ms service as its answers show it: 100 ms idle, 200 ms behind
+    /// one, 300 ms behind two.
+    fn one_worker() -> AdaptiveAdmission {
+        let mut a = AdaptiveAdmission::new();
+        for held in 0..3 {
+            for _ in 0..MIN_ANSWERS {
+                a.answered(Time::ZERO, held, (held + 1) * 100 * MS);
+            }
+        }
+        a
+    }
+
+    #[test]
+    fn learns_the_limit_where_a_request_waits_its_own_service() {
+        let a = one_worker();
+        assert_eq!(a.base(), Some(100 * MS));
+        // Behind one request an answer takes twice the base: a request may find one held, and
+        // one of low priority none.
+        assert_eq!(a.limit(Priority::Normal), Some(2));
+        assert_eq!(a.limit(Priority::Low), Some(1));
+        // Before enough answers at a count, nothing is known.
+        let mut fresh = AdaptiveAdmission::new();
+        fresh.answered(Time::ZERO, 0, 100 * MS);
+        fresh.answered(Time::ZERO, 1, 200 * MS);
+        assert_eq!(fresh.limit(Priority::Normal), None);
+        assert!(fresh.admit(Time::ZERO, 1_000));
+    }
+
+    #[test]
+    fn a_replica_that_does_not_queue_has_no_limit() {
+        let mut a = AdaptiveAdmission::new();
+        for held in 0..50 {
+            for _ in 0..MIN_ANSWERS {
+                a.answered(Time::ZERO, held, 100 * MS + held * MS);
+            }
+        }
+        assert_eq!(a.limit(Priority::Normal), None);
+        a.observe(Time::ZERO, 60);
+        assert!(a.admit(10 * 100 * MS, 60));
+    }
+
+    #[test]
+    fn a_burst_is_admitted_and_a_standing_queue_is_shed_until_it_drains() {
+        let mut a = one_worker();
+        // The interval is four bases: 400 ms. A queue at the limit from t = 1 s...
+        let t = |ms: u64| Time::from_millis(ms);
+        a.observe(t(1000), 2);
+        // ... is a burst for 400 ms: everything is admitted, however long the queue.
+        assert!(a.admit(t(1100), 3));
+        assert!(a.admit(t(1399), 4));
+        assert!(!a.enforced(t(1399)));
+        // Standing a whole interval, the limit is enforced: a request finding two held is refused.
+        a.observe(t(1400), 2);
+        assert!(a.enforced(t(1400)));
+        assert!(!a.admit(t(1400), 2));
+        assert!(a.admit(t(1450), 1));
+        assert_eq!(a.capacity(t(1450)), Some(2));
+        // Each refusal keeps it for another interval: refused at 1.7 s, enforced until 2.1 s.
+        assert!(!a.admit(t(1700), 2));
+        a.observe(t(1750), 0);
+        assert!(a.enforced(t(2099)));
+        assert!(!a.enforced(t(2100)));
+        assert!(a.admit(t(2100), 5));
+        assert_eq!(a.capacity(t(2100)), None);
+    }
+
+    #[test]
+    fn low_priority_is_refused_where_its_answers_begin_to_wait() {
+        let mut a = AdaptiveAdmission::new();
+        // Four workers of 100 ms: no wait up to three held, then a quarter service per request
+        // ahead (125, 150, 175, 200 ms at 4, 5, 6, 7 held): low priority is refused at 4 held
+        // (a quarter service waited), the rest at 6 (half a service waited at 5).
+        for held in 0..10u32 {
+            let wait = held.saturating_sub(3) * 25;
+            for _ in 0..MIN_ANSWERS {
+                a.answered(Time::ZERO, held, (100 + wait) * MS);
+            }
+        }
+        assert_eq!(a.limit(Priority::Normal), Some(6));
+        assert_eq!(a.limit(Priority::Low), Some(4));
+        a.observe(Time::ZERO, 6);
+        let later = 400 * MS;
+        a.observe(later, 6);
+        assert!(a.enforced(later));
+        assert!(!a.admit_priority(later, 4, Priority::Low));
+        assert!(a.admit_priority(later, 4, Priority::Normal));
+        assert!(a.admit_priority(later, 3, Priority::Low));
+        assert!(a.admit_priority(later, 5, Priority::Normal));
+        assert!(!a.admit_priority(later, 6, Priority::Normal));
+    }
+
+    #[test]
+    fn a_cold_start_in_overload_measures_the_base_at_an_idle_replica() {
+        let mut a = AdaptiveAdmission::new();
+        // Overloaded from the start: every answer found four or five held (500 or 600 ms), none
+        // the replica idle.
+        for _ in 0..MIN_ANSWERS {
+            a.answered(Time::ZERO, 4, 500 * MS);
+            a.answered(Time::ZERO, 5, 600 * MS);
+        }
+        assert_eq!(a.base(), None);
+        // Two or more held for an interval of the quickest answers (4 × 500 ms) starts measuring.
+        let t = |ms: u64| Time::from_millis(ms);
+        a.observe(t(1000), 6);
+        assert!(a.admit(t(2999), 6));
+        assert!(!a.admit(t(3000), 2));
+        assert!(!a.admit(t(3400), 1));
+        assert_eq!(a.capacity(t(3400)), Some(1));
+        assert!(a.admit(t(3500), 0));
+        // Answers at an idle replica give the base; the limit replaces the measurement.
+        for _ in 0..MIN_ANSWERS {
+            a.answered(t(3600), 0, 100 * MS);
+        }
+        assert_eq!(a.base(), Some(100 * MS));
+        // Only four and five held have answers yet: the limit is five until fewer fill in.
+        assert_eq!(a.limit(Priority::Normal), Some(5));
+        assert!(a.admit(t(3700), 1));
+        // Not measured again: the limit is enforced once its own queue stands (400 ms).
+        a.observe(t(3700), 6);
+        assert!(a.admit(t(4099), 7));
+        assert!(!a.admit(t(4100), 6));
+    }
+}
