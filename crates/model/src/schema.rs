@@ -333,6 +333,10 @@ pub struct Route {
     /// The calls its requests make instead of the service's.
     #[serde(default)]
     pub calls: Option<Vec<CallEdge>>,
+    /// Its requests' priority at the service's admission (`low` is refused first by `adaptive`
+    /// admission; the proxy reads it from `x-tailguard-priority`, which the lab does not send).
+    #[serde(default)]
+    pub priority: Priority,
 }
 
 impl Route {
@@ -396,7 +400,7 @@ impl ClientPolicy {
 // The policies' own configuration types, re-exported under their own names for the experiment
 // schema's users: each is its policy's schema (deserialisation, defaults and `validate()`), in
 // crates/policy.
-pub use tailguard_policy::admission::AdmissionConfig;
+pub use tailguard_policy::admission::{AdmissionConfig, Priority};
 pub use tailguard_policy::balance::{BalancerConfig, OutlierConfig, OutlierSetting};
 pub use tailguard_policy::hedge::HedgeConfig;
 pub use tailguard_policy::retry::RetryConfig;

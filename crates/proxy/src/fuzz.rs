@@ -42,7 +42,8 @@ pub fn config(data: &[u8]) -> bool {
 /// The header rules on the request head in `data` (parsed by httparse, as hyper parses it): the
 /// server's [`http::malformed_head`] (one `Host`, and one in HTTP/1.1), the listeners'
 /// [`http::deadline_ms`], and [`http::forwardable`], after which no hop-by-hop header (but
-/// `TE: trailers`), no header `Connection` names and no `x-tailguard-*` header is left, and every
+/// `TE: trailers`), no header `Connection` names and no `x-tailguard-*` header but a low priority
+/// is left, and every
 /// other header keeps all its values in order. Whether the head was forwarded.
 pub fn request_head(data: &[u8]) -> bool {
     let Some(req) = parse_head(data) else { return false };
@@ -65,7 +66,8 @@ pub fn request_head(data: &[u8]) -> bool {
     http::forwardable(&mut headers, found);
     for (name, value) in &headers {
         let name = name.as_str();
-        assert!(!name.starts_with(http::INTERNAL_PREFIX), "{name} forwarded");
+        let low_priority = name == http::PRIORITY && value == "low";
+        assert!(!name.starts_with(http::INTERNAL_PREFIX) || low_priority, "{name} forwarded");
         if name == "te" {
             assert_eq!(value, "trailers", "TE forwarded with another value");
             continue;

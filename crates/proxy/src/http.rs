@@ -6,6 +6,7 @@ use http_body_util::{BodyExt, Empty, Full};
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode, Version};
 use std::time::Duration;
+use tailguard_policy::admission::Priority;
 
 /// Any error a body may fail with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -17,6 +18,9 @@ pub type Body = BoxBody<Bytes, BoxError>;
 pub const CHIP: &str = "x-tailguard-chip";
 /// The header carrying a request's remaining deadline in milliseconds.
 pub const DEADLINE_MS: &str = "x-tailguard-deadline-ms";
+/// The header that lowers a request's priority at the ingress's admission (`low`; anything else
+/// is the default): any caller may lower its own.
+pub const PRIORITY: &str = "x-tailguard-priority";
 /// Every tailguard header starts with this.
 pub const INTERNAL_PREFIX: &str = "x-tailguard-";
 
@@ -124,7 +128,8 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 
 /// Makes a request's headers fit to forward (`found` is their [`scan`]): no hop-by-hop header
 /// but `TE: trailers`, which HTTP/2 keeps because gRPC servers expect it, and no `x-tailguard-*`
-/// header (the listener adds back what it believes).
+/// header (the listener adds back what it believes) but a low [`PRIORITY`], which belongs to the
+/// request on every hop, as a deadline does, and which any caller may set for itself.
 pub fn forwardable(headers: &mut HeaderMap, found: Found) {
     if found.hop_by_hop {
         let te_trailers =
@@ -135,7 +140,11 @@ pub fn forwardable(headers: &mut HeaderMap, found: Found) {
         }
     }
     if found.internal {
+        let low = priority(headers) == Priority::Low;
         strip_internal(headers, &[]);
+        if low {
+            headers.insert(PRIORITY, HeaderValue::from_static("low"));
+        }
     }
 }
 
@@ -199,6 +208,14 @@ pub fn deadline_spent() -> Response<Body> {
     text(StatusCode::GATEWAY_TIMEOUT, "tailguard: the deadline had passed on arrival")
 }
 
+/// The request's priority at admission: `low` when its [`PRIORITY`] header says so.
+pub fn priority(headers: &HeaderMap) -> Priority {
+    match headers.get(PRIORITY) {
+        Some(v) if v.as_bytes().eq_ignore_ascii_case(b"low") => Priority::Low,
+        _ => Priority::Normal,
+    }
+}
+
 /// Whether the response carries a chip (`x-tailguard-chip: 1`).
 pub fn has_chip(headers: &HeaderMap) -> bool {
     headers.get(CHIP).is_some_and(|v| v.as_bytes() == b"1")
@@ -207,6 +224,29 @@ pub fn has_chip(headers: &HeaderMap) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_low_priority_is_forwarded_and_nothing_else_internal() {
+        let forwarded = |pairs: &[(&'static str, &'static str)]| {
+            let mut headers = HeaderMap::new();
+            for (name, value) in pairs {
+                headers.append(*name, HeaderValue::from_static(value));
+            }
+            let found = scan(&headers);
+            forwardable(&mut headers, found);
+            headers
+        };
+        let low = forwarded(&[(PRIORITY, "LOW"), (DEADLINE_MS, "5")]);
+        assert_eq!(priority(&low), Priority::Low);
+        assert_eq!(low.get(PRIORITY).unwrap(), "low");
+        assert!(!low.contains_key(DEADLINE_MS));
+        let other = forwarded(&[(PRIORITY, "high")]);
+        assert_eq!(priority(&other), Priority::Normal);
+        assert!(!other.contains_key(PRIORITY));
+        // A connection that names it drops it, as any hop-by-hop header.
+        let named = forwarded(&[(PRIORITY, "low"), ("connection", "x-tailguard-priority")]);
+        assert_eq!(priority(&named), Priority::Normal);
+    }
 
     #[test]
     fn a_scan_finds_hop_by_hop_and_internal_headers() {

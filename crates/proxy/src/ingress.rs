@@ -42,7 +42,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tailguard_model::build;
-use tailguard_policy::admission::Admission;
+use tailguard_policy::admission::{Admission, Priority};
 use tailguard_policy::balance::{ProbeReply, ProbeResponder};
 use tailguard_policy::Time;
 
@@ -186,7 +186,7 @@ impl Ingress {
             Ok(left) => left,
             Err(e) => return http::text(StatusCode::BAD_REQUEST, &e),
         };
-        let Some(held) = self.admit() else {
+        let Some(held) = self.admit(http::priority(req.headers())) else {
             self.metrics.ingress_rejected.inc();
             let mut response = http::text(StatusCode::TOO_MANY_REQUESTS, "tailguard: over capacity");
             response.headers_mut().insert(CHIP, HeaderValue::from_static("0"));
@@ -246,12 +246,13 @@ impl Ingress {
         }
     }
 
-    /// Admits a request, counting it until the returned guard drops; `None` means 429.
-    fn admit(&self) -> Option<Held<'_>> {
+    /// Admits a request of `priority`, counting it until the returned guard drops; `None` means
+    /// 429.
+    fn admit(&self, priority: Priority) -> Option<Held<'_>> {
         let now = self.now();
         let mut state = self.lock();
         let State { admission, in_flight, .. } = &mut *state;
-        if !admission.admit(now, *in_flight) {
+        if !admission.admit_as(now, *in_flight, priority) {
             return None;
         }
         let rif = *in_flight;

@@ -13,7 +13,7 @@
 //!   it holds has no limit and is never refused. The means are per count and move with the last
 //!   [`LEVEL_MEMORY`] answers, so a replica that gets faster or slower is followed.
 //! - **When** (CoDel's standing queue, Nichols & Jacobson 2012): a burst that fills the queue and
-//!   drains is not overload. The limit is enforced only once the replica has held at least the
+//!   drains is not overload. A limit is enforced only once the replica has held at least the
 //!   limit for a whole interval ([`INTERVAL_BASES`] times the base: a queue at the limit drains in
 //!   about one base at capacity, so one that stands several means arrivals keep pace with the
 //!   service), and stays enforced while arrivals keep finding the replica at the limit: an
@@ -25,12 +25,14 @@
 //!   answers, it admits only at an idle replica for such an interval (extended by each answer
 //!   that found it idle), as Envoy's filter pins its limit to measure, but only then: the queue
 //!   drains, requests that find the replica idle give the base, and the limit takes over.
-//! - **Priorities** (DAGOR's and TopFull's business priority, Breakwater's credits withheld
-//!   first from the least important): while the limit is enforced, a request of lower priority is
-//!   refused already at the count its answers say queues at all (the first count whose answers
-//!   took [`LOW_PRIORITY_QUEUED`] times the base), so the replica's room goes first to the higher
-//!   priority ([`AdaptiveAdmission::admit_priority`]; requests do not carry a priority to it yet,
-//!   in the proxy or the simulator, and are admitted as [`Priority::Normal`]).
+//! - **Priorities** (DAGOR's admission level and TopFull's business priority: shed the least
+//!   important first, and the more important only if that was not enough): where low-priority
+//!   requests arrive, the first interval a queue stands holds them to their limit, the count whose answers waited a quarter
+//!   of a service ([`LOW_PRIORITY_QUEUED`] times the base); only if the queue still stands a
+//!   whole interval more are the others held to theirs. Each priority's limit stays enforced
+//!   while its own requests keep being refused, so a replica whose excess is low-priority work
+//!   sheds that work alone. A request's priority is its route's `priority:` in experiment files
+//!   and the `x-tailguard-priority: low` header at the proxy (which forwards it on every hop).
 //!
 //! Envoy's adaptive concurrency filter, the nearest deployed peer, finds its limit from a minimum
 //! RTT it measures by pinning the limit low every few seconds, refusing requests then even when
@@ -41,6 +43,8 @@
 use super::Admission;
 use crate::stats::nanos;
 use crate::Time;
+use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 use std::time::Duration;
 
 /// Answers each count's mean latency moves with (an EWMA of this weight after as many answers).
@@ -65,8 +69,10 @@ pub const LOW_PRIORITY_QUEUED: f64 = 1.25;
 /// bounds the memory a flood of held requests could make it take.
 const MOST_TRACKED: usize = 1024;
 
-/// A request's priority at admission: lower priorities are refused first.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+/// A request's priority at admission: lower priorities are refused first (`priority:` on a route
+/// in experiment files, `x-tailguard-priority` at the proxy's ingress).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Priority {
     /// Refused first (`low`).
     Low,
@@ -87,8 +93,11 @@ pub struct AdaptiveAdmission {
     /// Until then it admits only at an idle replica, to learn the base a cold start in overload
     /// never shows.
     measuring_until: Option<Time>,
-    /// The limit is enforced until then (extended by each refusal).
-    enforced_until: Option<Time>,
+    /// Per priority (low, normal): its requests are held to its limit until then (extended by
+    /// each refusal); a priority held to its limit holds every lower one to its own too.
+    shed_until: [Option<Time>; 2],
+    /// When the last low-priority request arrived.
+    last_low: Option<Time>,
 }
 
 impl AdaptiveAdmission {
@@ -108,9 +117,14 @@ impl AdaptiveAdmission {
         self.limits.map(|(normal, low)| if priority == Priority::Low { low } else { normal })
     }
 
-    /// Whether the limit is enforced at `now` (a queue has stood).
+    /// Whether requests of `priority` are held to its limit at `now`.
+    pub fn sheds(&self, now: Time, priority: Priority) -> bool {
+        self.shed_until[priority as usize..].iter().any(|until| until.is_some_and(|t| now < t))
+    }
+
+    /// Whether any limit is enforced at `now` (a queue has stood).
     pub fn enforced(&self, now: Time) -> bool {
-        self.enforced_until.is_some_and(|until| now < until)
+        self.sheds(now, Priority::Low)
     }
 
     fn interval(&self) -> Option<Duration> {
@@ -184,8 +198,8 @@ impl AdaptiveAdmission {
         Some((normal, low.unwrap_or(normal).min(normal)))
     }
 
-    /// Follows the held count: starts or ends the stand of a queue at the limit, and enforces the
-    /// limit once it has stood an interval.
+    /// Follows the held count: starts or ends the stand of a queue at the limit; each interval
+    /// it stands holds one more priority to its limit, the lowest first.
     fn follow(&mut self, now: Time, in_system: u32) {
         let Some((limit, interval)) = self.stand() else { return };
         if in_system < limit {
@@ -193,30 +207,45 @@ impl AdaptiveAdmission {
             return;
         }
         let since = *self.full_since.get_or_insert(now);
-        if now.saturating_sub(since) < interval || self.enforced(now) || self.measuring(now) {
+        if now.saturating_sub(since) < interval || self.measuring(now) {
             return;
         }
-        self.full_since = None;
-        if self.limits.is_some() {
-            self.enforced_until = Some(now + interval);
-        } else {
+        if self.limits.is_none() {
+            self.full_since = None;
             self.measuring_until = Some(now + interval);
+            return;
+        }
+        // The lowest priority not held to its limit now, passing over one that was when the stand
+        // began (a priority without traffic to keep its refusals going lapses while the queue
+        // stands; the next one up is due), and low priority unless its requests arrive.
+        let low_arrives = self.last_low.is_some_and(|t| now.saturating_sub(t) < interval);
+        let unheld: SmallVec<[Priority; 2]> = [Priority::Low, Priority::Normal]
+            .into_iter()
+            .filter(|&p| (p != Priority::Low || low_arrives) && !self.sheds(now, p))
+            .collect();
+        let next = unheld.iter().find(|&&p| !self.sheds(since, p)).or(unheld.last()).copied();
+        if let Some(next) = next {
+            self.full_since = None;
+            self.shed_until[next as usize] = Some(now + interval);
         }
     }
 
     /// Whether a request of `priority` arriving at `now` is admitted, the replica holding
     /// `in_system` requests before it.
     pub fn admit_priority(&mut self, now: Time, in_system: u32, priority: Priority) -> bool {
+        if priority == Priority::Low {
+            self.last_low = Some(now);
+        }
         self.follow(now, in_system);
         if self.measuring(now) {
             return in_system == 0;
         }
         let Some(limit) = self.limit(priority) else { return true };
-        if !self.enforced(now) || in_system < limit {
+        if !self.sheds(now, priority) || in_system < limit {
             return true;
         }
-        // Arrivals still find the queue at the limit: it still stands.
-        self.enforced_until = self.interval().map(|interval| now + interval);
+        // Arrivals of this priority still find the queue at its limit: it still stands for them.
+        self.shed_until[priority as usize] = self.interval().map(|interval| now + interval);
         false
     }
 }
@@ -224,6 +253,10 @@ impl AdaptiveAdmission {
 impl Admission for AdaptiveAdmission {
     fn admit(&mut self, now: Time, in_system: u32) -> bool {
         self.admit_priority(now, in_system, Priority::Normal)
+    }
+
+    fn admit_as(&mut self, now: Time, in_system: u32, priority: Priority) -> bool {
+        self.admit_priority(now, in_system, priority)
     }
 
     fn observe(&mut self, now: Time, in_system: u32) {
@@ -313,9 +346,10 @@ mod tests {
         assert!(a.admit(t(1100), 3));
         assert!(a.admit(t(1399), 4));
         assert!(!a.enforced(t(1399)));
-        // Standing a whole interval, the limit is enforced: a request finding two held is refused.
+        // Standing a whole interval, the limit is enforced: a request finding two held is refused
+        // (no low-priority request arrives to give way first).
         a.observe(t(1400), 2);
-        assert!(a.enforced(t(1400)));
+        assert!(a.sheds(t(1400), Priority::Normal));
         assert!(!a.admit(t(1400), 2));
         assert!(a.admit(t(1450), 1));
         assert_eq!(a.capacity(t(1450)), Some(2));
@@ -343,14 +377,23 @@ mod tests {
         assert_eq!(a.limit(Priority::Normal), Some(6));
         assert_eq!(a.limit(Priority::Low), Some(4));
         a.observe(Time::ZERO, 6);
+        assert!(a.admit_priority(200 * MS, 6, Priority::Low));
         let later = 400 * MS;
         a.observe(later, 6);
-        assert!(a.enforced(later));
+        // Where low-priority requests arrive, the first interval of a standing queue holds them
+        // alone to their limit.
+        assert!(a.sheds(later, Priority::Low) && !a.sheds(later, Priority::Normal));
         assert!(!a.admit_priority(later, 4, Priority::Low));
-        assert!(a.admit_priority(later, 4, Priority::Normal));
         assert!(a.admit_priority(later, 3, Priority::Low));
-        assert!(a.admit_priority(later, 5, Priority::Normal));
-        assert!(!a.admit_priority(later, 6, Priority::Normal));
+        assert!(a.admit_priority(later, 6, Priority::Normal));
+        // A second holds the others to theirs.
+        a.observe(500 * MS, 6);
+        assert!(!a.admit_priority(700 * MS, 6, Priority::Low));
+        let again = 900 * MS;
+        a.observe(again, 7);
+        assert!(a.sheds(again, Priority::Normal));
+        assert!(a.admit_priority(again, 5, Priority::Normal));
+        assert!(!a.admit_priority(again, 6, Priority::Normal));
     }
 
     #[test]
@@ -382,6 +425,9 @@ mod tests {
         // Not measured again: the limit is enforced once its own queue stands (400 ms).
         a.observe(t(3700), 6);
         assert!(a.admit(t(4099), 7));
-        assert!(!a.admit(t(4100), 6));
+        assert!(!a.admit_as(t(4100), 6, Priority::Low));
+        a.observe(t(4100), 6);
+        assert!(!a.admit_as(t(4300), 6, Priority::Low));
+        assert!(!a.admit(t(4500), 6));
     }
 }

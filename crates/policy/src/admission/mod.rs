@@ -113,6 +113,11 @@ pub trait Admission: Send {
     /// holds (queued plus in service) before it. `false` means answer 429.
     fn admit(&mut self, now: Time, in_system: u32) -> bool;
 
+    /// The same for a request of `priority`; policies without priorities admit it as any other.
+    fn admit_as(&mut self, now: Time, in_system: u32, _priority: Priority) -> bool {
+        self.admit(now, in_system)
+    }
+
     /// The replica's request count changed to `in_system` at `now` (arrivals and departures), so
     /// policies that learn from the load over time can follow it.
     fn observe(&mut self, now: Time, in_system: u32);

@@ -44,8 +44,10 @@ impl World {
             self.metrics.accepted(s, r, now);
             return refuse(self, Outcome::Unavailable);
         }
-        let rep = &mut self.services[s].replicas[r];
-        if !rep.admission.admit(now, rep.held) {
+        let svc = &mut self.services[s];
+        let priority = usize::from(route).checked_sub(1).map_or(Default::default(), |i| svc.routes[i].priority);
+        let rep = &mut svc.replicas[r];
+        if !rep.admission.admit_as(now, rep.held, priority) {
             return refuse(self, Outcome::Rejected);
         }
         self.metrics.accepted(s, r, now);
