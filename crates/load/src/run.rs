@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tailguard_model::replica::{child_key, pick_route};
+use tailguard_model::schema::Priority;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::time::Instant;
 
@@ -83,11 +84,12 @@ impl Context {
     }
 }
 
-/// A route's request: its method, and its path appended to a target's.
+/// A route's request: its method, its path appended to a target's, and its priority.
 struct RouteTarget {
     method: hyper::Method,
     /// The route's path without its leading `/`.
     path: String,
+    low_priority: bool,
 }
 
 impl RouteTarget {
@@ -97,7 +99,8 @@ impl RouteTarget {
             .method
             .as_deref()
             .map_or(hyper::Method::GET, |m| crate::parse_method(m).unwrap_or(hyper::Method::GET));
-        RouteTarget { method, path: route.matches.path.trim_start_matches('/').to_string() }
+        let path = route.matches.path.trim_start_matches('/').to_string();
+        RouteTarget { method, path, low_priority: route.priority == Priority::Low }
     }
 
     /// Request number `n` of this route to `target`: the route's path under the target's (which
@@ -109,7 +112,8 @@ impl RouteTarget {
         let path = format!("{base}{slash}{}", self.path);
         parts.path_and_query = path.parse().ok().or(parts.path_and_query);
         let uri = hyper::Uri::from_parts(parts).unwrap_or_else(|_| target.uri.clone());
-        Target { method: self.method.clone(), uri, body: target.body.clone(), request_id: Some(n) }
+        let (method, body) = (self.method.clone(), target.body.clone());
+        Target { method, uri, body, request_id: Some(n), low_priority: self.low_priority }
     }
 }
 

@@ -3,7 +3,9 @@
 use crate::LoadError;
 use bytes::Bytes;
 use http_body_util::Full;
+use hyper::header::HeaderValue;
 use hyper::{Method, Request, Uri};
+use tailguard_model::schema::PRIORITY_HEADER;
 
 /// The header that names a request, the same on every attempt of it (Envoy and nginx use it).
 pub const REQUEST_ID: &str = "x-request-id";
@@ -17,6 +19,9 @@ pub struct Target {
     /// Sent as `x-request-id`, when set: a route's request says which request it is, so every
     /// attempt of it does the same work at `tailguard serve` (docs/serve.md).
     pub request_id: Option<u64>,
+    /// Sent as `x-tailguard-priority: low`, when set: a route of low priority (its sidecar's
+    /// admission refuses it first).
+    pub low_priority: bool,
 }
 
 impl Target {
@@ -33,7 +38,7 @@ impl Target {
 
     /// A target without a body.
     pub fn new(method: Method, uri: Uri) -> Self {
-        Self { method, uri, body: Bytes::new(), request_id: None }
+        Self { method, uri, body: Bytes::new(), request_id: None, low_priority: false }
     }
 
     /// The request for one send; cloning the body is a reference-count increment.
@@ -43,6 +48,9 @@ impl Target {
         *request.uri_mut() = self.uri.clone();
         if let Some(id) = self.request_id {
             request.headers_mut().insert(REQUEST_ID, id.into());
+        }
+        if self.low_priority {
+            request.headers_mut().insert(PRIORITY_HEADER, HeaderValue::from_static("low"));
         }
         request
     }
@@ -76,6 +84,14 @@ mod tests {
         let target = Target::parse("http://127.0.0.1:8080/a?b=1", &Method::GET).unwrap();
         assert_eq!(target.method, Method::GET);
         assert_eq!(target.uri.path(), "/a");
+    }
+
+    #[test]
+    fn a_low_priority_target_says_so_and_the_others_say_nothing() {
+        let mut target = Target::parse("http://127.0.0.1:8080/", &Method::GET).unwrap();
+        assert!(target.request().headers().get(PRIORITY_HEADER).is_none());
+        target.low_priority = true;
+        assert_eq!(target.request().headers().get(PRIORITY_HEADER).unwrap(), "low");
     }
 
     #[test]

@@ -334,7 +334,7 @@ pub struct Route {
     #[serde(default)]
     pub calls: Option<Vec<CallEdge>>,
     /// Its requests' priority at the service's admission (`low` is refused first by `adaptive`
-    /// admission; the proxy reads it from `x-tailguard-priority`, which the lab does not send).
+    /// admission): on real processes, requests of a low route carry [`PRIORITY_HEADER`].
     #[serde(default)]
     pub priority: Priority,
 }
@@ -400,7 +400,7 @@ impl ClientPolicy {
 // The policies' own configuration types, re-exported under their own names for the experiment
 // schema's users: each is its policy's schema (deserialisation, defaults and `validate()`), in
 // crates/policy.
-pub use tailguard_policy::admission::{AdmissionConfig, Priority};
+pub use tailguard_policy::admission::{AdmissionConfig, Priority, PRIORITY_HEADER};
 pub use tailguard_policy::balance::{BalancerConfig, OutlierConfig, OutlierSetting};
 pub use tailguard_policy::hedge::HedgeConfig;
 pub use tailguard_policy::retry::RetryConfig;

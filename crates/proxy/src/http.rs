@@ -20,7 +20,7 @@ pub const CHIP: &str = "x-tailguard-chip";
 pub const DEADLINE_MS: &str = "x-tailguard-deadline-ms";
 /// The header that lowers a request's priority at the ingress's admission (`low`; anything else
 /// is the default): any caller may lower its own.
-pub const PRIORITY: &str = "x-tailguard-priority";
+pub const PRIORITY: &str = tailguard_policy::admission::PRIORITY_HEADER;
 /// Every tailguard header starts with this.
 pub const INTERNAL_PREFIX: &str = "x-tailguard-";
 

@@ -15,7 +15,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tailguard_model::replica::{child_key, pick_route};
-use tailguard_model::schema::{Fanout, Route};
+use tailguard_model::schema::{Fanout, Priority, Route, PRIORITY_HEADER};
 use tokio::task::JoinSet;
 
 use crate::routes::{Routed, REQUEST_ID};
@@ -132,17 +132,18 @@ struct CalleeRoutes {
 }
 
 impl CalleeRoutes {
-    /// The URL and method of a call keyed by `key` to `url`: the route's path under `url`'s.
-    fn request(&self, url: &Uri, key: u64) -> (Uri, Method) {
+    /// The URL, method and priority of a call keyed by `key` to `url`: the route's path under
+    /// `url`'s.
+    fn request(&self, url: &Uri, key: u64) -> (Uri, Method, Priority) {
         let Some(route) = self.fixed.or_else(|| pick_route(&self.routes, key)).and_then(|r| self.routes.get(r)) else {
-            return (url.clone(), Method::GET);
+            return (url.clone(), Method::GET, Priority::Normal);
         };
         let method = route.matches.method.as_deref().and_then(|m| Method::from_bytes(m.as_bytes()).ok());
         let base = url.path();
         let slash = if base.ends_with('/') { "" } else { "/" };
         let mut parts = url.clone().into_parts();
         parts.path_and_query = format!("{base}{slash}{}", route.matches.path.trim_start_matches('/')).parse().ok();
-        (Uri::from_parts(parts).unwrap_or_else(|_| url.clone()), method.unwrap_or(Method::GET))
+        (Uri::from_parts(parts).unwrap_or_else(|_| url.clone()), method.unwrap_or(Method::GET), route.priority)
     }
 }
 
@@ -169,13 +170,16 @@ async fn call(
     context: &TraceContext,
     out: &Outgoing,
 ) -> Result<(), String> {
-    let (url, method) = match target {
+    let (url, method, priority) = match target {
         Target::Http(url, routes) => routes.request(url, out.key),
         Target::Store(store) => return store.call().await.map_err(|e| format!("{callee}: {e}")),
     };
     let mut request = Request::builder().method(method).uri(url);
     if let Some(id) = &out.id {
         request = request.header(REQUEST_ID, id.as_str());
+    }
+    if priority == Priority::Low {
+        request = request.header(PRIORITY_HEADER, "low");
     }
     let mut request = request.body(Empty::new()).map_err(|e| format!("{callee}: {e}"))?;
     for (name, value) in [("traceparent", &context.traceparent), ("tracestate", &context.tracestate)] {
@@ -193,5 +197,29 @@ async fn call(
         Ok(())
     } else {
         Err(format!("{callee}: answered {status}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tailguard_model::schema::RouteMatch;
+
+    #[test]
+    fn a_call_takes_its_route_s_path_method_and_priority() {
+        let route = |path: &str, method: Option<&str>, priority| Route {
+            name: path.into(),
+            matches: RouteMatch { path: path.into(), method: method.map(String::from) },
+            weight: 1.0,
+            service_time: None,
+            work: None,
+            calls: None,
+            priority,
+        };
+        let routes = vec![route("/a", Some("POST"), Priority::Normal), route("/b", None, Priority::Low)];
+        let url: Uri = "http://127.0.0.1:4140/backend".parse().unwrap();
+        let to = |fixed| CalleeRoutes { routes: routes.clone(), fixed: Some(fixed) }.request(&url, 7);
+        assert_eq!(to(0), ("http://127.0.0.1:4140/backend/a".parse().unwrap(), Method::POST, Priority::Normal));
+        assert_eq!(to(1), ("http://127.0.0.1:4140/backend/b".parse().unwrap(), Method::GET, Priority::Low));
     }
 }

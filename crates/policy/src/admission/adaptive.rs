@@ -69,6 +69,10 @@ pub const LOW_PRIORITY_QUEUED: f64 = 1.25;
 /// bounds the memory a flood of held requests could make it take.
 const MOST_TRACKED: usize = 1024;
 
+/// The header that carries a low priority on a request (`x-tailguard-priority: low`): read by the
+/// proxy's ingress, kept by both listeners, sent by the lab's load generator and `serve`.
+pub const PRIORITY_HEADER: &str = "x-tailguard-priority";
+
 /// A request's priority at admission: lower priorities are refused first (`priority:` on a route
 /// in experiment files, `x-tailguard-priority` at the proxy's ingress).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize)]

@@ -5,7 +5,7 @@ mod adaptive;
 mod capacity;
 mod dynamic;
 
-pub use adaptive::{AdaptiveAdmission, Priority};
+pub use adaptive::{AdaptiveAdmission, Priority, PRIORITY_HEADER};
 pub use capacity::FixedCapacity;
 pub use dynamic::DynamicCapacity;
 
@@ -44,8 +44,8 @@ pub enum AdmissionConfig {
         #[serde(default = "default_floor")]
         floor: bool,
     },
-    /// Refuses, while a queue stands, the requests that would wait longer than their own service
-    /// ([`AdaptiveAdmission`]); nothing to set.
+    /// Refuses, while a queue stands, the requests that would wait more than about half a
+    /// service, low priority first ([`AdaptiveAdmission`]); nothing to set.
     Adaptive,
 }
 

@@ -9,6 +9,7 @@ use crate::service::{Job, Stage};
 use crate::slab::Key;
 use tailguard_model::replica::{child_key, Fate};
 use tailguard_model::schema::Fanout;
+use tailguard_policy::admission::Priority;
 use tailguard_policy::{Outcome, PackedTime};
 
 impl World {
@@ -45,7 +46,7 @@ impl World {
             return refuse(self, Outcome::Unavailable);
         }
         let svc = &mut self.services[s];
-        let priority = usize::from(route).checked_sub(1).map_or(Default::default(), |i| svc.routes[i].priority);
+        let priority = usize::from(route).checked_sub(1).map_or(Priority::Normal, |i| svc.routes[i].priority);
         let rep = &mut svc.replicas[r];
         if !rep.admission.admit_as(now, rep.held, priority) {
             return refuse(self, Outcome::Rejected);
