@@ -27,12 +27,13 @@
 //!   drains, requests that find the replica idle give the base, and the limit takes over.
 //! - **Priorities** (DAGOR's admission level and TopFull's business priority: shed the least
 //!   important first, and the more important only if that was not enough): where low-priority
-//!   requests arrive, the first interval a queue stands holds them to their limit, the count whose answers waited a quarter
-//!   of a service ([`LOW_PRIORITY_QUEUED`] times the base); only if the queue still stands a
-//!   whole interval more are the others held to theirs. Each priority's limit stays enforced
-//!   while its own requests keep being refused, so a replica whose excess is low-priority work
-//!   sheds that work alone. A request's priority is its route's `priority:` in experiment files
-//!   and the `x-tailguard-priority: low` header at the proxy (which forwards it on every hop).
+//!   requests arrive, the first interval a queue stands holds them to their limit, the count
+//!   whose answers waited a quarter of a service ([`LOW_PRIORITY_QUEUED`] times the base); only
+//!   if the queue still stands a whole interval more are the others held to theirs. Each
+//!   priority's limit stays enforced while its own requests keep being refused, so a replica
+//!   whose excess is low-priority work sheds that work alone. A request's priority is its
+//!   route's `priority:` in experiment files and the `x-tailguard-priority: low` header at the
+//!   proxy (which forwards it on every hop).
 //!
 //! Envoy's adaptive concurrency filter, the nearest deployed peer, finds its limit from a minimum
 //! RTT it measures by pinning the limit low every few seconds, refusing requests then even when
