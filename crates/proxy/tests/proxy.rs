@@ -482,6 +482,32 @@ async fn a_dynamic_capacity_admits_as_many_as_the_app_answered_at_once_without_w
 }
 
 #[tokio::test]
+async fn adaptive_admission_learns_the_app_s_queue_and_refuses_while_it_stands() {
+    // An app with one worker of 20 ms; the limit is learnt, not set.
+    let app = Backend::start("app", Mode::Serial(Duration::from_millis(20))).await;
+    let server = sidecar(&app, "{kind: adaptive}").await;
+    let ingress = server.ingress.unwrap();
+    // Requests one after another find the app idle: its base.
+    for _ in 0..20 {
+        assert_eq!(get(&client(), ingress, "app", &[]).await.0, StatusCode::OK);
+    }
+    // A burst of 60 is admitted whole (no queue has stood yet), and its answers show the queue:
+    // the k-th waits for the k before it. From 16 of them (about 340 ms) the limit is known, and
+    // once the queue has stood four bases (80 ms) at it, arrivals that would wait are refused at
+    // once; 800 ms in, the burst still holds the queue (it drains in 1.2 s).
+    let burst = tokio::spawn(at_once(ingress, 60));
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let refused = at_once(ingress, 10).await;
+    assert_eq!(burst.await.unwrap(), vec![StatusCode::OK; 60]);
+    let count = refused.iter().filter(|s| **s == StatusCode::TOO_MANY_REQUESTS).count();
+    assert!(count >= 8, "{refused:?}");
+    // The queue drained and no request was refused for a while: everything is admitted again.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(at_once(ingress, 3).await, vec![StatusCode::OK; 3]);
+    server.shutdown().await;
+}
+
+#[tokio::test]
 async fn the_ingress_refuses_above_capacity_with_429() {
     let app = Backend::start("app", Mode::Ok(Duration::from_millis(500))).await;
     let server = sidecar(&app, "{kind: fixed, capacity: 1}").await;

@@ -42,7 +42,7 @@ fn adaptive_admission_keeps_admitted_requests_fast_past_capacity_and_costs_nothi
             assert!(adaptive.throughput_rps >= 0.93 * CAPACITY, "{at}: goodput {}", adaptive.throughput_rps);
         }
         // Half the load of low priority: the interactive half is served far more often than
-        // without admission (94.4–94.5 % against 65–67 % on these seeds), the batch half gives way.
+        // without admission (94.1–95.0 % against 66–67 % on these seeds), the batch half gives way.
         let route = |r: &RunResult, name: &str| {
             r.routes.iter().find(|x| x.route == name).unwrap_or_else(|| panic!("no route {name}")).success_rate
         };

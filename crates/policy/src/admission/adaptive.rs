@@ -230,7 +230,9 @@ impl AdaptiveAdmission {
             .collect();
         let next = unheld.iter().find(|&&p| !self.sheds(since, p)).or(unheld.last()).copied();
         if let Some(next) = next {
-            self.full_since = None;
+            // The stand goes on: if it outlasts this limit's own interval (no arrival refused,
+            // the queue still standing), the limit is due again at once, with no gap.
+            self.full_since = Some(now);
             self.shed_until[next as usize] = Some(now + interval);
         }
     }

@@ -23,6 +23,9 @@ use tokio::task::{JoinHandle, JoinSet};
 pub enum Mode {
     /// 200 after `delay`, with a chip.
     Ok(Duration),
+    /// 200 after `delay`, one request at a time: the others wait their turn in arrival order (an
+    /// application with one worker; one such backend per test binary).
+    Serial(Duration),
     /// This status at once.
     Status(u16),
     /// Never answers.
@@ -119,6 +122,13 @@ async fn answer(name: &str, mode: Mode, req: Request<Incoming>) -> Result<Respon
     let mut body_length = 0;
     let status = match mode {
         Mode::Ok(delay) => {
+            tokio::time::sleep(delay).await;
+            200
+        }
+        Mode::Serial(delay) => {
+            // tokio's mutex is fair: waiters get it in the order they asked.
+            static WORKER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+            let _worker = WORKER.lock().await;
             tokio::time::sleep(delay).await;
             200
         }
