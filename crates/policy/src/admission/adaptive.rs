@@ -152,16 +152,27 @@ impl AdaptiveAdmission {
 
     /// The mean latency of the answers at the fewest held, pooled up to [`MIN_ANSWERS`] of them.
     fn quickest(&self) -> Option<f64> {
-        let (mut count, mut total) = (0.0, 0.0);
-        for &(n, mean) in &self.levels {
+        self.pools(0).next().map(|(_, mean)| mean)
+    }
+
+    /// The counts from `from` up, pooled in order until each pool holds [`MIN_ANSWERS`] answers
+    /// (each count's weighing at most [`LEVEL_MEMORY`]): each pool's first count and mean latency.
+    fn pools(&self, from: usize) -> impl Iterator<Item = (u32, f64)> + '_ {
+        let (mut first, mut count, mut total) = (from as u32, 0.0, 0.0);
+        self.levels.iter().enumerate().skip(from).filter_map(move |(k, &(n, mean))| {
+            if count == 0.0 {
+                first = k as u32;
+            }
             let n = f64::from(n.min(LEVEL_MEMORY));
             count += n;
             total += n * mean;
-            if count >= f64::from(MIN_ANSWERS) {
-                return Some(total / count);
+            if count < f64::from(MIN_ANSWERS) {
+                return None;
             }
-        }
-        None
+            let pool = (first, total / count);
+            (count, total) = (0.0, 0.0);
+            Some(pool)
+        })
     }
 
     /// Whether it is measuring the base at `now`: admitting only at an idle replica.
@@ -177,29 +188,14 @@ impl AdaptiveAdmission {
     /// through quickly and hold few answers each.
     fn limits_now(&self) -> Option<(u32, u32)> {
         let base = self.levels.first().filter(|(n, _)| *n >= MIN_ANSWERS)?.1;
-        let (mut normal, mut low) = (None, None);
-        let (mut first, mut count, mut total) = (1, 0.0, 0.0);
-        for (k, &(n, mean)) in self.levels.iter().enumerate().skip(1) {
-            if count == 0.0 {
-                first = k as u32;
-            }
-            let n = f64::from(n.min(LEVEL_MEMORY));
-            count += n;
-            total += n * mean;
-            if count < f64::from(MIN_ANSWERS) {
-                continue;
-            }
-            let pooled = total / count;
+        let mut low = None;
+        let (first, _) = self.pools(1).find(|&(first, pooled)| {
             if low.is_none() && pooled >= LOW_PRIORITY_QUEUED * base {
                 low = Some(first);
             }
-            if pooled >= QUEUED * base {
-                normal = Some(first + 1);
-                break;
-            }
-            (count, total) = (0.0, 0.0);
-        }
-        let normal = normal?;
+            pooled >= QUEUED * base
+        })?;
+        let normal = first + 1;
         Some((normal, low.unwrap_or(normal).min(normal)))
     }
 
