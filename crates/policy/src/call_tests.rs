@@ -558,6 +558,22 @@ fn a_429_is_retried_at_once_elsewhere_even_when_not_idempotent() {
 }
 
 #[test]
+fn a_refusal_passed_on_from_further_down_is_not_retried_unless_the_policy_says_so() {
+    let mut d = Driver::new(3, Box::new(NoTimeout)).retries(3, Backoff::none());
+    let (mut call, out) = d.start(true);
+    assert_eq!(out, vec![send(0, 0, None)]);
+    // Endpoint 0's own call was refused: another endpoint would meet the same overload.
+    let out = d.at(ms(1)).end(&mut call, 0, Feedback::new(Outcome::Overloaded, ms(1)));
+    assert_eq!(out, vec![finish(Outcome::Overloaded, 1)]);
+    // BLOC's gateway retries it on another frontend, as it does an error.
+    d.policy.retry.retry_overloaded = true;
+    let (mut call, out) = d.at(ms(2)).start(true);
+    assert_eq!(out, vec![send(0, 1, None)]);
+    let out = d.at(ms(3)).end(&mut call, 0, Feedback::new(Outcome::Overloaded, ms(1)));
+    assert_eq!(out, vec![send(1, 2, None)]);
+}
+
+#[test]
 fn an_error_is_retried_after_the_backoff_only_when_idempotent() {
     let backoff = Backoff { jitter: false, ..Backoff::exponential(ms(10), ms(500)) };
     let mut d = Driver::new(2, Box::new(NoTimeout)).retries(3, backoff.clone());

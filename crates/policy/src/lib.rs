@@ -94,6 +94,11 @@ pub enum Outcome {
     Success,
     /// The endpoint refused the attempt with 429 (admission control); nothing was processed.
     Rejected,
+    /// The endpoint passed on a refusal from further down (its application answered 429 because
+    /// a call of its own was refused): the service it depends on is over capacity, so retrying
+    /// on another endpoint would only repeat the work and meet the same refusal (Google SRE's
+    /// "overloaded; don't retry"). Never retried; not the endpoint's failure.
+    Overloaded,
     /// The endpoint answered with an error (5xx).
     Error,
     /// The endpoint could not be reached (connection refused, replica down); nothing was processed.
@@ -115,6 +120,7 @@ impl Outcome {
         match self {
             Outcome::Success => "success",
             Outcome::Rejected => "rejected",
+            Outcome::Overloaded => "overloaded",
             Outcome::Error => "error",
             Outcome::Unavailable => "unavailable",
             Outcome::TimedOut => "timed_out",

@@ -21,6 +21,11 @@ pub const DEADLINE_MS: &str = "x-tailguard-deadline-ms";
 /// The header that lowers a request's priority at the ingress's admission (`low`; anything else
 /// is the default): any caller may lower its own.
 pub const PRIORITY: &str = tailguard_policy::admission::PRIORITY_HEADER;
+/// The header (`1`) on an ingress's own 429: its replica is over capacity, another may not be, so
+/// the caller retries elsewhere at once. A 429 without it was answered by an application, which
+/// passes on a refusal from further down: the service behind is over capacity, and the caller
+/// does not retry it ([`tailguard_policy::Outcome::Overloaded`]).
+pub const REFUSED: &str = "x-tailguard-refused";
 /// Every tailguard header starts with this.
 pub const INTERNAL_PREFIX: &str = "x-tailguard-";
 

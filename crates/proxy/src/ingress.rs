@@ -190,6 +190,7 @@ impl Ingress {
             self.metrics.ingress_rejected.inc();
             let mut response = http::text(StatusCode::TOO_MANY_REQUESTS, "tailguard: over capacity");
             response.headers_mut().insert(CHIP, HeaderValue::from_static("0"));
+            response.headers_mut().insert(http::REFUSED, HeaderValue::from_static("1"));
             return response;
         };
         let fault = req.body().fault();

@@ -197,7 +197,10 @@ impl CallTrace {
     /// Ends attempt `attempt` with its answer (or transport error).
     pub(crate) fn on_end(&mut self, attempt: u32, result: &Result<Response<Body>, crate::egress::AttemptError>) {
         let (outcome, status) = match result {
-            Ok(r) => (crate::egress::outcome(r.status()), Some(r.status())),
+            Ok(r) => {
+                let refused_there = r.headers().contains_key(crate::http::REFUSED);
+                (crate::egress::outcome(r.status(), refused_there), Some(r.status()))
+            }
             Err(e) if e.is_connect() => (Outcome::Unavailable, None),
             Err(_) => (Outcome::Error, None),
         };

@@ -133,10 +133,10 @@ async fn the_egress_reuses_kept_alive_connections() {
     proxy.shutdown().await;
 }
 
-/// A backend that refuses everything with 429, one that answers "ok", and an egress over both
-/// (round robin) that retries once.
+/// A backend whose sidecar refuses everything with 429, one that answers "ok", and an egress over
+/// both (round robin) that retries once.
 async fn refusing_and_ok() -> (Backend, Backend, Proxy) {
-    let refusing = Backend::start("refusing", Mode::Status(429)).await;
+    let refusing = Backend::start("refusing", Mode::Refused).await;
     let ok = Backend::start("ok", Mode::Ok(Duration::ZERO)).await;
     let proxy = egress(&[&refusing, &ok], "{retry: {max_attempts: 2}}").await;
     (refusing, ok, proxy)
@@ -157,6 +157,34 @@ async fn a_429_is_retried_on_another_backend() {
     let retries = sample(&metrics, "tailguard_egress_retries_total{upstream=\"svc\"}");
     assert_eq!(retries, busy.hits() as f64, "every 429 was retried once: {metrics}");
     assert_eq!(sample(&metrics, "tailguard_egress_requests_total{upstream=\"svc\"}"), 10.0);
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_application_s_429_is_passed_on_and_not_retried_and_refusals_everywhere_are_a_429() {
+    // An application answers 429 when a call of its own was refused: its service's dependency is
+    // over capacity, and another replica would only meet the same refusal.
+    let overloaded = Backend::start("overloaded", Mode::Status(429)).await;
+    let ok = Backend::start("ok", Mode::Ok(Duration::ZERO)).await;
+    let proxy = egress(&[&overloaded, &ok], "{retry: {max_attempts: 2}}").await;
+    let client = client();
+    let mut answers = Vec::new();
+    for _ in 0..4 {
+        let (status, _, body) = get(&client, proxy.egress.unwrap(), "svc", &[]).await;
+        answers.push((status.as_u16(), body));
+    }
+    answers.sort();
+    let expected = [(200, "ok"), (200, "ok"), (429, "overloaded"), (429, "overloaded")];
+    assert_eq!(answers, expected.map(|(s, b)| (s, b.to_string())), "round robin, no retry of the 429s");
+    let metrics = admin_metrics(&proxy).await;
+    assert_eq!(sample(&metrics, "tailguard_egress_retries_total{upstream=\"svc\"}"), 0.0, "{metrics}");
+    proxy.shutdown().await;
+    // Every endpoint's sidecar refused: the application gets a 429 to pass on, not a 503.
+    let (a, b) = (Backend::start("a", Mode::Refused).await, Backend::start("b", Mode::Refused).await);
+    let proxy = egress(&[&a, &b], "{retry: {max_attempts: 2}}").await;
+    let (status, _, body) = get(&client, proxy.egress.unwrap(), "svc", &[]).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    assert_eq!((a.hits(), b.hits()), (1, 1), "tried on both");
     proxy.shutdown().await;
 }
 
@@ -517,6 +545,8 @@ async fn the_ingress_refuses_above_capacity_with_429() {
     let (status, headers, _) = get(&client(), ingress, "app", &[]).await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(headers["x-tailguard-chip"], "0");
+    // Its own refusal, which a caller's egress retries elsewhere (an application's 429 lacks it).
+    assert_eq!(headers["x-tailguard-refused"], "1");
     assert_eq!(first.await.unwrap(), StatusCode::OK);
     // The deadline header is honoured: the app gets 100 ms, then the caller 504.
     let (status, _, _) = get(&client(), ingress, "app", &[("x-tailguard-deadline-ms", "100")]).await;

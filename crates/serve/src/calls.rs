@@ -9,7 +9,7 @@
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper::header::{HeaderMap, HeaderValue};
-use hyper::Method;
+use hyper::{Method, StatusCode};
 use hyper::{Request, Uri};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -86,8 +86,8 @@ impl Calls {
     }
 
     /// Makes every call of `request`'s route; the first failure (sequential: the calls after it
-    /// are not made; parallel: all are waited for) is returned as a message naming the callee.
-    pub async fn make(&self, context: &TraceContext, request: &Routed) -> Result<(), String> {
+    /// are not made; parallel: all are waited for, and an error outranks a refusal) is returned.
+    pub async fn make(&self, context: &TraceContext, request: &Routed) -> Result<(), CallFailure> {
         let plan = &self.plans[request.route.map_or(0, |r| r + 1).min(self.plans.len() - 1)];
         let out = |i: usize| Outgoing::of(request, i);
         match self.fanout {
@@ -104,16 +104,33 @@ impl Calls {
                     let (context, out) = (context.clone(), out(i));
                     set.spawn(async move { call(&client, &callee, &target, &context, &out).await });
                 }
-                let mut first_failure = None;
+                let mut first_failure: Option<CallFailure> = None;
                 while let Some(joined) = set.join_next().await {
-                    let outcome = joined.unwrap_or_else(|e| Err(format!("a call task failed: {e}")));
-                    if let (Err(e), None) = (outcome, &first_failure) {
-                        first_failure = Some(e);
+                    let outcome =
+                        joined.unwrap_or_else(|e| Err(CallFailure::error(format!("a call task failed: {e}"))));
+                    if let Err(e) = outcome {
+                        if first_failure.as_ref().is_none_or(|f| f.refused && !e.refused) {
+                            first_failure = Some(e);
+                        }
                     }
                 }
                 first_failure.map_or(Ok(()), Err)
             }
         }
+    }
+}
+
+/// Why a call failed: a message naming the callee, and whether the callee refused it (answered
+/// 429: its service is over capacity), a refusal the caller passes on as its own 429.
+#[derive(Debug)]
+pub struct CallFailure {
+    pub message: String,
+    pub refused: bool,
+}
+
+impl CallFailure {
+    fn error(message: String) -> CallFailure {
+        CallFailure { message, refused: false }
     }
 }
 
@@ -169,10 +186,11 @@ async fn call(
     target: &Target,
     context: &TraceContext,
     out: &Outgoing,
-) -> Result<(), String> {
+) -> Result<(), CallFailure> {
+    let failed = |e: &dyn std::fmt::Display| CallFailure::error(format!("{callee}: {e}"));
     let (url, method, priority) = match target {
         Target::Http(url, routes) => routes.request(url, out.key),
-        Target::Store(store) => return store.call().await.map_err(|e| format!("{callee}: {e}")),
+        Target::Store(store) => return store.call().await.map_err(|e| failed(&e)),
     };
     let mut request = Request::builder().method(method).uri(url);
     if let Some(id) = &out.id {
@@ -181,23 +199,23 @@ async fn call(
     if priority == Priority::Low {
         request = request.header(PRIORITY_HEADER, "low");
     }
-    let mut request = request.body(Empty::new()).map_err(|e| format!("{callee}: {e}"))?;
+    let mut request = request.body(Empty::new()).map_err(|e| failed(&e))?;
     for (name, value) in [("traceparent", &context.traceparent), ("tracestate", &context.tracestate)] {
         if let Some(value) = value {
             request.headers_mut().insert(name, value.clone());
         }
     }
-    let response = client.request(request).await.map_err(|e| format!("{callee}: {e}"))?;
+    let response = client.request(request).await.map_err(|e| failed(&e))?;
     let status = response.status();
     Limited::new(response.into_body(), MAX_BODY)
         .collect()
         .await
-        .map_err(|e| format!("{callee}: reading the answer: {e}"))?;
+        .map_err(|e| failed(&format_args!("reading the answer: {e}")))?;
     if status.is_success() {
-        Ok(())
-    } else {
-        Err(format!("{callee}: answered {status}"))
+        return Ok(());
     }
+    let refused = status == StatusCode::TOO_MANY_REQUESTS;
+    Err(CallFailure { message: format!("{callee}: answered {status}"), refused })
 }
 
 #[cfg(test)]

@@ -266,7 +266,11 @@ async fn process(
         }
         Fate::Normal => match app.calls.make(context, &request).await {
             Ok(()) => answer(app, StatusCode::OK, "ok\n"),
-            Err(e) => answer(app, StatusCode::INTERNAL_SERVER_ERROR, &format!("error: downstream {e}\n")),
+            // A refused call is passed on as a refusal, which the caller's sidecar does not retry.
+            Err(e) if e.refused => {
+                answer(app, StatusCode::TOO_MANY_REQUESTS, &format!("refused: downstream {}\n", e.message))
+            }
+            Err(e) => answer(app, StatusCode::INTERNAL_SERVER_ERROR, &format!("error: downstream {}\n", e.message)),
         },
     };
     hold(app).await;

@@ -196,6 +196,38 @@ async fn an_erroring_downstream_gives_500() {
     assert_eq!(get(&client(false), a.addr(), "/").await.0, StatusCode::INTERNAL_SERVER_ERROR);
 }
 
+/// A downstream that answers every request 429 (its service over capacity), for `connections`
+/// connections.
+async fn refusing_downstream(connections: usize) -> SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binds");
+    let addr = listener.local_addr().expect("an address");
+    tokio::spawn(async move {
+        for _ in 0..connections {
+            let Ok((mut socket, _)) = listener.accept().await else { return };
+            let mut head = [0u8; 4096];
+            let _ = socket.read(&mut head).await;
+            let _ = socket
+                .write_all(b"HTTP/1.1 429 Too Many Requests\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                .await;
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_downstream_call_is_passed_on_as_429_unless_another_call_erred() {
+    let refusing = refusing_downstream(2).await;
+    let a = start(CHAIN, "a", &[("b", format!("http://{refusing}/"))]).await;
+    assert_eq!(get(&client(false), a.addr(), "/").await.0, StatusCode::TOO_MANY_REQUESTS);
+    // Parallel calls, one refused and one failed: the error is what the caller hears.
+    let services = "  a: { fanout: parallel, calls: [{ service: b }, { service: c }] }\n  b: {}\n  c: {}";
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").expect("binds").local_addr().expect("an address");
+    let (b, c) = (format!("http://{refusing}/"), format!("http://{dead}/"));
+    let a = start(services, "a", &[("b", b), ("c", c)]).await;
+    assert_eq!(get(&client(false), a.addr(), "/").await.0, StatusCode::INTERNAL_SERVER_ERROR);
+}
+
 fn options_error(service: &str, replica: u32, downstream: &[(&str, &str)]) -> String {
     let options = Options {
         service: service.into(),

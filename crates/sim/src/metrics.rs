@@ -110,7 +110,7 @@ impl Metrics {
                     self.unrecorded.clear();
                 }
             }
-            Outcome::Rejected => self.rejected += 1,
+            Outcome::Rejected | Outcome::Overloaded => self.rejected += 1,
             Outcome::TimedOut | Outcome::Cancelled => self.timed_out += 1,
             Outcome::Error | Outcome::Unavailable => self.failed += 1,
         }

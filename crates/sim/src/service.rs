@@ -10,7 +10,7 @@ use tailguard_model::{build, Run};
 use tailguard_policy::admission::Admission;
 use tailguard_policy::balance::ProbeResponder;
 use tailguard_policy::call::ClientPolicy;
-use tailguard_policy::{PackedTime, Time};
+use tailguard_policy::{Outcome, PackedTime, Time};
 
 use crate::slab::Key;
 
@@ -49,7 +49,9 @@ pub(crate) struct Job {
     pub(crate) route: u16,
     pub(crate) next_call: u16,
     pub(crate) outstanding: u16,
-    pub(crate) failed: bool,
+    /// What it answers once its calls end, if one failed: an error, or a refusal passed on
+    /// ([`Outcome::Overloaded`]) when its calls were only refused.
+    pub(crate) failure: Option<Outcome>,
     pub(crate) stage: Stage,
 }
 

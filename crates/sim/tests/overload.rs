@@ -21,7 +21,7 @@ fn adaptive_admission_keeps_admitted_requests_fast_past_capacity_and_costs_nothi
     for seed in CHECKED {
         let options = Options { seed, threads: 2, variants: variants.clone(), ..Options::default() };
         let runs = simulate(&experiment, options, |_| {}).unwrap_or_else(|e| panic!("{e}"));
-        let unloaded = get(&runs, "10", "least-request").latency_ms.p50;
+        let unloaded = &get(&runs, "10", "least-request").latency_ms;
         for scenario in ["150", "200"] {
             let (plain, adaptive) =
                 (get(&runs, scenario, "least-request"), get(&runs, scenario, "least-request-adaptive"));
@@ -34,15 +34,21 @@ fn adaptive_admission_keeps_admitted_requests_fast_past_capacity_and_costs_nothi
                 adaptive.timed_out,
                 plain.timed_out
             );
-            // The successes' median: 1.6–1.8 s without admission; about twice the unloaded one with.
-            let p50 = adaptive.latency_ms.p50;
+            // The successes' median: 1.6–1.8 s without admission; about twice the unloaded one with
+            // (1.8–2.3 ×); their p99 below 1.25 × the unloaded p99 (0.97–1.18 ×).
+            let (p50, p99) = (adaptive.latency_ms.p50, adaptive.latency_ms.p99);
             assert!(p50 <= 0.3 * plain.latency_ms.p50, "{at}: p50 {p50} vs {}", plain.latency_ms.p50);
-            assert!(p50 <= 2.5 * unloaded, "{at}: p50 {p50}, unloaded {unloaded}");
-            // Goodput stays near capacity (37.7–39.8 requests/s here).
-            assert!(adaptive.throughput_rps >= 0.93 * CAPACITY, "{at}: goodput {}", adaptive.throughput_rps);
+            assert!(p50 <= 2.5 * unloaded.p50, "{at}: p50 {p50}, unloaded {}", unloaded.p50);
+            assert!(p99 <= 1.25 * unloaded.p99, "{at}: p99 {p99}, unloaded {}", unloaded.p99);
+            // Goodput stays near capacity (38.7–40.0 requests/s here).
+            assert!(adaptive.throughput_rps >= 0.95 * CAPACITY, "{at}: goodput {}", adaptive.throughput_rps);
+            // A backend's refusal reaches the user as a refusal (the frontends answer 429, which
+            // the gateway passes on without retrying it), never as a failure.
+            assert_eq!(adaptive.failed, 0, "{at}");
+            assert!(adaptive.rejected > 0, "{at}");
         }
         // Half the load of low priority: the interactive half is served far more often than
-        // without admission (94.1–95.0 % against 66–67 % on these seeds), the batch half gives way.
+        // without admission (93.1–93.4 % against 66–67 % on these seeds), the batch half gives way.
         let route = |r: &RunResult, name: &str| {
             r.routes.iter().find(|x| x.route == name).unwrap_or_else(|| panic!("no route {name}")).success_rate
         };

@@ -400,7 +400,7 @@ impl Outlier {
         self.end_probe(endpoint);
         let e = self.endpoints.get_mut(endpoint).filter(|e| !e.retired)?;
         match outcome {
-            Outcome::Success | Outcome::Rejected => {
+            Outcome::Success | Outcome::Rejected | Outcome::Overloaded => {
                 e.failures = 0;
                 if e.probation {
                     e.probation = false;

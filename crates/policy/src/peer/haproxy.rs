@@ -216,7 +216,7 @@ impl Balancer for Haproxy {
                     self.rebuild_ring();
                 }
             }
-            Outcome::Success | Outcome::Rejected => s.errors = 0,
+            Outcome::Success | Outcome::Rejected | Outcome::Overloaded => s.errors = 0,
             Outcome::Cancelled => {}
         }
     }

@@ -204,6 +204,8 @@ impl PeerPolicy {
                 backoff: Backoff::none(),
                 budget: None,
                 retry_non_idempotent: false,
+                // A server's 429 is passed on: neither peer retries it by default.
+                retry_overloaded: false,
             },
             retired: Vec::new(),
         }

@@ -48,6 +48,11 @@ pub struct RetryConfig {
     pub budget: Option<f64>,
     /// Whether requests that are not idempotent may be retried and hedged.
     pub non_idempotent: bool,
+    /// Whether a refusal passed on from further down ([`Outcome::Overloaded`]) is retried too,
+    /// on another endpoint: for a caller whose endpoints each reach the overloaded service their
+    /// own way (BLOC's gateway tries a request its frontend could not place on other frontends).
+    /// Off by default: the hop next to the refusing service retries, those above pass it on.
+    pub overloaded: bool,
     /// Whether an attempt whose timeout fired keeps running alongside its retry; left out, true
     /// with the `adaptive` timeout (which chooses its timeout for it) and false with any other
     /// ([`RetryConfig::hedges_on_timeout`]).
@@ -64,6 +69,7 @@ impl Default for RetryConfig {
             jitter: true,
             budget: Some(DEFAULT_BUDGET),
             non_idempotent: false,
+            overloaded: false,
             hedge_on_timeout: None,
         }
     }
@@ -101,6 +107,7 @@ impl RetryConfig {
             backoff,
             budget: self.budget.map(|ratio| RetryBudget::new(BUDGET_TTL, BUDGET_MIN_PER_SEC, ratio as f32)),
             retry_non_idempotent: self.non_idempotent,
+            retry_overloaded: self.overloaded,
         }
     }
 }
@@ -148,11 +155,19 @@ pub struct RetryPolicy {
     pub budget: Option<RetryBudget>,
     /// Whether requests that are not idempotent may be retried after being processed.
     pub retry_non_idempotent: bool,
+    /// Whether a refusal passed on from further down is retried (as an error is).
+    pub retry_overloaded: bool,
 }
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        RetryPolicy { max_attempts: 1, backoff: Backoff::none(), budget: None, retry_non_idempotent: false }
+        RetryPolicy {
+            max_attempts: 1,
+            backoff: Backoff::none(),
+            budget: None,
+            retry_non_idempotent: false,
+            retry_overloaded: false,
+        }
     }
 }
 
@@ -181,7 +196,9 @@ impl RetryPolicy {
     /// Whether a request whose attempt number `attempts_made - 1` just ended with `outcome` may be
     /// retried, and after what wait. Rejections and unreachable endpoints are retried at once
     /// (nothing was processed, so it is safe for any request); errors and timeouts only for
-    /// idempotent requests (unless allowed), after the backoff. Each retry withdraws from the budget.
+    /// idempotent requests (unless allowed), after the backoff; a refusal passed on from further
+    /// down ([`Outcome::Overloaded`]) only if allowed, as an error. Each retry withdraws from the
+    /// budget.
     pub fn retry(
         &mut self,
         now: Time,
@@ -216,6 +233,7 @@ impl RetryPolicy {
         attempts_made < self.max_attempts
             && match outcome {
                 Outcome::Success | Outcome::Cancelled => false,
+                Outcome::Overloaded if !self.retry_overloaded => false,
                 o if o.not_processed() => true,
                 _ => idempotent || self.retry_non_idempotent,
             }

@@ -26,10 +26,15 @@ use tailguard_policy::call::{Action, Call, Ctx, Finish};
 use tailguard_policy::duration::Dur;
 use tailguard_policy::{EndpointId, Feedback, Outcome, Time};
 
-/// The outcome of an answered attempt: 429 is a refusal, 5xx an error, anything else an answer.
-pub(crate) fn outcome(status: StatusCode) -> Outcome {
+/// The outcome of an answered attempt: 429 is a refusal (by the endpoint's sidecar if
+/// `refused_there`, else one passed on from further down), 5xx an error, anything else an answer.
+pub(crate) fn outcome(status: StatusCode, refused_there: bool) -> Outcome {
     if status == StatusCode::TOO_MANY_REQUESTS {
-        Outcome::Rejected
+        if refused_there {
+            Outcome::Rejected
+        } else {
+            Outcome::Overloaded
+        }
     } else if status.is_server_error() {
         Outcome::Error
     } else {
@@ -296,13 +301,14 @@ impl<'a> Driver<'a> {
                 let found = http::scan(response.headers());
                 let chip = found.internal && http::has_chip(response.headers());
                 let load = crate::probe::report(response.headers(), found.internal);
+                let refused_there = found.internal && response.headers().contains_key(http::REFUSED);
                 clean(&mut response, found);
                 // A gRPC error sent trailers-only is judged by its status, as its HTTP kin is.
                 let status = match self.template.grpc {
                     true => crate::grpc::http_status(response.headers()).unwrap_or(response.status()),
                     false => response.status(),
                 };
-                let feedback = Feedback::new(outcome(status), rtt).with_chip(chip).with_load(load);
+                let feedback = Feedback::new(outcome(status, refused_there), rtt).with_chip(chip).with_load(load);
                 match feedback.outcome {
                     Outcome::Success => {
                         self.count_win(end.attempt);
@@ -337,7 +343,8 @@ impl<'a> Driver<'a> {
     fn respond(self, finish: Finish, past_deadline: bool) -> Response<Body> {
         let upstream_response = match finish.outcome {
             Outcome::Success => self.winner.map(|(response, _)| response),
-            Outcome::Error => self.last_error,
+            // A refusal from further down is passed on as it came.
+            Outcome::Error | Outcome::Overloaded => self.last_error,
             _ => None,
         };
         if let Some(response) = upstream_response {
@@ -351,7 +358,9 @@ impl<'a> Driver<'a> {
                     StatusCode::SERVICE_UNAVAILABLE,
                     &format!("tailguard: no endpoint would take the request: connections to the upstream at their limit (max_connections_per_endpoint {max})"),
                 ),
-                None => http::text(StatusCode::SERVICE_UNAVAILABLE, "tailguard: no endpoint would take the request"),
+                // Every endpoint's sidecar refused it: the service is over capacity, a refusal the
+                // application passes on (so its callers do not retry it).
+                None => http::text(StatusCode::TOO_MANY_REQUESTS, "tailguard: every endpoint refused the request (over capacity)"),
             },
             Outcome::Unavailable => http::text(StatusCode::BAD_GATEWAY, "tailguard: no endpoint could be reached"),
             _ => http::text(StatusCode::BAD_GATEWAY, "tailguard: the upstream failed"),
@@ -391,9 +400,10 @@ mod tests {
 
     #[test]
     fn statuses_map_to_outcomes() {
-        assert_eq!(outcome(StatusCode::OK), Outcome::Success);
-        assert_eq!(outcome(StatusCode::NOT_FOUND), Outcome::Success);
-        assert_eq!(outcome(StatusCode::TOO_MANY_REQUESTS), Outcome::Rejected);
-        assert_eq!(outcome(StatusCode::SERVICE_UNAVAILABLE), Outcome::Error);
+        assert_eq!(outcome(StatusCode::OK, false), Outcome::Success);
+        assert_eq!(outcome(StatusCode::NOT_FOUND, false), Outcome::Success);
+        assert_eq!(outcome(StatusCode::TOO_MANY_REQUESTS, true), Outcome::Rejected);
+        assert_eq!(outcome(StatusCode::TOO_MANY_REQUESTS, false), Outcome::Overloaded);
+        assert_eq!(outcome(StatusCode::SERVICE_UNAVAILABLE, false), Outcome::Error);
     }
 }

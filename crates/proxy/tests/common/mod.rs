@@ -28,6 +28,8 @@ pub enum Mode {
     Serial(Duration),
     /// This status at once.
     Status(u16),
+    /// 429 at once, as an ingress's admission refuses (`x-tailguard-refused: 1`).
+    Refused,
     /// Never answers.
     Hang,
     /// Never answers a request for this path; 200 at once to any other.
@@ -133,6 +135,7 @@ async fn answer(name: &str, mode: Mode, req: Request<Incoming>) -> Result<Respon
             200
         }
         Mode::Status(s) => s,
+        Mode::Refused => 429,
         Mode::Hang => {
             std::future::pending::<()>().await;
             500
@@ -150,8 +153,11 @@ async fn answer(name: &str, mode: Mode, req: Request<Incoming>) -> Result<Respon
             Err(_) => 500,
         },
     };
-    let response = Response::builder()
-        .status(status)
+    let mut response = Response::builder().status(status);
+    if matches!(mode, Mode::Refused) {
+        response = response.header("x-tailguard-refused", "1");
+    }
+    let response = response
         .header("x-tailguard-chip", "1")
         .header("x-tailguard-deadline", "spoof")
         .header("x-seen", seen.join(","))

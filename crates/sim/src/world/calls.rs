@@ -179,7 +179,7 @@ impl World {
                                 let answer = (finish.outcome == Outcome::Success).then_some(answer).flatten();
                                 self.metrics.call(finish.attempts, latency, answer);
                             }
-                            self.call_done(job, finish.outcome == Outcome::Success);
+                            self.call_done(job, finish.outcome);
                         }
                     }
                 }

@@ -71,7 +71,7 @@ impl World {
             route,
             next_call: 0,
             outstanding: 0,
-            failed: false,
+            failure: None,
             stage: Stage::Queued,
         };
         let key = self.jobs.insert(job);
@@ -175,18 +175,25 @@ impl World {
         }
     }
 
-    pub(super) fn call_done(&mut self, key: Key, success: bool) {
+    /// A job's call ended with `outcome`. A call refused (by every endpoint tried, or further
+    /// down) makes the job answer 429 as `tailguard serve` does, a refusal its caller passes on
+    /// and does not retry; any other failure makes it answer an error.
+    pub(super) fn call_done(&mut self, key: Key, outcome: Outcome) {
         let Some(job) = self.jobs.get_mut(key) else { return };
         job.outstanding -= 1;
-        job.failed |= !success;
+        job.failure = match outcome {
+            Outcome::Success => job.failure,
+            Outcome::Rejected | Outcome::Overloaded if job.failure != Some(Outcome::Error) => Some(Outcome::Overloaded),
+            _ => Some(Outcome::Error),
+        };
         if job.outstanding > 0 {
             return;
         }
         let more = (job.next_call as usize) < self.services[job.service as usize].plans[usize::from(job.route)].len();
-        match (job.failed, more) {
-            (true, _) => self.respond(key, Outcome::Error),
-            (false, true) => self.make_calls(key),
-            (false, false) => self.respond(key, Outcome::Success),
+        match (job.failure, more) {
+            (Some(failure), _) => self.respond(key, failure),
+            (None, true) => self.make_calls(key),
+            (None, false) => self.respond(key, Outcome::Success),
         }
     }
 
