@@ -24,6 +24,8 @@ pub struct LoadReport {
     pub errors: BTreeMap<ErrorKind, u64>,
     /// Latencies of successful requests (an HDR histogram, as the simulator keeps them).
     pub latency: LatencyRecorder,
+    /// Latencies of refused requests (429), from the first refusal.
+    pub refused: Option<LatencyRecorder>,
     /// From the end of the warm-up until the last measured request was due (open loop: the
     /// schedule's span; closed loop: until the last one was sent).
     pub sending: Duration,
@@ -45,6 +47,7 @@ impl LoadReport {
             statuses: BTreeMap::new(),
             errors: BTreeMap::new(),
             latency: LatencyRecorder::new(),
+            refused: None,
             sending: Duration::ZERO,
             total: Duration::ZERO,
             samples: Vec::new(),
@@ -67,6 +70,9 @@ impl LoadReport {
         }
         if let Some(kind) = sample.outcome.error() {
             *self.errors.entry(kind).or_default() += 1;
+            if kind == ErrorKind::TooManyRequests {
+                self.refused.get_or_insert_with(LatencyRecorder::new).record(sample.latency);
+            }
         }
         if sample.outcome.is_success() {
             self.succeeded += 1;
@@ -124,6 +130,7 @@ impl LoadReport {
             throughput_rps: round(self.throughput()),
             extra_load: 0.0,
             latency_ms: self.latency_ms(),
+            rejected_latency_ms: self.refused.as_ref().map(LatencyRecorder::summary),
             time_fraction: 0.0,
             timeouts_pct: 0.0,
             closeness_pct: 0.0,
@@ -214,7 +221,7 @@ mod tests {
         for ms in [10, 20, 30] {
             report.record(sample(ms, ok), Duration::from_millis(500), false);
         }
-        report.record(sample(1, Outcome::Status(StatusCode::TOO_MANY_REQUESTS)), Duration::ZERO, false);
+        report.record(sample(4, Outcome::Status(StatusCode::TOO_MANY_REQUESTS)), Duration::ZERO, false);
         report.record(sample(1, Outcome::Status(StatusCode::BAD_GATEWAY)), Duration::ZERO, false);
         report.record(sample(100, Outcome::Failed(ErrorKind::Timeout)), Duration::from_secs(1), true);
         report.sending = Duration::from_millis(600);
@@ -222,6 +229,8 @@ mod tests {
         assert_eq!((run.requests, run.succeeded, run.failed, run.rejected, run.timed_out), (6, 3, 1, 1, 1));
         assert_eq!(run.latency_ms.p50, 20.0);
         assert_eq!(run.latency_ms.mean, 20.0);
+        // The refusal's latency, apart from the successes'.
+        assert_eq!(run.rejected_latency_ms.map(|l| (l.p50, l.max)), Some((4.0, 4.0)));
         assert_eq!(run.duration_s, 1.0);
         assert_eq!(run.throughput_rps, 3.0);
         assert_eq!(report.samples.len(), 1);

@@ -50,6 +50,10 @@ pub struct RunResult {
     /// Attempts sent between services / calls between services that sent one − 1 (hedges, retries).
     pub extra_load: f64,
     pub latency_ms: Latency,
+    /// Of the refused requests (`rejected`), how long the user waited for the refusal: an
+    /// admission control earns its keep by answering them at once. Absent when none was refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejected_latency_ms: Option<Latency>,
     /// adaptive-timeouts.txt §5.2: Σ call latency / Σ latency of the answering attempt, over
     /// successful calls between services.
     pub time_fraction: f64,
@@ -542,6 +546,7 @@ mod tests {
             work: vec![ServiceWork::default()],
             sidecar: Some("nginx".into()),
             sidecar_cpu_s_per_1k: Some(1.0),
+            rejected_latency_ms: Some(Latency::default()),
             ..run
         };
         let written = keys(serde_json::to_value(&full).unwrap());

@@ -60,6 +60,33 @@ pub fn render(results: &Results) -> String {
     if let Some(note) = closeness_note(&runs) {
         let _ = writeln!(out, "\nnote: {note}");
     }
+    out.push_str(&refusals(results));
+    out
+}
+
+/// The refused requests of each run and how long their users waited for the 429; empty when no
+/// run refused any.
+fn refusals(results: &Results) -> String {
+    if results.runs.iter().all(|r| r.rejected_latency_ms.is_none()) {
+        return String::new();
+    }
+    let header = ["scenario", "variant", "refused", "p50 ms", "p99 ms", "max ms"];
+    let mut rows = vec![header.iter().map(|s| s.to_string()).collect::<Vec<_>>()];
+    for r in &results.runs {
+        let at = |ms: fn(&tailguard_model::results::Latency) -> f64| {
+            r.rejected_latency_ms.as_ref().map_or("-".to_string(), |l| number(ms(l)))
+        };
+        rows.push(vec![
+            r.scenario.clone(),
+            variant_label(r),
+            r.rejected.to_string(),
+            at(|l| l.p50),
+            at(|l| l.p99),
+            at(|l| l.max),
+        ]);
+    }
+    let mut out = "\nrefused requests (429) and how long their users waited for the refusal:\n".to_string();
+    layout(&rows, 2, &mut out);
     out
 }
 

@@ -12,6 +12,8 @@ pub(crate) struct Metrics {
     /// Successful requests' latencies not yet in `latency`, recorded a batch at a time
     /// ([`LatencyRecorder::record_batch`]: the same result, fewer cache misses).
     unrecorded: Vec<Duration>,
+    /// The refused requests' latencies, from the first refusal.
+    refused: Option<LatencyRecorder>,
     requests: u64,
     succeeded: u64,
     failed: u64,
@@ -60,6 +62,7 @@ impl Metrics {
         Metrics {
             latency: LatencyRecorder::new(),
             unrecorded: Vec::with_capacity(LatencyRecorder::BATCH),
+            refused: None,
             requests: 0,
             succeeded: 0,
             failed: 0,
@@ -110,7 +113,10 @@ impl Metrics {
                     self.unrecorded.clear();
                 }
             }
-            Outcome::Rejected | Outcome::Overloaded => self.rejected += 1,
+            Outcome::Rejected | Outcome::Overloaded => {
+                self.rejected += 1;
+                self.refused.get_or_insert_with(LatencyRecorder::new).record(latency);
+            }
             Outcome::TimedOut | Outcome::Cancelled => self.timed_out += 1,
             Outcome::Error | Outcome::Unavailable => self.failed += 1,
         }
@@ -206,6 +212,7 @@ impl Metrics {
             throughput_rps: round(ratio(self.succeeded as f64, measured.as_secs_f64())),
             extra_load: round(if self.calls > 0 { self.attempts as f64 / self.calls as f64 - 1.0 } else { 0.0 }),
             latency_ms: self.latency.summary(),
+            rejected_latency_ms: self.refused.as_ref().map(LatencyRecorder::summary),
             time_fraction: round(ratio(self.observed_sum, self.true_sum)),
             timeouts_pct: round(100.0 * ratio(self.timeouts as f64, self.attempts as f64)),
             closeness_pct: round(100.0 * ratio(self.closeness_sum, self.closeness_n as f64)),
