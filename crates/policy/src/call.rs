@@ -579,6 +579,14 @@ impl Call {
                 None => {}
             }
         }
+        let pending_hedge = !self.hedge_at.is_none() && self.retry_at.is_none();
+        if outcome.not_processed() && pending_hedge && !self.any_live() && !self.probing.waits() {
+            // Refused with nothing left in flight, the request would wait out the hedge's delay for
+            // no slow attempt to race: the hedge goes out now, as a refusal's retry does (gRPC's
+            // hedging sends the next attempt at once after a failure). An error keeps the delay,
+            // as speculative-task.txt's `speculatively` does.
+            self.hedge_at = PackedTime::at(ctx.now);
+        }
         if self.idle() {
             self.finish(ctx, outcome);
         }

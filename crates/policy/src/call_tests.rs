@@ -768,6 +768,20 @@ fn a_refused_hedge_with_nothing_live_ends_the_request() {
 }
 
 #[test]
+fn a_refusal_with_nothing_live_sends_the_pending_hedge_at_once() {
+    let mut d = Driver::new(3, Box::new(NoTimeout));
+    d.class().hedge = Some(Box::new(Speculative::new(2, ms(800), None)));
+    let (mut call, out) = d.start(true);
+    assert_eq!(out, vec![send(0, 0, None), Action::WakeAt(ms(800))]);
+    // t=1: refused, no retry left (one attempt): the hedge due at 800 ms is due now instead.
+    assert_eq!(d.at(ms(1)).end(&mut call, 0, Feedback::new(Outcome::Rejected, ms(1))), vec![Action::WakeAt(ms(1))]);
+    assert_eq!(d.wake(&mut call), vec![send(1, 1, None)]);
+    // Refused again, no hedge left: the request ends now, not 800 ms later.
+    let out = d.at(ms(2)).end(&mut call, 1, Feedback::new(Outcome::Rejected, ms(1)));
+    assert_eq!(out, vec![finish(Outcome::Rejected, 2)]);
+}
+
+#[test]
 fn the_percentile_hedge_spends_its_budget_on_late_attempts_only() {
     // Issue #15: every answer takes exactly 10 ms (a constant service time in virtual time), so
     // the live percentile is 10 ms too. 19 requests have deposited 0.95 tokens.

@@ -16,10 +16,12 @@
 //!   drains is not overload. A limit is enforced only once the replica has held at least the
 //!   limit for a whole interval ([`INTERVAL_BASES`] times the base: a queue at the limit drains in
 //!   about one base at capacity, so one that stands several means arrivals keep pace with the
-//!   service), and stays enforced while arrivals keep finding the replica at the limit: an
-//!   interval with no request refused ends it. Below capacity the queue drains within the
-//!   interval and nothing is refused; above it, the excess is refused as it arrives, where every
-//!   static policy lets it wait to its deadline.
+//!   service) and ended it either holding more than it began with (arrivals outpaced the service)
+//!   or well above the limit (a burst still draining): a one-worker replica just below capacity
+//!   often stands at its limit, or one above, without growing. It stays enforced while arrivals
+//!   keep finding the replica at the limit: an interval with no request refused ends it. Below
+//!   capacity the queue drains or holds and nothing is refused; above it, the excess is refused
+//!   as it arrives, where every static policy lets it wait to its deadline.
 //! - **A cold start in overload**: a replica overloaded from its first request never finds itself
 //!   idle, so its base is unknown. When two held have stood for an interval of its quickest
 //!   answers, it admits only at an idle replica for such an interval (extended by each answer
@@ -95,6 +97,8 @@ pub struct AdaptiveAdmission {
     limits: Option<(u32, u32)>,
     /// Since when the replica has held at least the limit, if it does.
     full_since: Option<Time>,
+    /// How many it held when that stand began.
+    held_at_stand: u32,
     /// Until then it admits only at an idle replica, to learn the base a cold start in overload
     /// never shows.
     measuring_until: Option<Time>,
@@ -207,8 +211,19 @@ impl AdaptiveAdmission {
             self.full_since = None;
             return;
         }
+        if self.full_since.is_none() {
+            self.held_at_stand = in_system;
+        }
         let since = *self.full_since.get_or_insert(now);
         if now.saturating_sub(since) < interval || self.measuring(now) {
+            return;
+        }
+        if self.limits.is_some() && !self.enforced(now) && in_system <= self.held_at_stand.min(limit + 1) {
+            // It stood near its limit but did not grow: the service kept pace with the arrivals
+            // (a busy replica below capacity), so nothing is refused yet; the next interval is
+            // judged afresh. A queue well above its limit (a burst draining) is shed as before.
+            self.full_since = Some(now);
+            self.held_at_stand = in_system;
             return;
         }
         if self.limits.is_none() {
@@ -349,20 +364,44 @@ mod tests {
         assert!(a.admit(t(1100), 3));
         assert!(a.admit(t(1399), 4));
         assert!(!a.enforced(t(1399)));
-        // Standing a whole interval, the limit is enforced: a request finding two held is refused
-        // (no low-priority request arrives to give way first).
+        // Standing a whole interval at its limit without growing, the replica kept pace: a new
+        // interval is judged.
         a.observe(t(1400), 2);
-        assert!(a.sheds(t(1400), Priority::Normal));
-        assert!(!a.admit(t(1400), 2));
-        assert!(a.admit(t(1450), 1));
-        assert_eq!(a.capacity(t(1450)), Some(2));
-        // Each refusal keeps it for another interval: refused at 1.7 s, enforced until 2.1 s.
-        assert!(!a.admit(t(1700), 2));
-        a.observe(t(1750), 0);
-        assert!(a.enforced(t(2099)));
-        assert!(!a.enforced(t(2100)));
-        assert!(a.admit(t(2100), 5));
-        assert_eq!(a.capacity(t(2100)), None);
+        assert!(!a.enforced(t(1400)));
+        assert!(a.admit(t(1400), 2));
+        // Standing the next one and growing, the limit is enforced: a request finding two held
+        // is refused (no low-priority request arrives to give way first).
+        a.observe(t(1800), 3);
+        assert!(a.sheds(t(1800), Priority::Normal));
+        assert!(!a.admit(t(1800), 2));
+        assert!(a.admit(t(1850), 1));
+        assert_eq!(a.capacity(t(1850)), Some(2));
+        // Each refusal keeps it for another interval: refused at 2.1 s, enforced until 2.5 s.
+        assert!(!a.admit(t(2100), 2));
+        a.observe(t(2150), 0);
+        assert!(a.enforced(t(2499)));
+        assert!(!a.enforced(t(2500)));
+        assert!(a.admit(t(2500), 5));
+        assert_eq!(a.capacity(t(2500)), None);
+        // A burst well above the limit is shed once it has stood an interval, draining or not.
+        a.observe(t(3000), 9);
+        assert!(!a.admit(t(3400), 6));
+    }
+
+    #[test]
+    fn a_replica_at_its_limit_below_capacity_is_not_refused() {
+        let mut a = one_worker();
+        let t = |ms: u64| Time::from_millis(ms);
+        // Three held (one over the limit) for 4 s, each interval ending where it began: busy,
+        // keeping pace with its arrivals.
+        for k in 0..=10 {
+            a.observe(t(400 * k), 3);
+        }
+        assert!(!a.enforced(t(4000)));
+        assert!(a.admit(t(4000), 3));
+        // Four at the end of the next: it grew, and the limit is enforced.
+        a.observe(t(4400), 4);
+        assert!(!a.admit(t(4400), 3));
     }
 
     #[test]
@@ -382,7 +421,7 @@ mod tests {
         a.observe(Time::ZERO, 6);
         assert!(a.admit_priority(200 * MS, 6, Priority::Low));
         let later = 400 * MS;
-        a.observe(later, 6);
+        a.observe(later, 7);
         // Where low-priority requests arrive, the first interval of a standing queue holds them
         // alone to their limit.
         assert!(a.sheds(later, Priority::Low) && !a.sheds(later, Priority::Normal));
@@ -428,7 +467,7 @@ mod tests {
         // Not measured again: the limit is enforced once its own queue stands (400 ms).
         a.observe(t(3700), 6);
         assert!(a.admit(t(4099), 7));
-        assert!(!a.admit_as(t(4100), 6, Priority::Low));
+        assert!(!a.admit_as(t(4100), 7, Priority::Low));
         a.observe(t(4100), 6);
         assert!(!a.admit_as(t(4300), 6, Priority::Low));
         assert!(!a.admit(t(4500), 6));
