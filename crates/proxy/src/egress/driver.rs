@@ -89,6 +89,8 @@ pub(super) struct Driver<'a> {
     pub(super) last_error: Option<Response<Body>>,
     /// The connection cap of the last endpoint that refused an attempt locally, if any did.
     pub(super) overflowed: Option<usize>,
+    /// Whether an endpoint's sidecar refused an attempt (a 429 of its own admission).
+    pub(super) refused: bool,
     /// The call's spans, when tracing.
     pub(super) trace: Option<CallTrace>,
 }
@@ -118,6 +120,7 @@ impl<'a> Driver<'a> {
             winner: None,
             last_error: None,
             overflowed: None,
+            refused: false,
             trace: None,
         }
     }
@@ -319,7 +322,10 @@ impl<'a> Driver<'a> {
                             self.upstream.metrics.timeout_headroom.observe((t.as_secs_f64() - rtt) / rtt);
                         }
                     }
-                    Outcome::Rejected => self.metrics_endpoint(end.endpoint, |m| m.rejected.inc()),
+                    Outcome::Rejected => {
+                        self.refused = true;
+                        self.metrics_endpoint(end.endpoint, |m| m.rejected.inc());
+                    }
                     _ => self.last_error = Some(response),
                 }
                 feedback
@@ -358,9 +364,12 @@ impl<'a> Driver<'a> {
                     StatusCode::SERVICE_UNAVAILABLE,
                     &format!("tailguard: no endpoint would take the request: connections to the upstream at their limit (max_connections_per_endpoint {max})"),
                 ),
-                // Every endpoint's sidecar refused it: the service is over capacity, a refusal the
+                // The endpoints' sidecars refused it: the service is over capacity, a refusal the
                 // application passes on (so its callers do not retry it).
-                None => http::text(StatusCode::TOO_MANY_REQUESTS, "tailguard: every endpoint refused the request (over capacity)"),
+                None if self.refused => {
+                    http::text(StatusCode::TOO_MANY_REQUESTS, "tailguard: every endpoint refused the request (over capacity)")
+                }
+                None => http::text(StatusCode::SERVICE_UNAVAILABLE, "tailguard: no endpoint would take the request"),
             },
             Outcome::Unavailable => http::text(StatusCode::BAD_GATEWAY, "tailguard: no endpoint could be reached"),
             _ => http::text(StatusCode::BAD_GATEWAY, "tailguard: the upstream failed"),
