@@ -127,6 +127,49 @@ async fn a_request_through_two_hops_is_one_trace_with_the_right_tree() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_deep_down_reaches_the_client_as_a_429_retried_only_next_to_the_refusing_service() {
+    let collector = Collector::start(SocketAddr::from(LOCAL)).await.unwrap();
+    let otlp = collector.endpoint();
+    // A backend whose ingress admits one request at a time, held 500 ms.
+    let backend = serve("backend", None, "500ms").await;
+    let yaml =
+        format!("{}, admission: {{kind: fixed, capacity: 1}}}}", ingress_to(backend.addr()).trim_end_matches('}'));
+    let backend_sidecar = proxy(&yaml, &otlp, "backend").await;
+    let retry = "{retry: {max_attempts: 3, budget: unlimited}}";
+    let frontend_egress =
+        proxy(&egress_to("backend", &[backend_sidecar.ingress.unwrap()], retry), &otlp, "frontend").await;
+    let frontend = serve("frontend", frontend_egress.egress, "500ms").await;
+    let frontend_ingress = proxy(&ingress_to(frontend.addr()), &otlp, "frontend").await;
+    let client_sidecar =
+        proxy(&egress_to("frontend", &[frontend_ingress.ingress.unwrap()], retry), &otlp, "client").await;
+    let client = client_sidecar.egress.unwrap();
+
+    // Two at once: one holds the backend's slot; for the other the backend's sidecar refuses, the
+    // frontend's egress retries there (its only endpoint) and gives up, the frontend answers 429,
+    // and the client's egress passes it on.
+    let (a, b) = tokio::join!(get(client), get(client));
+    let mut statuses = [a, b];
+    statuses.sort();
+    assert_eq!(statuses, [StatusCode::OK, StatusCode::TOO_MANY_REQUESTS]);
+    for p in [client_sidecar, frontend_ingress, frontend_egress, backend_sidecar] {
+        p.shutdown().await;
+    }
+    let traces = collector.shutdown().await;
+    let refused = traces
+        .iter()
+        .find(|t| t.roots().any(|r| str_tag(r, "outcome") != "success"))
+        .unwrap_or_else(|| panic!("no refused request in {traces:#?}"));
+    let call = refused.roots().next().unwrap();
+    assert_eq!((str_tag(call, "outcome"), int_tag(call, "http.response.status_code")), ("overloaded", 429));
+    assert_eq!(int_tag(call, "attempts"), 1, "the client's egress did not retry the frontend's 429");
+    let attempt = only_child(refused, call, "client", "attempt");
+    let ingress = only_child(refused, attempt, "frontend", "ingress");
+    let inner = only_child(refused, ingress, "frontend", "egress backend");
+    assert_eq!((str_tag(inner, "outcome"), int_tag(inner, "attempts")), ("rejected", 3));
+    assert_eq!(int_tag(inner, "http.response.status_code"), 429);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retries_and_hedges_are_tagged() {
     let collector = Collector::start(SocketAddr::from(LOCAL)).await.unwrap();
     let otlp = collector.endpoint();
