@@ -3,7 +3,7 @@
 
 use crate::format::{closeness_note, fraction, number, percent, variant_label};
 use std::fmt::Write;
-use tailguard_model::results::{Results, RunResult};
+use tailguard_model::results::{Latency, Results, RunResult};
 
 /// One line per run, grouped by scenario, then a note for any closeness far above the latency.
 /// "goodput/s" (successful requests per second, `throughput_rps`) stands beside the success rate:
@@ -73,9 +73,7 @@ fn refusals(results: &Results) -> String {
     let header = ["scenario", "variant", "refused", "p50 ms", "p99 ms", "max ms"];
     let mut rows = vec![header.iter().map(|s| s.to_string()).collect::<Vec<_>>()];
     for r in &results.runs {
-        let at = |ms: fn(&tailguard_model::results::Latency) -> f64| {
-            r.rejected_latency_ms.as_ref().map_or("-".to_string(), |l| number(ms(l)))
-        };
+        let at = |ms: fn(&Latency) -> f64| r.rejected_latency_ms.as_ref().map_or("-".to_string(), |l| number(ms(l)));
         rows.push(vec![
             r.scenario.clone(),
             variant_label(r),
