@@ -80,6 +80,8 @@ pub struct Found {
     pub internal: bool,
     /// A gRPC `content-type` ([`crate::grpc::is_grpc`]).
     pub grpc: bool,
+    /// An ingress's mark on its own refusal ([`REFUSED`]).
+    pub refused: bool,
 }
 
 /// One pass over the names of `headers`.
@@ -89,7 +91,10 @@ pub fn scan(headers: &HeaderMap) -> Found {
         found.grpc |= name == hyper::header::CONTENT_TYPE && crate::grpc::is_grpc(value.as_bytes());
         let name = name.as_str();
         found.hop_by_hop |= hop_by_hop(name).is_some();
-        found.internal |= name.starts_with(INTERNAL_PREFIX);
+        if name.starts_with(INTERNAL_PREFIX) {
+            found.internal = true;
+            found.refused |= name == REFUSED;
+        }
     }
     found
 }
@@ -267,9 +272,11 @@ mod tests {
             assert_eq!(h, headers, "{name}");
         }
         headers.insert(CHIP, HeaderValue::from_static("1"));
-        assert_eq!(scan(&headers), Found { hop_by_hop: false, internal: true, grpc: false });
+        assert_eq!(scan(&headers), Found { hop_by_hop: false, internal: true, grpc: false, refused: false });
         headers.insert("content-type", HeaderValue::from_static("application/grpc+proto"));
-        assert_eq!(scan(&headers), Found { hop_by_hop: false, internal: true, grpc: true });
+        assert_eq!(scan(&headers), Found { hop_by_hop: false, internal: true, grpc: true, refused: false });
+        headers.insert(REFUSED, HeaderValue::from_static("1"));
+        assert_eq!(scan(&headers), Found { hop_by_hop: false, internal: true, grpc: true, refused: true });
     }
 
     #[test]

@@ -198,8 +198,8 @@ impl CallTrace {
     pub(crate) fn on_end(&mut self, attempt: u32, result: &Result<Response<Body>, crate::egress::AttemptError>) {
         let (outcome, status) = match result {
             Ok(r) => {
-                let refused_there = r.headers().contains_key(crate::http::REFUSED);
-                (crate::egress::outcome(r.status(), refused_there), Some(r.status()))
+                let found = crate::http::scan(r.headers());
+                (crate::egress::outcome(r.status(), found.refused), Some(r.status()))
             }
             Err(e) if e.is_connect() => (Outcome::Unavailable, None),
             Err(_) => (Outcome::Error, None),

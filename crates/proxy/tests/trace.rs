@@ -49,6 +49,11 @@ fn ingress_to(app: SocketAddr) -> String {
     format!("ingress: {{listen: 127.0.0.1:0, app: {app}}}")
 }
 
+/// An ingress in front of `app` that admits one request at a time.
+fn ingress_admitting_one(app: SocketAddr) -> String {
+    format!("ingress: {{listen: 127.0.0.1:0, app: {app}, admission: {{kind: fixed, capacity: 1}}}}")
+}
+
 async fn get(addr: SocketAddr) -> StatusCode {
     let client: Client<HttpConnector, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
     let fetch = async {
@@ -132,9 +137,7 @@ async fn a_refusal_deep_down_reaches_the_client_as_a_429_retried_only_next_to_th
     let otlp = collector.endpoint();
     // A backend whose ingress admits one request at a time, held 500 ms.
     let backend = serve("backend", None, "500ms").await;
-    let yaml =
-        format!("{}, admission: {{kind: fixed, capacity: 1}}}}", ingress_to(backend.addr()).trim_end_matches('}'));
-    let backend_sidecar = proxy(&yaml, &otlp, "backend").await;
+    let backend_sidecar = proxy(&ingress_admitting_one(backend.addr()), &otlp, "backend").await;
     let retry = "{retry: {max_attempts: 3, budget: unlimited}}";
     let frontend_egress =
         proxy(&egress_to("backend", &[backend_sidecar.ingress.unwrap()], retry), &otlp, "frontend").await;
@@ -250,9 +253,7 @@ async fn an_unreachable_collector_never_blocks_or_fails_requests() {
 async fn an_ingress_refusal_is_a_rejected_server_span() {
     let collector = Collector::start(SocketAddr::from(LOCAL)).await.unwrap();
     let app = serve("backend", None, "500ms").await;
-    let yaml =
-        format!("ingress: {{listen: 127.0.0.1:0, app: {}, admission: {{kind: fixed, capacity: 1}}}}", app.addr());
-    let sidecar = proxy(&yaml, &collector.endpoint(), "backend").await;
+    let sidecar = proxy(&ingress_admitting_one(app.addr()), &collector.endpoint(), "backend").await;
     let addr = sidecar.ingress.unwrap();
     let first = tokio::spawn(get(addr));
     // The first request holds the application's one admitted slot for 500 ms.

@@ -218,17 +218,17 @@ impl AdaptiveAdmission {
         if now.saturating_sub(since) < interval || self.measuring(now) {
             return;
         }
-        if self.limits.is_some() && !self.enforced(now) && in_system <= self.held_at_stand.min(limit + 1) {
+        if self.limits.is_none() {
+            self.full_since = None;
+            self.measuring_until = Some(now + interval);
+            return;
+        }
+        if !self.enforced(now) && in_system <= self.held_at_stand.min(limit + 1) {
             // It stood near its limit but did not grow: the service kept pace with the arrivals
             // (a busy replica below capacity), so nothing is refused yet; the next interval is
             // judged afresh. A queue well above its limit (a burst draining) is shed as before.
             self.full_since = Some(now);
             self.held_at_stand = in_system;
-            return;
-        }
-        if self.limits.is_none() {
-            self.full_since = None;
-            self.measuring_until = Some(now + interval);
             return;
         }
         // The lowest priority not held to its limit now, passing over one that was when the stand
@@ -247,10 +247,14 @@ impl AdaptiveAdmission {
             self.shed_until[next as usize] = Some(now + interval);
         }
     }
+}
 
-    /// Whether a request of `priority` arriving at `now` is admitted, the replica holding
-    /// `in_system` requests before it.
-    pub fn admit_priority(&mut self, now: Time, in_system: u32, priority: Priority) -> bool {
+impl Admission for AdaptiveAdmission {
+    fn admit(&mut self, now: Time, in_system: u32) -> bool {
+        self.admit_as(now, in_system, Priority::Normal)
+    }
+
+    fn admit_as(&mut self, now: Time, in_system: u32, priority: Priority) -> bool {
         if priority == Priority::Low {
             self.last_low = Some(now);
         }
@@ -265,16 +269,6 @@ impl AdaptiveAdmission {
         // Arrivals of this priority still find the queue at its limit: it still stands for them.
         self.shed_until[priority as usize] = self.interval().map(|interval| now + interval);
         false
-    }
-}
-
-impl Admission for AdaptiveAdmission {
-    fn admit(&mut self, now: Time, in_system: u32) -> bool {
-        self.admit_priority(now, in_system, Priority::Normal)
-    }
-
-    fn admit_as(&mut self, now: Time, in_system: u32, priority: Priority) -> bool {
-        self.admit_priority(now, in_system, priority)
     }
 
     fn observe(&mut self, now: Time, in_system: u32) {
@@ -419,23 +413,23 @@ mod tests {
         assert_eq!(a.limit(Priority::Normal), Some(6));
         assert_eq!(a.limit(Priority::Low), Some(4));
         a.observe(Time::ZERO, 6);
-        assert!(a.admit_priority(200 * MS, 6, Priority::Low));
+        assert!(a.admit_as(200 * MS, 6, Priority::Low));
         let later = 400 * MS;
         a.observe(later, 7);
         // Where low-priority requests arrive, the first interval of a standing queue holds them
         // alone to their limit.
         assert!(a.sheds(later, Priority::Low) && !a.sheds(later, Priority::Normal));
-        assert!(!a.admit_priority(later, 4, Priority::Low));
-        assert!(a.admit_priority(later, 3, Priority::Low));
-        assert!(a.admit_priority(later, 6, Priority::Normal));
+        assert!(!a.admit_as(later, 4, Priority::Low));
+        assert!(a.admit_as(later, 3, Priority::Low));
+        assert!(a.admit_as(later, 6, Priority::Normal));
         // A second holds the others to theirs.
         a.observe(500 * MS, 6);
-        assert!(!a.admit_priority(700 * MS, 6, Priority::Low));
+        assert!(!a.admit_as(700 * MS, 6, Priority::Low));
         let again = 900 * MS;
         a.observe(again, 7);
         assert!(a.sheds(again, Priority::Normal));
-        assert!(a.admit_priority(again, 5, Priority::Normal));
-        assert!(!a.admit_priority(again, 6, Priority::Normal));
+        assert!(a.admit_as(again, 5, Priority::Normal));
+        assert!(!a.admit_as(again, 6, Priority::Normal));
     }
 
     #[test]

@@ -304,14 +304,13 @@ impl<'a> Driver<'a> {
                 let found = http::scan(response.headers());
                 let chip = found.internal && http::has_chip(response.headers());
                 let load = crate::probe::report(response.headers(), found.internal);
-                let refused_there = found.internal && response.headers().contains_key(http::REFUSED);
                 clean(&mut response, found);
                 // A gRPC error sent trailers-only is judged by its status, as its HTTP kin is.
                 let status = match self.template.grpc {
                     true => crate::grpc::http_status(response.headers()).unwrap_or(response.status()),
                     false => response.status(),
                 };
-                let feedback = Feedback::new(outcome(status, refused_there), rtt).with_chip(chip).with_load(load);
+                let feedback = Feedback::new(outcome(status, found.refused), rtt).with_chip(chip).with_load(load);
                 match feedback.outcome {
                     Outcome::Success => {
                         self.count_win(end.attempt);
