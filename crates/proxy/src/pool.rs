@@ -2,8 +2,11 @@
 //!
 //! Each endpoint has its own [`Pool`], so finding a connection hashes nothing: the idle ones are a
 //! stack (the most recently used on top, whose buffers are warm), at most [`MAX_IDLE`] deep,
-//! closed after [`IDLE_TIMEOUT`]. A request takes an idle connection or connects a new one (no
-//! connect raced against the checkout, as hyper-util's pooled client does).
+//! closed after [`IDLE_TIMEOUT`]. Those a burst left that no request has taken for a whole
+//! [`SWEEP_EVERY`] are surplus: half of them are closed at each sweep (as HAProxy's
+//! `pool-purge-delay` closes half its idle connections every 5 s), so their buffers and the
+//! endpoint's go back once the burst has passed. A request takes an idle connection or connects a
+//! new one (no connect raced against the checkout, as hyper-util's pooled client does).
 //!
 //! No task per connection: hyper's connection future is polled by whoever is waiting on it. While
 //! the request waits for its response head, the attempt's future polls it; then the response body
@@ -59,7 +62,8 @@ pub const MAX_IDLE: usize = 64;
 /// How long an idle connection is kept (hyper-util's pooled client's default).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
-/// How often idle connections are checked for their timeout and for the endpoint closing them.
+/// How often idle connections are checked for their timeout, for the endpoint closing them, and
+/// for surplus.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// The idle HTTP/1 connections to one endpoint, and how to open more.
@@ -85,6 +89,9 @@ pub struct Pool {
 struct Idle {
     conns: Vec<(Box<Conn>, Instant)>,
     swept: bool,
+    /// How many at the bottom of the stack no request has taken since the last sweep (the
+    /// stack's lowest depth since): the surplus the next sweep halves.
+    untouched: usize,
 }
 
 /// One connection: the handle that sends on it and the future that drives it. Always boxed: it
@@ -199,7 +206,7 @@ impl Pool {
                 builder.writev(false);
                 builder
             },
-            idle: Mutex::new(Idle { conns: Vec::new(), swept: false }),
+            idle: Mutex::new(Idle { conns: Vec::new(), swept: false, untouched: 0 }),
             open: Count::default(),
             max_connections: AtomicUsize::new(max_connections),
             connect_timeout_us: AtomicU64::new(micros(crate::config::DEFAULT_CONNECT_TIMEOUT)),
@@ -323,6 +330,7 @@ impl Pool {
     fn checkout(&self) -> Option<Box<Conn>> {
         let mut idle = self.lock();
         let (conn, since) = idle.conns.pop()?;
+        idle.untouched = idle.untouched.min(idle.conns.len());
         if since.elapsed() >= IDLE_TIMEOUT {
             // The rest of the stack is older still.
             idle.conns.clear();
@@ -409,17 +417,21 @@ impl Pool {
         }
     }
 
-    /// Drops idle connections past their timeout or closed by the endpoint; `false` once none
-    /// is left (the sweeper stops until one is put back).
+    /// Closes half the surplus (the oldest of those no request took since the last sweep) and
+    /// the idle connections past their timeout or closed by the endpoint; `false` once none is
+    /// left (the sweeper stops until one is put back).
     fn sweep(&self) -> bool {
         let mut idle = self.lock();
+        let surplus = idle.untouched.min(idle.conns.len());
+        idle.conns.drain(..surplus / 2);
         idle.conns.retain_mut(|(conn, since)| since.elapsed() < IDLE_TIMEOUT && !conn.drive(None));
+        idle.untouched = idle.conns.len();
         idle.swept = !idle.conns.is_empty();
         idle.swept
     }
 }
 
-/// Closes a pool's expired and dead idle connections every [`SWEEP_EVERY`] while it has any.
+/// Sweeps a pool's idle connections every [`SWEEP_EVERY`] while it has any.
 async fn sweep(pool: Weak<Pool>) {
     loop {
         tokio::time::sleep(SWEEP_EVERY).await;
@@ -798,6 +810,34 @@ mod tests {
         assert_eq!(pool.idle(), MAX_IDLE);
         settle().await;
         assert_eq!(e.open.load(Ordering::SeqCst), MAX_IDLE);
+    }
+
+    #[tokio::test]
+    async fn a_bursts_surplus_is_halved_at_each_sweep_the_connections_in_use_stay() {
+        let e = endpoint(Mode::Slow(Duration::from_millis(100))).await;
+        let pool = Arc::new(Pool::new(e.addr, usize::MAX));
+        let mut requests = tokio::task::JoinSet::new();
+        for _ in 0..8 {
+            let pool = pool.clone();
+            requests.spawn(async move { fetch(&pool, false).await.unwrap() });
+        }
+        while let Some(body) = requests.join_next().await {
+            assert_eq!(body.unwrap(), "ok");
+        }
+        let mut idle = vec![pool.idle()];
+        // The first sweep only marks the eight; one request between the next two takes one (the
+        // newest) and leaves three untouched below it.
+        for fetches in [0, 0, 1, 0, 0, 0, 0] {
+            for _ in 0..fetches {
+                assert_eq!(fetch(&pool, false).await.unwrap(), "ok");
+            }
+            pool.sweep();
+            idle.push(pool.idle());
+        }
+        assert_eq!(idle, [8, 8, 4, 3, 2, 1, 1, 1]);
+        settle().await;
+        assert_eq!(e.open.load(Ordering::SeqCst), 1, "the endpoint saw the surplus close");
+        assert_eq!(e.accepted.load(Ordering::SeqCst), 8);
     }
 
     #[tokio::test]

@@ -615,6 +615,22 @@ mod tests {
         assert!(w.expired(&a, t0 + 1250 * MS));
     }
 
+    /// Every open connection holds its task: an idle plaintext one held 9-14 KB of it when a
+    /// refused opening's 4 KiB sink lived across an await, three times over in the nested
+    /// futures (bench/RESULTS.md, issue #34's memory).
+    #[tokio::test]
+    async fn a_plaintext_connections_task_stays_small() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stream = TcpStream::connect(addr).await.unwrap();
+        let handler = |_req: Request<ClientBody>, _peer: SocketAddr| async { http::text(StatusCode::OK, "ok") };
+        let entry = Arc::new(Silent::default()).enter();
+        let builders = Arc::new(Builders::new(&Limits::default()));
+        let task = open(stream, addr, None, entry, builders, handler, Drain::new());
+        let size = std::mem::size_of_val(&task);
+        assert!(size <= 3 * 1024, "a connection's task is {size} bytes");
+    }
+
     #[test]
     fn without_a_header_read_limit_only_idleness_closes() {
         let (mut w, a, t0) = watchdog(None);

@@ -76,10 +76,14 @@ fn http1_line(opening: &[u8]) -> bool {
 /// bytes it sent are read first (at most 64 KiB of them, without waiting), since closing a socket
 /// with unread bytes resets it, and a reset may be read as a network failure rather than an answer.
 async fn refuse(mut stream: TcpStream) -> io::Error {
-    let mut sink = [0u8; 4096];
-    for _ in 0..16 {
-        if !matches!(stream.try_read(&mut sink), Ok(n) if n > 0) {
-            break;
+    // In a scope of its own, the sink is gone before the await: no connection's task keeps room
+    // for it.
+    {
+        let mut sink = [0u8; 4096];
+        for _ in 0..16 {
+            if !matches!(stream.try_read(&mut sink), Ok(n) if n > 0) {
+                break;
+            }
         }
     }
     let _ = tokio::io::AsyncWriteExt::shutdown(&mut stream).await;
