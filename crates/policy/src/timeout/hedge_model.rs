@@ -98,7 +98,21 @@ impl Sample {
         self.removed.sort_unstable_by(km_order);
         let (mut added, mut removed) = (self.added.iter().peekable(), self.removed.iter().peekable());
         self.merged.clear();
-        for held in &self.sorted {
+        let mut rest = &self.sorted[..];
+        while let Some((held, after)) = rest.split_first() {
+            // The held latencies before the next eviction and up to the next push go over in one
+            // copy (a sample of a thousand takes a few dozen pushes and evictions between two
+            // readings).
+            let run = rest.partition_point(|h| {
+                removed.peek().is_none_or(|r| km_order(h, r).is_lt())
+                    && added.peek().is_none_or(|a| !km_order(a, h).is_lt())
+            });
+            if run > 0 {
+                self.merged.extend_from_slice(&rest[..run]);
+                rest = &rest[run..];
+                continue;
+            }
+            rest = after;
             // Every evicted latency is in `sorted`, and equal ones are the same bits.
             if removed.next_if(|r| km_order(r, held).is_eq()).is_some() {
                 continue;
