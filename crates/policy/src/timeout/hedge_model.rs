@@ -103,9 +103,10 @@ impl Sample {
             // The held latencies before the next eviction and up to the next push go over in one
             // copy (a sample of a thousand takes a few dozen pushes and evictions between two
             // readings).
+            let (next_removed, next_added) = (removed.peek().copied(), added.peek().copied());
             let run = rest.partition_point(|h| {
-                removed.peek().is_none_or(|r| km_order(h, r).is_lt())
-                    && added.peek().is_none_or(|a| !km_order(a, h).is_lt())
+                next_removed.is_none_or(|r| km_order(h, r).is_lt())
+                    && next_added.is_none_or(|a| !km_order(a, h).is_lt())
             });
             if run > 0 {
                 self.merged.extend_from_slice(&rest[..run]);
