@@ -15,7 +15,16 @@ use tokio::time::Instant;
 /// Runs the load `config` describes and reports what it measured. Every request ends (its
 /// timeout bounds it) before this returns. Must be called within a tokio runtime with time and
 /// I/O enabled.
-pub async fn run(config: LoadConfig) -> Result<LoadReport, LoadError> {
+///
+/// Boxed, so that the load generator is compiled in this crate once: an async fn's body is
+/// compiled again into every crate that awaits it.
+pub fn run(
+    config: LoadConfig,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<LoadReport, LoadError>> + Send>> {
+    Box::pin(generate(config))
+}
+
+async fn generate(config: LoadConfig) -> Result<LoadReport, LoadError> {
     config.validate()?;
     let window = config.window();
     let (samples, received) = unbounded_channel();

@@ -36,6 +36,7 @@ pub use config::Config;
 use metrics::Metrics;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
@@ -62,7 +63,14 @@ pub struct Proxy {
 
 impl Proxy {
     /// Binds every configured listener and starts serving. Must run inside a tokio runtime.
-    pub async fn start(config: Config) -> std::io::Result<Proxy> {
+    ///
+    /// Boxed, so that the servers are compiled in this crate once: an async fn's body is compiled
+    /// again into every crate that awaits it (each test binary and the CLI took about 20 s more).
+    pub fn start(config: Config) -> Pin<Box<dyn Future<Output = std::io::Result<Proxy>> + Send>> {
+        Box::pin(Proxy::started(config))
+    }
+
+    async fn started(config: Config) -> std::io::Result<Proxy> {
         let epoch = Instant::now();
         let metrics = Arc::new(Metrics::new());
         let grace = config.shutdown_grace.map_or(DEFAULT_SHUTDOWN_GRACE, |d| d.get());

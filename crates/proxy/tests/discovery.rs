@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 use tailguard_proxy::{Config, Proxy};
 use tokio::task::JoinSet;
 
-mod common;
-use common::{Backend, Mode};
+use tailguard_testkit::{Backend, Mode};
 
 /// A backend answering 200 with its name after 2 ms.
 async fn ok(name: &'static str) -> Backend {

@@ -18,8 +18,7 @@ use std::time::{Duration, Instant};
 use tailguard_proxy::{Config, Proxy};
 use tokio::net::TcpListener;
 
-mod common;
-use common::{Backend, Mode, Refusing};
+use tailguard_testkit::{Backend, Mode, Refusing};
 
 async fn start(text: &str) -> Proxy {
     Proxy::start(Config::parse(text, Path::new("grpc.yaml")).unwrap()).await.unwrap()
@@ -133,7 +132,7 @@ async fn the_egress_answers_grpc_requests_in_grpcs_form() {
 
 #[tokio::test]
 async fn a_refused_connect_is_unavailable_and_a_passed_grpc_timeout_deadline_exceeded() {
-    let refusing = Refusing::new();
+    let refusing = Refusing::bind();
     let proxy = egress(&[refusing.addr], "{}").await;
     let (status, headers, _) = call(proxy.egress.unwrap(), "svc", &[]).await;
     assert_eq!(grpc_status(status, &headers), ("14".into(), "tailguard: no endpoint could be reached".into()));

@@ -11,8 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tailguard_proxy::{Config, Proxy};
 
-mod common;
-use common::{run_bounded, suite_tool, Backend, Killed, Mode};
+use tailguard_testkit::{run_bounded, suite_tool, Backend, Killed, Mode};
 
 /// The interop cases every gRPC implementation runs against every other (grpc/grpc's
 /// doc/interop-test-descriptions.md) that need no credentials, no cloud and no second server.

@@ -7,8 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 use tailguard_proxy::{Config, Proxy};
 
-mod common;
-use common::{run_bounded, suite_tool, Backend, Mode};
+use tailguard_testkit::{run_bounded, suite_tool, Backend, Mode};
 
 /// The cases of the pinned h2spec (v2.2.1) in its default (non-strict) run.
 const CASES: usize = 145;

@@ -3,10 +3,7 @@
 //! disappear while requests go through the proxy, and the proxy's endpoint set follows without a
 //! failed request.
 
-mod common;
-
 use bytes::Bytes;
-use common::{Backend, Mode};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
@@ -24,6 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tailguard_proxy::{Config, Proxy};
+use tailguard_testkit::{Backend, Mode};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};

@@ -19,8 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 
-mod common;
-use common::{Backend, Mode};
+use tailguard_testkit::{Backend, Mode};
 
 fn endpoints(backends: &[&Backend]) -> String {
     let list: Vec<String> = backends.iter().map(|b| b.addr.to_string()).collect();

@@ -22,8 +22,7 @@ use std::time::Duration;
 use tailguard_proxy::{Config, Proxy};
 use tokio::net::TcpListener;
 
-mod common;
-use common::Refusing;
+use tailguard_testkit::Refusing;
 
 /// Copies of each request (by its `x-request` header) that reached the application.
 type Copies = Arc<Mutex<HashMap<String, usize>>>;
@@ -70,7 +69,7 @@ async fn replica(copies: Copies) -> SocketAddr {
 #[tokio::test]
 async fn non_idempotent_requests_reach_the_application_once_while_the_others_are_hedged_and_retried() {
     let copies = Copies::default();
-    let refusing = Refusing::new();
+    let refusing = Refusing::bind();
     let endpoints = [replica(copies.clone()).await, replica(copies.clone()).await, refusing.addr];
     let endpoints: Vec<String> = endpoints.iter().map(SocketAddr::to_string).collect();
     let text = format!(

@@ -62,8 +62,15 @@ struct Store {
 
 impl Collector {
     /// Binds `bind` (port 0 picks a free port) and serves OTLP/HTTP until the handle is shut
-    /// down. Must run inside a tokio runtime.
-    pub async fn start(bind: SocketAddr) -> std::io::Result<CollectorHandle> {
+    /// down. Must run inside a tokio runtime. Boxed, so that its server is compiled in this crate
+    /// once: an async fn's body is compiled again into every crate that awaits it.
+    pub fn start(
+        bind: SocketAddr,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<CollectorHandle>> + Send>> {
+        Box::pin(Collector::bind(bind))
+    }
+
+    async fn bind(bind: SocketAddr) -> std::io::Result<CollectorHandle> {
         let listener = TcpListener::bind(bind).await?;
         let addr = listener.local_addr()?;
         let store = Arc::new(Mutex::new(Store::default()));
