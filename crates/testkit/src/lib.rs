@@ -1,8 +1,8 @@
 //! What the proxy's test binaries share: a backend on a loopback port that answers as told, the
 //! protocol suites' tools, child processes run within a bound, a port that refuses connects.
 //!
-//! A crate of its own, compiled once: as a module of each test file, its HTTP server was compiled
-//! again into each of them (about 20 s of a 2-core machine each).
+//! A crate of its own, so that the backend's HTTP server is compiled once, here, not in every test
+//! binary (with `Backend::serve` boxed; CONTRIBUTING.md, "Before a change lands").
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
