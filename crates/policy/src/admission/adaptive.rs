@@ -95,10 +95,9 @@ pub struct AdaptiveAdmission {
     levels: Vec<(u32, f64)>,
     /// The limits the levels give (recomputed at each answer): `(normal, low)`.
     limits: Option<(u32, u32)>,
-    /// Since when the replica has held at least the limit, if it does.
-    full_since: Option<Time>,
-    /// How many it held when that stand began.
-    held_at_stand: u32,
+    /// Since when the replica has held at least the limit, if it does, and how many it held
+    /// when that stand began.
+    full_since: Option<(Time, u32)>,
     /// Until then it admits only at an idle replica, to learn the base a cold start in overload
     /// never shows.
     measuring_until: Option<Time>,
@@ -211,10 +210,7 @@ impl AdaptiveAdmission {
             self.full_since = None;
             return;
         }
-        if self.full_since.is_none() {
-            self.held_at_stand = in_system;
-        }
-        let since = *self.full_since.get_or_insert(now);
+        let (since, held_at_stand) = *self.full_since.get_or_insert((now, in_system));
         if now.saturating_sub(since) < interval || self.measuring(now) {
             return;
         }
@@ -223,12 +219,11 @@ impl AdaptiveAdmission {
             self.measuring_until = Some(now + interval);
             return;
         }
-        if !self.enforced(now) && in_system <= self.held_at_stand.min(limit + 1) {
+        if !self.enforced(now) && in_system <= held_at_stand.min(limit + 1) {
             // It stood near its limit but did not grow: the service kept pace with the arrivals
             // (a busy replica below capacity), so nothing is refused yet; the next interval is
             // judged afresh. A queue well above its limit (a burst draining) is shed as before.
-            self.full_since = Some(now);
-            self.held_at_stand = in_system;
+            self.full_since = Some((now, in_system));
             return;
         }
         // The lowest priority not held to its limit now, passing over one that was when the stand
@@ -243,7 +238,7 @@ impl AdaptiveAdmission {
         if let Some(next) = next {
             // The stand goes on: if it outlasts this limit's own interval (no arrival refused,
             // the queue still standing), the limit is due again at once, with no gap.
-            self.full_since = Some(now);
+            self.full_since = Some((now, held_at_stand));
             self.shed_until[next as usize] = Some(now + interval);
         }
     }
