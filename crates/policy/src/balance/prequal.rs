@@ -54,8 +54,8 @@
 //! - The paper derives the reuse budget from the probe rate, the pool's turnover and `hot_quantile`
 //!   and periodically removes the worst probe; we use a fixed budget and the age limit.
 //! - The paper's replicas report the median latency of recent requests that arrived at the current
-//!   RIF; our [`ProbeResponder`] keeps a moving average per RIF instead of a median (the same code
-//!   in the simulator and the proxy).
+//!   RIF; our [`ProbeResponder`] does so over the last [`ProbeResponder::WINDOW`] answers per RIF
+//!   (the same code in the simulator and the proxy).
 //! - A refusal (429) or an unreachable replica drops that replica's report from the pool.
 
 use super::{Balancer, Eligible, Pick};
@@ -130,28 +130,33 @@ pub struct ProbeReply {
 /// reports the estimate for its current RIF (the simulator's replica model and the proxy's
 /// ingress sidecar), on every response and in reply to probes.
 ///
-/// As in the paper, latency is conditioned on the RIF a request found on arrival: one moving average
-/// (weight [`ProbeResponder::WEIGHT`]) per RIF up to [`ProbeResponder::RIFS`] − 1, the last one
-/// shared by every higher RIF. A RIF not seen yet borrows the nearest RIF seen below it, scaled by
-/// the requests ahead, else the nearest above it; a replica that has answered nothing reports 0 (an
-/// unused replica is the one to try).
+/// As in the paper, latency is conditioned on the RIF a request found on arrival, and is the median
+/// of the last [`ProbeResponder::WINDOW`] answers that found that RIF: one slow request (a slow route,
+/// a large payload) among quick ones does not move it, where a moving average would report it for
+/// many answers after. RIFs up to [`ProbeResponder::RIFS`] − 1 each keep their own answers, the last
+/// one is shared by every higher RIF. A RIF not seen yet borrows the nearest RIF seen below it,
+/// scaled by the requests ahead, else the nearest above it; a replica that has answered nothing
+/// reports 0 (an unused replica is the one to try).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProbeResponder {
-    /// Per RIF on arrival, the moving average of latency in seconds (`None`: no answer yet).
-    by_rif: [Option<f64>; ProbeResponder::RIFS],
+    /// Per RIF on arrival, the latest answers' latencies.
+    by_rif: [Recent; ProbeResponder::RIFS],
 }
 
 impl Default for ProbeResponder {
     fn default() -> Self {
-        ProbeResponder { by_rif: [None; ProbeResponder::RIFS] }
+        ProbeResponder { by_rif: [Recent::default(); ProbeResponder::RIFS] }
     }
 }
 
 impl ProbeResponder {
-    /// The weight of each new latency in its RIF's average (1/4: recent answers count).
+    /// The weight of each new answer time in a caller's own moving average of a replica's latency
+    /// (1/4: recent answers count), where it has no report ([`Prequal`]'s replicas without a sidecar).
     pub const WEIGHT: f64 = 0.25;
     /// RIFs told apart (0 to 62, and 63 or more).
     pub const RIFS: usize = 64;
+    /// Answers per RIF whose median is the estimate.
+    pub const WINDOW: usize = 8;
 
     fn bucket(rif: u32) -> usize {
         (rif as usize).min(Self::RIFS - 1)
@@ -159,8 +164,7 @@ impl ProbeResponder {
 
     /// A request that found `rif` requests on arrival was answered `latency` after it arrived.
     pub fn on_answer(&mut self, rif: u32, latency: Duration) {
-        let slot = &mut self.by_rif[Self::bucket(rif)];
-        *slot = Some(moving_average(*slot, latency));
+        self.by_rif[Self::bucket(rif)].push(latency);
     }
 
     /// The report while the replica holds `in_flight` requests.
@@ -174,9 +178,40 @@ impl ProbeResponder {
             .iter()
             .enumerate()
             .rev()
-            .find_map(|(rif, x)| x.map(|latency| latency * (at as f64 + 1.0) / (rif as f64 + 1.0)));
-        let estimate = below.or_else(|| self.by_rif[at..].iter().find_map(|x| *x));
+            .find_map(|(rif, x)| x.median().map(|latency| latency * (at as f64 + 1.0) / (rif as f64 + 1.0)));
+        let estimate = below.or_else(|| self.by_rif[at..].iter().find_map(Recent::median));
         ProbeReply { in_flight, latency: estimate.map_or(Duration::ZERO, Duration::from_secs_f64) }
+    }
+}
+
+/// The latest [`ProbeResponder::WINDOW`] latencies (microseconds) of answers at one RIF, a ring.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Recent {
+    latencies: [u32; ProbeResponder::WINDOW],
+    /// How many slots hold an answer (up to the window).
+    len: u8,
+    /// The slot the next answer takes.
+    next: u8,
+}
+
+impl Recent {
+    fn push(&mut self, latency: Duration) {
+        let latency = u32::try_from(latency.as_micros()).unwrap_or(u32::MAX);
+        self.latencies[usize::from(self.next)] = latency;
+        self.next = (self.next + 1) % ProbeResponder::WINDOW as u8;
+        self.len = (self.len + 1).min(ProbeResponder::WINDOW as u8);
+    }
+
+    /// The lower median (seconds), or `None` before the first answer.
+    fn median(&self) -> Option<f64> {
+        let mut held = self.latencies;
+        let held = &mut held[..usize::from(self.len)];
+        if held.is_empty() {
+            return None;
+        }
+        let middle = (held.len() - 1) / 2;
+        let (_, median, _) = held.select_nth_unstable(middle);
+        Some(f64::from(*median) / 1e6)
     }
 }
 
@@ -923,19 +958,40 @@ mod tests {
     fn the_responder_reports_the_latency_learnt_at_the_current_rif() {
         let mut r = ProbeResponder::default();
         assert_eq!(r.reply(3), ProbeReply { in_flight: 3, latency: Duration::ZERO });
-        // Requests that found 2 in flight took 300 ms, then 500 ms: 300 + (500 - 300) / 4 = 350.
+        // Requests that found 2 in flight took 300 ms, then 500 ms, then 400 ms: the median.
         r.on_answer(2, 300 * MS);
         r.on_answer(2, 500 * MS);
-        assert_eq!(r.reply(2), ProbeReply { in_flight: 2, latency: 350 * MS });
+        assert_eq!(r.reply(2), ProbeReply { in_flight: 2, latency: 300 * MS });
+        r.on_answer(2, 400 * MS);
+        assert_eq!(r.reply(2), ProbeReply { in_flight: 2, latency: 400 * MS });
         // RIF 5 was never seen: the nearest below (2) answers, for 6 requests ahead where it
         // had 3; RIF 0 borrows from above as it is.
-        assert_eq!(r.reply(5).latency, 700 * MS);
-        assert_eq!(r.reply(0).latency, 350 * MS);
+        assert_eq!(r.reply(5).latency, 800 * MS);
+        assert_eq!(r.reply(0).latency, 400 * MS);
         r.on_answer(0, 100 * MS);
         assert_eq!((r.reply(0).latency, r.reply(1).latency), (100 * MS, 200 * MS));
-        // RIFs of 63 and more share one average.
+        // RIFs of 63 and more share their answers.
         r.on_answer(900, 9 * SEC);
         assert_eq!(r.reply(63).latency, 9 * SEC);
         assert_eq!(r.reply(70).latency, 9 * SEC);
+    }
+
+    #[test]
+    fn one_slow_request_among_quick_ones_leaves_the_report_alone() {
+        // A slow route's answer (5 s) among a quick route's (10 ms) at the same RIF: the median
+        // stays quick until the slow ones are half the window, and only the latest window counts.
+        let mut r = ProbeResponder::default();
+        (0..5).for_each(|_| r.on_answer(1, 10 * MS));
+        r.on_answer(1, 5 * SEC);
+        assert_eq!(r.reply(1).latency, 10 * MS);
+        (0..3).for_each(|_| r.on_answer(1, 5 * SEC));
+        assert_eq!(r.reply(1).latency, 10 * MS);
+        r.on_answer(1, 5 * SEC);
+        assert_eq!(r.reply(1).latency, 5 * SEC);
+        // The window holds the last 8: four quick answers later, half of it is quick again.
+        (0..3).for_each(|_| r.on_answer(1, 20 * MS));
+        assert_eq!(r.reply(1).latency, 5 * SEC);
+        r.on_answer(1, 20 * MS);
+        assert_eq!(r.reply(1).latency, 20 * MS);
     }
 }
