@@ -85,6 +85,49 @@ fn the_recommended_policy_fails_no_route_that_no_timeout_serves() {
     }
 }
 
+/// Issue #32's bound on each route's tail, not met yet: the recommended policy's p99 on every route
+/// of examples/routes.yaml at most 1.05 × the static per-route setting's and at most no-timeout's
+/// (means over the checked seeds, runs of 300 s for a steadier tail). On 2026-11-29: `light` and
+/// `per-request`, every route 1.00–1.02 × no-timeout's (Prequal's own 0.1–0.2 ms); `busy`, the
+/// quick route 1.13 × the static setting's (the races add load where the tail is queueing);
+/// `lossy`, the quick route and the search 1.2 × and 1.6 × no-timeout's, which instead fails the
+/// 1 % of requests whose attempt is lost (the static setting's: 1.9 × and 1.1 × the
+/// recommended's); `gray`, the quick route 1.37 × no-timeout's and the search 1.29 × the static
+/// setting's (the race model takes a second attempt for an independent draw, so it does not see
+/// that the other replica is the fast one, and racing the search loads that replica, where the
+/// quick route then queues).
+#[test]
+#[ignore = "issue #32 is open there: see the doc comment"]
+fn each_routes_tail_meets_the_static_settings() {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/routes.yaml");
+    let text = std::fs::read_to_string(&path).unwrap().replace("  duration: 60s", "  duration: 300s");
+    let experiment = Experiment::parse(&text, &path).unwrap_or_else(|e| panic!("{e}"));
+    let runs: Vec<Vec<RunResult>> = CHECKED.iter().map(|&seed| run(&experiment, seed, &[])).collect();
+    let p99 = |scenario: &str, variant: &str, route: &str| {
+        let of = |runs: &[RunResult]| {
+            let r = find(runs, scenario, variant);
+            r.routes.iter().find(|x| x.route == route).map(|x| x.latency_ms.p99).expect("the route ran")
+        };
+        runs.iter().map(|r| of(r)).sum::<f64>() / runs.len() as f64
+    };
+    let mut failed = Vec::new();
+    for scenario in experiment.scenario_names() {
+        for route in ["items", "search", "report"] {
+            let (recommended, fixed, plain) = (
+                p99(&scenario, "recommended", route),
+                p99(&scenario, "static-per-route", route),
+                p99(&scenario, "no-timeout", route),
+            );
+            if recommended > 1.05 * fixed || recommended > plain {
+                failed.push(format!(
+                    "{scenario} {route}: recommended {recommended:.1}, static {fixed:.1}, no timeout {plain:.1}"
+                ));
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
 /// A fast route and a slow one (1.2 s of work on any replica, 4 % of the requests) on two
 /// replicas, all work per request, as a new user meets it: a learned timeout, alone or in the
 /// recommended policy, fails none of the slow route's requests that least-request serves, and
