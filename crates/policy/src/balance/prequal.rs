@@ -18,7 +18,7 @@
 //! - **Replicas without a sidecar** (their answers carry no report, or a probe was answered with
 //!   anything but a probe reply), replicas not heard from yet and those not worth a probe are
 //!   ranked from what this caller sees itself: its own requests in flight there as their RIF,
-//!   and a moving average (weight [`ProbeResponder::WEIGHT`]) of its answer times from them,
+//!   and a moving average (weight [`WEIGHT`]) of its answer times from them,
 //!   times one more than those requests, as their latency (peak-EWMA's cost; 0 before the first
 //!   answer, so an unknown replica is tried and its first answer says whether it has a sidecar).
 //!   Those of a pick's draw compete in the HCL rule beside the pool. A sidecar that arrives later
@@ -150,9 +150,6 @@ impl Default for ProbeResponder {
 }
 
 impl ProbeResponder {
-    /// The weight of each new answer time in a caller's own moving average of a replica's latency
-    /// (1/4: recent answers count), where it has no report ([`Prequal`]'s replicas without a sidecar).
-    pub const WEIGHT: f64 = 0.25;
     /// RIFs told apart (0 to 62, and 63 or more).
     pub const RIFS: usize = 64;
     /// Answers per RIF whose median is the estimate.
@@ -215,10 +212,14 @@ impl Recent {
     }
 }
 
-/// `average` moved by [`ProbeResponder::WEIGHT`] towards `sample` (seconds), or `sample` first.
+/// The weight of each new answer time in a caller's own moving average of a replica's latency,
+/// where it has no report, and of a probe's round trip (1/4: recent answers count).
+const WEIGHT: f64 = 0.25;
+
+/// `average` moved by [`WEIGHT`] towards `sample` (seconds), or `sample` first.
 fn moving_average(average: Option<f64>, sample: Duration) -> f64 {
     let sample = sample.as_secs_f64();
-    average.map_or(sample, |avg| avg + ProbeResponder::WEIGHT * (sample - avg))
+    average.map_or(sample, |avg| avg + WEIGHT * (sample - avg))
 }
 
 /// One report in the pool.
