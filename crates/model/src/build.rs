@@ -11,6 +11,7 @@ use tailguard_policy::admission;
 use tailguard_policy::call;
 use tailguard_policy::class::{ClassPolicy, Classes};
 use tailguard_policy::peer::{Peer, PeerPolicy, Refusal};
+use tailguard_policy::timeout::UpstreamRequests;
 
 /// A caller's policies towards a service of `endpoints` replicas, every request in one class.
 pub fn client_policy(config: &ClientPolicy, endpoints: usize) -> call::ClientPolicy {
@@ -24,21 +25,23 @@ pub fn client_policy(config: &ClientPolicy, endpoints: usize) -> call::ClientPol
 pub fn client_policy_routed(config: &ClientPolicy, endpoints: usize, routes: &[String]) -> call::ClientPolicy {
     let mut configs = vec![config.clone()];
     configs.extend(routes.iter().map(|name| config.for_route(name)));
+    let upstream = UpstreamRequests::default();
     call::ClientPolicy {
         balancer: config.balancer.build(endpoints),
         outlier: config.outlier.build(endpoints),
         classes: Classes::new(Box::new(move |class| {
-            class_policy(configs.get(usize::from(class)).unwrap_or(&configs[0]))
+            class_policy(configs.get(usize::from(class)).unwrap_or(&configs[0]), &upstream)
         })),
         retry: config.retry.build(),
         retired: Vec::new(),
     }
 }
 
-/// One class's policies, from the caller's policy as its route sees it.
-pub fn class_policy(config: &ClientPolicy) -> ClassPolicy {
+/// One class's policies, from the caller's policy as its route sees it; its timeout counts its
+/// requests with the upstream's other classes in `upstream`, whose retry budget they share.
+pub fn class_policy(config: &ClientPolicy, upstream: &UpstreamRequests) -> ClassPolicy {
     ClassPolicy {
-        timeout: config.timeout.build(&config.retry),
+        timeout: config.timeout.build_for(&config.retry, upstream),
         hedge: config.hedge.build(),
         deadline: deadline(config),
         hedge_on_timeout: config.retry.hedges_on_timeout(&config.timeout),

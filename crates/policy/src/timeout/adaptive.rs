@@ -91,6 +91,8 @@ use crate::tail_model::Race;
 use crate::{Rng, Time};
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The weight of each timeout's verdict (a rise or a loss) in the share that sets the escalation.
@@ -285,6 +287,8 @@ pub struct Adaptive {
     since_model: u32,
     /// First attempts per second, counted over windows of [`RATE_WINDOW`].
     rate: Rate,
+    /// The first attempts of the upstream's every class.
+    upstream: UpstreamRequests,
 }
 
 /// The window over which first attempts are counted for the budget's share (the retry budget's).
@@ -295,24 +299,52 @@ const RATE_WINDOW: Duration = crate::retry::BUDGET_TTL;
 /// convention.
 const RESERVE_DEVIATIONS: f64 = 2.0;
 
-/// First attempts per second over the last whole window.
+/// The first attempts of every class of one upstream, counted together ([`TimeoutConfig::build_for`]).
+/// The retry budget, and its floor of retries a second, belong to the upstream: a class's share
+/// of the floor is the floor over the upstream's rate, not over its own (a route of 5 requests a
+/// second would otherwise count the whole floor of 10 as its own, twice its requests, and race
+/// each of them). The classes whose timeout is adaptive count; a route given a fixed timeout is
+/// not counted, and the others then take a little more of the floor than their part.
+///
+/// [`TimeoutConfig::build_for`]: super::TimeoutConfig::build_for
+#[derive(Clone, Debug, Default)]
+pub struct UpstreamRequests(Arc<AtomicU64>);
+
+impl UpstreamRequests {
+    fn count(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn add(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// First attempts per second over the last whole window: this class's, and its upstream's.
 #[derive(Clone, Debug, Default)]
 struct Rate {
     since: Option<Time>,
     count: u64,
     per_sec: Option<f64>,
+    /// The upstream's count when the window began.
+    upstream_since: u64,
+    upstream_per_sec: Option<f64>,
 }
 
 impl Rate {
-    fn on_request(&mut self, now: Time) {
+    fn on_request(&mut self, now: Time, upstream: &UpstreamRequests) {
         let since = *self.since.get_or_insert(now);
         let elapsed = now.saturating_sub(since);
         if elapsed >= RATE_WINDOW {
+            let upstream_count = upstream.count();
             self.per_sec = Some(self.count as f64 / elapsed.as_secs_f64());
+            self.upstream_per_sec = Some((upstream_count - self.upstream_since) as f64 / elapsed.as_secs_f64());
             self.since = Some(now);
             self.count = 0;
+            self.upstream_since = upstream_count;
         }
         self.count += 1;
+        upstream.add();
     }
 }
 
@@ -348,6 +380,7 @@ impl Adaptive {
             low: false,
             since_model: 0,
             rate: Rate::default(),
+            upstream: UpstreamRequests::default(),
             config,
             answers: 0,
             below: 0,
@@ -357,6 +390,12 @@ impl Adaptive {
             rises: 1.0,
             verdict_due: false,
         }
+    }
+
+    /// The same, counting its requests with the other classes of its upstream in `upstream`.
+    pub fn sharing(mut self, upstream: UpstreamRequests) -> Self {
+        self.upstream = upstream;
+        self
     }
 
     /// The relative headroom above the level beyond which an answer is a surprise: the timeout's
@@ -498,11 +537,11 @@ impl Adaptive {
     }
 
     /// The extra attempts a request may send on average within the retry budget now: its
-    /// fraction plus its floor of retries a second over the rate of requests. `None` without a
-    /// budget.
+    /// fraction plus its floor of retries a second over the upstream's rate of requests
+    /// ([`UpstreamRequests`]). `None` without a budget.
     fn share(&self) -> Option<f64> {
         let c = &self.config;
-        let floor = self.rate.per_sec.filter(|&r| r > 0.0).map_or(0.0, |r| c.budget_floor / r);
+        let floor = self.rate.upstream_per_sec.filter(|&r| r > 0.0).map_or(0.0, |r| c.budget_floor / r);
         c.budget.map(|b| b + floor)
     }
 
@@ -624,7 +663,7 @@ impl TimeoutPolicy for Adaptive {
             self.low = budget.available(now) < u64::from(self.config.attempts.saturating_sub(1));
         }
         if attempt == 0 {
-            self.rate.on_request(now);
+            self.rate.on_request(now, &self.upstream);
             return Some(self.bounded(self.first()));
         }
         Some(self.bounded(self.estimate() * self.scale(attempt)))
@@ -857,6 +896,34 @@ mod tests {
 
     fn hedging(budget: Option<f64>) -> Adaptive {
         Adaptive::new(AdaptiveConfig { hedge_on_timeout: true, budget, ..AdaptiveConfig::new(us(500)) })
+    }
+
+    #[test]
+    fn classes_of_one_upstream_share_the_budgets_floor() {
+        // A quick route of 90 requests a second and a slow one of 10, one budget of 20 % plus
+        // 10 retries a second: over 11 s, each class counts its share of the floor against the
+        // upstream's 100 requests a second. Alone, the slow route would take the whole floor as
+        // its own: 10 retries a second for its 10 requests.
+        let config = AdaptiveConfig { budget_floor: 10.0, ..hedging(Some(0.2)).config };
+        let upstream = UpstreamRequests::default();
+        let mut quick = Adaptive::new(config.clone()).sharing(upstream.clone());
+        let mut slow = Adaptive::new(config.clone()).sharing(upstream);
+        let mut alone = Adaptive::new(config);
+        let mut rng = Pcg64Mcg::new(1);
+        for ms in (0..11_000).step_by(10) {
+            let now = Time::ZERO + Duration::from_millis(ms);
+            if ms % 100 == 0 {
+                slow.timeout(now, 0, &mut rng);
+                alone.timeout(now, 0, &mut rng);
+            } else {
+                quick.timeout(now, 0, &mut rng);
+            }
+        }
+        // (A window counts from its first request to the one that ends it: a request more or less.)
+        let share = |p: &Adaptive| p.share().map(|s| (s * 100.0).round() / 100.0);
+        assert_eq!(share(&quick), Some(0.3));
+        assert_eq!(share(&slow), Some(0.3));
+        assert_eq!(share(&alone), Some(1.2));
     }
 
     #[test]

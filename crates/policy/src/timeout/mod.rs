@@ -12,7 +12,7 @@ mod hedge_model;
 mod optimizer;
 mod sequential;
 
-pub use adaptive::{Adaptive, AdaptiveConfig};
+pub use adaptive::{Adaptive, AdaptiveConfig, UpstreamRequests};
 pub use controller::{Controller, ControllerConfig};
 pub use exp_backoff::ExpBackoff;
 pub use fixed::Fixed;
@@ -109,6 +109,12 @@ impl TimeoutConfig {
     /// The policy, for attempts made under `retry`: with its `hedge_on_timeout`, the adaptive
     /// timeout races the tail it sees within the retry budget and `max_attempts`.
     pub fn build(&self, retry: &crate::retry::RetryConfig) -> Box<dyn TimeoutPolicy> {
+        self.build_for(retry, &UpstreamRequests::default())
+    }
+
+    /// [`TimeoutConfig::build`] for one class of requests of an upstream whose classes count
+    /// their requests together in `upstream`, as they share its retry budget.
+    pub fn build_for(&self, retry: &crate::retry::RetryConfig, upstream: &UpstreamRequests) -> Box<dyn TimeoutPolicy> {
         match self {
             TimeoutConfig::None => Box::new(NoTimeout),
             TimeoutConfig::Fixed { value } => Box::new(Fixed::new(*value)),
@@ -116,13 +122,16 @@ impl TimeoutConfig {
             TimeoutConfig::Sequential { values } => Box::new(Sequential::new(values.clone())),
             TimeoutConfig::Controller(c) => Box::new(Controller::new(c.clone())),
             TimeoutConfig::Optimizer(c) => Box::new(Optimizer::new(c.clone())),
-            TimeoutConfig::Adaptive(c) => Box::new(Adaptive::new(AdaptiveConfig {
-                hedge_on_timeout: retry.hedges_on_timeout(self),
-                budget: retry.budget,
-                attempts: retry.max_attempts,
-                budget_floor: f64::from(crate::retry::BUDGET_MIN_PER_SEC),
-                ..c.clone()
-            })),
+            TimeoutConfig::Adaptive(c) => Box::new(
+                Adaptive::new(AdaptiveConfig {
+                    hedge_on_timeout: retry.hedges_on_timeout(self),
+                    budget: retry.budget,
+                    attempts: retry.max_attempts,
+                    budget_floor: f64::from(crate::retry::BUDGET_MIN_PER_SEC),
+                    ..c.clone()
+                })
+                .sharing(upstream.clone()),
+            ),
         }
     }
 }
