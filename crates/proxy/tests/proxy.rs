@@ -444,8 +444,7 @@ async fn the_ingress_strips_spoofed_headers_and_sets_its_chip() {
     assert!(!headers.contains_key("x-tailguard-deadline"), "the app's own internal headers are dropped");
     // Through an egress: the chip reaches the egress's policy and is stripped before the client.
     let ingress = server.ingress.unwrap();
-    let caller =
-        Backend { addr: ingress, hits: Arc::default(), accepted: Arc::default(), task: tokio::spawn(async {}) };
+    let caller = Backend::elsewhere(ingress);
     let proxy = egress(&[&caller], "{balancer: {kind: bloc}}").await;
     for _ in 0..3 {
         let (status, headers, body) = get(&client(), proxy.egress.unwrap(), "svc", &[]).await;
@@ -1441,9 +1440,7 @@ async fn the_ingress_answers_probes_itself_and_prequal_learns_the_slow_replica_f
     assert_eq!(slow.hits(), 0);
     // Through an egress balancing with Prequal over both sidecars: once the slow replica has
     // answered once, its probes report ~150 ms and the fast one (~0 ms) wins every pick.
-    let as_backend =
-        |addr| Backend { addr, hits: Arc::default(), accepted: Arc::default(), task: tokio::spawn(async {}) };
-    let (a, b) = (as_backend(slow_side.ingress.unwrap()), as_backend(fast_side.ingress.unwrap()));
+    let (a, b) = (Backend::elsewhere(slow_side.ingress.unwrap()), Backend::elsewhere(fast_side.ingress.unwrap()));
     let proxy = egress(&[&a, &b], "{balancer: {kind: prequal}}").await;
     for _ in 0..20 {
         let (status, _, _) = get(&client(), proxy.egress.unwrap(), "svc", &[]).await;
@@ -1465,9 +1462,7 @@ async fn a_prequal_pick_with_a_stale_pool_waits_for_its_probes() {
     let busy = Backend::start("busy", Mode::HangOn("/held")).await;
     let idle = Backend::start("idle", Mode::Ok(Duration::ZERO)).await;
     let (busy_side, idle_side) = (sidecar(&busy, "{kind: none}").await, sidecar(&idle, "{kind: none}").await);
-    let as_backend =
-        |addr| Backend { addr, hits: Arc::default(), accepted: Arc::default(), task: tokio::spawn(async {}) };
-    let endpoints = [as_backend(busy_side.ingress.unwrap()), as_backend(idle_side.ingress.unwrap())];
+    let endpoints = [Backend::elsewhere(busy_side.ingress.unwrap()), Backend::elsewhere(idle_side.ingress.unwrap())];
     // Reports usable for 1 ms: once both sidecars have shown themselves on a response, every pick
     // finds the pool stale and probes both first, for up to 2 s. A replica above the median RIF of
     // the replies is hot, so the idle one wins each pick once the busy one holds requests.
@@ -1520,9 +1515,7 @@ async fn prequal_never_probes_a_plain_application_and_balances_a_mixed_set() {
     let plain = Backend::start("plain", Mode::Ok(Duration::from_millis(20))).await;
     let meshed = Backend::start("meshed", Mode::Ok(Duration::ZERO)).await;
     let side = sidecar(&meshed, "{kind: none}").await;
-    let as_backend =
-        |addr| Backend { addr, hits: Arc::default(), accepted: Arc::default(), task: tokio::spawn(async {}) };
-    let endpoints = [as_backend(plain.addr), as_backend(side.ingress.unwrap())];
+    let endpoints = [Backend::elsewhere(plain.addr), Backend::elsewhere(side.ingress.unwrap())];
     let proxy =
         egress(&endpoints.iter().collect::<Vec<_>>(), "{balancer: {kind: prequal, max_age: 1ms}, outlier: off}").await;
     for _ in 0..60 {

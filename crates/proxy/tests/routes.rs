@@ -4,22 +4,17 @@
 //! 1.2 s on a machine with two busy cores.
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty, Full};
-use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use hyper::{Request, StatusCode};
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use std::convert::Infallible;
-use std::net::SocketAddr;
+use hyper_util::rt::TokioExecutor;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tailguard_proxy::{Config, Proxy};
-use tokio::net::TcpListener;
-use tokio::task::{JoinHandle, JoinSet};
+use tailguard_testkit::{Backend, Mode};
+use tokio::task::JoinSet;
 
 /// The policies compared, each in front of replicas of its own: P2C least-request with no
 /// timeout (what every other must match), the adaptive timeout alone, and the recommended
@@ -34,48 +29,9 @@ const POLICIES: [&str; 3] = [
 const REQUESTS: usize = 400;
 
 /// A replica of a small application: `/slow/...` takes `slow` on any replica (the work belongs
-/// to the request), anything else 3 ms. Counts the attempts its slow route received.
-struct App {
-    addr: SocketAddr,
-    slow_attempts: Arc<AtomicUsize>,
-    task: JoinHandle<()>,
-}
-
-impl App {
-    async fn start(slow: Duration) -> App {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let slow_attempts = Arc::new(AtomicUsize::new(0));
-        let attempts = slow_attempts.clone();
-        let task = tokio::spawn(async move {
-            let mut conns = JoinSet::new();
-            loop {
-                let Ok((stream, _)) = listener.accept().await else { continue };
-                let attempts = attempts.clone();
-                let service = service_fn(move |req: Request<Incoming>| {
-                    let is_slow = req.uri().path().starts_with("/slow/");
-                    if is_slow {
-                        attempts.fetch_add(1, Ordering::SeqCst);
-                    }
-                    async move {
-                        tokio::time::sleep(if is_slow { slow } else { Duration::from_millis(3) }).await;
-                        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
-                    }
-                });
-                conns.spawn(async move {
-                    let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
-                });
-            }
-        });
-        App { addr, slow_attempts, task }
-    }
-}
-
-impl Drop for App {
-    fn drop(&mut self) {
-        // Aborting the accept loop drops its JoinSet, which aborts every connection.
-        self.task.abort();
-    }
+/// to the request), anything else 3 ms; it counts the attempts its slow route received.
+async fn app(slow: Duration) -> Backend {
+    Backend::start("app", Mode::SlowOn { prefix: "/slow/", slow, other: Duration::from_millis(3) }).await
 }
 
 /// What the client received through one policy's egress: per request, its status (`None`: no
@@ -96,7 +52,7 @@ impl Answers {
 /// Sends [`REQUESTS`] requests at 100/s, every 20th to `/slow/{i}`, the rest to `/fast/{i}`,
 /// through an egress with `policy` in front of two replicas whose slow route takes `slow`.
 async fn run(policy: &'static str, slow: Duration) -> Answers {
-    let apps = [App::start(slow).await, App::start(slow).await];
+    let apps = [app(slow).await, app(slow).await];
     let text = format!(
         "egress:\n  listen: 127.0.0.1:0\n  upstreams:\n    app:\n      endpoints: [{}, {}]\n      match: {{host: app}}\n      policy: {policy}\nadmin: {{listen: 127.0.0.1:0}}\nshutdown_grace: 1s\n",
         apps[0].addr, apps[1].addr
@@ -128,7 +84,7 @@ async fn run(policy: &'static str, slow: Duration) -> Answers {
         if is_slow { &mut answers.slow } else { &mut answers.fast }.push(status);
     }
     proxy.shutdown().await;
-    answers.slow_attempts = apps.iter().map(|a| a.slow_attempts.load(Ordering::SeqCst)).sum();
+    answers.slow_attempts = apps.iter().map(|a| a.singled_out.load(Ordering::SeqCst)).sum();
     answers
 }
 

@@ -37,15 +37,31 @@ pub enum Mode {
     Hang,
     /// Never answers a request for this path; 200 at once to any other.
     HangOn(&'static str),
+    /// 200 after `slow` to a request whose path starts with `prefix` (a slow route, whose work
+    /// belongs to the request), after `other` to any other.
+    SlowOn { prefix: &'static str, slow: Duration, other: Duration },
     /// Reads the whole request body first, then 200 with its length in `x-body-length` (500 if
     /// the body failed).
     Read,
+}
+
+impl Mode {
+    /// Whether the mode treats a request for `path` apart (`HangOn`'s path, `SlowOn`'s prefix).
+    fn singles_out(&self, path: &str) -> bool {
+        match *self {
+            Mode::HangOn(hung) => path == hung,
+            Mode::SlowOn { prefix, .. } => path.starts_with(prefix),
+            _ => false,
+        }
+    }
 }
 
 /// A backend on port 0; dropping or killing it closes its listener and every connection.
 pub struct Backend {
     pub addr: SocketAddr,
     pub hits: Arc<AtomicUsize>,
+    /// Requests for the path its mode treats apart ([`Mode::HangOn`], [`Mode::SlowOn`]).
+    pub singled_out: Arc<AtomicUsize>,
     /// Connections accepted.
     pub accepted: Arc<AtomicUsize>,
     pub task: JoinHandle<()>,
@@ -82,6 +98,8 @@ impl Backend {
         let addr = listener.local_addr().unwrap();
         let hits = Arc::new(AtomicUsize::new(0));
         let counter = hits.clone();
+        let singled_out = Arc::new(AtomicUsize::new(0));
+        let apart = singled_out.clone();
         let accepted = Arc::new(AtomicUsize::new(0));
         let accepts = accepted.clone();
         let task = tokio::spawn(async move {
@@ -89,9 +107,12 @@ impl Backend {
             loop {
                 let Ok((stream, _)) = listener.accept().await else { continue };
                 accepts.fetch_add(1, Ordering::SeqCst);
-                let counter = counter.clone();
+                let (counter, apart) = (counter.clone(), apart.clone());
                 let service = service_fn(move |req: Request<Incoming>| {
                     counter.fetch_add(1, Ordering::SeqCst);
+                    if mode.singles_out(req.uri().path()) {
+                        apart.fetch_add(1, Ordering::SeqCst);
+                    }
                     answer(name, mode, req)
                 });
                 let io = TokioIo::new(stream);
@@ -104,7 +125,19 @@ impl Backend {
                 });
             }
         });
-        Backend { addr, hits, accepted, task }
+        Backend { addr, hits, singled_out, accepted, task }
+    }
+
+    /// An address something else serves (a sidecar in front of a backend), for the helpers that
+    /// take a [`Backend`]: it counts nothing and owns no task.
+    pub fn elsewhere(addr: SocketAddr) -> Backend {
+        Backend {
+            addr,
+            hits: Arc::default(),
+            singled_out: Arc::default(),
+            accepted: Arc::default(),
+            task: tokio::spawn(async {}),
+        }
     }
 
     pub fn hits(&self) -> usize {
@@ -154,11 +187,15 @@ async fn answer(name: &str, mode: Mode, req: Request<Incoming>) -> Result<Respon
             std::future::pending::<()>().await;
             500
         }
-        Mode::HangOn(path) if req.uri().path() == path => {
+        Mode::HangOn(_) if mode.singles_out(req.uri().path()) => {
             std::future::pending::<()>().await;
             500
         }
         Mode::HangOn(_) => 200,
+        Mode::SlowOn { slow, other, .. } => {
+            tokio::time::sleep(if mode.singles_out(req.uri().path()) { slow } else { other }).await;
+            200
+        }
         Mode::Read => match req.into_body().collect().await {
             Ok(body) => {
                 body_length = body.to_bytes().len();

@@ -201,11 +201,11 @@ impl Recent {
 
     /// The lower median (seconds), or `None` before the first answer.
     fn median(&self) -> Option<f64> {
-        let mut held = self.latencies;
-        let held = &mut held[..usize::from(self.len)];
-        if held.is_empty() {
+        if self.len == 0 {
             return None;
         }
+        let mut held = self.latencies;
+        let held = &mut held[..usize::from(self.len)];
         let middle = (held.len() - 1) / 2;
         let (_, median, _) = held.select_nth_unstable(middle);
         Some(f64::from(*median) / 1e6)
