@@ -41,15 +41,26 @@ impl Survival {
     /// Becomes [`Survival::new`]'s survival of `distribution` and `lost`, in the room it has.
     pub fn refill(&mut self, distribution: &[(f64, f64)], lost: f64) {
         let lost = if lost.is_finite() { lost.clamp(0.0, 1.0) } else { 0.0 };
-        let kept = || distribution.iter().copied().filter(|(x, p)| x.is_finite() && p.is_finite());
-        let total: f64 = kept().map(|(_, p)| p).sum();
-        let mut remaining = total + lost;
         self.values.clear();
         self.above.clear();
-        for (x, p) in kept() {
-            remaining -= p;
-            self.values.push(x);
-            self.above.push(remaining.max(lost).max(0.0));
+        // `above` holds each value's probability until the total is known. A distribution read
+        // from a sample is finite throughout, and copies over without a test per value.
+        let finite = |&(x, p): &(f64, f64)| x.is_finite() && p.is_finite();
+        if distribution.iter().all(finite) {
+            self.values.extend(distribution.iter().map(|&(x, _)| x));
+            self.above.extend(distribution.iter().map(|&(_, p)| p));
+        } else {
+            for &(x, p) in distribution.iter().filter(|e| finite(e)) {
+                self.values.push(x);
+                self.above.push(p);
+            }
+        }
+        let total: f64 = self.above.iter().sum();
+        let mut remaining = total + lost;
+        for above in &mut self.above {
+            remaining -= *above;
+            // `lost` is not negative.
+            *above = remaining.max(lost);
         }
         self.lost = lost;
     }
@@ -158,6 +169,15 @@ mod tests {
         assert!((s.at(20.0) - 0.2).abs() < 1e-12);
         assert!((s.at(1e9) - 0.2).abs() < 1e-12);
         assert_eq!(s.lost(), 0.2);
+    }
+
+    #[test]
+    fn non_finite_values_are_dropped() {
+        let s = Survival::new(&[(10.0, 0.5), (f64::NAN, 0.1), (20.0, f64::INFINITY), (30.0, 0.3)], 0.2);
+        let finite = Survival::new(&[(10.0, 0.5), (30.0, 0.3)], 0.2);
+        assert_eq!(s, finite);
+        assert_eq!(s.values(), &[10.0, 30.0]);
+        assert!((s.at(10.0) - 0.5).abs() < 1e-12);
     }
 
     #[test]

@@ -118,8 +118,15 @@ fn model_window(config: &AdaptiveConfig) -> usize {
     config.spread_window.max((MODEL_TAIL_SAMPLES / tail).ceil() as usize)
 }
 
-/// Answers between two minimisations of the hedging model (each costs `O(64·n log n)`).
+/// Answers between two minimisations of the hedging model (each costs `O(64·n log n)`), at
+/// least.
 const MODEL_EVERY: u32 = 16;
+
+/// The least time between two minimisations: at 1,000 answers a second, one every
+/// [`MODEL_EVERY`] answers would come every 16 ms and cost a fifth of a proxy's instructions
+/// (bench/RESULTS.md), while the sample they read turns over in a second and a shift of the level
+/// is followed by re-levelling, not by the model. Below 320 answers a second it rarely binds.
+const MODEL_INTERVAL: Duration = Duration::from_millis(50);
 
 /// The adaptive timeout's parameters; [`AdaptiveConfig::new`] gives the defaults from any
 /// `initial`, `Default` from [`super::DEFAULT_INITIAL`]. A file may leave out any of them.
@@ -285,6 +292,8 @@ pub struct Adaptive {
     ratio_bounds: (f64, f64, f64),
     /// Answers since the model was last minimised.
     since_model: u32,
+    /// When it was.
+    modelled_at: Time,
     /// First attempts per second, counted over windows of [`RATE_WINDOW`].
     rate: Rate,
     /// The first attempts of the upstream's every class.
@@ -379,6 +388,7 @@ impl Adaptive {
                 .map(|b| RetryBudget::new(RATE_WINDOW, config.budget_floor.round() as u32, b as f32)),
             low: false,
             since_model: 0,
+            modelled_at: Time::ZERO,
             rate: Rate::default(),
             upstream: UpstreamRequests::default(),
             config,
@@ -473,7 +483,7 @@ impl Adaptive {
     /// A relative latency, held while it may be part of a shift of the level: the answers that
     /// re-level show the shift, not the distribution around a level, and are dropped; the others
     /// go to the model.
-    fn hold_ratio(&mut self, ratio: f64, relevelled: bool, streak: bool) {
+    fn hold_ratio(&mut self, now: Time, ratio: f64, relevelled: bool, streak: bool) {
         if relevelled {
             self.held.clear();
         } else if streak {
@@ -481,19 +491,30 @@ impl Adaptive {
         } else {
             // Taken and given back, so its room is kept.
             let mut held = std::mem::take(&mut self.held);
-            held.iter().copied().chain([ratio]).for_each(|r| self.on_ratio(r, true));
+            held.iter().copied().chain([ratio]).for_each(|r| self.on_ratio(now, r, true));
             held.clear();
             self.held = held;
         }
     }
 
-    /// A relative latency for the hedging model, `answered` or a lower bound; every
-    /// `MODEL_EVERY` of them the model is minimised.
-    fn on_ratio(&mut self, ratio: f64, answered: bool) {
+    /// Whether the model is due for a minimisation at `now`: the first once the sample holds
+    /// [`MODEL_MIN_SAMPLES`], then after [`MODEL_EVERY`] answers and [`MODEL_INTERVAL`] (a clock
+    /// that has not moved, as a test's, counts answers alone).
+    fn model_due(&self, now: Time) -> bool {
+        let elapsed = now.saturating_sub(self.modelled_at);
+        self.ratios.len() >= MODEL_MIN_SAMPLES
+            && (self.model.is_none()
+                || (self.since_model >= MODEL_EVERY && (elapsed >= MODEL_INTERVAL || elapsed.is_zero())))
+    }
+
+    /// A relative latency for the hedging model, `answered` or a lower bound, at `now`; the model
+    /// is minimised when due ([`Adaptive::model_due`]).
+    fn on_ratio(&mut self, now: Time, ratio: f64, answered: bool) {
         self.ratios.push(ratio, answered);
         self.since_model += 1;
-        if self.ratios.len() >= MODEL_MIN_SAMPLES && (self.model.is_none() || self.since_model >= MODEL_EVERY) {
+        if self.model_due(now) {
             self.since_model = 0;
+            self.modelled_at = now;
             // Read into the room of the last reading: no allocation once the sample is full.
             let mut estimate = std::mem::take(&mut self.estimate);
             self.ratios.read_into(&mut estimate);
@@ -567,8 +588,9 @@ impl Adaptive {
         values.get(i).copied()
     }
 
-    /// An answer of latency `x`; `lifts` when it came from a retry or past its own timeout.
-    fn on_answer(&mut self, lifts: bool, x: f64) {
+    /// An answer of latency `x` at `now`; `lifts` when it came from a retry or past its own
+    /// timeout.
+    fn on_answer(&mut self, now: Time, lifts: bool, x: f64) {
         self.backoff = None;
         let mut surprise = true;
         let mut ratio = None;
@@ -596,7 +618,7 @@ impl Adaptive {
             self.relevel(self.above);
         }
         if let Some(ratio) = ratio.filter(|_| self.config.hedge_on_timeout) {
-            self.hold_ratio(ratio, dropped || rose, streak);
+            self.hold_ratio(now, ratio, dropped || rose, streak);
         }
         self.answers = self.answers.saturating_add(1);
         self.lift = self.lift.and_then(|(f, n)| (n > 1).then(|| (f, n - 1)));
@@ -669,7 +691,7 @@ impl TimeoutPolicy for Adaptive {
         Some(self.bounded(self.estimate() * self.scale(attempt)))
     }
 
-    fn on_result(&mut self, _now: Time, attempt: u32, timeout: Option<Duration>, result: AttemptResult) {
+    fn on_result(&mut self, now: Time, attempt: u32, timeout: Option<Duration>, result: AttemptResult) {
         match result {
             AttemptResult::Answered(x) => {
                 let overdue = timeout.is_some_and(|t| x > t);
@@ -678,7 +700,7 @@ impl TimeoutPolicy for Adaptive {
                     let rose = if self.racing() { self.surprising(x) } else { overdue || x > self.estimate() };
                     self.on_verdict(rose);
                 }
-                self.on_answer(attempt > 0 || overdue, x);
+                self.on_answer(now, attempt > 0 || overdue, x);
             }
             AttemptResult::TimedOut(d) => self.on_timeout(attempt, nanos(d)),
         }
@@ -688,10 +710,10 @@ impl TimeoutPolicy for Adaptive {
         Some(self.bounded(self.first()))
     }
 
-    fn on_abandoned(&mut self, _now: Time, _attempt: u32, waited: Duration) {
+    fn on_abandoned(&mut self, now: Time, _attempt: u32, waited: Duration) {
         let base = self.base.median().filter(|&b| b > 0.0);
         if let Some(base) = base.filter(|_| self.config.hedge_on_timeout) {
-            self.on_ratio(nanos(waited) / base, false);
+            self.on_ratio(now, nanos(waited) / base, false);
         }
     }
 
@@ -924,6 +946,23 @@ mod tests {
         assert_eq!(share(&quick), Some(0.3));
         assert_eq!(share(&slow), Some(0.3));
         assert_eq!(share(&alone), Some(1.2));
+    }
+
+    #[test]
+    fn at_a_high_rate_the_model_is_read_every_50_ms_of_answers() {
+        // 1,000 answers a second: a reading every 50 answers (50 ms) instead of every 16.
+        let mut p = hedging(Some(0.2));
+        let mut rng = Pcg64Mcg::new(1);
+        let mut readings = [0; 12];
+        for i in 0..12_000u32 {
+            let now = Time::ZERO + Duration::from_millis(u64::from(i));
+            p.timeout(now, 0, &mut rng);
+            p.on_result(now, 0, None, AttemptResult::Answered(us(100 + u64::from(i % 7))));
+            if p.since_model == 0 {
+                readings[i as usize / 1000] += 1;
+            }
+        }
+        assert_eq!(readings[1..], [20; 11]);
     }
 
     #[test]
