@@ -45,15 +45,24 @@ impl Window {
         if !x.is_finite() {
             return;
         }
-        if self.order.len() == self.cap {
-            if let Some(old) = self.order.pop_front() {
-                let i = self.sorted.partition_point(|v| v.total_cmp(&old).is_lt());
-                self.sorted.remove(i);
-            }
-        }
+        let at = self.sorted.partition_point(|v| v.total_cmp(&x).is_le());
+        let evicted = if self.order.len() == self.cap { self.order.pop_front() } else { None };
         self.order.push_back(x);
-        let i = self.sorted.partition_point(|v| v.total_cmp(&x).is_le());
-        self.sorted.insert(i, x);
+        match evicted {
+            // The evicted sample's place and the new one's are joined by shifting only what lies
+            // between them (as removing, then inserting, would leave it).
+            Some(old) => {
+                let i = self.sorted.partition_point(|v| v.total_cmp(&old).is_lt());
+                if at > i {
+                    self.sorted.copy_within(i + 1..at, i);
+                    self.sorted[at - 1] = x;
+                } else {
+                    self.sorted.copy_within(at..i, at + 1);
+                    self.sorted[at] = x;
+                }
+            }
+            None => self.sorted.insert(at, x),
+        }
     }
 
     /// The number of samples held (at most the capacity).
@@ -184,6 +193,28 @@ mod tests {
         assert_eq!(w.quantile(-1.0), Some(1.0));
         assert_eq!(w.quantile(f64::NAN), Some(1.0));
         assert_eq!(w.mean(), Some(3.0));
+    }
+
+    #[test]
+    fn a_full_window_stays_sorted_as_a_sort_would_leave_it() {
+        use rand::{Rng, SeedableRng};
+        // Repeated values and both zeros, so equal samples and their order count.
+        let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(3);
+        for cap in [1, 2, 3, 50] {
+            let mut w = Window::new(cap);
+            for _ in 0..500 {
+                let x = match rng.gen_range(0..12u32) {
+                    0 => -0.0,
+                    1 => 0.0,
+                    k => f64::from(k % 5),
+                };
+                w.push(x);
+                let mut expected: Vec<f64> = w.iter().collect();
+                expected.sort_by(f64::total_cmp);
+                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(w.sorted()), bits(&expected), "cap {cap}");
+            }
+        }
     }
 
     #[test]

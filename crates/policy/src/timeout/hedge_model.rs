@@ -75,9 +75,12 @@ impl Sample {
     pub fn push(&mut self, x: f64, answered: bool) {
         if self.observed.len() == self.cap {
             if let Some(old) = self.observed.pop_front() {
-                match self.added.iter().position(|a| km_order(a, &old).is_eq()) {
-                    Some(i) => drop(self.added.swap_remove(i)),
-                    None => self.removed.push(old),
+                // `added` holds the latest pushes, so the oldest latency held is among them only
+                // when every latency held is (a sample smaller than a merge's batch).
+                match (self.added.len() >= self.cap).then(|| self.added.iter().position(|a| km_order(a, &old).is_eq()))
+                {
+                    Some(Some(i)) => drop(self.added.swap_remove(i)),
+                    _ => self.removed.push(old),
                 }
             }
         }
