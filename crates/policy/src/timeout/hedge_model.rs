@@ -77,10 +77,14 @@ impl Sample {
             if let Some(old) = self.observed.pop_front() {
                 // `added` holds the latest pushes, so the oldest latency held is among them only
                 // when every latency held is (a sample smaller than a merge's batch).
-                match (self.added.len() >= self.cap).then(|| self.added.iter().position(|a| km_order(a, &old).is_eq()))
-                {
-                    Some(Some(i)) => drop(self.added.swap_remove(i)),
-                    _ => self.removed.push(old),
+                let unmerged = if self.added.len() >= self.cap {
+                    self.added.iter().position(|a| km_order(a, &old).is_eq())
+                } else {
+                    None
+                };
+                match unmerged {
+                    Some(i) => drop(self.added.swap_remove(i)),
+                    None => self.removed.push(old),
                 }
             }
         }
