@@ -257,7 +257,8 @@ impl Estimate {
 
     /// The `q`-quantile of the distribution.
     pub fn quantile(&self, q: f64) -> Option<f64> {
-        // `quantile`'s scan, by bisection: the probabilities are not negative.
+        // The smallest value at or below which lies at least `q` of the probability, by
+        // bisection: the probabilities are not negative.
         let i = self.cumulative.partition_point(|&c| c < q - 1e-12);
         self.distribution.get(i).or(self.distribution.last()).map(|&(x, _)| x)
     }
@@ -273,12 +274,14 @@ impl Estimate {
         if t == largest {
             return Some((t, true));
         }
-        let affordable = budget.and_then(|b| quantile(distribution, 1.0 - b)).unwrap_or(t);
+        let affordable = budget.and_then(|b| self.quantile(1.0 - b)).unwrap_or(t);
         Some((t.max(affordable), false))
     }
 }
 
-/// The smallest value at or below which lies at least `q` of a distribution's probability.
+/// The smallest value at or below which lies at least `q` of a distribution's probability, by a
+/// scan: what [`Estimate::quantile`] finds by bisection.
+#[cfg(test)]
 fn quantile(distribution: &[(f64, f64)], q: f64) -> Option<f64> {
     let mut cumulative = 0.0;
     for &(x, p) in distribution {
