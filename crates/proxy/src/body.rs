@@ -61,11 +61,14 @@ pub struct ClientBody {
     /// A frame came since the timer was armed: it restarts at the next read that finds nothing.
     moved: bool,
     fault: FaultCell,
+    /// Holds the connection as reading a request body until the body ends (server/park.rs).
+    reading: Option<crate::server::Reading>,
 }
 
 impl ClientBody {
-    pub fn new(inner: Incoming, timeout: Duration) -> ClientBody {
-        ClientBody { inner, timeout, stall: None, moved: false, fault: FaultCell::default() }
+    /// `inner` with the read timeout; `reading` is let go when the body ends or fails.
+    pub(crate) fn new(inner: Incoming, timeout: Duration, reading: Option<crate::server::Reading>) -> ClientBody {
+        ClientBody { inner, timeout, stall: None, moved: false, fault: FaultCell::default(), reading }
     }
 
     /// The cell this body records its fault in.
@@ -74,6 +77,7 @@ impl ClientBody {
     }
 
     fn fail(&mut self, fault: ClientFault) -> Poll<Option<Result<Frame<bytes::Bytes>, ClientFault>>> {
+        self.reading = None;
         let _ = self.fault.0.set(fault.clone());
         Poll::Ready(Some(Err(fault)))
     }
@@ -94,7 +98,10 @@ impl Body for ClientBody {
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => self.fail(ClientFault::Malformed(e.to_string())),
-            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Ready(None) => {
+                self.reading = None;
+                Poll::Ready(None)
+            }
             Poll::Pending => {
                 let (timeout, moved) = (self.timeout, std::mem::take(&mut self.moved));
                 let stall = match &mut self.stall {

@@ -442,13 +442,13 @@ async fn sweep(pool: Weak<Pool>) {
     }
 }
 
-/// Whether `error` says the connection was closed or reset before the response began: an
-/// endpoint closing an idle connection as the request was written.
 /// `d` in whole microseconds, saturating (a file's duration is far below 584,000 years).
 fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
+/// Whether `error` says the connection was closed or reset before the response began: an
+/// endpoint closing an idle connection as the request was written.
 fn closed_under(error: &hyper::Error) -> bool {
     if error.is_incomplete_message() {
         return true;

@@ -20,7 +20,7 @@ use std::convert::Infallible;
 use std::future::{poll_fn, Future};
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -28,10 +28,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
 mod drain;
+mod park;
 mod preface;
 mod silent;
 
 use drain::{Drain, InFlight, Phase};
+use park::{Park, Parker, PARK_AFTER};
 use silent::Silent;
 
 /// Serves `listener` with `handler` (given each request and its peer's address) until `stop`
@@ -47,7 +49,7 @@ pub async fn serve<H, F>(
     mut stop: watch::Receiver<bool>,
     grace: Duration,
 ) where
-    H: Fn(Request<ClientBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    H: Fn(Request<ClientBody>, SocketAddr) -> F + Clone + Unpin + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
     let drain = Drain::new();
@@ -61,7 +63,6 @@ pub async fn serve<H, F>(
         tokio::spawn(async move {
             open(stream, peer, tls, entry, builders, handler, drain).await;
             drop(slot);
-            crate::trim::connection_closed();
         });
     };
     loop {
@@ -178,21 +179,23 @@ impl Builders {
 /// connection's task then holds a pointer, not room for the larger of HTTP/1's and HTTP/2's
 /// states (the task of an idle HTTP/1 connection was 5 KB, most of it HTTP/2's).
 enum Served<I, S: HttpService<Incoming>> {
-    Http1(Pin<Box<http1::Connection<I, S>>>),
+    /// HTTP/1, and whether it is being parked (server/park.rs): then it ends without shutting
+    /// its stream down, to be taken apart.
+    Http1(Pin<Box<http1::Connection<I, S>>>, bool),
     H2c(Pin<Box<http2::Connection<I, S, TokioExecutor>>>),
 }
 
 impl<I, S> Served<I, S>
 where
     I: Read + Write + Unpin + Send + 'static,
-    S: HttpService<Incoming, ResBody = http_body_util::combinators::BoxBody<Bytes, BoxError>> + Send + 'static,
-    S::Future: Send + 'static,
+    S: HttpService<Incoming, ResBody = http_body_util::combinators::BoxBody<Bytes, BoxError>> + Unpin + Send + 'static,
+    S::Future: Unpin + Send + 'static,
 {
     fn new(builders: &Builders, h2c: bool, io: I, service: S) -> Self {
         if h2c {
             Served::H2c(Box::pin(builders.h2c.serve_connection(io, service)))
         } else {
-            Served::Http1(Box::pin(builders.http1.serve_connection(io, service)))
+            Served::Http1(Box::pin(builders.http1.serve_connection(io, service)), false)
         }
     }
 
@@ -200,8 +203,31 @@ where
     /// response in progress.
     fn graceful_shutdown(&mut self) {
         match self {
-            Served::Http1(conn) => conn.as_mut().graceful_shutdown(),
+            Served::Http1(conn, _) => conn.as_mut().graceful_shutdown(),
             Served::H2c(conn) => conn.as_mut().graceful_shutdown(),
+        }
+    }
+
+    /// An idle HTTP/1 connection: ends hyper's part, leaving the stream open, to be taken apart
+    /// by [`Served::parked`].
+    fn park(&mut self) {
+        if let Served::Http1(conn, parking) = self {
+            *parking = true;
+            conn.as_mut().graceful_shutdown();
+        }
+    }
+
+    /// Whether it is an HTTP/1 connection being parked.
+    fn parking(&self) -> bool {
+        matches!(self, Served::Http1(_, true))
+    }
+
+    /// Once ended, a parked HTTP/1 connection's stream, the bytes hyper read that are not a
+    /// request yet, and its service.
+    fn parked(self) -> Option<http1::Parts<I, S>> {
+        match self {
+            Served::Http1(conn, true) => Some(Pin::into_inner(conn).into_parts()),
+            _ => None,
         }
     }
 }
@@ -209,14 +235,15 @@ where
 impl<I, S> Future for Served<I, S>
 where
     I: Read + Write + Unpin + Send + 'static,
-    S: HttpService<Incoming, ResBody = http_body_util::combinators::BoxBody<Bytes, BoxError>> + Send + 'static,
-    S::Future: Send + 'static,
+    S: HttpService<Incoming, ResBody = http_body_util::combinators::BoxBody<Bytes, BoxError>> + Unpin + Send + 'static,
+    S::Future: Unpin + Send + 'static,
 {
     type Output = hyper::Result<()>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.get_mut() {
-            Served::Http1(conn) => conn.as_mut().poll(cx),
+            Served::Http1(conn, true) => conn.as_mut().get_mut().poll_without_shutdown(cx),
+            Served::Http1(conn, false) => conn.as_mut().poll(cx),
             Served::H2c(conn) => conn.as_mut().poll(cx),
         }
     }
@@ -245,7 +272,7 @@ async fn open<H, F>(
     handler: H,
     drain: Arc<Drain>,
 ) where
-    H: Fn(Request<ClientBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    H: Fn(Request<ClientBody>, SocketAddr) -> F + Clone + Unpin + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
     let timeout = builders.preface_timeout;
@@ -295,14 +322,17 @@ struct Draining {
 /// once idle (no bytes either way and no request waiting for its response) for the idle limit,
 /// or, on HTTP/1, once it has waited longer than the header-read limit for a request head; shuts
 /// it down gracefully when the drain says (`drain`: HTTP/2 at once, HTTP/1 once no request is in
-/// flight on the listener, its responses meanwhile marked `Connection: close`).
+/// flight on the listener, its responses meanwhile marked `Connection: close`). A plaintext HTTP/1
+/// connection idle between requests is parked (`park`): it holds no hyper connection until the
+/// client sends again.
 async fn connection<S, H, F>(stream: S, h2c: bool, peer: Peer, builders: Arc<Builders>, handler: H, draining: Draining)
 where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    H: Fn(Request<ClientBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    S: Park,
+    H: Fn(Request<ClientBody>, SocketAddr) -> F + Clone + Unpin + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
     let Peer { addr: peer, identity } = peer;
+    let parks = !h2c && stream.parks();
     let Draining { drain, mut phase } = draining;
     let (idle, header_read) = (builders.idle, builders.header_read);
     let activity = Arc::new(Activity::default());
@@ -310,26 +340,30 @@ where
     let counted = activity.clone();
     let body_read_timeout = builders.body_read_timeout;
     let service = service_fn(move |req: Request<Incoming>| {
-        let mut req = req.map(|body| ClientBody::new(body, body_read_timeout));
+        // HTTP/1 only: a body still being read holds the connection from parking.
+        let reading = (!h2c && !hyper::body::Body::is_end_stream(req.body())).then(|| Reading::new(counted.clone()));
+        let mut req = req.map(|body| ClientBody::new(body, body_read_timeout, reading));
         if let Some(identity) = &identity {
             req.extensions_mut().insert(*identity);
         }
         // A gRPC request gets the proxy's own replies in gRPC's form (crate::grpc).
         let grpc = crate::grpc::content_type(req.headers()).cloned();
-        // hyper keeps room for one request's future in every connection, idle or not: boxed, an
-        // idle connection holds a pointer instead of the whole request state.
-        let response: Pin<Box<dyn Future<Output = Response<Body>> + Send>> = match http::malformed_head(&req) {
-            Some(wrong) => {
-                Box::pin(std::future::ready(http::text(StatusCode::BAD_REQUEST, &format!("tailguard: {wrong}"))))
-            }
-            None => Box::pin(handler(req, peer)),
+        let handled = match http::malformed_head(&req) {
+            Some(wrong) => Err(wrong),
+            None => Ok(handler(req, peer)),
         };
         let awaiting = Awaiting::new(counted.clone());
         let in_flight = drain.request();
         // HTTP/1 only: the header-read limit waits for the response's end, not just its head.
         let open = (!h2c).then(|| Open::new(counted.clone()));
-        async move {
-            let mut response = response.await;
+        // hyper keeps room for one request's future in every connection, idle or not: boxed, an
+        // idle connection holds a pointer instead of the whole request state (and an HTTP/1
+        // connection can be parked, which needs a future that does not move).
+        let response: Pin<Box<dyn Future<Output = Result<Response<_>, Infallible>> + Send>> = Box::pin(async move {
+            let mut response = match handled {
+                Ok(handled) => handled.await,
+                Err(wrong) => http::text(StatusCode::BAD_REQUEST, &format!("tailguard: {wrong}")),
+            };
             drop(awaiting);
             if let Some(content_type) = grpc {
                 crate::grpc::local_reply(&mut response, content_type);
@@ -339,10 +373,9 @@ where
             if !h2c && in_flight.is_draining() {
                 response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
             }
-            Ok::<_, Infallible>(
-                response.map(|body| BodyExt::boxed(Opened { body, _open: open, _in_flight: in_flight })),
-            )
-        }
+            Ok(response.map(|body| BodyExt::boxed(Opened { body, _open: open, _in_flight: in_flight })))
+        });
+        response
     });
     let mut conn = Served::new(&builders, h2c, io, service);
     let header_read = (!h2c).then_some(header_read);
@@ -353,22 +386,61 @@ where
     let shut_down_at = if h2c { Phase::Draining } else { Phase::Closing };
     let mut shutting_down = std::pin::pin!(phase.wait_for(|p| *p >= shut_down_at));
     let mut shut_down = false;
+    let mut park_check = tokio::time::interval_at(tokio::time::Instant::now() + PARK_AFTER, PARK_AFTER);
+    park_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut parker = Parker::new(&activity);
     loop {
-        tokio::select! {
-            _ = &mut conn => return,
+        let parked = tokio::select! {
+            done = &mut conn => {
+                let parts = if done.is_ok() && !shut_down { conn.parked() } else { None };
+                // Closed by hyper (the client left, the drain, an error): done.
+                let Some(parts) = parts else { return };
+                parts
+            }
             now = interval.tick() => {
                 if watchdog.expired(&activity, now.into_std()) {
                     // Dropping the connection closes it: nothing is in flight.
                     return;
                 }
+                continue;
+            }
+            _ = park_check.tick(), if parks && !conn.parking() && !shut_down => {
+                if parker.idle(&activity) {
+                    conn.park();
+                }
+                continue;
             }
             // HTTP/2: GOAWAY, then closes once its streams end. HTTP/1: closes if idle, else
             // after the response in progress.
             _ = shutting_down.as_mut(), if !shut_down => {
                 conn.graceful_shutdown();
                 shut_down = true;
+                continue;
+            }
+        };
+        let http1::Parts { mut io, read_buf, service, .. } = parked;
+        #[cfg(test)]
+        tests::PARKED.lock().unwrap().push(peer);
+        io.inner.inner_mut().unread(&read_buf);
+        drop(read_buf);
+        // Parked: only the socket is watched until the client sends again.
+        loop {
+            tokio::select! {
+                ready = io.inner.inner().readable() => match ready {
+                    Ok(()) => break,
+                    Err(_) => return,
+                },
+                now = interval.tick() => {
+                    if watchdog.expired(&activity, now.into_std()) {
+                        return;
+                    }
+                }
+                _ = shutting_down.as_mut() => return,
             }
         }
+        conn = Served::new(&builders, false, io, service);
+        parker = Parker::new(&activity);
+        park_check.reset();
     }
 }
 
@@ -384,6 +456,10 @@ struct Activity {
     awaiting: AtomicUsize,
     /// HTTP/1 requests whose response has not ended (its head or body still to send).
     open: AtomicUsize,
+    /// HTTP/1 request bodies not read to their end yet.
+    reading: AtomicUsize,
+    /// The last write found the client's receive window full.
+    write_blocked: AtomicBool,
 }
 
 /// Decides, tick by tick, when a connection has been idle too long or (HTTP/1) has waited too long
@@ -466,6 +542,22 @@ impl Drop for Open {
     }
 }
 
+/// Counts an HTTP/1 request body as being read until it ends or is dropped.
+pub(crate) struct Reading(Arc<Activity>);
+
+impl Reading {
+    fn new(activity: Arc<Activity>) -> Reading {
+        activity.reading.fetch_add(1, Ordering::Relaxed);
+        Reading(activity)
+    }
+}
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        self.0.reading.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// A response body that keeps its request counted as open, on its connection (HTTP/1) and on
 /// its listener, until hyper drops it, having sent it.
 struct Opened {
@@ -504,6 +596,12 @@ impl<T> Tracked<T> {
         }
         result
     }
+
+    /// Counts a write, and whether it is left waiting for the client to read.
+    fn count_write<R>(&self, result: Poll<R>) -> Poll<R> {
+        self.activity.write_blocked.store(result.is_pending(), Ordering::Relaxed);
+        self.count(result)
+    }
 }
 
 impl<T: Read + Unpin> Read for Tracked<T> {
@@ -516,11 +614,13 @@ impl<T: Read + Unpin> Read for Tracked<T> {
 impl<T: Write + Unpin> Write for Tracked<T> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
         let result = Pin::new(&mut self.inner).poll_write(cx, buf);
-        self.count(result)
+        self.count_write(result)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+        let result = Pin::new(&mut self.inner).poll_flush(cx);
+        self.activity.write_blocked.store(result.is_pending(), Ordering::Relaxed);
+        result
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -537,7 +637,7 @@ impl<T: Write + Unpin> Write for Tracked<T> {
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
         let result = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        self.count(result)
+        self.count_write(result)
     }
 }
 
@@ -629,6 +729,58 @@ mod tests {
         let task = open(stream, addr, None, entry, builders, handler, Drain::new());
         let size = std::mem::size_of_val(&task);
         assert!(size <= 3 * 1024, "a connection's task is {size} bytes");
+    }
+
+    /// The clients whose connections were parked, in every test.
+    pub(super) static PARKED: std::sync::Mutex<Vec<SocketAddr>> = std::sync::Mutex::new(Vec::new());
+
+    /// Sends `bytes` and reads until `responses` whole responses (of the handler below) are in.
+    async fn exchange(client: &mut TcpStream, bytes: &[u8], responses: usize) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        client.write_all(bytes).await.unwrap();
+        let mut read = Vec::new();
+        while String::from_utf8_lossy(&read).matches("served /").count() < responses {
+            let mut buf = [0u8; 1024];
+            let n = tokio::time::timeout(Duration::from_secs(5), client.read(&mut buf)).await.unwrap().unwrap();
+            assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&read));
+            read.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8(read).unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_idle_http1_connection_is_parked_and_serves_what_comes_next() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let handler = |req: Request<ClientBody>, _peer: SocketAddr| async move {
+            http::text(StatusCode::OK, &format!("served {}", req.uri()))
+        };
+        let (stop, stopped) = watch::channel(false);
+        let server = tokio::spawn(serve(listener, None, handler, Limits::default(), stopped, Duration::from_secs(1)));
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        let me = client.local_addr().unwrap();
+        let parks = || PARKED.lock().unwrap().iter().filter(|p| **p == me).count();
+        let idle = 3 * PARK_AFTER;
+
+        // A request, and half of the next one's head: parked with that half read.
+        let answer = exchange(&mut client, b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHo", 1).await;
+        assert!(answer.starts_with("HTTP/1.1 200") && answer.contains("served /a"), "{answer}");
+        tokio::time::sleep(idle).await;
+        assert_eq!(parks(), 1);
+        let answer = exchange(&mut client, b"st: x\r\n\r\n", 1).await;
+        assert!(answer.contains("served /b") && !answer.contains("close"), "{answer}");
+        tokio::time::sleep(idle).await;
+        assert_eq!(parks(), 2);
+        // Two requests in one segment: both answered, in order, and parked again after.
+        let answer =
+            exchange(&mut client, b"GET /c HTTP/1.1\r\nHost: x\r\n\r\nGET /d HTTP/1.1\r\nHost: x\r\n\r\n", 2).await;
+        assert!(answer.find("served /c").unwrap() < answer.find("served /d").unwrap(), "{answer}");
+        assert!(!answer.contains("close"), "{answer}");
+        tokio::time::sleep(idle).await;
+        assert_eq!(parks(), 3);
+        stop.send(true).unwrap();
+        drop(client);
+        server.await.unwrap();
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! instead, so the next wait is on the socket's readiness, and [`Opened`] hands them to hyper
 //! before the rest of the stream.
 
+use bytes::Bytes;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -38,7 +39,7 @@ pub(super) async fn open(mut stream: TcpStream) -> io::Result<(bool, Opened)> {
         if !h2c && !http1_line(&peeked[..n]) {
             return Err(refuse(stream).await);
         }
-        return Ok((h2c, Opened { read, at: 0, len: 0, stream }));
+        return Ok((h2c, Opened { unread: Bytes::new(), stream }));
     }
     // Part of the preface: read up to its length (never a byte past it) until it is whole or
     // wrong.
@@ -54,7 +55,7 @@ pub(super) async fn open(mut stream: TcpStream) -> io::Result<(bool, Opened)> {
             if !h2c && !http1_line(&read[..len]) {
                 return Err(refuse(stream).await);
             }
-            return Ok((h2c, Opened { read, at: 0, len: len as u8, stream }));
+            return Ok((h2c, Opened { unread: Bytes::copy_from_slice(&read[..len]), stream }));
         }
     }
 }
@@ -90,21 +91,37 @@ async fn refuse(mut stream: TcpStream) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, "neither an HTTP/1 request nor the HTTP/2 preface")
 }
 
-/// A client's stream, with the bytes [`open`] read from it (`read[at..len]`) served first.
+/// A client's stream, with bytes read from it but not consumed (by [`open`], or by a parked
+/// connection's hyper) served first.
 pub(super) struct Opened {
-    read: [u8; 24],
-    at: u8,
-    len: u8,
+    unread: Bytes,
     stream: TcpStream,
+}
+
+impl Opened {
+    /// Waits until there is something to read: unread bytes, or the socket's.
+    pub(super) async fn readable(&self) -> io::Result<()> {
+        if self.unread.is_empty() {
+            self.stream.readable().await?;
+        }
+        Ok(())
+    }
+
+    /// Puts `bytes` back in front of the stream, before any left unread. They are copied: a
+    /// parked connection's bytes are a view of hyper's whole read buffer, which would stay
+    /// allocated as long as they do.
+    pub(super) fn unread(&mut self, bytes: &[u8]) {
+        if !bytes.is_empty() {
+            self.unread = [bytes, &self.unread[..]].concat().into();
+        }
+    }
 }
 
 impl AsyncRead for Opened {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        if self.at < self.len {
-            let rest = &self.read[self.at as usize..self.len as usize];
-            let n = rest.len().min(buf.remaining());
-            buf.put_slice(&rest[..n]);
-            self.at += n as u8;
+        if !self.unread.is_empty() {
+            let n = self.unread.len().min(buf.remaining());
+            buf.put_slice(&self.unread.split_to(n));
             return Poll::Ready(Ok(()));
         }
         Pin::new(&mut self.stream).poll_read(cx, buf)
