@@ -348,46 +348,31 @@ where
         }
         // A gRPC request gets the proxy's own replies in gRPC's form (crate::grpc).
         let grpc = crate::grpc::content_type(req.headers()).cloned();
-        let handled = match http::malformed_head(&req) {
-            Some(wrong) => Err(wrong),
-            None => Ok(handler(req, peer)),
+        // hyper keeps room for one request's future in every connection, idle or not: boxed, an
+        // idle connection holds a pointer instead of the whole request state.
+        let handled: Pin<Box<dyn Future<Output = Response<Body>> + Send>> = match http::malformed_head(&req) {
+            Some(wrong) => {
+                Box::pin(std::future::ready(http::text(StatusCode::BAD_REQUEST, &format!("tailguard: {wrong}"))))
+            }
+            None => Box::pin(handler(req, peer)),
         };
         let awaiting = Awaiting::new(counted.clone());
         let in_flight = drain.request();
         // HTTP/1 only: the header-read limit waits for the response's end, not just its head.
         let open = (!h2c).then(|| Open::new(counted.clone()));
-        // hyper keeps room for one request's future in every connection, idle or not: boxed, an
-        // idle connection holds a pointer instead of the whole request state (and an HTTP/1
-        // connection can be parked, which needs a future that does not move).
-        let response: Pin<Box<dyn Future<Output = Result<Response<_>, Infallible>> + Send>> = Box::pin(async move {
-            let mut response = match handled {
-                Ok(handled) => handled.await,
-                Err(wrong) => http::text(StatusCode::BAD_REQUEST, &format!("tailguard: {wrong}")),
-            };
-            drop(awaiting);
-            if let Some(content_type) = grpc {
-                crate::grpc::local_reply(&mut response, content_type);
-            }
-            // Draining, an HTTP/1 client is told to leave the connection after this response
-            // (hyper then closes it); HTTP/2 clients were sent GOAWAY.
-            if !h2c && in_flight.is_draining() {
-                response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
-            }
-            Ok(response.map(|body| BodyExt::boxed(Opened { body, _open: open, _in_flight: in_flight })))
-        });
-        response
+        Responding { handled, after: Some(Answered { awaiting, grpc, in_flight, open, h2c }) }
     });
     let mut conn = Served::new(&builders, h2c, io, service);
     let header_read = (!h2c).then_some(header_read);
     let tick = (idle.min(header_read.unwrap_or(idle)) / 4).max(Duration::from_millis(10));
-    let mut interval = tokio::time::interval(tick);
-    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // One timer a connection: while hyper serves a connection that can be parked, its ticks also
+    // check for a park, so they come at least every PARK_AFTER; parked, at the watchdog's pace.
+    let serving_tick = if parks { tick.min(PARK_AFTER) } else { tick };
+    let mut interval = ticks(serving_tick);
     let mut watchdog = Watchdog::new(idle, header_read, Instant::now());
     let shut_down_at = if h2c { Phase::Draining } else { Phase::Closing };
     let mut shutting_down = std::pin::pin!(phase.wait_for(|p| *p >= shut_down_at));
     let mut shut_down = false;
-    let mut park_check = tokio::time::interval_at(tokio::time::Instant::now() + PARK_AFTER, PARK_AFTER);
-    park_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut parker = Parker::new(&activity);
     loop {
         let parked = tokio::select! {
@@ -402,10 +387,7 @@ where
                     // Dropping the connection closes it: nothing is in flight.
                     return;
                 }
-                continue;
-            }
-            _ = park_check.tick(), if parks && !conn.parking() && !shut_down => {
-                if parker.idle(&activity) {
+                if parks && !conn.parking() && !shut_down && parker.idle(&activity) {
                     conn.park();
                 }
                 continue;
@@ -424,6 +406,7 @@ where
         io.inner.inner_mut().unread(&read_buf);
         drop(read_buf);
         // Parked: only the socket is watched until the client sends again.
+        interval = ticks(tick);
         loop {
             tokio::select! {
                 ready = io.inner.inner().readable() => match ready {
@@ -440,7 +423,53 @@ where
         }
         conn = Served::new(&builders, false, io, service);
         parker = Parker::new(&activity);
-        park_check.reset();
+        interval = ticks(serving_tick);
+    }
+}
+
+/// A timer ticking every `period`, the first tick one period from now, late ticks delayed.
+fn ticks(period: Duration) -> tokio::time::Interval {
+    let mut interval = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    interval
+}
+
+/// A request's response as the connection sends it: the handler's, then the connection's own
+/// part (below). Written out rather than an `async` block so that it is `Unpin` without a second
+/// allocation or a copy of the handler's future, which a connection that can be parked needs
+/// (hyper polls its requests' futures in place when a connection is to be taken apart).
+struct Responding {
+    handled: Pin<Box<dyn Future<Output = Response<Body>> + Send>>,
+    /// What is done once the handler has answered; taken then.
+    after: Option<Answered>,
+}
+
+/// What a response needs from its connection once the handler has answered.
+struct Answered {
+    awaiting: Awaiting,
+    /// The request's gRPC content type, if it is one: the proxy's own replies take gRPC's form.
+    grpc: Option<HeaderValue>,
+    in_flight: InFlight,
+    open: Option<Open>,
+    h2c: bool,
+}
+
+impl Future for Responding {
+    type Output = Result<Response<http_body_util::combinators::BoxBody<Bytes, BoxError>>, Infallible>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut response = std::task::ready!(self.handled.as_mut().poll(cx));
+        let Answered { awaiting, grpc, in_flight, open, h2c } = self.after.take().expect("polled after its answer");
+        drop(awaiting);
+        if let Some(content_type) = grpc {
+            crate::grpc::local_reply(&mut response, content_type);
+        }
+        // Draining, an HTTP/1 client is told to leave the connection after this response (hyper
+        // then closes it); HTTP/2 clients were sent GOAWAY.
+        if !h2c && in_flight.is_draining() {
+            response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+        }
+        Poll::Ready(Ok(response.map(|body| BodyExt::boxed(Opened { body, _open: open, _in_flight: in_flight }))))
     }
 }
 

@@ -4,10 +4,10 @@
 //! hyper gives every HTTP/1 connection an 8 KiB read and an 8 KiB write buffer for its whole
 //! life, sizes it does not let a server change: 14 KB of resident memory per kept-alive
 //! connection, where HAProxy, which takes a buffer only while a request moves, spends 1.2 KB
-//! (bench/RESULTS.md, issue #34). A plaintext connection that has been quiet for [`PARK_AFTER`]
-//! with no request in flight is taken from hyper instead: `graceful_shutdown` closes an idle
-//! hyper connection without touching the socket, and `into_parts` hands back the stream and any
-//! bytes read that are not a request yet. The connection then waits on its socket's readiness
+//! (bench/RESULTS.md, issue #34). A plaintext connection that has served a request and been quiet
+//! for [`PARK_AFTER`] since, with nothing in flight, is taken from hyper instead:
+//! `graceful_shutdown` closes an idle hyper connection (polled without shutting its stream down),
+//! and `into_parts` hands back the stream and any bytes read that are not a request yet. The connection then waits on its socket's readiness
 //! alone, and its next bytes start a new hyper connection on the same stream, with the same
 //! service. A connection that keeps sending is never parked, so a busy one pays nothing but a
 //! check every [`PARK_AFTER`].
@@ -66,7 +66,8 @@ impl Park for tokio_rustls::server::TlsStream<tokio::net::TcpStream> {
     }
 }
 
-/// Decides, at checks [`PARK_AFTER`] apart, whether a hyper connection has been idle since the
+/// Decides, at checks [`PARK_AFTER`] apart (or the connection watchdog's ticks, if closer),
+/// whether a hyper connection has been idle since the
 /// last one: no byte moved either way, no write waiting for the client to read, no request
 /// waiting for its response or sending its response, and no request body still being read. It
 /// must also have served a request: hyper holds a connection idle (and closes it, rather than
