@@ -33,7 +33,7 @@ mod preface;
 mod silent;
 
 use drain::{Drain, InFlight, Phase};
-use park::{Park, Parker, PARK_AFTER};
+use park::{Park, Parker, Step, PARK_AFTER};
 use silent::Silent;
 
 /// Serves `listener` with `handler` (given each request and its peer's address) until `stop`
@@ -365,18 +365,39 @@ where
     let mut conn = Served::new(&builders, h2c, io, service);
     let header_read = (!h2c).then_some(header_read);
     let tick = (idle.min(header_read.unwrap_or(idle)) / 4).max(Duration::from_millis(10));
-    // One timer a connection: while hyper serves a connection that can be parked, its ticks also
-    // check for a park, so they come at least every PARK_AFTER; parked, at the watchdog's pace.
-    let serving_tick = if parks { tick.min(PARK_AFTER) } else { tick };
-    let mut interval = ticks(serving_tick);
+    let mut interval = ticks(tick);
     let mut watchdog = Watchdog::new(idle, header_read, Instant::now());
     let shut_down_at = if h2c { Phase::Draining } else { Phase::Closing };
     let mut shutting_down = std::pin::pin!(phase.wait_for(|p| *p >= shut_down_at));
     let mut shut_down = false;
     let mut parker = Parker::new(&activity);
+    // Armed (reset) only while the connection is idle; until then it is never polled.
+    let mut park_timer = std::pin::pin!(tokio::time::sleep(PARK_AFTER));
     loop {
+        // The connection, and after each of its polls the parker's step: `None` once it has
+        // stayed idle for PARK_AFTER.
+        let serving = poll_fn(|cx| {
+            if let Poll::Ready(done) = Pin::new(&mut conn).poll(cx) {
+                return Poll::Ready(Some(done));
+            }
+            if !parks || shut_down || conn.parking() {
+                return Poll::Pending;
+            }
+            match parker.step(&activity) {
+                Step::Busy => Poll::Pending,
+                Step::Arm => {
+                    park_timer.as_mut().reset(tokio::time::Instant::now() + PARK_AFTER);
+                    park_timer.as_mut().poll(cx).map(|()| None)
+                }
+                Step::Wait => park_timer.as_mut().poll(cx).map(|()| None),
+            }
+        });
         let parked = tokio::select! {
-            done = &mut conn => {
+            served = serving => {
+                let Some(done) = served else {
+                    conn.park();
+                    continue;
+                };
                 let parts = if done.is_ok() && !shut_down { conn.parked() } else { None };
                 // Closed by hyper (the client left, the drain, an error): done.
                 let Some(parts) = parts else { return };
@@ -386,9 +407,6 @@ where
                 if watchdog.expired(&activity, now.into_std()) {
                     // Dropping the connection closes it: nothing is in flight.
                     return;
-                }
-                if parks && !conn.parking() && !shut_down && parker.idle(&activity) {
-                    conn.park();
                 }
                 continue;
             }
@@ -406,7 +424,6 @@ where
         io.inner.inner_mut().unread(&read_buf);
         drop(read_buf);
         // Parked: only the socket is watched until the client sends again.
-        interval = ticks(tick);
         loop {
             tokio::select! {
                 ready = io.inner.inner().readable() => match ready {
@@ -423,7 +440,6 @@ where
         }
         conn = Served::new(&builders, false, io, service);
         parker = Parker::new(&activity);
-        interval = ticks(serving_tick);
     }
 }
 

@@ -9,8 +9,8 @@
 //! `graceful_shutdown` closes an idle hyper connection (polled without shutting its stream down),
 //! and `into_parts` hands back the stream and any bytes read that are not a request yet. The connection then waits on its socket's readiness
 //! alone, and its next bytes start a new hyper connection on the same stream, with the same
-//! service. A connection that keeps sending is never parked, so a busy one pays nothing but a
-//! check every [`PARK_AFTER`].
+//! service. A connection that keeps sending is never parked, and one that serves a long request
+//! is not woken for it: the timer runs only while the connection is idle.
 
 use super::Activity;
 use std::future::Future;
@@ -66,37 +66,55 @@ impl Park for tokio_rustls::server::TlsStream<tokio::net::TcpStream> {
     }
 }
 
-/// Decides, at checks [`PARK_AFTER`] apart (or the connection watchdog's ticks, if closer),
-/// whether a hyper connection has been idle since the
-/// last one: no byte moved either way, no write waiting for the client to read, no request
-/// waiting for its response or sending its response, and no request body still being read. It
-/// must also have served a request: hyper holds a connection idle (and closes it, rather than
-/// answering the next request with `Connection: close`, when shut down) only between two.
+/// Decides, after each poll of a hyper connection, whether it has fallen idle, and whether it has
+/// stayed so for [`PARK_AFTER`] (a timer the connection arms when told to): idle is no request
+/// waiting for its response or sending it, no request body still being read, and no write waiting
+/// for the client to read; it stays so while no byte moves either way. The connection must also
+/// have served a request: hyper holds a connection idle (and closes it, rather than answering the
+/// next request with `Connection: close`, when shut down) only between two. The timer runs only
+/// while the connection is idle, so a connection serving long requests is never woken for it.
 #[derive(Debug)]
 pub(super) struct Parker {
-    /// `Activity::moved` at the last check.
-    moved: u64,
     /// `Activity::heads` when the hyper connection was made.
     heads: u64,
+    /// `Activity::moved` when the timer was armed, while it is.
+    armed: Option<u64>,
+}
+
+/// What a connection does about parking after a poll.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Step {
+    /// Not idle: no timer.
+    Busy,
+    /// Idle from now (newly, or again after bytes moved): arm the timer for [`PARK_AFTER`].
+    Arm,
+    /// Idle since the timer was armed: park once it fires.
+    Wait,
 }
 
 impl Parker {
-    /// A parker for a hyper connection made now, whose first check counts from `activity` as it
-    /// is now.
+    /// A parker for a hyper connection made now.
     pub(super) fn new(activity: &Activity) -> Parker {
-        Parker { moved: activity.moved.load(Ordering::Relaxed), heads: activity.heads.load(Ordering::Relaxed) }
+        Parker { heads: activity.heads.load(Ordering::Relaxed), armed: None }
     }
 
-    /// Whether the connection is idle and has been since the last check.
-    pub(super) fn idle(&mut self, activity: &Activity) -> bool {
-        let moved = activity.moved.load(Ordering::Relaxed);
-        let quiet = std::mem::replace(&mut self.moved, moved) == moved;
-        quiet
-            && activity.heads.load(Ordering::Relaxed) != self.heads
+    /// What to do about parking, seen after a poll.
+    pub(super) fn step(&mut self, activity: &Activity) -> Step {
+        let idle = activity.heads.load(Ordering::Relaxed) != self.heads
             && activity.awaiting.load(Ordering::Relaxed) == 0
             && activity.open.load(Ordering::Relaxed) == 0
             && activity.reading.load(Ordering::Relaxed) == 0
-            && !activity.write_blocked.load(Ordering::Relaxed)
+            && !activity.write_blocked.load(Ordering::Relaxed);
+        if !idle {
+            self.armed = None;
+            return Step::Busy;
+        }
+        let moved = activity.moved.load(Ordering::Relaxed);
+        if self.armed == Some(moved) {
+            return Step::Wait;
+        }
+        self.armed = Some(moved);
+        Step::Arm
     }
 }
 
@@ -107,31 +125,36 @@ mod tests {
     use std::sync::Arc;
 
     #[test]
-    fn only_a_connection_that_served_a_request_and_is_quiet_since_the_last_check_parks() {
+    fn the_timer_runs_only_while_a_connection_that_served_a_request_stays_idle() {
         let activity = Arc::new(Activity::default());
         let mut parker = Parker::new(&activity);
-        // No request served yet, and then one awaiting its response: not idle however quiet.
-        assert!(!parker.idle(&activity) && !parker.idle(&activity));
+        // No request served yet, and then one awaiting its response: busy however quiet.
+        assert_eq!(parker.step(&activity), Step::Busy);
         let awaiting = Awaiting::new(activity.clone());
-        assert!(!parker.idle(&activity) && !parker.idle(&activity));
+        assert_eq!(parker.step(&activity), Step::Busy);
         drop(awaiting);
-        // Its response went out (the head moved bytes): idle from the next check.
-        assert!(!parker.idle(&activity));
-        assert!(parker.idle(&activity));
-        // Bytes moved since the last check: not yet, but at the next one.
+        // Its response is out: idle from now, and still so at the next poll.
+        assert_eq!(parker.step(&activity), Step::Arm);
+        assert_eq!(parker.step(&activity), Step::Wait);
+        // Bytes moved (a request head arriving): idle again from now.
         activity.moved.fetch_add(1, Ordering::Relaxed);
-        assert!(!parker.idle(&activity));
-        assert!(parker.idle(&activity));
-        let open = Open::new(activity.clone());
-        assert!(!parker.idle(&activity) && !parker.idle(&activity));
-        drop(open);
-        assert!(parker.idle(&activity));
-        // So does a request body still being read, and a response the client is not reading.
-        let reading = Reading::new(activity.clone());
-        assert!(!parker.idle(&activity));
-        drop(reading);
-        assert!(parker.idle(&activity));
-        activity.write_blocked.store(true, Ordering::Relaxed);
-        assert!(!parker.idle(&activity));
+        assert_eq!(parker.step(&activity), Step::Arm);
+        // A response being sent, a request body being read, a response the client is not reading:
+        // busy, and armed afresh once over.
+        for busy in 0..3 {
+            let guards = match busy {
+                0 => (Some(Open::new(activity.clone())), None),
+                1 => (None, Some(Reading::new(activity.clone()))),
+                _ => {
+                    activity.write_blocked.store(true, Ordering::Relaxed);
+                    (None, None)
+                }
+            };
+            assert_eq!(parker.step(&activity), Step::Busy, "case {busy}");
+            drop(guards);
+            activity.write_blocked.store(false, Ordering::Relaxed);
+            assert_eq!(parker.step(&activity), Step::Arm, "case {busy}");
+            assert_eq!(parker.step(&activity), Step::Wait, "case {busy}");
+        }
     }
 }
