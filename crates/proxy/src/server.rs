@@ -365,7 +365,8 @@ where
     let mut conn = Served::new(&builders, h2c, io, service);
     let header_read = (!h2c).then_some(header_read);
     let tick = (idle.min(header_read.unwrap_or(idle)) / 4).max(Duration::from_millis(10));
-    let mut interval = ticks(tick);
+    let mut interval = tokio::time::interval(tick);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut watchdog = Watchdog::new(idle, header_read, Instant::now());
     let shut_down_at = if h2c { Phase::Draining } else { Phase::Closing };
     let mut shutting_down = std::pin::pin!(phase.wait_for(|p| *p >= shut_down_at));
@@ -441,13 +442,6 @@ where
         conn = Served::new(&builders, false, io, service);
         parker = Parker::new(&activity);
     }
-}
-
-/// A timer ticking every `period`, the first tick one period from now, late ticks delayed.
-fn ticks(period: Duration) -> tokio::time::Interval {
-    let mut interval = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    interval
 }
 
 /// A request's response as the connection sends it: the handler's, then the connection's own
