@@ -62,12 +62,12 @@ pub struct ClientBody {
     moved: bool,
     fault: FaultCell,
     /// Holds the connection as reading a request body until the body ends (server/park.rs).
-    reading: Option<crate::server::Reading>,
+    reading: Option<crate::server::Held>,
 }
 
 impl ClientBody {
     /// `inner` with the read timeout; `reading` is let go when the body ends or fails.
-    pub(crate) fn new(inner: Incoming, timeout: Duration, reading: Option<crate::server::Reading>) -> ClientBody {
+    pub(crate) fn new(inner: Incoming, timeout: Duration, reading: Option<crate::server::Held>) -> ClientBody {
         ClientBody { inner, timeout, stall: None, moved: false, fault: FaultCell::default(), reading }
     }
 

@@ -341,7 +341,7 @@ where
     let body_read_timeout = builders.body_read_timeout;
     let service = service_fn(move |req: Request<Incoming>| {
         // HTTP/1 only: a body still being read holds the connection from parking.
-        let reading = (!h2c && !hyper::body::Body::is_end_stream(req.body())).then(|| Reading::new(counted.clone()));
+        let reading = (!h2c && !hyper::body::Body::is_end_stream(req.body())).then(|| Held::reading(counted.clone()));
         let mut req = req.map(|body| ClientBody::new(body, body_read_timeout, reading));
         if let Some(identity) = &identity {
             req.extensions_mut().insert(*identity);
@@ -359,7 +359,7 @@ where
         let awaiting = Awaiting::new(counted.clone());
         let in_flight = drain.request();
         // HTTP/1 only: the header-read limit waits for the response's end, not just its head.
-        let open = (!h2c).then(|| Open::new(counted.clone()));
+        let open = (!h2c).then(|| Held::open(counted.clone()));
         Responding { handled, after: Some(Answered { awaiting, grpc, in_flight, open, h2c }) }
     });
     let mut conn = Served::new(&builders, h2c, io, service);
@@ -460,7 +460,7 @@ struct Answered {
     /// The request's gRPC content type, if it is one: the proxy's own replies take gRPC's form.
     grpc: Option<HeaderValue>,
     in_flight: InFlight,
-    open: Option<Open>,
+    open: Option<Held>,
     h2c: bool,
 }
 
@@ -565,35 +565,29 @@ impl Drop for Awaiting {
     }
 }
 
-/// Counts an HTTP/1 request as open until dropped with its response body.
-struct Open(Arc<Activity>);
+/// Holds one of a connection's counts up until dropped: an HTTP/1 request whose response has not
+/// ended ([`Held::open`], dropped with its response body), or an HTTP/1 request body not read to
+/// its end ([`Held::reading`]).
+pub(crate) struct Held(Arc<Activity>, fn(&Activity) -> &AtomicUsize);
 
-impl Open {
-    fn new(activity: Arc<Activity>) -> Open {
-        activity.open.fetch_add(1, Ordering::Relaxed);
-        Open(activity)
+impl Held {
+    fn new(activity: Arc<Activity>, count: fn(&Activity) -> &AtomicUsize) -> Held {
+        count(&activity).fetch_add(1, Ordering::Relaxed);
+        Held(activity, count)
+    }
+
+    fn open(activity: Arc<Activity>) -> Held {
+        Held::new(activity, |a| &a.open)
+    }
+
+    fn reading(activity: Arc<Activity>) -> Held {
+        Held::new(activity, |a| &a.reading)
     }
 }
 
-impl Drop for Open {
+impl Drop for Held {
     fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// Counts an HTTP/1 request body as being read until it ends or is dropped.
-pub(crate) struct Reading(Arc<Activity>);
-
-impl Reading {
-    fn new(activity: Arc<Activity>) -> Reading {
-        activity.reading.fetch_add(1, Ordering::Relaxed);
-        Reading(activity)
-    }
-}
-
-impl Drop for Reading {
-    fn drop(&mut self) {
-        self.0.reading.fetch_sub(1, Ordering::Relaxed);
+        (self.1)(&self.0).fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -601,7 +595,7 @@ impl Drop for Reading {
 /// its listener, until hyper drops it, having sent it.
 struct Opened {
     body: Body,
-    _open: Option<Open>,
+    _open: Option<Held>,
     _in_flight: InFlight,
 }
 
@@ -735,7 +729,7 @@ mod tests {
     fn a_request_served_between_ticks_restarts_the_wait() {
         let (mut w, a, t0) = watchdog(Some(300 * MS));
         assert!(!w.expired(&a, t0));
-        drop((Awaiting::new(a.clone()), Open::new(a.clone())));
+        drop((Awaiting::new(a.clone()), Held::open(a.clone())));
         assert!(!w.expired(&a, t0 + 300 * MS));
         assert!(!w.expired(&a, t0 + 500 * MS));
         assert!(w.expired(&a, t0 + 600 * MS));
@@ -744,7 +738,7 @@ mod tests {
     #[test]
     fn an_open_response_holds_off_the_head_timeout() {
         let (mut w, a, t0) = watchdog(Some(300 * MS));
-        let (awaiting, open) = (Awaiting::new(a.clone()), Open::new(a.clone()));
+        let (awaiting, open) = (Awaiting::new(a.clone()), Held::open(a.clone()));
         drop(awaiting);
         // The response head went out; its body streams on with the connection quiet.
         assert!(!w.expired(&a, t0));

@@ -121,7 +121,7 @@ impl Parker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::{Awaiting, Open, Reading};
+    use crate::server::{Awaiting, Held};
     use std::sync::Arc;
 
     #[test]
@@ -143,8 +143,8 @@ mod tests {
         // busy, and armed afresh once over.
         for busy in 0..3 {
             let guards = match busy {
-                0 => (Some(Open::new(activity.clone())), None),
-                1 => (None, Some(Reading::new(activity.clone()))),
+                0 => (Some(Held::open(activity.clone())), None),
+                1 => (None, Some(Held::reading(activity.clone()))),
                 _ => {
                     activity.write_blocked.store(true, Ordering::Relaxed);
                     (None, None)

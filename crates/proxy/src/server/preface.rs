@@ -107,13 +107,12 @@ impl Opened {
         Ok(())
     }
 
-    /// Puts `bytes` back in front of the stream, before any left unread. They are copied: a
-    /// parked connection's bytes are a view of hyper's whole read buffer, which would stay
-    /// allocated as long as they do.
+    /// Puts `bytes` back in front of the stream: those a parked connection's hyper had read,
+    /// which by then had read every byte held here. They are copied: they are a view of hyper's
+    /// whole read buffer, which would stay allocated as long as they do.
     pub(super) fn unread(&mut self, bytes: &[u8]) {
-        if !bytes.is_empty() {
-            self.unread = [bytes, &self.unread[..]].concat().into();
-        }
+        debug_assert!(self.unread.is_empty(), "bytes put back before the held ones were read");
+        self.unread = Bytes::copy_from_slice(bytes);
     }
 }
 
