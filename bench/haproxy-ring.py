@@ -6,12 +6,15 @@ sends them, beside the share of the 2^32 keys the model gives each server's 16 r
 
 Starts HAProxy (from PATH or /usr/sbin) with one backend of SERVERS servers on 127.0.0.1, each a
 thread of this script counting the requests it answers; sends REQUESTS requests one at a time on
-one keep-alive connection; stops HAProxy by its PID. Prints per server the model's share, the
-measured share and the difference in standard errors.
+one keep-alive connection; stops HAProxy by its PID. Prints how many requests in a row went to
+the server the model's key sequence names (HAProxy's keys are not random: every process's thread
+0 draws the same ones, docs/lab.md), then per server the model's share, the measured share and
+the difference in standard errors.
 """
 
 from __future__ import annotations
 
+import bisect
 import http.client
 import http.server
 import os
@@ -39,6 +42,23 @@ def full_hash(a: int) -> int:
     return (a * 3221225473) & MASK
 
 
+def model_sequence(servers: int, requests: int) -> list[int]:
+    """The servers the model's HAProxy thread 0 sends `requests` requests to, one after another:
+    `statistical_prng` (xorshift32, shifts 13, 17, 5, from 2463534242) looked up on the ring."""
+    ring = sorted((full_hash((puid * STRIDE + n) & MASK), puid - 1) for puid in range(1, servers + 1) for n in range(POINTS))
+    keys = [k for k, _ in ring]
+    state, out = 2463534242, []
+    for _ in range(requests):
+        state ^= (state << 13) & MASK
+        state ^= state >> 17
+        state ^= (state << 5) & MASK
+        at = bisect.bisect_left(keys, state) % len(ring)
+        before = (at - 1) % len(ring)
+        near_before = ((state - ring[before][0]) & MASK) <= ((ring[at][0] - state) & MASK)
+        out.append(ring[before][1] if near_before else ring[at][1])
+    return out
+
+
 def model_shares(servers: int) -> list[float]:
     """Each server's share of the keys: a key goes to the nearest point, the earlier on a tie."""
     ring = sorted((full_hash((puid * STRIDE + n) & MASK), puid - 1) for puid in range(1, servers + 1) for n in range(POINTS))
@@ -61,10 +81,11 @@ def free_port() -> int:
 
 
 def counting_backends(
-    servers: int, hold: float = 0.0
+    servers: int, hold: float = 0.0, order: list[int] | None = None
 ) -> tuple[list[int], threading.Lock, list[http.server.ThreadingHTTPServer]]:
     """`servers` HTTP servers on 127.0.0.1, each answering a GET after `hold` seconds and counting
-    it in its slot of the returned list (under the returned lock); they run until the process ends."""
+    it in its slot of the returned list (under the returned lock), and appending its index to
+    `order` when given; they run until the process ends."""
     counts = [0] * servers
     lock = threading.Lock()
 
@@ -75,6 +96,8 @@ def counting_backends(
             def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
                 with lock:
                     counts[index] += 1
+                    if order is not None:
+                        order.append(index)
                 if hold:
                     time.sleep(hold)
                 self.send_response(200)
@@ -102,7 +125,8 @@ def main(argv: list[str]) -> int:
     if not os.path.exists(haproxy):
         print("haproxy is not installed (apt-get install haproxy)", file=sys.stderr)
         return 2
-    counts, lock, backends = counting_backends(servers)
+    order: list[int] = []
+    counts, lock, backends = counting_backends(servers, order=order)
     listen = free_port()
     lines = [
         "global", "    maxconn 1024", "defaults", "    mode http", "    timeout connect 1s",
@@ -129,12 +153,19 @@ def main(argv: list[str]) -> int:
                     time.sleep(0.1)
             with lock:
                 counts[:] = [0] * servers
+                order.clear()
             for _ in range(requests):
                 conn.request("GET", "/")
                 conn.getresponse().read()
         finally:
             proc.terminate()
             proc.wait(timeout=10)
+    # The connection's first request (above) drew the sequence's first key.
+    expected = model_sequence(servers, requests + 1)[1:]
+    same = next((i for i, (a, b) in enumerate(zip(order, expected)) if a != b), len(order))
+    print(f"sequence: HAProxy's first {min(40, len(order))} servers {''.join(map(str, order[:40]))}")
+    print(f"          the model's               {''.join(map(str, expected[:40]))}")
+    print(f"          the same for the first {same} of {len(order)} requests")
     shares = model_shares(servers)
     print(f"{'server':>6} {'model':>7} {'HAProxy':>8} {'z':>6}   ({requests} requests, balance random(1))")
     for i, (share, count) in enumerate(zip(shares, counts)):

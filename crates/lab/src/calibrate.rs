@@ -118,6 +118,7 @@ pub fn calibrate(options: &CalibrateOptions, observer: &dyn Observer) -> Result<
         host: std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string(),
         load_average: [before, after],
         seconds: options.seconds.as_secs_f64(),
+        cores: std::thread::available_parallelism().ok().and_then(|n| u32::try_from(n.get()).ok()),
         sidecars,
     };
     write(&options.out.join("calibration.yaml"), &calibration.to_yaml())?;

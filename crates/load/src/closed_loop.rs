@@ -30,13 +30,16 @@ pub(crate) async fn drive(ctx: Arc<Context>, clients: usize, think: Duration, wi
     end
 }
 
-/// One client's loop, bounded by the window's duration or its share of the request count.
+/// One client's loop, bounded by the window's duration or its share of the request count;
+/// returns the offset of its last request (the sending ended there, not when its answer came).
 async fn client(ctx: Arc<Context>, tickets: Arc<AtomicU64>, think: Duration, window: Window) -> Duration {
+    let mut last = Duration::ZERO;
     loop {
         let offset = ctx.start.elapsed();
         if !claim(&window, &tickets, offset) {
-            return offset;
+            return last;
         }
+        last = offset;
         ctx.send(offset).await;
         if !think.is_zero() {
             tailguard_serve::precise::sleep(think).await;

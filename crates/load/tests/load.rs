@@ -216,6 +216,26 @@ async fn coordinated_omission_is_avoided_when_the_in_flight_pool_is_full() {
     a_stall_is_charged_to_every_request_due_during_it(1).await;
 }
 
+/// One client, answers after 400 ms, 1 s: requests sent at 0, 0.4 and 0.8 s, the last answered
+/// at 1.2 s. The sending ended at 0.8 s (throughput counts over it, as the simulator counts over
+/// the window), the measurement at 1.2 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_loop_s_sending_ends_with_its_last_request_not_its_last_answer() {
+    let slow = TestServer::start(Behaviour { delay: Duration::from_millis(400), ..Behaviour::default() }).await;
+    let closed = Shape::Closed { clients: 1, think: Duration::ZERO };
+    let report = tailguard_load::run(config(vec![slow.target()], closed, lasting(Duration::from_secs(1))))
+        .await
+        .expect("valid config");
+    // (A machine slower by 100 ms per request sends two.)
+    assert!((2..=3).contains(&report.succeeded), "{} answered", report.succeeded);
+    assert!(
+        report.sending >= Duration::from_millis(400) && report.sending < Duration::from_secs(1),
+        "{:?}",
+        report.sending
+    );
+    assert!(report.total >= report.sending + Duration::from_millis(400), "{:?} {:?}", report.total, report.sending);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_loop_keeps_at_most_n_in_flight() {
     let server = TestServer::start(Behaviour { delay: Duration::from_millis(10), ..Behaviour::default() }).await;

@@ -51,16 +51,17 @@ pub fn class_policy(config: &ClientPolicy, upstream: &UpstreamRequests) -> Class
 
 /// A caller's policies towards a service of `endpoints` replicas whose routes are `routes`, as
 /// the variant's `sidecar` runs them: a peer's own policy ([`peer_policy`], the table the lab's
-/// translation reads; one class), else tailguard's ([`client_policy_routed`]). A policy the peer
+/// translation reads; one class) in a process of `peer_threads` threads, else tailguard's ([`client_policy_routed`]). A policy the peer
 /// cannot express ([`check_peers`] refuses the run) is built as tailguard's.
 pub fn client_policy_as(
     sidecar: SidecarKind,
+    peer_threads: u32,
     config: &ClientPolicy,
     endpoints: usize,
     routes: &[String],
 ) -> call::ClientPolicy {
     match sidecar.peer_kind().map(|peer| peer_policy(peer, config)) {
-        Some(Ok(policy)) => policy.build(endpoints),
+        Some(Ok(policy)) => policy.build(endpoints, peer_threads),
         _ => client_policy_routed(config, endpoints, routes),
     }
 }
@@ -72,7 +73,7 @@ pub fn workload_policy(run: &Run, endpoints: usize) -> call::ClientPolicy {
     let client = &run.workload.client;
     let sidecar = if *client == ClientPolicy::default() { SidecarKind::Tailguard } else { run.sidecar };
     let routes = run.services.get(&run.workload.target).map(|s| s.route_names()).unwrap_or_default();
-    client_policy_as(sidecar, client, endpoints, &routes)
+    client_policy_as(sidecar, run.peer_threads(), client, endpoints, &routes)
 }
 
 /// What `peer` makes of a caller's policy: the one table of docs/lab.md, "Peer sidecars".

@@ -39,6 +39,10 @@ pub struct Calibration {
     pub load_average: [f64; 2],
     /// Seconds measured per rate and path.
     pub seconds: f64,
+    /// The machine's cores: the threads a peer sidecar runs there by default (HAProxy's
+    /// `nbthread`), which the simulator's HAProxy model takes (absent in older files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cores: Option<u32>,
     /// By sidecar: `tailguard`, `haproxy`, `nginx`.
     pub sidecars: IndexMap<String, SidecarHops>,
 }
@@ -212,6 +216,7 @@ mod tests {
             host: "polyglot".into(),
             load_average: [1.5, 2.0],
             seconds: 10.0,
+            cores: None,
             sidecars: [(
                 "tailguard".to_string(),
                 SidecarHops {

@@ -62,6 +62,14 @@ impl Run {
         self.workload.duration.map(|d| self.workload.warmup.get() + d.get())
     }
 
+    /// The threads of a peer sidecar's process (HAProxy's `nbthread`, by default one per core):
+    /// the calibrated machine's cores, else this machine's.
+    pub fn peer_threads(&self) -> u32 {
+        self.calibration.as_ref().and_then(|c| c.cores).unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX))
+        })
+    }
+
     /// The seed of this run's random streams (its open-loop arrivals, its replicas' draws): the
     /// experiment's `seed` mixed with the scenario's name, not the variant's, so that variants face
     /// the same arrivals and service times as far as their choices allow. The simulator, `tailguard
@@ -292,6 +300,15 @@ fn apply_variant(
     }
     if (peer || workload.client.is_plain()) && workload.client.outlier.is_default() {
         workload.client.outlier = OutlierSetting::Off;
+    }
+    // HAProxy serves what its caller abandoned: a callee's ingress HAProxy passes a request on to
+    // the app and keeps it there when the caller's egress times out and closes ("aborted requests
+    // will be served"; `option abortonclose` drops only those still queued in HAProxy: manual,
+    // `option abortonclose`). Its callees finish the work.
+    if v.sidecar == SidecarKind::Haproxy {
+        for service in services.values_mut() {
+            service.cancellable = false;
+        }
     }
     for (name, admission) in &v.admission {
         let service = services.get_mut(name).ok_or_else(|| {

@@ -166,7 +166,7 @@ impl ServiceModel {
             let routes = callee_service.route_names();
             for _ in 0..svc.replicas {
                 policies.push(EdgePolicy {
-                    policy: build::client_policy_as(run.sidecar, &edge.policy, endpoints, &routes),
+                    policy: build::client_policy_as(run.sidecar, run.peer_threads(), &edge.policy, endpoints, &routes),
                     timed,
                     series: None,
                 });

@@ -305,6 +305,7 @@ fn a_calibration_charges_its_hops_on_every_attempt() {
         host: "test".to_string(),
         load_average: [0.0, 0.0],
         seconds: 1.0,
+        cores: None,
         sidecars: [("tailguard".to_string(), SidecarHops { points: vec![point] })].into_iter().collect(),
     };
     let yaml = r#"

@@ -14,7 +14,13 @@
 //!   the N draws the server serving fewer requests wins (the later draw on ties). The ring's
 //!   points are not evenly spread, so with few servers their shares of the draws differ: with 10
 //!   servers from 7.1 % to 13.4 % of single draws (and a draw may repeat the first), which P2C
-//!   over two distinct, equally likely endpoints does not show.
+//!   over two distinct, equally likely endpoints does not show. The keys are not random between
+//!   processes: they come from `statistical_prng` (`tools.h`), xorshift32 (shifts 13, 17, 5)
+//!   from a fixed state per thread, 2463534242 + 64·t for thread t, the same in every HAProxy
+//!   process. Every sidecar's first requests therefore go to the same servers, and its later ones
+//!   to the same sequence of servers; bench/haproxy-ring.py checks the sequence. A request's
+//!   thread is its client connection's: HAProxy hands new connections to its threads in turn, and
+//!   the caller's pool (hyper's) reuses the connection freed last, which [`Connections`] follows.
 //!
 //! A retry goes to another server than the previous attempt's (`option redispatch 1`, which the
 //! lab writes with `retries`; HAProxy skips the server it avoids and takes it only when no other
@@ -59,6 +65,77 @@ struct Server {
     moved: u64,
 }
 
+/// `statistical_prng`'s state of HAProxy's thread `thread` at start (`tools.c` and the per-thread
+/// start; found by matching Debian's HAProxy 2.6's draws, bench/haproxy-ring.py).
+fn prng_start(thread: u32) -> u32 {
+    2_463_534_242u32.wrapping_add(64u32.wrapping_mul(thread))
+}
+
+/// One step of `statistical_prng`: xorshift32 with shifts 13, 17 and 5.
+fn xorshift32(state: &mut u32) -> u32 {
+    let mut x = *state;
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    *state = x;
+    x
+}
+
+/// The caller's keep-alive connections to its HAProxy sidecar, as far as they decide which thread
+/// draws a request's keys: HAProxy gives new connections to its threads in turn; the caller reuses
+/// the connection freed last (hyper's pool keeps idle connections as a stack) and opens one when
+/// none is idle. An attempt keeps its connection until its answer, which frees the oldest attempt
+/// in flight at that server (answers in order).
+#[derive(Clone, Debug)]
+struct Connections {
+    threads: u32,
+    /// Each thread's `statistical_prng` state.
+    prng: Vec<u32>,
+    /// The threads of the idle connections, the one freed last on top.
+    idle: Vec<u32>,
+    opened: u32,
+    /// Per server, the threads of the attempts it holds, oldest first.
+    holding: Vec<std::collections::VecDeque<u32>>,
+}
+
+impl Connections {
+    fn new(threads: u32, servers: usize) -> Connections {
+        let threads = threads.max(1);
+        Connections {
+            threads,
+            prng: (0..threads).map(prng_start).collect(),
+            idle: Vec::new(),
+            opened: 0,
+            holding: vec![Default::default(); servers],
+        }
+    }
+
+    /// The thread the next attempt's connection belongs to.
+    fn next_thread(&self) -> u32 {
+        self.idle.last().copied().unwrap_or(self.opened % self.threads)
+    }
+
+    /// The next key the thread of the next attempt draws.
+    fn draw(&mut self) -> u32 {
+        let thread = self.next_thread() as usize;
+        xorshift32(&mut self.prng[thread])
+    }
+
+    fn send(&mut self, server: usize) {
+        let thread = self.idle.pop().unwrap_or_else(|| {
+            self.opened += 1;
+            (self.opened - 1) % self.threads
+        });
+        self.holding[server].push_back(thread);
+    }
+
+    fn answer(&mut self, server: usize) {
+        if let Some(thread) = self.holding[server].pop_front() {
+            self.idle.push(thread);
+        }
+    }
+}
+
 /// A HAProxy backend's balancer.
 #[derive(Clone, Debug)]
 pub struct Haproxy {
@@ -70,12 +147,13 @@ pub struct Haproxy {
     next: usize,
     health: Option<PassiveHealth>,
     changes: u64,
+    connections: Connections,
 }
 
 impl Haproxy {
-    /// The backend of `endpoints` servers (`server NAME-i`, puid i + 1); `health` sets
-    /// `error-limit` and the check's `inter`.
-    pub fn new(endpoints: usize, balance: PeerBalance, health: Option<PassiveHealth>) -> Haproxy {
+    /// The backend of `endpoints` servers (`server NAME-i`, puid i + 1) in a HAProxy of `threads`
+    /// threads (`nbthread`); `health` sets `error-limit` and the check's `inter`.
+    pub fn new(endpoints: usize, balance: PeerBalance, health: Option<PassiveHealth>, threads: u32) -> Haproxy {
         let mut b = Haproxy {
             balance,
             servers: vec![Server::default(); endpoints],
@@ -83,6 +161,7 @@ impl Haproxy {
             next: 0,
             health,
             changes: 0,
+            connections: Connections::new(threads, endpoints),
         };
         b.rebuild_ring();
         b
@@ -142,10 +221,11 @@ impl Haproxy {
         Some(self.ring[i].1 as usize)
     }
 
-    fn random(&self, draws: u32, avoid: Option<usize>, rng: crate::Rng<'_>) -> Option<usize> {
+    fn random(&mut self, draws: u32, avoid: Option<usize>) -> Option<usize> {
         let mut best: Option<usize> = None;
         for _ in 0..draws {
-            let current = self.ring_lookup(rng.next_u32(), avoid)?;
+            let key = self.connections.draw();
+            let current = self.ring_lookup(key, avoid)?;
             best = Some(match best {
                 Some(prev) if prev != current && self.servers[current].served > self.servers[prev].served => prev,
                 _ => current,
@@ -191,17 +271,19 @@ impl Balancer for Haproxy {
         match self.balance {
             PeerBalance::RoundRobin => self.round_robin(avoid),
             PeerBalance::LeastConnections => self.least_conn(avoid),
-            PeerBalance::Random => self.random(1, avoid, &mut *pick.rng),
-            PeerBalance::TwoChoices => self.random(2, avoid, &mut *pick.rng),
+            PeerBalance::Random => self.random(1, avoid),
+            PeerBalance::TwoChoices => self.random(2, avoid),
         }
     }
 
     fn on_send(&mut self, endpoint: EndpointId, _now: Time) {
         self.servers[endpoint].served += 1;
+        self.connections.send(endpoint);
         self.moved(endpoint);
     }
 
     fn on_feedback(&mut self, endpoint: EndpointId, now: Time, feedback: &Feedback) {
+        self.connections.answer(endpoint);
         let s = &mut self.servers[endpoint];
         s.served = s.served.saturating_sub(1);
         self.moved(endpoint);
@@ -223,6 +305,7 @@ impl Balancer for Haproxy {
 
     fn grow(&mut self, endpoints: usize) {
         self.servers.resize(endpoints.max(self.servers.len()), Server::default());
+        self.connections.holding.resize(self.servers.len(), Default::default());
         self.rebuild_ring();
     }
 }
@@ -257,7 +340,7 @@ mod tests {
 
     #[test]
     fn the_ring_s_shares_are_uneven_and_draws_follow_them() {
-        let b = Haproxy::new(10, PeerBalance::Random, None);
+        let b = Haproxy::new(10, PeerBalance::Random, None, 1);
         assert_eq!(b.ring.len(), 160);
         let shares = shares(&b);
         let percent: Vec<u32> = shares.iter().map(|s| (s * 1000.0).round() as u32).collect();
@@ -273,9 +356,58 @@ mod tests {
         }
     }
 
+    /// The servers `b` sends `n` requests to, one after another on one connection.
+    fn in_turn(b: &mut Haproxy, n: usize) -> String {
+        (0..n)
+            .map(|_| {
+                let e = pick(b, ms(0), &[], 0).unwrap();
+                succeed(b, e, ms(0));
+                e.to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_process_draws_the_same_keys_thread_by_thread() {
+        // Debian's HAProxy 2.6.12, `balance random(1)` over 10 servers (numbered from 0), 40
+        // requests one after another on one connection: the same servers in every process.
+        const THREAD_0: &str = "8719522383277957709238228479675320918581";
+        let mut b = Haproxy::new(10, PeerBalance::Random, None, 2);
+        assert_eq!(in_turn(&mut b, 40), THREAD_0);
+        assert_eq!(in_turn(&mut Haproxy::new(10, PeerBalance::Random, None, 1), 40), THREAD_0);
+        // Four connections one after another, 15 requests each: new connections go to the
+        // threads in turn, and each thread goes on with its own sequence (HAProxy, nbthread 2).
+        let mut b = Haproxy::new(10, PeerBalance::Random, None, 2);
+        let mut per_connection = Vec::new();
+        for _ in 0..4 {
+            // A new connection: the pool's idle ones are in use (here: forgotten).
+            b.connections.idle.clear();
+            per_connection.push(in_turn(&mut b, 15));
+        }
+        assert_eq!(per_connection, ["871952238327795", "392098996772966", "770923822847967", "542229528841935"]);
+    }
+
+    #[test]
+    fn a_request_draws_on_the_thread_of_the_connection_freed_last() {
+        let mut b = Haproxy::new(10, PeerBalance::Random, None, 2);
+        // Two requests at once: two connections, threads 0 and 1 (their first draws: 8 and 3).
+        let first = pick(&mut b, ms(0), &[], 0).unwrap();
+        b.on_send(first, ms(0));
+        let second = pick(&mut b, ms(0), &[], 0).unwrap();
+        b.on_send(second, ms(0));
+        assert_eq!((first, second), (8, 3));
+        // Thread 1's connection is freed, then thread 0's: the next request reuses thread 0's
+        // (its second draw: 7), the one after it thread 1's (its second: 9).
+        b.on_feedback(second, ms(1), &Feedback::success(Duration::ZERO));
+        b.on_feedback(first, ms(2), &Feedback::success(Duration::ZERO));
+        let third = pick(&mut b, ms(3), &[], 0).unwrap();
+        b.on_send(third, ms(3));
+        assert_eq!((third, pick(&mut b, ms(3), &[], 0).unwrap()), (7, 9));
+    }
+
     #[test]
     fn of_two_draws_the_less_served_wins_the_later_on_ties_and_a_server_may_be_drawn_twice() {
-        let mut b = Haproxy::new(2, PeerBalance::TwoChoices, None);
+        let mut b = Haproxy::new(2, PeerBalance::TwoChoices, None, 1);
         let share = shares(&b)[0];
         b.on_send(0, ms(0));
         // The busier server 0 is picked only when both draws land on it.
@@ -289,7 +421,7 @@ mod tests {
 
     #[test]
     fn leastconn_takes_the_least_served_and_in_turn_among_equals() {
-        let mut b = Haproxy::new(3, PeerBalance::LeastConnections, None);
+        let mut b = Haproxy::new(3, PeerBalance::LeastConnections, None, 1);
         let mut sent = Vec::new();
         for _ in 0..3 {
             let e = pick(&mut b, ms(0), &[], 0).unwrap();
@@ -305,17 +437,17 @@ mod tests {
 
     #[test]
     fn a_retry_avoids_the_previous_server_unless_it_is_the_only_one() {
-        let mut b = Haproxy::new(2, PeerBalance::RoundRobin, None);
+        let mut b = Haproxy::new(2, PeerBalance::RoundRobin, None, 1);
         assert_eq!(pick(&mut b, ms(0), &[], 0), Some(0));
         assert_eq!(pick(&mut b, ms(0), &[1], 0), Some(0), "its turn is 1, which the retry avoids");
-        let mut one = Haproxy::new(1, PeerBalance::TwoChoices, None);
+        let mut one = Haproxy::new(1, PeerBalance::TwoChoices, None, 1);
         assert_eq!(pick(&mut one, ms(0), &[0], 0), Some(0));
     }
 
     #[test]
     fn error_limit_errors_in_a_row_mark_down_until_the_next_check() {
         let health = PassiveHealth { failures: 3, duration: Duration::from_secs(2) };
-        let mut b = Haproxy::new(2, PeerBalance::RoundRobin, Some(health));
+        let mut b = Haproxy::new(2, PeerBalance::RoundRobin, Some(health), 1);
         // Step: a success between errors resets the count.
         fail(&mut b, 1, ms(100));
         fail(&mut b, 1, ms(200));

@@ -178,22 +178,26 @@ impl PeerPolicy {
         Ok(PeerPolicy { peer, balance, timeout, attempts: retry.max_attempts, health, deadline })
     }
 
-    /// The peer's balancer over endpoints `0..endpoints`, its passive health inside.
-    pub fn balancer(&self, endpoints: usize) -> Box<dyn Balancer> {
+    /// The peer's balancer over endpoints `0..endpoints`, its passive health inside, in a peer
+    /// process of `threads` threads (HAProxy's `nbthread`, by default one per core: each thread
+    /// draws its own fixed key sequence; nginx's workers seed theirs apart, as the model's random
+    /// stream does).
+    pub fn balancer(&self, endpoints: usize, threads: u32) -> Box<dyn Balancer> {
         match self.peer {
-            Peer::Haproxy => Box::new(haproxy::Haproxy::new(endpoints, self.balance, self.health)),
+            Peer::Haproxy => Box::new(haproxy::Haproxy::new(endpoints, self.balance, self.health, threads)),
             Peer::Nginx => Box::new(nginx::Nginx::new(endpoints, self.balance, self.health)),
         }
     }
 
-    /// The caller's policies towards a service of `endpoints` replicas, as the peer runs them:
+    /// The caller's policies towards a service of `endpoints` replicas, as a peer of `threads`
+    /// threads ([`PeerPolicy::balancer`]) runs them:
     /// its balancer, its fixed attempt timeout, retries at once with no budget, no hedge and no
     /// outlier detector of tailguard's. nginx's `proxy_next_upstream_timeout` is run as the
     /// request's deadline (nginx stops trying other servers then; it does not cut the attempt
     /// in flight: docs/lab.md).
-    pub fn build(&self, endpoints: usize) -> ClientPolicy {
+    pub fn build(&self, endpoints: usize, threads: u32) -> ClientPolicy {
         ClientPolicy {
-            balancer: self.balancer(endpoints),
+            balancer: self.balancer(endpoints, threads),
             outlier: None,
             classes: Classes::single(ClassPolicy {
                 deadline: self.deadline,

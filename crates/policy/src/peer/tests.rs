@@ -88,14 +88,14 @@ fn what_a_peer_cannot_express_is_refused_naming_the_field() {
 #[test]
 fn the_built_policy_is_the_peer_s_and_never_tailguard_s_outlier_detector() {
     let text = "{timeout: {kind: fixed, value: 5s}, retry: {max_attempts: 2, budget: unlimited}, outlier: {consecutive_failures: 1, base_ejection: 10s, max_ejection: 10s, max_ejected: 1, latency_factor: null}}";
-    let mut policy = translate(Peer::Nginx, text).unwrap().build(3);
+    let mut policy = translate(Peer::Nginx, text).unwrap().build(3, 1);
     assert!(policy.outlier.is_none() && policy.retry.budget.is_none());
     assert_eq!(policy.retry.max_attempts, 2);
     let class = policy.classes.get(crate::class::POOLED);
     assert!(class.hedge.is_none() && !class.hedge_on_timeout);
     let mut rng = Pcg64Mcg::seed_from_u64(1);
     assert_eq!(class.timeout.timeout(Time::ZERO, 1, &mut rng), Some(Duration::from_secs(5)));
-    let mut none = translate(Peer::Haproxy, "{}").unwrap().build(3);
+    let mut none = translate(Peer::Haproxy, "{}").unwrap().build(3, 1);
     let none = &mut none.classes.get(crate::class::POOLED).timeout;
     assert_eq!(none.timeout(Time::ZERO, 0, &mut rng), Some(NO_TIMEOUT));
 }
