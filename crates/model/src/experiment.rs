@@ -63,11 +63,10 @@ impl Run {
     }
 
     /// The threads of a peer sidecar's process (HAProxy's `nbthread`, by default one per core):
-    /// the calibrated machine's cores, else this machine's.
+    /// the calibrated machine's cores; one without a calibration, so that a run reads the same on
+    /// every machine.
     pub fn peer_threads(&self) -> u32 {
-        self.calibration.as_ref().and_then(|c| c.cores).unwrap_or_else(|| {
-            std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX))
-        })
+        self.calibration.as_ref().and_then(|c| c.cores).unwrap_or(1)
     }
 
     /// The seed of this run's random streams (its open-loop arrivals, its replicas' draws): the
