@@ -113,7 +113,10 @@ impl Ingress {
                     AppClient::Http1(Arc::new(Pool::new(config.app, config.max_app_connections).with_tls(tls)))
                 }
                 config::Protocol::H2c => {
-                    AppClient::H2c(Box::new(Client::builder(TokioExecutor::new()).http2_only(true).build_http()))
+                    // As the egress's h2c client: no Nagle between a request's frames.
+                    let mut connector = HttpConnector::new();
+                    connector.set_nodelay(true);
+                    AppClient::H2c(Box::new(Client::builder(TokioExecutor::new()).http2_only(true).build(connector)))
                 }
             },
             state: Arc::new(Mutex::new(state)),
@@ -220,6 +223,11 @@ impl Ingress {
             }
             // The client's body failed, not the application.
             (Some(Err(_)), Some(fault)) => return fault.response(),
+            // The application gave up on a request whose deadline had passed (a gRPC server resets
+            // the stream at its deadline): the deadline failed it, not the application.
+            (Some(Err(_)), None) if deadline.is_some_and(|d| arrived.elapsed() >= d) => {
+                http::text(StatusCode::GATEWAY_TIMEOUT, "tailguard: the deadline passed")
+            }
             (Some(Err(_)), None) => http::text(StatusCode::BAD_GATEWAY, "tailguard: the application is unreachable"),
             (Some(Ok(r)), _) => {
                 let (now, latency) = (self.now(), arrived.elapsed());
