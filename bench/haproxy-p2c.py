@@ -12,7 +12,6 @@ Stops HAProxy by its PID.
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import http.client
 import http.server
@@ -40,22 +39,15 @@ def ring_module():  # type: ignore[no-untyped-def]
 def model_counts(clients: int, draws: int, seconds: float) -> list[int]:
     """The model's picks in a closed loop of `clients`, each request held HOLD s."""
     r = ring_module()
-    ring = sorted((r.full_hash((p * r.STRIDE + n) & r.MASK), p - 1) for p in range(1, SERVERS + 1) for n in range(r.POINTS))
-    keys = [k for k, _ in ring]
+    ring = r.model_ring(SERVERS)
     rng = random.Random(1)
     served = [0] * SERVERS
     picked = [0] * SERVERS
 
-    def lookup(key: int) -> int:
-        at = bisect.bisect_left(keys, key) % len(ring)
-        before = (at - 1) % len(ring)
-        near_before = ((key - ring[before][0]) & r.MASK) <= ((ring[at][0] - key) & r.MASK)
-        return int(ring[before][1] if near_before else ring[at][1])
-
     def pick() -> int:
         best = -1
         for _ in range(draws):
-            current = lookup(rng.getrandbits(32))
+            current = r.lookup(ring, rng.getrandbits(32))
             if best >= 0 and best != current and served[current] > served[best]:
                 current = best
             best = current

@@ -42,26 +42,36 @@ def full_hash(a: int) -> int:
     return (a * 3221225473) & MASK
 
 
+def model_ring(servers: int) -> list[tuple[int, int]]:
+    """The ring's points, `(key, server)` sorted by key: POINTS per server at
+    `full_hash(puid * STRIDE + n)`."""
+    return sorted((full_hash((puid * STRIDE + n) & MASK), puid - 1) for puid in range(1, servers + 1) for n in range(POINTS))
+
+
+def lookup(ring: list[tuple[int, int]], key: int) -> int:
+    """The server of the point nearest `key` on `ring`, the earlier on a tie."""
+    at = bisect.bisect_left(ring, (key, -1)) % len(ring)
+    before = (at - 1) % len(ring)
+    near_before = ((key - ring[before][0]) & MASK) <= ((ring[at][0] - key) & MASK)
+    return ring[before][1] if near_before else ring[at][1]
+
+
 def model_sequence(servers: int, requests: int) -> list[int]:
     """The servers the model's HAProxy thread 0 sends `requests` requests to, one after another:
     `statistical_prng` (xorshift32, shifts 13, 17, 5, from 2463534242) looked up on the ring."""
-    ring = sorted((full_hash((puid * STRIDE + n) & MASK), puid - 1) for puid in range(1, servers + 1) for n in range(POINTS))
-    keys = [k for k, _ in ring]
+    ring = model_ring(servers)
     state, out = 2463534242, []
     for _ in range(requests):
         state ^= (state << 13) & MASK
         state ^= state >> 17
         state ^= (state << 5) & MASK
-        at = bisect.bisect_left(keys, state) % len(ring)
-        before = (at - 1) % len(ring)
-        near_before = ((state - ring[before][0]) & MASK) <= ((ring[at][0] - state) & MASK)
-        out.append(ring[before][1] if near_before else ring[at][1])
+        out.append(lookup(ring, state))
     return out
 
 
 def model_shares(servers: int) -> list[float]:
     """Each server's share of the keys: a key goes to the nearest point, the earlier on a tie."""
-    ring = sorted((full_hash((puid * STRIDE + n) & MASK), puid - 1) for puid in range(1, servers + 1) for n in range(POINTS))
+    ring = model_ring(servers)
     owned = [0.0] * servers
     for i, (key, server) in enumerate(ring):
         prev_key = ring[i - 1][0]

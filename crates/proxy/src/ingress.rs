@@ -210,8 +210,9 @@ impl Ingress {
             None => Some(self.call(request).await),
         };
         drop(held);
+        let deadline_passed = || http::text(StatusCode::GATEWAY_TIMEOUT, "tailguard: the deadline passed");
         let mut response = match (answer, fault.get()) {
-            (None, _) => http::text(StatusCode::GATEWAY_TIMEOUT, "tailguard: the deadline passed"),
+            (None, _) => deadline_passed(),
             // Nothing was sent: the application's connections are at their cap, all in use.
             (Some(Err(e)), _) if matches!(e.downcast_ref(), Some(pool::Error::Overflow(..))) => {
                 self.metrics.ingress_app_overflow.inc();
@@ -225,9 +226,7 @@ impl Ingress {
             (Some(Err(_)), Some(fault)) => return fault.response(),
             // The application gave up on a request whose deadline had passed (a gRPC server resets
             // the stream at its deadline): the deadline failed it, not the application.
-            (Some(Err(_)), None) if deadline.is_some_and(|d| arrived.elapsed() >= d) => {
-                http::text(StatusCode::GATEWAY_TIMEOUT, "tailguard: the deadline passed")
-            }
+            (Some(Err(_)), None) if deadline.is_some_and(|d| arrived.elapsed() >= d) => deadline_passed(),
             (Some(Err(_)), None) => http::text(StatusCode::BAD_GATEWAY, "tailguard: the application is unreachable"),
             (Some(Ok(r)), _) => {
                 let (now, latency) = (self.now(), arrived.elapsed());

@@ -88,7 +88,6 @@ fn xorshift32(state: &mut u32) -> u32 {
 /// in flight at that server (answers in order).
 #[derive(Clone, Debug)]
 struct Connections {
-    threads: u32,
     /// Each thread's `statistical_prng` state.
     prng: Vec<u32>,
     /// The threads of the idle connections, the one freed last on top.
@@ -100,19 +99,22 @@ struct Connections {
 
 impl Connections {
     fn new(threads: u32, servers: usize) -> Connections {
-        let threads = threads.max(1);
         Connections {
-            threads,
-            prng: (0..threads).map(prng_start).collect(),
+            prng: (0..threads.max(1)).map(prng_start).collect(),
             idle: Vec::new(),
             opened: 0,
             holding: vec![Default::default(); servers],
         }
     }
 
+    /// The thread a new connection goes to: the threads in turn.
+    fn new_thread(&self) -> u32 {
+        self.opened % self.prng.len() as u32
+    }
+
     /// The thread the next attempt's connection belongs to.
     fn next_thread(&self) -> u32 {
-        self.idle.last().copied().unwrap_or(self.opened % self.threads)
+        self.idle.last().copied().unwrap_or_else(|| self.new_thread())
     }
 
     /// The next key the thread of the next attempt draws.
@@ -123,8 +125,9 @@ impl Connections {
 
     fn send(&mut self, server: usize) {
         let thread = self.idle.pop().unwrap_or_else(|| {
+            let thread = self.new_thread();
             self.opened += 1;
-            (self.opened - 1) % self.threads
+            thread
         });
         self.holding[server].push_back(thread);
     }
