@@ -9,7 +9,8 @@
 //!   probe ([`Balancer::on_probe`]): both are the paper's probe reply, and both enter the pool.
 //! - **Probes.** Each pick draws `probes_per_request` distinct replicas uniformly at random
 //!   (fractions accumulate from pick to pick). Of those, the ones whose sidecar has reported
-//!   before and whose report is no longer in the pool (stale, spent or evicted) are probed; the
+//!   before and whose report is no longer in the pool (stale, spent or evicted) are probed,
+//!   unless the pick may not use them (an ejected replica) or a probe to them is pending; the
 //!   driver sends the probes asynchronously ([`Balancer::take_probe`], the proxy and the simulator
 //!   alike). A replica with a usable report needs no probe, and one that has never reported is
 //!   never probed: a probe goes only where a sidecar has shown itself on real traffic, so none
@@ -399,11 +400,20 @@ impl Prequal {
         self.probe_rtt.is_none_or(|rtt| reported.is_zero() || reported.as_secs_f64() >= rtt)
     }
 
+    /// Whether a probe of `endpoint` drawn before `now` may still be answered: one drawn less than
+    /// `max_age` ago. Its reply will say what another probe's would, so none is sent meanwhile;
+    /// one unanswered for that long is taken as lost (a probe that fails is dropped unanswered).
+    fn probe_pending(&self, endpoint: EndpointId, now: Time) -> bool {
+        self.seen[endpoint].probe_sent.is_some_and(|sent| now.saturating_sub(sent) < self.config.max_age)
+    }
+
     /// Draws this pick's replicas: distinct, uniformly at random. Those whose sidecar reported
     /// before, but whose report is no longer in the pool (aged out, spent, evicted), are to be
-    /// probed if worth it ([`Prequal::worth_probing`]); those without a report to go by are
-    /// candidates of the next pick. (The pool has been aged at `now`.)
-    fn draw(&mut self, now: Time, rng: crate::Rng<'_>) {
+    /// probed if worth it ([`Prequal::worth_probing`]), if the pick may use them (not in
+    /// `exclude`: an ejected replica probed on every pick cost the egress a probe per request)
+    /// and if no probe to them is pending; the others without a report to go by are candidates of
+    /// the next pick. (The pool has been aged at `now`.)
+    fn draw(&mut self, now: Time, rng: crate::Rng<'_>, exclude: &[EndpointId]) {
         self.credit += self.config.probes_per_request;
         let count = (self.credit.floor() as usize).min(self.seen.len());
         self.credit -= count as f64;
@@ -413,7 +423,7 @@ impl Prequal {
         for &e in &self.drawn {
             match self.seen[e].sidecar {
                 Sidecar::Reports if self.pool.iter().any(|p| p.endpoint == e) => {}
-                Sidecar::Reports if self.worth_probing(e) => {
+                Sidecar::Reports if self.worth_probing(e) && !exclude.contains(&e) && !self.probe_pending(e, now) => {
                     self.seen[e].probe_sent = Some(now);
                     self.due.push(e);
                 }
@@ -503,7 +513,7 @@ impl Balancer for Prequal {
         if std::mem::take(&mut self.drawn_ahead) {
             self.locals.clear();
         } else {
-            self.draw(pick.now, &mut *pick.rng);
+            self.draw(pick.now, &mut *pick.rng, pick.exclude);
         }
         chosen
     }
@@ -520,7 +530,7 @@ impl Balancer for Prequal {
         if self.pool.iter().filter(|p| !exclude.contains(&p.endpoint)).count() >= wanted {
             return None;
         }
-        self.draw(now, rng);
+        self.draw(now, rng, exclude);
         self.drawn_ahead = true;
         (!self.due.is_empty()).then_some(self.config.probe_wait)
     }
@@ -681,9 +691,33 @@ mod tests {
         let mut sent = probes(&mut b);
         sent.sort_unstable();
         assert_eq!(sent, [0, 2]);
-        // Once theirs are stale too, all four are probed.
+        // Once theirs are stale too, 1 and 3 are probed: 0's and 2's probes are pending.
         let _ = pick_at(&mut b, &mut rng, SEC + 101 * MS, &[]);
-        assert_eq!(probes(&mut b).len(), 4);
+        let mut sent = probes(&mut b);
+        sent.sort_unstable();
+        assert_eq!(sent, [1, 3]);
+        // Unanswered for `max_age` (1 s), 0's and 2's are taken as lost and probed again; 1's and
+        // 3's are still pending.
+        let _ = pick_at(&mut b, &mut rng, 2 * SEC + 50 * MS - Duration::from_nanos(1), &[]);
+        assert_eq!(probes(&mut b), []);
+        let _ = pick_at(&mut b, &mut rng, 2 * SEC + 50 * MS, &[]);
+        let mut sent = probes(&mut b);
+        sent.sort_unstable();
+        assert_eq!(sent, [0, 2]);
+    }
+
+    #[test]
+    fn a_replica_the_pick_may_not_use_is_not_probed() {
+        let config = PrequalConfig { probes_per_request: 3.0, ..PrequalConfig::default() };
+        let (mut b, mut rng) = reported(3, config);
+        // 2 is ejected (every pick excludes it): its stale report is never probed; 0 and 1 are,
+        // once while their probes are pending.
+        for at in [SEC, SEC + 400 * MS, SEC + 800 * MS] {
+            assert_ne!(pick_at(&mut b, &mut rng, at, &[2]), Some(2));
+            let mut sent = probes(&mut b);
+            sent.sort_unstable();
+            assert_eq!(sent, if at == SEC { vec![0, 1] } else { vec![] }, "at {at:?}");
+        }
     }
 
     #[test]
@@ -704,7 +738,9 @@ mod tests {
         assert_eq!(probes(&mut b), [1]);
         b.on_send(1, 20 * MS);
         assert_eq!(pick_at(&mut b, &mut rng, 21 * MS, &[1]), Some(0));
-        // Once 0 reports being slower than a round trip (on a response), it is probed again.
+        // Once 0 reports being slower than a round trip (on a response), it is probed again, and
+        // 1, its last probe answered, too.
+        report(&mut b, 1, 22 * MS, 0, 5);
         b.on_feedback(0, 30 * MS, &Feedback::success(MS).with_load(LoadReport::Load(reply(3, 4))));
         let _ = pick_at(&mut b, &mut rng, 40 * MS, &[]);
         let mut sent = probes(&mut b);
