@@ -10,11 +10,11 @@
 //! - **Probes.** Each pick draws `probes_per_request` distinct replicas uniformly at random
 //!   (fractions accumulate from pick to pick). Of those, the ones whose sidecar has reported
 //!   before and whose report is no longer in the pool (stale, spent or evicted) are probed,
-//!   unless the pick may not use them (an ejected replica) or a probe to them is pending; the
-//!   driver sends the probes asynchronously ([`Balancer::take_probe`], the proxy and the simulator
-//!   alike). A replica with a usable report needs no probe, and one that has never reported is
-//!   never probed: a probe goes only where a sidecar has shown itself on real traffic, so none
-//!   ever reaches a plain application. Nor is a replica whose last reported latency is shorter
+//!   unless the pick may not use them (ejected, or tried by this request) or a probe to them is
+//!   pending; the driver sends the probes asynchronously ([`Balancer::take_probe`], the proxy and
+//!   the simulator alike). A replica with a usable report needs no probe, and one that has never
+//!   reported is never probed: a probe goes only where a sidecar has shown itself on real
+//!   traffic, so none ever reaches a plain application. Nor is a replica whose last reported latency is shorter
 //!   than a probe's round trip ([`Prequal::worth_probing`]): it is ranked as the next point says.
 //! - **Replicas without a sidecar** (their answers carry no report, or a probe was answered with
 //!   anything but a probe reply), replicas not heard from yet and those not worth a probe are
