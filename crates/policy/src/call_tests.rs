@@ -887,8 +887,9 @@ fn random_scripts_keep_the_call_invariants() {
             },
             retired: Vec::new(),
         };
-        // Every endpoint has reported once, at 0, as on a caller's earlier requests: its report
-        // ages out after 30 ms, and a pick probes only the endpoints it may use.
+        // Every endpoint has reported once, at 0, as on a caller's earlier requests: Prequal's
+        // reports age out after 10 ms (the quickest latency reported), and a pick probes only the
+        // endpoints it may use, so a retry's pick may wait for probes.
         for e in 0..endpoints {
             policy.balancer.on_probe(e, Time::ZERO, LoadReport::Load(ProbeReply { in_flight: 0, latency: ms(10) }));
         }
