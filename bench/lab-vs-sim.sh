@@ -16,11 +16,15 @@
 # simulator charge the lab's hops: CALIBRATION=FILE gives it to both sides (the lab records it in
 # results.json); with LAB_RESULTS, the calibration recorded there is used unless CALIBRATION says
 # otherwise. Without one the simulator charges nothing for the sidecars (the file's network only).
+# SEEDS=N also runs the simulator at seeds 1 to N and says, under each row, whether the lab's p50
+# and p99 are within their bounds of the simulator's spread over them (bench/lab_vs_sim.py; the
+# bounds against the lab's own seed and the exit status are unchanged).
 #
 #   bench/lab-vs-sim.sh examples/speculative.yaml
 #   bench/lab-vs-sim.sh examples/balancing.yaml --scenario fast-error --variant bloc
 #   FULL=1 LAB_RESULTS=lab-out/peers-.../results.json bench/lab-vs-sim.sh examples/peers.yaml
 #   CALIBRATION=calibration.yaml bench/lab-vs-sim.sh examples/hedging.yaml --scenario bimodal-30
+#   SEEDS=35 LAB_RESULTS=lab-out/hedging/results.json bench/lab-vs-sim.sh examples/hedging.yaml
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FILE=${1:?usage: [FULL=1] [LAB_RESULTS=results.json] bench/lab-vs-sim.sh FILE [lab options...]}
@@ -59,4 +63,19 @@ else
   "$TG" lab run "$FILE" "${QUICK[@]}" --out "$OUT/lab" "${LAB_ARGS[@]}" >/dev/null
 fi
 "$TG" sim "$FILE" "${QUICK[@]}" "${SIM_ARGS[@]}" --json "$OUT/sim.json" >/dev/null
-python3 bench/lab_vs_sim.py "$OUT/sim.json" "$LAB_JSON"
+SEED_JSONS=()
+if [ -n "${SEEDS:-}" ]; then
+  UNSEEDED=()   # the simulator's arguments without their --seed
+  for ((i = 0; i < ${#SIM_ARGS[@]}; i++)); do
+    case ${SIM_ARGS[i]} in
+      --seed) i=$((i + 1)) ;;
+      --seed=*) ;;
+      *) UNSEEDED+=("${SIM_ARGS[i]}") ;;
+    esac
+  done
+  for k in $(seq 1 "$SEEDS"); do
+    "$TG" sim "$FILE" "${QUICK[@]}" "${UNSEEDED[@]}" --seed "$k" --json "$OUT/seed-$k.json" >/dev/null
+    SEED_JSONS+=("$OUT/seed-$k.json")
+  done
+fi
+python3 bench/lab_vs_sim.py "$OUT/sim.json" "$LAB_JSON" "${SEED_JSONS[@]}"

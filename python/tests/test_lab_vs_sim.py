@@ -126,3 +126,25 @@ def test_the_script_refuses_what_the_simulator_cannot_follow(option):
     )
     assert done.returncode == 2
     assert f"error: {option}: the simulator cannot follow it" in done.stderr
+
+
+def test_the_spread_over_seeds_is_read_within_the_bounds_and_leaves_the_verdict_alone():
+    sim = doc(run("s", "a", 100.0, 200.0, 1.0), run("s", "b", 100.0, 200.0, 1.0))
+    seeds = [
+        doc(run("s", "a", 98.0, 150.0, 1.0), run("s", "b", 100.0, 200.0, 1.0), seed=1),
+        doc(run("s", "a", 102.0, 400.0, 1.0), run("s", "b", 100.0, 200.0, 1.0), seed=2),
+    ]
+    lab = doc(
+        run("s", "a", 107.0, 440.0, 1.0),  # past the bounds of seed 19's run, within those of the spread
+        run("s", "b", 106.0, 179.0, 1.0),  # past both
+    )
+    a, b = lab_vs_sim.compare(sim, lab, seeds)
+    assert a.spread == lab_vs_sim.Spread(2, (98.0, 102.0), (150.0, 400.0))
+    assert a.missed() == ["p50", "p99"] and a.spread.outside(a.lab_p50, a.lab_p99) == []
+    assert b.spread is not None and b.spread.outside(b.lab_p50, b.lab_p99) == ["p50", "p99"]
+    text = lab_vs_sim.table([a, b])
+    assert "2 seeds: p50 98.0-102.0, p99 150.0-400.0; within the bounds of it: yes" in text
+    assert "within the bounds of it: NO: p50, p99" in text
+    # Without seeds, no spread and the table as before.
+    (row, _) = lab_vs_sim.compare(sim, lab)
+    assert row.spread is None and "seeds" not in lab_vs_sim.table([row])
