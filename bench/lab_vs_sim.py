@@ -57,8 +57,8 @@ class Spread:
     p99: tuple[float, float]
 
     def outside(self, p50: float, p99: float) -> list[str]:
-        """Which of a lab run's `p50` and `p99` lie outside the spread widened by their bounds (the
-        lab run is within the bounds of no seed's run)."""
+        """Which of a lab run's `p50` and `p99` lie outside the spread widened by their bounds (from
+        the lowest less the bound to the highest plus it)."""
         checks = (
             ("p50", (1 - P50_BOUND) * self.p50[0] <= p50 <= (1 + P50_BOUND) * self.p50[1]),
             ("p99", (1 - P99_BOUND) * self.p99[0] <= p99 <= (1 + P99_BOUND) * self.p99[1]),
