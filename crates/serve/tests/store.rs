@@ -35,21 +35,36 @@ fn ask(addr: SocketAddr, request: &str) -> Option<String> {
     Some(line.trim_end().to_string())
 }
 
-/// Starts `program args` and waits (at most 10 s) until `request` is answered with `want…`.
-fn start(program: &str, args: &[&str], addr: SocketAddr, request: &str, want: &str) -> Program {
-    let child = Command::new(program)
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{program} (apt-get install redis-server memcached): {e}"));
-    let program = Program(child);
-    let start = Instant::now();
-    while !ask(addr, request).is_some_and(|l| l.starts_with(want)) {
-        assert!(start.elapsed() < Duration::from_secs(10), "{args:?} not ready");
-        std::thread::sleep(Duration::from_millis(20));
+/// Starts `program` with `args(port)` on a free port of 127.0.0.1 and waits (at most 10 s) until
+/// `request` is answered with `want…`. A port found free can be taken before the program binds
+/// it (by the other program here, or any process): one that exits meanwhile is started again on
+/// another port, three times at most.
+fn start(program: &str, args: impl Fn(&str) -> Vec<String>, request: &str, want: &str) -> (Program, SocketAddr) {
+    let mut exits = Vec::new();
+    for _ in 0..3 {
+        let port = free_port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let child = Command::new(program)
+            .args(args(&port.to_string()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{program} (apt-get install redis-server memcached): {e}"));
+        let mut running = Program(child);
+        let start = Instant::now();
+        loop {
+            if ask(addr, request).is_some_and(|l| l.starts_with(want)) {
+                return (running, addr);
+            }
+            if let Some(status) = running.0.try_wait().unwrap() {
+                exits.push(format!("port {port}: {status}"));
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "{program} on port {port} not ready in 10 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
-    program
+    panic!("{program} exited at once three times: {exits:?}");
 }
 
 fn spec(downstream: &[(&str, String)]) -> Result<Spec, ServeError> {
@@ -64,24 +79,19 @@ fn spec(downstream: &[(&str, String)]) -> Result<Spec, ServeError> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_store_keys_in_redis_and_memcached_and_fail_when_they_are_gone() {
-    let (rp, mp) = (free_port(), free_port());
-    let (redis, memcached): (SocketAddr, SocketAddr) =
-        (format!("127.0.0.1:{rp}").parse().unwrap(), format!("127.0.0.1:{mp}").parse().unwrap());
-    let rp = rp.to_string();
-    let r = start(
-        "redis-server",
-        &["--bind", "127.0.0.1", "--port", &rp, "--save", "", "--appendonly", "no"],
-        redis,
-        "PING\r\n",
-        "+PONG",
-    );
-    let mp = mp.to_string();
-    let mut margs = vec!["-l", "127.0.0.1", "-p", &mp, "-U", "0"];
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        margs.extend(["-u", "root"]);
-    }
-    let m = start("memcached", &margs, memcached, "version\r\n", "VERSION");
+    let redis_args = |port: &str| {
+        ["--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no"].map(String::from).to_vec()
+    };
+    let (r, redis) = start("redis-server", redis_args, "PING\r\n", "+PONG");
+    let memcached_args = |port: &str| {
+        let mut args = ["-l", "127.0.0.1", "-p", port, "-U", "0"].map(String::from).to_vec();
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            args.extend(["-u".into(), "root".into()]);
+        }
+        args
+    };
+    let (m, memcached) = start("memcached", memcached_args, "version\r\n", "VERSION");
 
     let spec = spec(&[("c", format!("redis://{redis}")), ("m", format!("memcached://{memcached}"))]).unwrap();
     let server = Server::bind(&spec, SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap().spawn().unwrap();
