@@ -5,6 +5,8 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode, Version};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
 use std::time::Duration;
 use tailguard_policy::admission::Priority;
 
@@ -13,6 +15,18 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The body type every listener and client uses.
 pub type Body = BoxBody<Bytes, BoxError>;
+
+/// An HTTP/2 client over cleartext (h2c), connecting within `connect_timeout` if one is given.
+/// Its sockets set TCP_NODELAY: HTTP/2 writes a request as several frames (HEADERS, DATA,
+/// WINDOW_UPDATE), and with Nagle's algorithm a frame waits for the peer's (delayed) ACK of the
+/// one before (examples/peers.yaml's speculative store between sidecars over h2c: p50 16.2 → 23 ms
+/// without it).
+pub fn h2c_client(connect_timeout: Option<Duration>) -> Client<HttpConnector, Body> {
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(connect_timeout);
+    connector.set_nodelay(true);
+    Client::builder(TokioExecutor::new()).http2_only(true).build(connector)
+}
 
 /// The header carrying a BLOC confidence chip (`1` or `0`) on responses.
 pub const CHIP: &str = "x-tailguard-chip";

@@ -36,7 +36,6 @@ use hyper::header::HeaderValue;
 use hyper::http::uri::PathAndQuery;
 use hyper::{Request, Response, StatusCode, Uri, Version};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::TokioExecutor;
 use rand_pcg::Pcg64Mcg;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -112,12 +111,7 @@ impl Ingress {
                     };
                     AppClient::Http1(Arc::new(Pool::new(config.app, config.max_app_connections).with_tls(tls)))
                 }
-                config::Protocol::H2c => {
-                    // As the egress's h2c client: no Nagle between a request's frames.
-                    let mut connector = HttpConnector::new();
-                    connector.set_nodelay(true);
-                    AppClient::H2c(Box::new(Client::builder(TokioExecutor::new()).http2_only(true).build(connector)))
-                }
+                config::Protocol::H2c => AppClient::H2c(Box::new(http::h2c_client(None))),
             },
             state: Arc::new(Mutex::new(state)),
             epoch,

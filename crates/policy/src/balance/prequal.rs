@@ -619,6 +619,13 @@ mod tests {
         std::iter::from_fn(|| b.take_probe()).collect()
     }
 
+    /// The probes asked for, in endpoint order.
+    fn sorted_probes(b: &mut Prequal) -> Vec<EndpointId> {
+        let mut sent = probes(b);
+        sent.sort_unstable();
+        sent
+    }
+
     #[test]
     fn the_defaults_are_the_papers_where_it_gives_them() {
         let c = PrequalConfig::default();
@@ -674,8 +681,7 @@ mod tests {
         let config = PrequalConfig { probes_per_request: 5.0, ..PrequalConfig::default() };
         let (mut b, mut rng) = reported(3, config);
         let _ = pick_at(&mut b, &mut rng, SEC, &[]);
-        let mut sent = probes(&mut b);
-        sent.sort_unstable();
+        let sent = sorted_probes(&mut b);
         assert_eq!(sent, [0, 1, 2]);
     }
 
@@ -688,21 +694,18 @@ mod tests {
             b.on_feedback(e, SEC, &Feedback::success(MS).with_load(LoadReport::Load(reply(0, 100))));
         }
         let _ = pick_at(&mut b, &mut rng, SEC + 50 * MS, &[]);
-        let mut sent = probes(&mut b);
-        sent.sort_unstable();
+        let sent = sorted_probes(&mut b);
         assert_eq!(sent, [0, 2]);
         // Once theirs are stale too, 1 and 3 are probed: 0's and 2's probes are pending.
         let _ = pick_at(&mut b, &mut rng, SEC + 101 * MS, &[]);
-        let mut sent = probes(&mut b);
-        sent.sort_unstable();
+        let sent = sorted_probes(&mut b);
         assert_eq!(sent, [1, 3]);
         // Unanswered for `max_age` (1 s), 0's and 2's are taken as lost and probed again; 1's and
         // 3's are still pending.
         let _ = pick_at(&mut b, &mut rng, 2 * SEC + 50 * MS - Duration::from_nanos(1), &[]);
         assert_eq!(probes(&mut b), []);
         let _ = pick_at(&mut b, &mut rng, 2 * SEC + 50 * MS, &[]);
-        let mut sent = probes(&mut b);
-        sent.sort_unstable();
+        let sent = sorted_probes(&mut b);
         assert_eq!(sent, [0, 2]);
     }
 
@@ -714,8 +717,7 @@ mod tests {
         // once while their probes are pending.
         for at in [SEC, SEC + 400 * MS, SEC + 800 * MS] {
             assert_ne!(pick_at(&mut b, &mut rng, at, &[2]), Some(2));
-            let mut sent = probes(&mut b);
-            sent.sort_unstable();
+            let sent = sorted_probes(&mut b);
             assert_eq!(sent, if at == SEC { vec![0, 1] } else { vec![] }, "at {at:?}");
         }
     }
@@ -743,8 +745,7 @@ mod tests {
         report(&mut b, 1, 22 * MS, 0, 5);
         b.on_feedback(0, 30 * MS, &Feedback::success(MS).with_load(LoadReport::Load(reply(3, 4))));
         let _ = pick_at(&mut b, &mut rng, 40 * MS, &[]);
-        let mut sent = probes(&mut b);
-        sent.sort_unstable();
+        let sent = sorted_probes(&mut b);
         assert_eq!(sent, [0, 1]);
     }
 
@@ -806,8 +807,7 @@ mod tests {
         // A response from it carries a report (a sidecar arrived): probed again once stale.
         b.on_feedback(1, 2 * SEC, &Feedback::success(MS).with_load(LoadReport::Load(reply(0, 100))));
         let _ = pick_at(&mut b, &mut rng, 3 * SEC, &[]);
-        let mut sent = probes(&mut b);
-        sent.sort_unstable();
+        let sent = sorted_probes(&mut b);
         assert_eq!(sent, [0, 1]);
     }
 
@@ -927,8 +927,7 @@ mod tests {
         let (mut b, mut rng) = reported(10, PrequalConfig { probes_per_request: 10.0, ..config });
         (0..3).for_each(|e| report(&mut b, e, SEC, 0, 250));
         assert_eq!(b.probe_before_pick(SEC, &mut rng, &[0, 1, 2]), Some(5 * MS));
-        let mut sent = probes(&mut b);
-        sent.sort_unstable();
+        let sent = sorted_probes(&mut b);
         assert_eq!(sent, [3, 4, 5, 6, 7, 8, 9]);
         // `probe_wait: 0` never waits.
         let (mut b, mut rng) = reported(10, PrequalConfig { probe_wait: Duration::ZERO, ..config });

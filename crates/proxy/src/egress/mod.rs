@@ -42,8 +42,6 @@ use crate::trace::Tracing;
 use body::template;
 use driver::Driver;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::TokioExecutor;
 use protocol::HttpClient;
 use routes::{Routes, Upstream};
 use std::sync::{Arc, RwLock};
@@ -72,13 +70,7 @@ impl Egress {
     /// upstream's TLS files cannot be used.
     pub fn new(config: &config::Egress, epoch: Instant, metrics: Arc<Metrics>, seed: u64) -> Result<Egress, TlsError> {
         let routes = RwLock::new(Arc::new(Routes::new(config, None, &metrics, seed)?));
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(config::DEFAULT_CONNECT_TIMEOUT));
-        // HTTP/2 writes a request as several frames (HEADERS, DATA, WINDOW_UPDATE): with Nagle's
-        // algorithm a frame waits for the peer's (delayed) ACK of the one before. examples/peers.yaml's
-        // speculative store between sidecars over h2c: p50 16.2 → 23 ms without it.
-        connector.set_nodelay(true);
-        let h2c = Client::builder(TokioExecutor::new()).http2_only(true).build(connector);
+        let h2c = crate::http::h2c_client(Some(config::DEFAULT_CONNECT_TIMEOUT));
         Ok(Egress { routes, h2c, epoch, metrics, tracing: None, seed, in_flight: Count::default() })
     }
 
