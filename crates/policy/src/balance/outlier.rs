@@ -26,11 +26,13 @@
 //!   are compared with its own). At each of its answers, an endpoint whose median in the answer's
 //!   class is above `latency_factor` × the median of its peers' medians in that class (the other
 //!   endpoints, not ejected, that have answered it; at least two of them) is ejected like a
-//!   failing one, within the same share and with the same growing interval. It
-//!   is judged from its first answer: a caller among many sees a gray replica's answers rarely,
-//!   and by its fifth the replica's queue is past repair. Back in, it is judged on fresh answers
-//!   only: slow still, it goes out for the next longer interval; not slow, its interval starts
-//!   over. A median over the window, against the peers' median, leaves a replica alone for one
+//!   failing one, within the same share and with the same growing interval, but never for more
+//!   than [`LATENCY_EJECTION_PER_EVIDENCE`] (3) times as long as it has been seen slow (since
+//!   the oldest of its slow samples was sent, over all its ejections in a row): a pause of one
+//!   process costs tens of milliseconds, not 30 s. It is judged from its first answer: a caller
+//!   among many sees a gray replica's answers rarely, and by its fifth the replica's queue is
+//!   past repair. Back in, it is judged on fresh answers only: slow still, it goes out for the
+//!   next longer interval; not slow, its interval starts over. A median over the window, against the peers' median, leaves a replica alone for one
 //!   slow answer among fast ones or for being a little slower than the rest, and a whole-service
 //!   slowdown moves the reference with it. A failing endpoint takes the place of one out only for
 //!   its latency when the share is full: errors cost more than slowness.
@@ -197,6 +199,14 @@ const DEFAULT_WORD: &str = "default";
 /// The default `latency_factor`: measured on examples/balancing.yaml (docs/policies.md).
 pub const DEFAULT_LATENCY_FACTOR: f64 = 3.0;
 
+/// How many times as long as it has been seen slow an endpoint stays out for latency, at most:
+/// Envoy's success-rate detection judges over an `interval` of 10 s and ejects for a
+/// `base_ejection_time` of 30 s. Evidence of tens of milliseconds (a pause of one process, a
+/// burst at startup, a heavy tail's few slow answers in a row) then costs tens of milliseconds,
+/// where `base_ejection` would take a healthy replica out for 30 s; a replica that stays slow
+/// comes back on probation, is seen slow again, and its evidence and interval grow together.
+pub const LATENCY_EJECTION_PER_EVIDENCE: f64 = 3.0;
+
 /// Why an endpoint was ejected.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Reason {
@@ -245,6 +255,9 @@ struct Endpoint {
     probing: bool,
     /// Why it was last ejected.
     reason: Reason,
+    /// Ejected for latency and not yet seen quick again: when the evidence began (the send of the
+    /// oldest sample behind the first of these ejections), which bounds how long it stays out.
+    slow_since: Option<Time>,
     /// Taken out of the set ([`Outlier::retire`]): never ejected, no peer for latency.
     retired: bool,
 }
@@ -252,11 +265,20 @@ struct Endpoint {
 /// An endpoint's answers in one class of requests.
 #[derive(Clone, Debug, Default)]
 struct Answers {
-    /// Its last successful answer times (at most `latency_samples`, the oldest first), since its
-    /// last ejection.
-    samples: VecDeque<Duration>,
+    /// Its last successful answers (at most `latency_samples`, the oldest first), since its last
+    /// ejection.
+    samples: VecDeque<Sample>,
     /// Their median, once it has answered.
     median: Option<Duration>,
+}
+
+/// One successful answer.
+#[derive(Clone, Copy, Debug)]
+struct Sample {
+    /// When its attempt was sent.
+    sent: Time,
+    /// How long it took.
+    rtt: Duration,
 }
 
 /// Consecutive-failure outlier detection over one caller's endpoints ([module docs](self)).
@@ -407,6 +429,7 @@ impl Outlier {
                     // A slow endpoint answers: only fresh samples may say it is no longer slow.
                     if e.reason == Reason::Failures {
                         e.ejections = 0;
+                        e.slow_since = None;
                     }
                 }
                 None
@@ -447,9 +470,10 @@ impl Outlier {
         if a.samples.len() == window {
             a.samples.pop_front();
         }
-        a.samples.push_back(rtt);
+        a.samples.push_back(Sample { sent: now.saturating_sub(rtt), rtt });
+        let evidence_since = a.samples.iter().map(|s| s.sent).min().unwrap_or(now);
         self.medians.clear();
-        self.medians.extend(a.samples.iter().copied());
+        self.medians.extend(a.samples.iter().map(|s| s.rtt));
         let own = median(&mut self.medians);
         a.median = Some(own);
         self.medians.clear();
@@ -460,12 +484,15 @@ impl Outlier {
             return None;
         }
         let reference = median(&mut self.medians);
+        let e = &mut self.endpoints[endpoint];
         if own.as_secs_f64() > factor * reference.as_secs_f64() {
+            e.slow_since.get_or_insert(evidence_since);
             self.eject(endpoint, now, Reason::Latency)
         } else {
-            // Not slow on a full window of samples: the next ejection, if any, is a first one again.
-            if self.endpoints[endpoint].reason == Reason::Latency {
-                self.endpoints[endpoint].ejections = 0;
+            // Not slow: the next ejection, if any, is a first one again.
+            if e.reason == Reason::Latency {
+                e.ejections = 0;
+                e.slow_since = None;
             }
             None
         }
@@ -487,7 +514,10 @@ impl Outlier {
         self.end_probe(endpoint);
         let e = &mut self.endpoints[endpoint];
         e.ejections = e.ejections.saturating_add(1);
-        let duration = self.config.base_ejection.saturating_mul(e.ejections).min(self.config.max_ejection);
+        let mut duration = self.config.base_ejection.saturating_mul(e.ejections).min(self.config.max_ejection);
+        if let (Reason::Latency, Some(since)) = (reason, e.slow_since) {
+            duration = duration.min(now.saturating_sub(since).mul_f64(LATENCY_EJECTION_PER_EVIDENCE));
+        }
         e.ejected_until = Some(now.saturating_add(duration));
         e.failures = 0;
         e.probation = false;
@@ -641,16 +671,18 @@ mod tests {
     fn an_endpoint_far_slower_than_its_peers_is_ejected() {
         let mut o = by_latency(4);
         // The first answers: 3 takes 2 s, but no two peers have answered yet, so nothing is judged.
-        assert_eq!(answer(&mut o, 3, S(1), S(2)), None);
-        assert_eq!(answer(&mut o, 1, S(1), MS(100)), None);
-        assert_eq!(answer(&mut o, 2, S(1), MS(100)), None);
+        assert_eq!(answer(&mut o, 3, S(5), S(2)), None);
+        assert_eq!(answer(&mut o, 1, S(5), MS(100)), None);
+        assert_eq!(answer(&mut o, 2, S(5), MS(100)), None);
         // 0 answers in 250 ms: its peers' medians are 2 s, 100 ms and 100 ms, median 100 ms, and
         // 250 ms is not above 3 × 100 ms.
-        assert_eq!(answer(&mut o, 0, S(1), MS(250)), None);
+        assert_eq!(answer(&mut o, 0, S(5), MS(250)), None);
         // 3's window is [2 s, 400 ms]: median (the lower one) 400 ms > 3 × median(250, 100, 100).
-        let ejection = Ejection { endpoint: 3, duration: S(10), nth: 1, reason: Reason::Latency };
-        assert_eq!(answer(&mut o, 3, S(2), MS(400)), Some(ejection));
-        assert_eq!(ejected(&mut o, S(2)), [3]);
+        // Seen slow since its first attempt went, at 3 s: out for 3 × 3 s, under `base_ejection`.
+        let ejection = Ejection { endpoint: 3, duration: S(9), nth: 1, reason: Reason::Latency };
+        assert_eq!(answer(&mut o, 3, S(6), MS(400)), Some(ejection));
+        assert_eq!(ejected(&mut o, S(6)), [3]);
+        assert_eq!(ejected(&mut o, S(15)), [] as [EndpointId; 0]);
     }
 
     #[test]
@@ -695,27 +727,52 @@ mod tests {
     #[test]
     fn back_in_a_slow_endpoint_is_probed_once_and_judged_on_fresh_answers() {
         let mut o = by_latency(3);
-        answer(&mut o, 1, S(0), MS(100));
-        answer(&mut o, 2, S(0), MS(100));
-        assert!(answer(&mut o, 0, S(0), S(1)).is_some());
-        // Back at 10 s: one attempt, the probe, may go to it; the next pick avoids it.
-        assert_eq!(ejected(&mut o, S(10)), [] as [EndpointId; 0]);
+        answer(&mut o, 1, S(10), MS(100));
+        answer(&mut o, 2, S(10), MS(100));
+        // Its first answer took 5 s: out for 3 × 5 s, longer than `base_ejection` (10 s).
+        let first = answer(&mut o, 0, S(10), S(5));
+        assert_eq!(first, Some(Ejection { endpoint: 0, duration: S(10), nth: 1, reason: Reason::Latency }));
+        // Back at 20 s: one attempt, the probe, may go to it; the next pick avoids it.
+        assert_eq!(ejected(&mut o, S(20)), [] as [EndpointId; 0]);
         o.on_send(0);
-        assert_eq!(ejected(&mut o, S(10)), [0]);
+        assert_eq!(ejected(&mut o, S(20)), [0]);
         o.on_send(0);
         // The probe answers in 1 s: still slow, out for twice as long (its success does not reset
         // the intervals as it does after failures).
-        let again = answer(&mut o, 0, S(11), S(1));
+        let again = answer(&mut o, 0, S(21), S(1));
         assert_eq!(again, Some(Ejection { endpoint: 0, duration: S(20), nth: 2, reason: Reason::Latency }));
-        // Back at 31 s, the probe answers in 120 ms: not slow, so the intervals start over.
-        assert_eq!(ejected(&mut o, S(31)), [] as [EndpointId; 0]);
+        // Back at 41 s, the probe answers in 120 ms: not slow, so the intervals start over.
+        assert_eq!(ejected(&mut o, S(41)), [] as [EndpointId; 0]);
         o.on_send(0);
-        assert_eq!(answer(&mut o, 0, S(31), MS(120)), None);
-        assert_eq!(ejected(&mut o, S(31)), [] as [EndpointId; 0]);
-        // Slow again: the median of [120 ms, 2 s] is 120 ms; of [120 ms, 2 s, 2 s], 2 s.
-        assert_eq!(answer(&mut o, 0, S(32), S(2)), None);
-        let third = answer(&mut o, 0, S(33), S(2));
-        assert_eq!(third, Some(Ejection { endpoint: 0, duration: S(10), nth: 1, reason: Reason::Latency }));
+        assert_eq!(answer(&mut o, 0, S(41), MS(120)), None);
+        assert_eq!(ejected(&mut o, S(41)), [] as [EndpointId; 0]);
+        // Slow again: the median of [120 ms, 2 s] is 120 ms; of [120 ms, 2 s, 2 s], 2 s, seen
+        // since 40 s: out for 3 × 3 s, a first ejection again.
+        assert_eq!(answer(&mut o, 0, S(42), S(2)), None);
+        let third = answer(&mut o, 0, S(43), S(2));
+        assert_eq!(third, Some(Ejection { endpoint: 0, duration: S(9), nth: 1, reason: Reason::Latency }));
+    }
+
+    #[test]
+    fn a_brief_slowdown_costs_a_brief_ejection_and_a_lasting_one_a_growing_one() {
+        let mut o = by_latency(3);
+        answer(&mut o, 1, S(10), MS(1));
+        answer(&mut o, 2, S(10), MS(1));
+        // A pause of one process: an answer of 8 ms where its peers take 1 ms, and it is out for
+        // three times the 8 ms it has been seen slow, not for `base_ejection`'s 10 s.
+        let t = |ms| S(10) + MS(ms);
+        let brief = answer(&mut o, 0, t(8), MS(8)).map(|e| e.duration);
+        assert_eq!(brief, Some(MS(24)));
+        assert_eq!(ejected(&mut o, t(31)), [0]);
+        assert_eq!(ejected(&mut o, t(32)), [] as [EndpointId; 0]);
+        // Slow still on probation: out for three times all it has been seen slow (since 10 s),
+        // twice `base_ejection` at most; then quick again, and a later slowdown starts over.
+        o.on_send(0);
+        let longer = answer(&mut o, 0, t(40), MS(8)).map(|e| (e.duration, e.nth));
+        assert_eq!(longer, Some((MS(120), 2)));
+        o.on_send(0);
+        assert_eq!(answer(&mut o, 0, t(400), MS(1)), None);
+        assert_eq!(o.endpoints[0].slow_since, None);
     }
 
     #[test]
