@@ -54,7 +54,11 @@ fn km_order(a: &(f64, bool), b: &(f64, bool)) -> std::cmp::Ordering {
     a.0.total_cmp(&b.0).then(b.1.cmp(&a.1))
 }
 
-/// Pushes and evictions held for a merge at most (beyond, a push merges them at once).
+/// Pushes and evictions held for a merge at least (beyond the larger of this and the sample's
+/// size, a push merges them at once; else the next reading does). A merge costs a pass over the
+/// whole sample, so it waits for the reading where it can: the adaptive timeout reads every
+/// 50 ms at most, and at 5,000 answers a second one merge every 32 pushes was its largest cost
+/// (bench/proxy-instructions.sh, bench/RESULTS.md).
 const UNMERGED: usize = 64;
 
 impl Sample {
@@ -65,8 +69,8 @@ impl Sample {
             cap,
             observed: VecDeque::with_capacity(cap),
             sorted: Vec::with_capacity(cap),
-            added: Vec::with_capacity(UNMERGED + 1),
-            removed: Vec::with_capacity(UNMERGED + 1),
+            added: Vec::with_capacity(cap.max(UNMERGED) + 1),
+            removed: Vec::with_capacity(cap.max(UNMERGED) + 1),
             merged: Vec::with_capacity(cap),
         }
     }
@@ -91,7 +95,7 @@ impl Sample {
         let new = (x, answered);
         self.observed.push_back(new);
         self.added.push(new);
-        if self.added.len() + self.removed.len() > UNMERGED {
+        if self.added.len() + self.removed.len() > self.cap.max(UNMERGED) {
             self.merge();
         }
     }
