@@ -159,12 +159,14 @@ policy_yaml() {
 }
 
 # egress_file FILE PORT POLICY [ADMIN]: a tailguard egress on PORT sending to ENDPOINTS under
-# policy_yaml POLICY, with an admin listener on ADMIN
+# policy_yaml POLICY, with an admin listener on ADMIN; UPSTREAM_PROTOCOL, if set, is the
+# upstream's `protocol` (h2c: HTTP/2 between the egress and the ingress sidecars)
 egress_file() {
   local list
   list=$(IFS=,; echo "${ENDPOINTS[*]}")
   printf 'egress:\n  listen: 127.0.0.1:%s\n  upstreams:\n    backend:\n      endpoints: [%s]\n      match: {path_prefix: /}\n      policy: %s\n' \
     "$2" "$list" "$(policy_yaml "$3")" >"$1"
+  if [ -n "${UPSTREAM_PROTOCOL:-}" ]; then printf '      protocol: %s\n' "$UPSTREAM_PROTOCOL" >>"$1"; fi
   if [ -n "${4:-}" ]; then printf 'admin:\n  listen: 127.0.0.1:%s\n' "$4" >>"$1"; fi
 }
 

@@ -25,7 +25,9 @@
 #                  each sending a GET once a second (turns spread evenly: 1,000 req/s, no bursts)
 # Targets, for the recommended policies on `make build`'s binary: throughput >= 1.0 x HAProxy's,
 # CPU/request (both loads) <= 1.0 x HAProxy's, added p50 <= 0.2 ms, RSS <= 20 MB.
-# Env: RUNS (3), DUR (5s), PGO (0), UNPROBED (0), BENCH_TG (a binary to measure instead of target/release's).
+# Env: RUNS (3), DUR (5s), PGO (0), UNPROBED (0), BENCH_TG (a binary to measure instead of target/release's),
+# UPSTREAM_PROTOCOL (h2c: tailguard's egresses speak HTTP/2 to the ingress sidecars; HAProxy and nginx
+# keep HTTP/1).
 source "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-3}; DUR=${DUR:-5s}
 build_tailguard; install_debian_peers
