@@ -32,9 +32,9 @@
 //!   process costs tens of milliseconds, not 30 s. It is judged from its first answer: a caller
 //!   among many sees a gray replica's answers rarely, and by its fifth the replica's queue is
 //!   past repair. Back in, it is judged on fresh answers only: slow still, it goes out for the
-//!   next longer interval; not slow, its interval starts over. A median over the window, against the peers' median, leaves a replica alone for one
-//!   slow answer among fast ones or for being a little slower than the rest, and a whole-service
-//!   slowdown moves the reference with it. A failing endpoint takes the place of one out only for
+//!   next longer interval; not slow, its interval starts over. A median over the window, against
+//!   the peers' median, leaves a replica alone for one slow answer among fast ones or for being a
+//!   little slower than the rest, and a whole-service slowdown moves the reference with it. A failing endpoint takes the place of one out only for
 //!   its latency when the share is full: errors cost more than slowness.
 //!
 //! [`Call`](crate::call::Call) applies it to every balancer alike: an ejected endpoint is treated as
