@@ -528,11 +528,13 @@ impl Outlier {
         Some(Ejection { endpoint, duration, nth, reason })
     }
 
-    /// Drops `endpoint`'s answer times in every class.
+    /// Drops `endpoint`'s answer times in every class, keeping their room (an ejection for
+    /// latency may last milliseconds, and a request's path allocates nothing).
     fn forget_answers(&mut self, endpoint: EndpointId) {
         for class in &mut self.answers {
             if let Some(a) = class.get_mut(endpoint) {
-                *a = Answers::default();
+                a.samples.clear();
+                a.median = None;
             }
         }
     }
