@@ -34,8 +34,9 @@
 //!   past repair. Back in, it is judged on fresh answers only: slow still, it goes out for the
 //!   next longer interval; not slow, its interval starts over. A median over the window, against
 //!   the peers' median, leaves a replica alone for one slow answer among fast ones or for being a
-//!   little slower than the rest, and a whole-service slowdown moves the reference with it. A failing endpoint takes the place of one out only for
-//!   its latency when the share is full: errors cost more than slowness.
+//!   little slower than the rest, and a whole-service slowdown moves the reference with it. A
+//!   failing endpoint takes the place of one out only for its latency when the share is full:
+//!   errors cost more than slowness.
 //!
 //! [`Call`](crate::call::Call) applies it to every balancer alike: an ejected endpoint is treated as
 //! one the request has already tried, which every balancer avoids while it has another choice.
@@ -262,6 +263,14 @@ struct Endpoint {
     retired: bool,
 }
 
+impl Endpoint {
+    /// It answered well: its next ejection is a first one again, on fresh evidence.
+    fn start_over(&mut self) {
+        self.ejections = 0;
+        self.slow_since = None;
+    }
+}
+
 /// An endpoint's answers in one class of requests.
 #[derive(Clone, Debug, Default)]
 struct Answers {
@@ -428,8 +437,7 @@ impl Outlier {
                     e.probation = false;
                     // A slow endpoint answers: only fresh samples may say it is no longer slow.
                     if e.reason == Reason::Failures {
-                        e.ejections = 0;
-                        e.slow_since = None;
+                        e.start_over();
                     }
                 }
                 None
@@ -471,7 +479,6 @@ impl Outlier {
             a.samples.pop_front();
         }
         a.samples.push_back(Sample { sent: now.saturating_sub(rtt), rtt });
-        let evidence_since = a.samples.iter().map(|s| s.sent).min().unwrap_or(now);
         self.medians.clear();
         self.medians.extend(a.samples.iter().map(|s| s.rtt));
         let own = median(&mut self.medians);
@@ -486,13 +493,13 @@ impl Outlier {
         let reference = median(&mut self.medians);
         let e = &mut self.endpoints[endpoint];
         if own.as_secs_f64() > factor * reference.as_secs_f64() {
-            e.slow_since.get_or_insert(evidence_since);
+            if e.slow_since.is_none() {
+                e.slow_since = self.answers[class][endpoint].samples.iter().map(|s| s.sent).min();
+            }
             self.eject(endpoint, now, Reason::Latency)
         } else {
-            // Not slow: the next ejection, if any, is a first one again.
             if e.reason == Reason::Latency {
-                e.ejections = 0;
-                e.slow_since = None;
+                e.start_over();
             }
             None
         }
