@@ -29,12 +29,13 @@
 //!   estimate among the last [`RECENT_RIFS`] probe replies, is stale and dropped, and a new report
 //!   into a full pool evicts the oldest.
 //! - **HCL.** A replica is *hot* when its RIF is above the `hot_quantile` quantile of the RIFs of
-//!   the last [`RECENT_RIFS`] probe replies, *cold* otherwise. Among cold candidates the one with
-//!   the lowest latency estimate wins (ties: lower RIF, then the older report); if every one is
-//!   hot, the one with the lowest RIF (ties: lower latency, then older). The threshold and the
-//!   age limit are drawn from probe replies alone, which sample replicas at random: a response's
-//!   report comes from a replica this caller chose, as a request left it, and would pull both
-//!   down (on examples/balancing.yaml, p99 up to 10 % higher with them).
+//!   the last [`RECENT_RIFS`] probe replies, scaled by how quick the replica usually is (below),
+//!   *cold* otherwise. Among cold candidates the one with the lowest latency estimate wins (ties:
+//!   lower RIF, then the older report); if every one is hot, the one with the lowest RIF (ties:
+//!   lower latency, then older). The threshold and the age limit are drawn from probe replies
+//!   alone, which sample replicas at random: a response's report comes from a replica this caller
+//!   chose, as a request left it, and would pull both down (on examples/balancing.yaml, p99 up to
+//!   10 % higher with them).
 //! - **Reuse.** A report serves at most `reuse_budget` picks. Each use also adds one to the
 //!   report's RIF, as the request just sent is one more in flight there, so a reused report
 //!   degrades instead of attracting a burst.
@@ -57,6 +58,19 @@
 //! - The paper's replicas report the median latency of recent requests that arrived at the current
 //!   RIF; our [`ProbeResponder`] does so over the last [`ProbeResponder::WINDOW`] answers per RIF
 //!   (the same code in the simulator and the proxy).
+//! - The paper's hot threshold is one RIF for all replicas, which assumes they serve at one speed.
+//!   Where they differ (more workers, a faster machine, a gray replica beside a healthy one), the
+//!   quicker one holds more requests at the same wait (Little's law: requests held are arrivals
+//!   times time held) and was called hot for it, so picks went to the slower one, where a slow
+//!   route's request waits longest. A replica's threshold is therefore the shared one times the
+//!   median latency estimate of the last [`RECENT_RIFS`] probe replies over the median of its own
+//!   last [`OWN_REPLIES`] (once it has sent half as many): a replica twice as quick as the typical
+//!   one may hold twice as many. A replica that starts to queue reports longer latencies and its
+//!   threshold falls, so the rule does not feed on the load it sends (a threshold from each
+//!   replica's own RIFs did: the busier one's rose, and on equal replicas the load drifted to one
+//!   of them). examples/routes.yaml's `gray` (held-out seeds 101–106): the recommended policy's
+//!   p99 1,686 → 812 ms, the slow route's 2,417 → 1,863 ms, the quick route's 42.9 → 29.4 ms; the
+//!   other examples within their seeds' spread (docs/policies.md, Prequal).
 //! - A refusal (429) or an unreachable replica drops that replica's report from the pool.
 
 use super::{Balancer, Eligible, Pick};
@@ -69,6 +83,9 @@ use std::time::Duration;
 
 /// How many recent reports the hot threshold is the quantile of.
 pub const RECENT_RIFS: usize = 64;
+
+/// How many of its own recent probe replies tell how quick a replica usually is.
+pub const OWN_REPLIES: usize = 16;
 
 /// Settings of [`Prequal`]; a file may leave out any of them.
 #[derive(Clone, Copy, Debug, PartialEq, Deserialize, Serialize)]
@@ -86,7 +103,8 @@ pub struct PrequalConfig {
     pub max_age: Duration,
     /// How many picks one report may serve (default 2).
     pub reuse_budget: u32,
-    /// The quantile of recent RIFs above which a replica is hot (default 0.84, the paper's Q_RIF).
+    /// The quantile of recent RIFs above which a replica of typical speed is hot (default 0.84,
+    /// the paper's Q_RIF).
     pub hot_quantile: f64,
     /// How long a pick whose pool holds no usable report waits for its probes, sent before it
     /// rather than after (default 5 ms; 0: never, the pick is random as in the paper).
@@ -258,11 +276,45 @@ struct Seen {
     reported: Duration,
     /// When the probe to it in flight was drawn, if one is.
     probe_sent: Option<Time>,
+    /// The latency estimates of its last [`OWN_REPLIES`] probe replies, in whole microseconds, a
+    /// ring written at `replies_next`.
+    replied_us: [u32; OWN_REPLIES],
+    replies: u8,
+    replies_next: u8,
+    /// Their median, once there are half as many: how quick it usually is.
+    usual_latency: Option<Duration>,
 }
 
 impl Default for Seen {
     fn default() -> Self {
-        Seen { sidecar: Sidecar::Unknown, in_flight: 0, latency: None, reported: Duration::ZERO, probe_sent: None }
+        Seen {
+            sidecar: Sidecar::Unknown,
+            in_flight: 0,
+            latency: None,
+            reported: Duration::ZERO,
+            probe_sent: None,
+            replied_us: [0; OWN_REPLIES],
+            replies: 0,
+            replies_next: 0,
+            usual_latency: None,
+        }
+    }
+}
+
+impl Seen {
+    /// A probe reply from it estimated `latency`.
+    fn record_reply(&mut self, latency: Duration) {
+        let at = usize::from(self.replies_next);
+        self.replied_us[at] = u32::try_from(latency.as_micros()).unwrap_or(u32::MAX);
+        self.replies_next = ((at + 1) % OWN_REPLIES) as u8;
+        self.replies = (usize::from(self.replies) + 1).min(OWN_REPLIES) as u8;
+        let replies = usize::from(self.replies);
+        if replies >= OWN_REPLIES / 2 {
+            let mut sorted = self.replied_us;
+            let sorted = &mut sorted[..replies];
+            sorted.sort_unstable();
+            self.usual_latency = Some(Duration::from_micros(sorted[(replies - 1) / 2].into()));
+        }
     }
 }
 
@@ -283,6 +335,11 @@ pub struct Prequal {
     /// Their latency estimates, in the same ring.
     recent_latencies: Vec<Duration>,
     recent_next: usize,
+    /// The `hot_quantile` quantile of `recent` (`u32::MAX` before any): the hot threshold of a
+    /// replica of typical speed.
+    hot_rif: u32,
+    /// The median of `recent_latencies`: a typical replica's latency estimate.
+    typical_latency: Duration,
     /// Draws owed: the fraction of `probes_per_request` not drawn yet.
     credit: f64,
     /// Probes asked for by the last draw and not yet taken by the driver.
@@ -308,6 +365,8 @@ impl Prequal {
             recent: Vec::with_capacity(RECENT_RIFS),
             recent_latencies: Vec::with_capacity(RECENT_RIFS),
             recent_next: 0,
+            hot_rif: u32::MAX,
+            typical_latency: Duration::ZERO,
             credit: 0.0,
             due: Vec::new(),
             locals: Vec::new(),
@@ -319,40 +378,59 @@ impl Prequal {
         }
     }
 
-    /// The RIF above which a replica is hot: the `hot_quantile` quantile of the recent reports'
-    /// RIFs (the smallest value with at least that share of them at or below it).
-    fn hot_threshold(&self) -> u32 {
+    /// Draws the shared hot threshold and the typical latency from the recent replies: the
+    /// `hot_quantile` quantile of their RIFs (the smallest value with at least that share of them
+    /// at or below it) and the median of their latency estimates. Once a reply, not once a pick.
+    fn refresh_recent(&mut self) {
         let mut sorted = [0u32; RECENT_RIFS];
         let sorted = &mut sorted[..self.recent.len()];
         sorted.copy_from_slice(&self.recent);
         sorted.sort_unstable();
         let rank = (self.config.hot_quantile * sorted.len() as f64).ceil() as usize;
-        sorted.get(rank.max(1) - 1).copied().unwrap_or(u32::MAX)
+        self.hot_rif = sorted.get(rank.max(1) - 1).copied().unwrap_or(u32::MAX);
+        let mut sorted = [Duration::ZERO; RECENT_RIFS];
+        let sorted = &mut sorted[..self.recent_latencies.len()];
+        sorted.copy_from_slice(&self.recent_latencies);
+        sorted.sort_unstable();
+        self.typical_latency = sorted.get(sorted.len().saturating_sub(1) / 2).copied().unwrap_or_default();
+    }
+
+    /// The shared hot threshold: the RIF above which a replica of typical speed is hot.
+    fn hot_threshold(&self) -> u32 {
+        self.hot_rif
+    }
+
+    /// The RIF above which `endpoint` is hot: the shared threshold times how many times quicker
+    /// than the typical replica it usually is; the shared one until it has a usual latency.
+    fn hot_threshold_of(&self, endpoint: EndpointId) -> u32 {
+        match self.seen[endpoint].usual_latency {
+            Some(usual) if self.hot_rif != u32::MAX && !usual.is_zero() && !self.typical_latency.is_zero() => {
+                let scaled = f64::from(self.hot_rif) * self.typical_latency.as_secs_f64() / usual.as_secs_f64();
+                scaled.round().min(f64::from(u32::MAX)) as u32
+            }
+            _ => self.hot_rif,
+        }
     }
 
     /// The HCL choice among the pool's reports and the drawn endpoints ranked locally, leaving
     /// out the endpoints in `exclude`.
     fn hcl(&self, exclude: &[EndpointId]) -> Option<Candidate> {
-        let threshold = self.hot_threshold();
-        let pool = self
-            .pool
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| !exclude.contains(&p.endpoint))
-            .map(|(i, p)| (Candidate::Pool(i), p.in_flight, p.latency));
+        let pool = self.pool.iter().enumerate().filter(|(_, p)| !exclude.contains(&p.endpoint)).map(|(i, p)| {
+            (Candidate::Pool(i), p.in_flight > self.hot_threshold_of(p.endpoint), p.in_flight, p.latency)
+        });
         // An endpoint ranked locally is expected to answer a new request in its average answer
         // time for each request of ours ahead of it and this one (peak-EWMA's cost).
         let locals = self.locals.iter().filter(|e| !exclude.contains(e)).map(|&e| {
             let seen = &self.seen[e];
             let latency = seen.latency.map_or(0.0, |l| l * f64::from(seen.in_flight + 1));
-            (Candidate::Local(e), seen.in_flight, Duration::from_secs_f64(latency))
+            (Candidate::Local(e), seen.in_flight > self.hot_rif, seen.in_flight, Duration::from_secs_f64(latency))
         });
         // Cold before hot; among cold, latency then RIF; among hot, RIF then latency. Older
         // reports come first in the pool, then the draw in its order, and `min_by_key` keeps the
         // first of equals.
         pool.chain(locals)
-            .min_by_key(|&(_, in_flight, latency)| {
-                if in_flight > threshold {
+            .min_by_key(|&(_, hot, in_flight, latency)| {
+                if hot {
                     (true, Duration::ZERO, in_flight, latency)
                 } else {
                     (false, latency, in_flight, Duration::ZERO)
@@ -460,6 +538,8 @@ impl Prequal {
                 self.recent_latencies[self.recent_next] = reply.latency;
             }
             self.recent_next = (self.recent_next + 1) % RECENT_RIFS;
+            seen.record_reply(reply.latency);
+            self.refresh_recent();
         }
         self.pool.retain(|p| p.endpoint != endpoint);
         if self.pool.len() >= self.config.pool_size as usize {
@@ -853,6 +933,26 @@ mod tests {
         assert_eq!(pick_at(&mut b, &mut rng, MS, &[]), Some(0));
         // Left: 1 (RIF 3), 2 (RIF 5), 3 (RIF 8), all hot: the lowest RIF wins.
         assert_eq!(b.pool.iter().map(|p| (p.endpoint, p.in_flight)).collect::<Vec<_>>(), [(1, 3), (2, 5), (3, 8)]);
+        assert_eq!(pick_at(&mut b, &mut rng, MS, &[]), Some(1));
+    }
+
+    #[test]
+    fn a_quicker_replica_may_hold_more_before_it_is_hot() {
+        let (mut b, mut rng) = prequal(2, no_probes());
+        // 0 answers in 5 ms holding 4; it has a usual latency once it has replied 8 times.
+        (0..7).for_each(|_| report(&mut b, 0, Time::ZERO, 4, 5));
+        assert_eq!(b.hot_threshold_of(0), b.hot_threshold());
+        report(&mut b, 0, Time::ZERO, 4, 5);
+        // 1, three times slower, holds 1. The shared threshold is 4 (the 0.84 quantile of twelve
+        // 1s and nine replies of 4 or more) and the typical latency 15 ms: 0 may hold 3 x 4.
+        (0..12).for_each(|_| report(&mut b, 1, Time::ZERO, 1, 15));
+        report(&mut b, 0, Time::ZERO, 6, 5);
+        assert_eq!((b.hot_threshold(), b.hot_threshold_of(0), b.hot_threshold_of(1)), (4, 12, 4));
+        // At 6 the paper's rule calls 0 hot and sends the request to 1; 0 is cold, and quicker.
+        assert_eq!(pick_at(&mut b, &mut rng, MS, &[]), Some(0));
+        // Holding 13 it is hot, and 1 wins.
+        report(&mut b, 0, MS, 13, 5);
+        assert_eq!(b.hot_threshold_of(0), 12);
         assert_eq!(pick_at(&mut b, &mut rng, MS, &[]), Some(1));
     }
 
