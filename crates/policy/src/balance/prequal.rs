@@ -395,11 +395,6 @@ impl Prequal {
         self.typical_latency = sorted.get(sorted.len().saturating_sub(1) / 2).copied().unwrap_or_default();
     }
 
-    /// The shared hot threshold: the RIF above which a replica of typical speed is hot.
-    fn hot_threshold(&self) -> u32 {
-        self.hot_rif
-    }
-
     /// The RIF above which `endpoint` is hot: the shared threshold times how many times quicker
     /// than the typical replica it usually is; the shared one until it has a usual latency.
     fn hot_threshold_of(&self, endpoint: EndpointId) -> u32 {
@@ -912,7 +907,7 @@ mod tests {
         report(&mut b, 1, Time::ZERO, 2, 30);
         report(&mut b, 2, Time::ZERO, 3, 10);
         report(&mut b, 3, Time::ZERO, 9, 20);
-        assert_eq!(b.hot_threshold(), 9);
+        assert_eq!(b.hot_rif, 9);
         assert_eq!(pick_at(&mut b, &mut rng, MS, &[]), Some(2));
     }
 
@@ -925,7 +920,7 @@ mod tests {
         report(&mut b, 1, Time::ZERO, 2, 30);
         report(&mut b, 2, Time::ZERO, 5, 1);
         report(&mut b, 3, Time::ZERO, 8, 2);
-        assert_eq!(b.hot_threshold(), 2);
+        assert_eq!(b.hot_rif, 2);
         assert_eq!(pick_at(&mut b, &mut rng, MS, &[]), Some(1));
         // 1's report now counts 3 in flight (hot) with one use left; 0 is the only cold one.
         assert_eq!(pick_at(&mut b, &mut rng, MS, &[]), Some(0));
@@ -941,13 +936,13 @@ mod tests {
         let (mut b, mut rng) = prequal(2, no_probes());
         // 0 answers in 5 ms holding 4; it has a usual latency once it has replied 8 times.
         (0..7).for_each(|_| report(&mut b, 0, Time::ZERO, 4, 5));
-        assert_eq!(b.hot_threshold_of(0), b.hot_threshold());
+        assert_eq!(b.hot_threshold_of(0), b.hot_rif);
         report(&mut b, 0, Time::ZERO, 4, 5);
         // 1, three times slower, holds 1. The shared threshold is 4 (the 0.84 quantile of twelve
         // 1s and nine replies of 4 or more) and the typical latency 15 ms: 0 may hold 3 x 4.
         (0..12).for_each(|_| report(&mut b, 1, Time::ZERO, 1, 15));
         report(&mut b, 0, Time::ZERO, 6, 5);
-        assert_eq!((b.hot_threshold(), b.hot_threshold_of(0), b.hot_threshold_of(1)), (4, 12, 4));
+        assert_eq!((b.hot_rif, b.hot_threshold_of(0), b.hot_threshold_of(1)), (4, 12, 4));
         // At 6 the paper's rule calls 0 hot and sends the request to 1; 0 is cold, and quicker.
         assert_eq!(pick_at(&mut b, &mut rng, MS, &[]), Some(0));
         // Holding 13 it is hot, and 1 wins.
@@ -1066,12 +1061,12 @@ mod tests {
     #[test]
     fn the_hot_threshold_is_over_the_last_replies() {
         let (mut b, _) = prequal(2, no_probes());
-        assert_eq!(b.hot_threshold(), u32::MAX);
+        assert_eq!(b.hot_rif, u32::MAX);
         // 64 replies with RIF 0, then 64 with RIF 7: only the last 64 count.
         (0..RECENT_RIFS).for_each(|_| report(&mut b, 0, Time::ZERO, 0, 1));
-        assert_eq!(b.hot_threshold(), 0);
+        assert_eq!(b.hot_rif, 0);
         (0..RECENT_RIFS).for_each(|_| report(&mut b, 1, Time::ZERO, 7, 1));
-        assert_eq!(b.hot_threshold(), 7);
+        assert_eq!(b.hot_rif, 7);
     }
 
     #[test]
