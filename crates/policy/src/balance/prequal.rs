@@ -311,11 +311,20 @@ impl Seen {
         let replies = usize::from(self.replies);
         if replies >= OWN_REPLIES / 2 {
             let mut sorted = self.replied_us;
-            let sorted = &mut sorted[..replies];
-            sorted.sort_unstable();
-            self.usual_latency = Some(Duration::from_micros(sorted[(replies - 1) / 2].into()));
+            self.usual_latency = quantile(&mut sorted[..replies], 0.5).map(|us| Duration::from_micros(us.into()));
         }
     }
+}
+
+/// The `q` quantile of `values`, reordering them: the smallest value with at least that share of
+/// them at or below it (for 0.5, the lower of the two middle ones); none for none. A selection,
+/// not a sort: it runs at every pick that follows a probe reply.
+fn quantile<T: Ord + Copy>(values: &mut [T], q: f64) -> Option<T> {
+    if values.is_empty() {
+        return None;
+    }
+    let rank = (q * values.len() as f64).ceil() as usize;
+    Some(*values.select_nth_unstable(rank.max(1) - 1).1)
 }
 
 /// A candidate of a pick: a report in the pool, or an endpoint ranked from this caller's view.
@@ -340,6 +349,8 @@ pub struct Prequal {
     hot_rif: u32,
     /// The median of `recent_latencies`: a typical replica's latency estimate.
     typical_latency: Duration,
+    /// A probe reply came since `hot_rif` and `typical_latency` were drawn.
+    thresholds_stale: bool,
     /// Draws owed: the fraction of `probes_per_request` not drawn yet.
     credit: f64,
     /// Probes asked for by the last draw and not yet taken by the driver.
@@ -367,6 +378,7 @@ impl Prequal {
             recent_next: 0,
             hot_rif: u32::MAX,
             typical_latency: Duration::ZERO,
+            thresholds_stale: false,
             credit: 0.0,
             due: Vec::new(),
             locals: Vec::new(),
@@ -378,21 +390,21 @@ impl Prequal {
         }
     }
 
-    /// Draws the shared hot threshold and the typical latency from the recent replies: the
-    /// `hot_quantile` quantile of their RIFs (the smallest value with at least that share of them
-    /// at or below it) and the median of their latency estimates. Once a reply, not once a pick.
-    fn refresh_recent(&mut self) {
-        let mut sorted = [0u32; RECENT_RIFS];
-        let sorted = &mut sorted[..self.recent.len()];
-        sorted.copy_from_slice(&self.recent);
-        sorted.sort_unstable();
-        let rank = (self.config.hot_quantile * sorted.len() as f64).ceil() as usize;
-        self.hot_rif = sorted.get(rank.max(1) - 1).copied().unwrap_or(u32::MAX);
-        let mut sorted = [Duration::ZERO; RECENT_RIFS];
-        let sorted = &mut sorted[..self.recent_latencies.len()];
-        sorted.copy_from_slice(&self.recent_latencies);
-        sorted.sort_unstable();
-        self.typical_latency = sorted.get(sorted.len().saturating_sub(1) / 2).copied().unwrap_or_default();
+    /// Draws the shared hot threshold and the typical latency from the recent replies, if one
+    /// came since they were last drawn: the `hot_quantile` quantile of their RIFs and the median
+    /// of their latency estimates. At most once a pick, and only after a probe reply.
+    fn refresh_thresholds(&mut self) {
+        if !std::mem::take(&mut self.thresholds_stale) {
+            return;
+        }
+        let mut rifs = [0u32; RECENT_RIFS];
+        let rifs = &mut rifs[..self.recent.len()];
+        rifs.copy_from_slice(&self.recent);
+        self.hot_rif = quantile(rifs, self.config.hot_quantile).unwrap_or(u32::MAX);
+        let mut latencies = [Duration::ZERO; RECENT_RIFS];
+        let latencies = &mut latencies[..self.recent_latencies.len()];
+        latencies.copy_from_slice(&self.recent_latencies);
+        self.typical_latency = quantile(latencies, 0.5).unwrap_or_default();
     }
 
     /// The RIF above which `endpoint` is hot: the shared threshold times how many times quicker
@@ -534,7 +546,7 @@ impl Prequal {
             }
             self.recent_next = (self.recent_next + 1) % RECENT_RIFS;
             seen.record_reply(reply.latency);
-            self.refresh_recent();
+            self.thresholds_stale = true;
         }
         self.pool.retain(|p| p.endpoint != endpoint);
         if self.pool.len() >= self.config.pool_size as usize {
@@ -577,6 +589,7 @@ fn sample_into(rng: crate::Rng<'_>, length: usize, amount: usize, out: &mut Vec<
 impl Balancer for Prequal {
     fn pick(&mut self, pick: &mut Pick<'_>) -> Option<EndpointId> {
         self.age_out(pick.now);
+        self.refresh_thresholds();
         let chosen = match self.hcl(pick.exclude) {
             Some(Candidate::Pool(index)) => Some(self.use_probe(index)),
             Some(Candidate::Local(endpoint)) => Some(endpoint),
@@ -675,6 +688,18 @@ mod tests {
 
     fn no_probes() -> PrequalConfig {
         PrequalConfig { probes_per_request: 0.0, ..PrequalConfig::default() }
+    }
+
+    /// The shared hot threshold as the next pick will draw it.
+    fn hot_rif(b: &mut Prequal) -> u32 {
+        b.refresh_thresholds();
+        b.hot_rif
+    }
+
+    /// `endpoint`'s hot threshold as the next pick will draw it.
+    fn threshold_of(b: &mut Prequal, endpoint: EndpointId) -> u32 {
+        b.refresh_thresholds();
+        b.hot_threshold_of(endpoint)
     }
 
     fn pick_at(b: &mut Prequal, rng: &mut Pcg64Mcg, now: Time, exclude: &[EndpointId]) -> Option<EndpointId> {
@@ -907,7 +932,7 @@ mod tests {
         report(&mut b, 1, Time::ZERO, 2, 30);
         report(&mut b, 2, Time::ZERO, 3, 10);
         report(&mut b, 3, Time::ZERO, 9, 20);
-        assert_eq!(b.hot_rif, 9);
+        assert_eq!(hot_rif(&mut b), 9);
         assert_eq!(pick_at(&mut b, &mut rng, MS, &[]), Some(2));
     }
 
@@ -920,7 +945,7 @@ mod tests {
         report(&mut b, 1, Time::ZERO, 2, 30);
         report(&mut b, 2, Time::ZERO, 5, 1);
         report(&mut b, 3, Time::ZERO, 8, 2);
-        assert_eq!(b.hot_rif, 2);
+        assert_eq!(hot_rif(&mut b), 2);
         assert_eq!(pick_at(&mut b, &mut rng, MS, &[]), Some(1));
         // 1's report now counts 3 in flight (hot) with one use left; 0 is the only cold one.
         assert_eq!(pick_at(&mut b, &mut rng, MS, &[]), Some(0));
@@ -936,18 +961,18 @@ mod tests {
         let (mut b, mut rng) = prequal(2, no_probes());
         // 0 answers in 5 ms holding 4; it has a usual latency once it has replied 8 times.
         (0..7).for_each(|_| report(&mut b, 0, Time::ZERO, 4, 5));
-        assert_eq!(b.hot_threshold_of(0), b.hot_rif);
+        assert_eq!(threshold_of(&mut b, 0), hot_rif(&mut b));
         report(&mut b, 0, Time::ZERO, 4, 5);
         // 1, three times slower, holds 1. The shared threshold is 4 (the 0.84 quantile of twelve
         // 1s and nine replies of 4 or more) and the typical latency 15 ms: 0 may hold 3 x 4.
         (0..12).for_each(|_| report(&mut b, 1, Time::ZERO, 1, 15));
         report(&mut b, 0, Time::ZERO, 6, 5);
-        assert_eq!((b.hot_rif, b.hot_threshold_of(0), b.hot_threshold_of(1)), (4, 12, 4));
+        assert_eq!((hot_rif(&mut b), threshold_of(&mut b, 0), threshold_of(&mut b, 1)), (4, 12, 4));
         // At 6 the paper's rule calls 0 hot and sends the request to 1; 0 is cold, and quicker.
         assert_eq!(pick_at(&mut b, &mut rng, MS, &[]), Some(0));
         // Holding 13 it is hot, and 1 wins.
         report(&mut b, 0, MS, 13, 5);
-        assert_eq!(b.hot_threshold_of(0), 12);
+        assert_eq!(threshold_of(&mut b, 0), 12);
         assert_eq!(pick_at(&mut b, &mut rng, MS, &[]), Some(1));
     }
 
@@ -1061,12 +1086,12 @@ mod tests {
     #[test]
     fn the_hot_threshold_is_over_the_last_replies() {
         let (mut b, _) = prequal(2, no_probes());
-        assert_eq!(b.hot_rif, u32::MAX);
+        assert_eq!(hot_rif(&mut b), u32::MAX);
         // 64 replies with RIF 0, then 64 with RIF 7: only the last 64 count.
         (0..RECENT_RIFS).for_each(|_| report(&mut b, 0, Time::ZERO, 0, 1));
-        assert_eq!(b.hot_rif, 0);
+        assert_eq!(hot_rif(&mut b), 0);
         (0..RECENT_RIFS).for_each(|_| report(&mut b, 1, Time::ZERO, 7, 1));
-        assert_eq!(b.hot_rif, 7);
+        assert_eq!(hot_rif(&mut b), 7);
     }
 
     #[test]
