@@ -1548,6 +1548,45 @@ async fn prequal_never_probes_a_plain_application_and_balances_a_mixed_set() {
 }
 
 #[tokio::test]
+async fn a_lone_egress_stops_probing_once_its_reports_show_it_alone() {
+    let (a, b) = (
+        Backend::start("a", Mode::Ok(Duration::from_millis(10))).await,
+        Backend::start("b", Mode::Ok(Duration::from_millis(10))).await,
+    );
+    let (a_side, b_side) = (sidecar(&a, "{kind: none}").await, sidecar(&b, "{kind: none}").await);
+    let endpoints = [Backend::elsewhere(a_side.ingress.unwrap()), Backend::elsewhere(b_side.ingress.unwrap())];
+    // Reports usable for 1 ms: a caller beside others would probe on nearly every pick.
+    let proxy = egress(&endpoints.iter().collect::<Vec<_>>(), "{balancer: {kind: prequal, max_age: 1ms}}").await;
+    let addr = proxy.egress.unwrap();
+    // Eight callers in a row each: the replicas hold this egress's requests and no one else's,
+    // as every response's report shows.
+    let requests = |count: usize| async move {
+        let mut callers = JoinSet::new();
+        for _ in 0..8 {
+            callers.spawn(async move {
+                let client = client();
+                for _ in 0..count / 8 {
+                    assert_eq!(get(&client, addr, "svc", &[]).await.0, StatusCode::OK);
+                }
+            });
+        }
+        while let Some(done) = callers.join_next().await {
+            done.unwrap();
+        }
+    };
+    let probes = async || sample(&admin_metrics(&proxy).await, "tailguard_egress_probes_total{upstream=\"svc\"}");
+    requests(400).await;
+    let before = probes().await;
+    requests(200).await;
+    assert_eq!(probes().await, before, "alone, the egress's own counts are the replicas' load");
+    assert_eq!(a.hits() + b.hits(), 600, "probes are not requests");
+    assert!(a.hits() >= 200 && b.hits() >= 200, "balanced by its own counts: {} and {}", a.hits(), b.hits());
+    proxy.shutdown().await;
+    a_side.shutdown().await;
+    b_side.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_probe_from_an_untrusted_peer_is_refused() {
     let app = Backend::start("app", Mode::Ok(Duration::ZERO)).await;
     let server = sidecar_trusting(&app, "[10.0.0.0/8]").await;

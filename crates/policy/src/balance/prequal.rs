@@ -72,6 +72,19 @@
 //!   p99 1,686 → 812 ms, the slow route's 2,417 → 1,863 ms, the quick route's 42.9 → 29.4 ms; the
 //!   other examples within their seeds' spread (docs/policies.md, Prequal).
 //! - A refusal (429) or an unreachable replica drops that replica's report from the pool.
+//! - **A caller alone** (a single gateway, a lone client's sidecar, the lab's load generator)
+//!   needs no probe: once [`RECENT_RIFS`] reports have shown a replica holding exactly this
+//!   caller's requests (some), and none since has shown anyone else's, its own counts are the
+//!   replicas' RIFs, fresher than any report. It then ranks the endpoints (up to `pool_size` of
+//!   them, from a random one on) by the HCL rule with its own count as the RIF and, as the
+//!   latency, the estimate the replica last reported at that RIF ([`Prequal::latency_at`]); a
+//!   pick neither probes nor waits, and its draw records the counts it would have probed as the
+//!   recent replies the thresholds come from. Two reports in a row from one replica of more
+//!   requests than this caller has there, beyond those it gave up on, end it (the test is
+//!   one-sided: a report counts none of this caller's requests in transit either way; one such
+//!   report alone may have been overtaken by a later one). The paper's callers are many; where one is alone, probing costs a
+//!   round trip a pick and tells it less than it knows (examples/routes.yaml: 1.0–1.5 probes a
+//!   request → none, and each route's p99 least-request's where it was 1–2 % above).
 
 use super::{Balancer, Eligible, Pick};
 use crate::config::{self, Check};
@@ -276,6 +289,12 @@ struct Seen {
     reported: Duration,
     /// When the probe to it in flight was drawn, if one is.
     probe_sent: Option<Time>,
+    /// This caller's attempts there it gave up on (cancelled, timed out) that the replica may
+    /// still hold, as far as its reports since tell.
+    abandoned: u32,
+    /// Its last report showed more requests than this caller's there (someone else's, or one of
+    /// its own that answered first but whose report overtook this one on the way).
+    showed_more: bool,
     /// The latency estimates of its last [`OWN_REPLIES`] probe replies, in whole microseconds, a
     /// ring written at `replies_next`.
     replied_us: [u32; OWN_REPLIES],
@@ -293,6 +312,8 @@ impl Default for Seen {
             latency: None,
             reported: Duration::ZERO,
             probe_sent: None,
+            abandoned: 0,
+            showed_more: false,
             replied_us: [0; OWN_REPLIES],
             replies: 0,
             replies_next: 0,
@@ -365,7 +386,15 @@ pub struct Prequal {
     seen: Vec<Seen>,
     /// The moving average of probes' round trips (draw to reply), in seconds, once one replied.
     probe_rtt: Option<f64>,
+    /// Reports that showed a replica holding this caller's requests and no one else's, since the
+    /// last that showed someone else's.
+    alone: u32,
+    /// Per endpoint, the latest latency estimate it reported at each RIF (microseconds, 0: none).
+    by_rif: Vec<[u32; RIF_SLOTS]>,
 }
+
+/// RIFs told apart in [`Prequal::by_rif`]: 0 to 14, and 15 or more.
+const RIF_SLOTS: usize = 16;
 
 impl Prequal {
     /// A balancer over endpoints `0..endpoints`, with an empty pool.
@@ -387,7 +416,31 @@ impl Prequal {
             eligible: Eligible::new(endpoints),
             seen: vec![Seen::default(); endpoints],
             probe_rtt: None,
+            alone: 0,
+            by_rif: vec![[0; RIF_SLOTS]; endpoints],
         }
+    }
+
+    /// Whether this caller is alone: [`RECENT_RIFS`] reports showed a replica holding exactly
+    /// its requests (some), and none since showed anyone else's. Its own counts are then the
+    /// replicas' RIFs, fresher than any report.
+    fn is_alone(&self) -> bool {
+        self.alone >= RECENT_RIFS as u32
+    }
+
+    /// `endpoint`'s latency estimate at `rif`, from its reports: the one at that RIF, else the
+    /// nearest below it scaled by the requests ahead, else the nearest above; zero if none.
+    fn latency_at(&self, endpoint: EndpointId, rif: u32) -> Duration {
+        let table = &self.by_rif[endpoint];
+        let at = (rif as usize).min(RIF_SLOTS - 1);
+        let us = if table[at] != 0 {
+            u64::from(table[at])
+        } else if let Some(k) = (0..at).rev().find(|&k| table[k] != 0) {
+            u64::from(table[k]) * (at as u64 + 1) / (k as u64 + 1)
+        } else {
+            (at + 1..RIF_SLOTS).find(|&k| table[k] != 0).map_or(0, |k| u64::from(table[k]))
+        };
+        Duration::from_micros(us)
     }
 
     /// Draws the shared hot threshold and the typical latency from the recent replies, if one
@@ -420,22 +473,29 @@ impl Prequal {
     }
 
     /// The HCL choice among the pool's reports and the drawn endpoints ranked locally, leaving
-    /// out the endpoints in `exclude`.
-    fn hcl(&self, exclude: &[EndpointId]) -> Option<Candidate> {
-        let pool = self.pool.iter().enumerate().filter(|(_, p)| !exclude.contains(&p.endpoint)).map(|(i, p)| {
+    /// out the endpoints in `exclude`; alone, among the endpoints from `start` on, each ranked
+    /// by this caller's count there and the replica's estimate at it.
+    fn hcl(&self, exclude: &[EndpointId], start: usize) -> Option<Candidate> {
+        let n = self.seen.len();
+        let window = if self.is_alone() { n.min(self.config.pool_size as usize) } else { 0 };
+        let alone = (0..window).map(|i| (i + start) % n).filter(|e| !exclude.contains(e)).map(|e| {
+            let rif = self.seen[e].in_flight;
+            match self.seen[e].sidecar {
+                Sidecar::Reports => (Candidate::Local(e), rif > self.hot_threshold_of(e), rif, self.latency_at(e, rif)),
+                Sidecar::Unknown | Sidecar::Missing => self.ranked_locally(e),
+            }
+        });
+        let pool = self.pool.iter().enumerate().filter(|(_, p)| window == 0 && !exclude.contains(&p.endpoint));
+        let pool = pool.map(|(i, p)| {
             (Candidate::Pool(i), p.in_flight > self.hot_threshold_of(p.endpoint), p.in_flight, p.latency)
         });
-        // An endpoint ranked locally is expected to answer a new request in its average answer
-        // time for each request of ours ahead of it and this one (peak-EWMA's cost).
-        let locals = self.locals.iter().filter(|e| !exclude.contains(e)).map(|&e| {
-            let seen = &self.seen[e];
-            let latency = seen.latency.map_or(0.0, |l| l * f64::from(seen.in_flight + 1));
-            (Candidate::Local(e), seen.in_flight > self.hot_rif, seen.in_flight, Duration::from_secs_f64(latency))
-        });
+        let locals = self.locals.iter().filter(|e| !exclude.contains(e)).map(|&e| self.ranked_locally(e));
         // Cold before hot; among cold, latency then RIF; among hot, RIF then latency. Older
         // reports come first in the pool, then the draw in its order, and `min_by_key` keeps the
         // first of equals.
-        pool.chain(locals)
+        alone
+            .chain(pool)
+            .chain(locals)
             .min_by_key(|&(_, hot, in_flight, latency)| {
                 if hot {
                     (true, Duration::ZERO, in_flight, latency)
@@ -444,6 +504,14 @@ impl Prequal {
                 }
             })
             .map(|(candidate, ..)| candidate)
+    }
+
+    /// `endpoint` as this caller sees it: its requests in flight there as the RIF, and as the
+    /// latency its average answer time for each of them and a new one (peak-EWMA's cost).
+    fn ranked_locally(&self, endpoint: EndpointId) -> (Candidate, bool, u32, Duration) {
+        let seen = &self.seen[endpoint];
+        let latency = seen.latency.map_or(0.0, |l| l * f64::from(seen.in_flight + 1));
+        (Candidate::Local(endpoint), seen.in_flight > self.hot_rif, seen.in_flight, Duration::from_secs_f64(latency))
     }
 
     /// Spends one use of the report at `index`: one more request in flight there; gone when spent.
@@ -519,6 +587,37 @@ impl Prequal {
         self.due.reverse();
     }
 
+    /// A probe reply from `endpoint`, among the recent ones.
+    fn record_probe(&mut self, endpoint: EndpointId, reply: ProbeReply) {
+        if self.recent.len() < RECENT_RIFS {
+            self.recent.push(reply.in_flight);
+            self.recent_latencies.push(reply.latency);
+        } else {
+            self.recent[self.recent_next] = reply.in_flight;
+            self.recent_latencies[self.recent_next] = reply.latency;
+        }
+        self.recent_next = (self.recent_next + 1) % RECENT_RIFS;
+        self.seen[endpoint].record_reply(reply.latency);
+        self.thresholds_stale = true;
+    }
+
+    /// Alone, a pick's draw needs no probe: the replies its probes would bring are this
+    /// caller's own counts and the latencies the replicas last reported at them.
+    fn draw_alone(&mut self, rng: crate::Rng<'_>) {
+        self.credit += self.config.probes_per_request;
+        let count = (self.credit.floor() as usize).min(self.seen.len());
+        self.credit -= count as f64;
+        let mut drawn = std::mem::take(&mut self.drawn);
+        sample_into(rng, self.seen.len(), count, &mut drawn);
+        for &e in &drawn {
+            let in_flight = self.seen[e].in_flight;
+            if self.seen[e].sidecar == Sidecar::Reports {
+                self.record_probe(e, ProbeReply { in_flight, latency: self.latency_at(e, in_flight) });
+            }
+        }
+        self.drawn = drawn;
+    }
+
     /// What an answer from `endpoint` at `now` said of its load: a probe's (`probed`), or a
     /// response's. Only probe replies join the recent ones the hot threshold and the age limit
     /// are drawn from: they sample replicas at random, while a response's report comes from a
@@ -536,17 +635,25 @@ impl Prequal {
         };
         seen.sidecar = Sidecar::Reports;
         seen.reported = reply.latency;
+        // A replica counts no more of this caller's requests than the caller does (those on the
+        // wire either way are counted here only), beyond those it gave up on, unless this report
+        // was overtaken by a later one (answers race on separate connections): more than that
+        // twice in a row is someone else's load. Exactly this caller's (some) says it is alone.
+        let beyond = reply.in_flight.saturating_sub(seen.in_flight);
+        let more = beyond > seen.abandoned;
+        if more && seen.showed_more {
+            self.alone = 0;
+        } else if reply.in_flight == seen.in_flight && reply.in_flight > 0 {
+            self.alone = self.alone.saturating_add(1);
+        }
+        seen.showed_more = more;
+        seen.abandoned = seen.abandoned.min(beyond);
+        if let Some(table) = self.by_rif.get_mut(endpoint) {
+            table[(reply.in_flight as usize).min(RIF_SLOTS - 1)] =
+                u32::try_from(reply.latency.as_micros()).unwrap_or(u32::MAX).max(1);
+        }
         if probed {
-            if self.recent.len() < RECENT_RIFS {
-                self.recent.push(reply.in_flight);
-                self.recent_latencies.push(reply.latency);
-            } else {
-                self.recent[self.recent_next] = reply.in_flight;
-                self.recent_latencies[self.recent_next] = reply.latency;
-            }
-            self.recent_next = (self.recent_next + 1) % RECENT_RIFS;
-            seen.record_reply(reply.latency);
-            self.thresholds_stale = true;
+            self.record_probe(endpoint, reply);
         }
         self.pool.retain(|p| p.endpoint != endpoint);
         if self.pool.len() >= self.config.pool_size as usize {
@@ -590,7 +697,8 @@ impl Balancer for Prequal {
     fn pick(&mut self, pick: &mut Pick<'_>) -> Option<EndpointId> {
         self.age_out(pick.now);
         self.refresh_thresholds();
-        let chosen = match self.hcl(pick.exclude) {
+        let start = if self.is_alone() { pick.rng.gen_range(0..self.seen.len().max(1)) } else { 0 };
+        let chosen = match self.hcl(pick.exclude, start) {
             Some(Candidate::Pool(index)) => Some(self.use_probe(index)),
             Some(Candidate::Local(endpoint)) => Some(endpoint),
             None => {
@@ -598,7 +706,11 @@ impl Balancer for Prequal {
                 (!candidates.is_empty()).then(|| candidates.get(pick.rng.gen_range(0..candidates.len())))
             }
         };
-        if std::mem::take(&mut self.drawn_ahead) {
+        let drawn_ahead = std::mem::take(&mut self.drawn_ahead);
+        if self.is_alone() {
+            self.locals.clear();
+            self.draw_alone(&mut *pick.rng);
+        } else if drawn_ahead {
             self.locals.clear();
         } else {
             self.draw(pick.now, &mut *pick.rng, pick.exclude);
@@ -607,7 +719,7 @@ impl Balancer for Prequal {
     }
 
     fn probe_before_pick(&mut self, now: Time, rng: crate::Rng<'_>, exclude: &[EndpointId]) -> Option<Duration> {
-        if self.config.probe_wait.is_zero() {
+        if self.config.probe_wait.is_zero() || self.is_alone() {
             return None;
         }
         self.age_out(now);
@@ -626,6 +738,7 @@ impl Balancer for Prequal {
     fn grow(&mut self, endpoints: usize) {
         if endpoints > self.seen.len() {
             self.seen.resize(endpoints, Seen::default());
+            self.by_rif.resize(endpoints, [0; RIF_SLOTS]);
         }
         self.eligible.grow(endpoints);
     }
@@ -639,6 +752,9 @@ impl Balancer for Prequal {
     fn on_feedback(&mut self, endpoint: EndpointId, now: Time, feedback: &Feedback) {
         let Some(seen) = self.seen.get_mut(endpoint) else { return };
         seen.in_flight = seen.in_flight.saturating_sub(1);
+        if matches!(feedback.outcome, Outcome::Cancelled | Outcome::TimedOut) {
+            seen.abandoned += 1;
+        }
         if matches!(feedback.outcome, Outcome::Success | Outcome::Error | Outcome::TimedOut) {
             seen.latency = Some(moving_average(seen.latency, feedback.rtt));
         }
@@ -909,6 +1025,84 @@ mod tests {
         let _ = pick_at(&mut b, &mut rng, 3 * SEC, &[]);
         let sent = sorted_probes(&mut b);
         assert_eq!(sent, [0, 1]);
+    }
+
+    /// Makes `b` a caller alone: [`RECENT_RIFS`] answers from endpoint 0, each while another of
+    /// this caller's requests is still there, reporting exactly that one (at 10 ms), and one
+    /// answer from each other endpoint reporting nothing in flight (at `latency_ms[e]`).
+    fn alone(b: &mut Prequal, latency_ms: &[u32]) {
+        b.on_send(0, Time::ZERO);
+        for _ in 0..RECENT_RIFS {
+            b.on_send(0, Time::ZERO);
+            b.on_feedback(0, MS, &Feedback::success(MS).with_load(LoadReport::Load(reply(1, 10))));
+        }
+        for (e, &latency) in latency_ms.iter().enumerate().skip(1) {
+            b.on_send(e, Time::ZERO);
+            b.on_feedback(e, MS, &Feedback::success(MS).with_load(LoadReport::Load(reply(0, latency))));
+        }
+        b.on_feedback(0, MS, &Feedback::success(MS).with_load(LoadReport::Load(reply(0, latency_ms[0]))));
+    }
+
+    #[test]
+    fn a_caller_alone_ranks_by_its_own_counts_and_sends_no_probe() {
+        // Not alone after one answer fewer.
+        let (mut b, _) = prequal(3, PrequalConfig::default());
+        b.on_send(0, Time::ZERO);
+        for _ in 0..RECENT_RIFS - 1 {
+            b.on_send(0, Time::ZERO);
+            b.on_feedback(0, MS, &Feedback::success(MS).with_load(LoadReport::Load(reply(1, 10))));
+        }
+        assert!(!b.is_alone());
+        // Alone, every report long stale: a pick neither waits for probes nor sends any; its
+        // draw records this caller's counts as the replies the probes would have brought.
+        let (mut b, mut rng) = prequal(3, PrequalConfig::default());
+        alone(&mut b, &[10, 20, 30]);
+        assert!(b.is_alone());
+        assert_eq!(b.probe_before_pick(10 * SEC, &mut rng, &[]), None);
+        assert_eq!(pick_at(&mut b, &mut rng, 10 * SEC, &[]), Some(0));
+        assert_eq!(probes(&mut b), []);
+        assert_eq!(b.recent, [0, 0, 0]);
+        // Without a hot threshold (no draws), the pick goes where the replicas' last estimates
+        // at this caller's counts are lowest: 0 reported 10 ms at none and at one in flight, and
+        // at two and three is taken as 10 ms scaled by the requests ahead (15, 20 ms): with
+        // three there, 1's 20 ms at none ties, and its lower count wins.
+        let (mut b, mut rng) = prequal(3, no_probes());
+        alone(&mut b, &[10, 20, 30]);
+        for expected in [0, 0, 0, 1] {
+            assert_eq!(pick_at(&mut b, &mut rng, 10 * SEC, &[]), Some(expected));
+            b.on_send(expected, 10 * SEC);
+        }
+    }
+
+    #[test]
+    fn a_report_of_someone_elses_requests_ends_being_alone() {
+        let (mut b, mut rng) = prequal(3, PrequalConfig::default());
+        alone(&mut b, &[10, 20, 30]);
+        // Reports at none in flight here, or fewer than this caller's (its requests in transit),
+        // change nothing.
+        b.on_send(2, SEC);
+        b.on_send(2, SEC);
+        b.on_feedback(2, SEC, &Feedback::success(MS).with_load(LoadReport::Load(reply(0, 30))));
+        assert!(b.is_alone());
+        // A request this caller gave up on may still be held there: one more than its count is
+        // that one, and once a report shows it gone, it is not counted again.
+        b.on_send(1, SEC);
+        b.on_feedback(1, SEC, &Feedback::new(Outcome::Cancelled, MS));
+        b.on_send(1, SEC);
+        b.on_feedback(1, SEC, &Feedback::success(MS).with_load(LoadReport::Load(reply(1, 20))));
+        assert!(b.is_alone());
+        b.on_send(1, SEC);
+        b.on_feedback(1, SEC, &Feedback::success(MS).with_load(LoadReport::Load(reply(0, 20))));
+        // 1 holds a request this caller did not send, in two reports in a row (one alone may be
+        // a report overtaken by a later one): probes again, and waits for them.
+        b.on_send(1, SEC);
+        b.on_feedback(1, SEC, &Feedback::success(MS).with_load(LoadReport::Load(reply(1, 20))));
+        assert!(b.is_alone());
+        b.on_send(1, SEC);
+        b.on_feedback(1, SEC, &Feedback::success(MS).with_load(LoadReport::Load(reply(1, 20))));
+        assert!(!b.is_alone());
+        assert_eq!(b.probe_before_pick(10 * SEC, &mut rng, &[]), Some(5 * MS));
+        assert!(!probes(&mut b).is_empty());
     }
 
     #[test]
