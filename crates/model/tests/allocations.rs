@@ -126,13 +126,16 @@ struct World {
     seq: u64,
     now: Time,
     in_flight: [u32; ENDPOINTS],
+    /// Requests of other callers each endpoint holds besides this caller's (none: this caller
+    /// is alone, and Prequal needs no probe).
+    others: u32,
     /// Gaps between arrivals (Poisson, 2,000 requests a second).
     gaps: Exp<f64>,
     seen: Seen,
 }
 
 impl World {
-    fn new() -> World {
+    fn new(others: u32) -> World {
         let config: schema::ClientPolicy = serde_yaml_ng::from_str(RECOMMENDED).unwrap();
         tailguard_model::validate::client_policy(&config).unwrap();
         let mut world = World {
@@ -147,6 +150,7 @@ impl World {
             seq: 0,
             now: Time::ZERO,
             in_flight: [0; ENDPOINTS],
+            others,
             gaps: Exp::new(2000.0).unwrap(),
             seen: Seen::default(),
         };
@@ -250,7 +254,10 @@ impl World {
                     self.seen.failed_attempts += u64::from(failed);
                     let outcome = if failed { Outcome::Error } else { Outcome::Success };
                     // The callee's sidecar reports its load on every answer, as an ingress does.
-                    let load = ProbeReply { in_flight: self.in_flight[endpoint], latency: Duration::from_micros(400) };
+                    let load = ProbeReply {
+                        in_flight: self.in_flight[endpoint] + self.others,
+                        latency: Duration::from_micros(400),
+                    };
                     let feedback = Feedback { load: LoadReport::Load(load), ..Feedback::new(outcome, at - sent) };
                     self.step(call, generation, |c, ctx| c.on_attempt_end(ctx, attempt, feedback));
                 }
@@ -258,7 +265,10 @@ impl World {
                 What::Probe { call, generation, endpoint, awaited } => {
                     // Replies last as long as the quickest latency estimate (Prequal's pool): here
                     // shorter than the mean gap between requests, so some picks wait for probes.
-                    let reply = ProbeReply { in_flight: self.in_flight[endpoint], latency: Duration::from_micros(400) };
+                    let reply = ProbeReply {
+                        in_flight: self.in_flight[endpoint] + self.others,
+                        latency: Duration::from_micros(400),
+                    };
                     self.policy.balancer.on_probe(endpoint, at, LoadReport::Load(reply));
                     if awaited {
                         self.step(call, generation, |c, ctx| c.on_probe_done(ctx));
@@ -269,19 +279,29 @@ impl World {
     }
 }
 
-#[test]
-fn a_request_s_whole_life_under_the_recommended_policies_allocates_nothing() {
-    let mut world = World::new();
+/// The allocations of 20,000 requests after a warm-up of as many, and what they went through.
+fn measured(others: u32) -> (u64, Seen) {
+    let mut world = World::new(others);
     // Warm-up: every window and sample of the adaptive models fills (1,000 latencies), every
     // buffer reaches its working size.
     world.run(20_000);
     world.seen = Seen::default();
+    let allocations = allocations(|| world.run(20_000));
+    (allocations, world.seen)
+}
+
+#[test]
+fn a_request_s_whole_life_under_the_recommended_policies_allocates_nothing() {
     // The count sees an allocation (a test that cannot fail proves nothing).
     assert_eq!(allocations(|| drop(std::hint::black_box(vec![0u8; 16]))), 1);
-    let allocations = allocations(|| world.run(20_000));
-    let seen = &world.seen;
+    // Beside another caller, Prequal probes, and some picks wait for their probes.
+    let (allocations, seen) = measured(1);
     // The measured requests went through every part of a request's life.
     assert!(seen.sends > seen.finished, "{seen:?}");
     assert!(seen.probes_awaited > 0 && seen.timeouts > 0 && seen.cancels > 0 && seen.failed_attempts > 0, "{seen:?}");
+    assert_eq!(allocations, 0, "allocations in {} requests ({seen:?})", seen.finished);
+    // Alone, it ranks by its own counts and sends none.
+    let (allocations, seen) = measured(0);
+    assert!(seen.probes_awaited == 0 && seen.timeouts > 0 && seen.cancels > 0, "{seen:?}");
     assert_eq!(allocations, 0, "allocations in {} requests ({seen:?})", seen.finished);
 }

@@ -389,12 +389,10 @@ pub struct Prequal {
     /// Reports that showed a replica holding this caller's requests and no one else's, since the
     /// last that showed someone else's.
     alone: u32,
-    /// Per endpoint, the latest latency estimate it reported at each RIF (microseconds, 0: none).
-    by_rif: Vec<[u32; RIF_SLOTS]>,
+    /// Per endpoint, the latest latency estimate it reported at each RIF, told apart as the
+    /// replica does (microseconds, 0: none).
+    by_rif: Vec<[u32; ProbeResponder::RIFS]>,
 }
-
-/// RIFs told apart in [`Prequal::by_rif`]: 0 to 14, and 15 or more.
-const RIF_SLOTS: usize = 16;
 
 impl Prequal {
     /// A balancer over endpoints `0..endpoints`, with an empty pool.
@@ -417,7 +415,7 @@ impl Prequal {
             seen: vec![Seen::default(); endpoints],
             probe_rtt: None,
             alone: 0,
-            by_rif: vec![[0; RIF_SLOTS]; endpoints],
+            by_rif: vec![[0; ProbeResponder::RIFS]; endpoints],
         }
     }
 
@@ -432,13 +430,13 @@ impl Prequal {
     /// nearest below it scaled by the requests ahead, else the nearest above; zero if none.
     fn latency_at(&self, endpoint: EndpointId, rif: u32) -> Duration {
         let table = &self.by_rif[endpoint];
-        let at = (rif as usize).min(RIF_SLOTS - 1);
+        let at = (rif as usize).min(ProbeResponder::RIFS - 1);
         let us = if table[at] != 0 {
             u64::from(table[at])
         } else if let Some(k) = (0..at).rev().find(|&k| table[k] != 0) {
             u64::from(table[k]) * (at as u64 + 1) / (k as u64 + 1)
         } else {
-            (at + 1..RIF_SLOTS).find(|&k| table[k] != 0).map_or(0, |k| u64::from(table[k]))
+            (at + 1..ProbeResponder::RIFS).find(|&k| table[k] != 0).map_or(0, |k| u64::from(table[k]))
         };
         Duration::from_micros(us)
     }
@@ -649,7 +647,7 @@ impl Prequal {
         seen.showed_more = more;
         seen.abandoned = seen.abandoned.min(beyond);
         if let Some(table) = self.by_rif.get_mut(endpoint) {
-            table[(reply.in_flight as usize).min(RIF_SLOTS - 1)] =
+            table[(reply.in_flight as usize).min(ProbeResponder::RIFS - 1)] =
                 u32::try_from(reply.latency.as_micros()).unwrap_or(u32::MAX).max(1);
         }
         if probed {
@@ -738,7 +736,7 @@ impl Balancer for Prequal {
     fn grow(&mut self, endpoints: usize) {
         if endpoints > self.seen.len() {
             self.seen.resize(endpoints, Seen::default());
-            self.by_rif.resize(endpoints, [0; RIF_SLOTS]);
+            self.by_rif.resize(endpoints, [0; ProbeResponder::RIFS]);
         }
         self.eligible.grow(endpoints);
     }
