@@ -74,17 +74,18 @@
 //! - A refusal (429) or an unreachable replica drops that replica's report from the pool.
 //! - **A caller alone** (a single gateway, a lone client's sidecar, the lab's load generator)
 //!   needs no probe: once [`RECENT_RIFS`] reports have shown a replica holding exactly this
-//!   caller's requests (some), and none since has shown anyone else's, its own counts are the
-//!   replicas' RIFs, fresher than any report. It then ranks the endpoints (up to `pool_size` of
-//!   them, from a random one on) by the HCL rule with its own count as the RIF and, as the
-//!   latency, the estimate the replica last reported at that RIF ([`Prequal::latency_at`]); a
-//!   pick neither probes nor waits, and its draw records the counts it would have probed as the
-//!   recent replies the thresholds come from. Two reports in a row from one replica of more
-//!   requests than this caller has there, beyond those it gave up on, end it (the test is
-//!   one-sided: a report counts none of this caller's requests in transit either way; one such
-//!   report alone may have been overtaken by a later one). The paper's callers are many; where one is alone, probing costs a
-//!   round trip a pick and tells it less than it knows (examples/routes.yaml: 1.0–1.5 probes a
-//!   request → none, and each route's p99 least-request's where it was 1–2 % above).
+//!   caller's requests (some), and no replica since has shown anyone else's twice in a row, its
+//!   own counts are the replicas' RIFs, fresher than any report. It then ranks the endpoints (up
+//!   to `pool_size` of them, from a random one on) by the HCL rule with its own count as the RIF
+//!   and, as the latency, the estimate the replica last reported at that RIF
+//!   ([`Prequal::latency_at`]); a pick neither probes nor waits, and its draw records the counts
+//!   it would have probed as the recent replies the thresholds come from. A report of more
+//!   requests than this caller has there, beyond those it gave up on, is someone else's (a
+//!   report counts none of this caller's requests in transit either way); it takes two in a row
+//!   from one replica, as one alone may have been overtaken on the way by a later report. The
+//!   paper's callers are many; where one is alone, probing costs a round trip a pick and tells
+//!   it less than it knows (examples/routes.yaml: 1.0–1.5 probes a request → none, and each
+//!   route's p99 least-request's where it was 1–2 % above).
 
 use super::{Balancer, Eligible, Pick};
 use crate::config::{self, Check};
@@ -386,8 +387,8 @@ pub struct Prequal {
     seen: Vec<Seen>,
     /// The moving average of probes' round trips (draw to reply), in seconds, once one replied.
     probe_rtt: Option<f64>,
-    /// Reports that showed a replica holding this caller's requests and no one else's, since the
-    /// last that showed someone else's.
+    /// Reports that showed a replica holding this caller's requests and no one else's, since a
+    /// replica last showed someone else's (twice in a row).
     alone: u32,
     /// Per endpoint, the latest latency estimate it reported at each RIF, told apart as the
     /// replica does (microseconds, 0: none).
@@ -420,8 +421,8 @@ impl Prequal {
     }
 
     /// Whether this caller is alone: [`RECENT_RIFS`] reports showed a replica holding exactly
-    /// its requests (some), and none since showed anyone else's. Its own counts are then the
-    /// replicas' RIFs, fresher than any report.
+    /// its requests (some), and no replica since showed anyone else's twice in a row. Its own
+    /// counts are then the replicas' RIFs, fresher than any report.
     fn is_alone(&self) -> bool {
         self.alone >= RECENT_RIFS as u32
     }
