@@ -199,19 +199,20 @@ impl ProbeResponder {
 
     /// The report while the replica holds `in_flight` requests.
     pub fn reply(&self, in_flight: u32) -> ProbeReply {
-        let at = Self::bucket(in_flight);
-        // A RIF not seen yet: the nearest one below, grown in proportion to the requests ahead
-        // (one more request ahead, one more service time), so that a replica whose queue grows
-        // without answering (a hang, a stall) reports longer and longer waits instead of its
-        // last quick one; else the nearest one above.
-        let below = self.by_rif[..=at]
-            .iter()
-            .enumerate()
-            .rev()
-            .find_map(|(rif, x)| x.median().map(|latency| latency * (at as f64 + 1.0) / (rif as f64 + 1.0)));
-        let estimate = below.or_else(|| self.by_rif[at..].iter().find_map(Recent::median));
+        let estimate = estimate_at(Self::bucket(in_flight), |rif| self.by_rif[rif].median());
         ProbeReply { in_flight, latency: estimate.map_or(Duration::ZERO, Duration::from_secs_f64) }
     }
+}
+
+/// The latency (seconds) at RIF bucket `at` from those `known` at some RIFs: its own, else the
+/// nearest one below, grown in proportion to the requests ahead (one more request ahead, one
+/// more service time), so that a replica whose queue grows without answering (a hang, a stall)
+/// reports longer and longer waits instead of its last quick one; else the nearest one above.
+/// The replica's estimate ([`ProbeResponder::reply`]) and a caller alone's view of it
+/// ([`Prequal::latency_at`]) alike.
+fn estimate_at(at: usize, known: impl Fn(usize) -> Option<f64>) -> Option<f64> {
+    let below = (0..=at).rev().find_map(|rif| known(rif).map(|l| l * (at as f64 + 1.0) / (rif as f64 + 1.0)));
+    below.or_else(|| (at..ProbeResponder::RIFS).find_map(known))
 }
 
 /// The latest [`ProbeResponder::WINDOW`] latencies (microseconds) of answers at one RIF, a ring.
@@ -296,6 +297,9 @@ struct Seen {
     /// Its last report showed more requests than this caller's there (someone else's, or one of
     /// its own that answered first but whose report overtook this one on the way).
     showed_more: bool,
+    /// The latest latency estimate it reported at each RIF, told apart as the replica does
+    /// (microseconds, 0: none).
+    reported_at: [u32; ProbeResponder::RIFS],
     /// The latency estimates of its last [`OWN_REPLIES`] probe replies, in whole microseconds, a
     /// ring written at `replies_next`.
     replied_us: [u32; OWN_REPLIES],
@@ -315,6 +319,7 @@ impl Default for Seen {
             probe_sent: None,
             abandoned: 0,
             showed_more: false,
+            reported_at: [0; ProbeResponder::RIFS],
             replied_us: [0; OWN_REPLIES],
             replies: 0,
             replies_next: 0,
@@ -390,9 +395,6 @@ pub struct Prequal {
     /// Reports that showed a replica holding this caller's requests and no one else's, since a
     /// replica last showed someone else's (twice in a row).
     alone: u32,
-    /// Per endpoint, the latest latency estimate it reported at each RIF, told apart as the
-    /// replica does (microseconds, 0: none).
-    by_rif: Vec<[u32; ProbeResponder::RIFS]>,
 }
 
 impl Prequal {
@@ -416,7 +418,6 @@ impl Prequal {
             seen: vec![Seen::default(); endpoints],
             probe_rtt: None,
             alone: 0,
-            by_rif: vec![[0; ProbeResponder::RIFS]; endpoints],
         }
     }
 
@@ -427,19 +428,12 @@ impl Prequal {
         self.alone >= RECENT_RIFS as u32
     }
 
-    /// `endpoint`'s latency estimate at `rif`, from its reports: the one at that RIF, else the
-    /// nearest below it scaled by the requests ahead, else the nearest above; zero if none.
+    /// `endpoint`'s latency estimate at `rif`, from the ones it reported, as the replica would
+    /// draw it from its answers ([`estimate_at`]); zero if none.
     fn latency_at(&self, endpoint: EndpointId, rif: u32) -> Duration {
-        let table = &self.by_rif[endpoint];
-        let at = (rif as usize).min(ProbeResponder::RIFS - 1);
-        let us = if table[at] != 0 {
-            u64::from(table[at])
-        } else if let Some(k) = (0..at).rev().find(|&k| table[k] != 0) {
-            u64::from(table[k]) * (at as u64 + 1) / (k as u64 + 1)
-        } else {
-            (at + 1..ProbeResponder::RIFS).find(|&k| table[k] != 0).map_or(0, |k| u64::from(table[k]))
-        };
-        Duration::from_micros(us)
+        let reported = &self.seen[endpoint].reported_at;
+        let known = |k: usize| (reported[k] != 0).then(|| f64::from(reported[k]) / 1e6);
+        estimate_at(ProbeResponder::bucket(rif), known).map_or(Duration::ZERO, Duration::from_secs_f64)
     }
 
     /// Draws the shared hot threshold and the typical latency from the recent replies, if one
@@ -475,16 +469,16 @@ impl Prequal {
     /// out the endpoints in `exclude`; alone, among the endpoints from `start` on, each ranked
     /// by this caller's count there and the replica's estimate at it.
     fn hcl(&self, exclude: &[EndpointId], start: usize) -> Option<Candidate> {
-        let n = self.seen.len();
-        let window = if self.is_alone() { n.min(self.config.pool_size as usize) } else { 0 };
-        let alone = (0..window).map(|i| (i + start) % n).filter(|e| !exclude.contains(e)).map(|e| {
+        let (n, alone) = (self.seen.len(), self.is_alone());
+        let window = if alone { n.min(self.config.pool_size as usize) } else { 0 };
+        let own = (0..window).map(|i| (i + start) % n).filter(|e| !exclude.contains(e)).map(|e| {
             let rif = self.seen[e].in_flight;
             match self.seen[e].sidecar {
                 Sidecar::Reports => (Candidate::Local(e), rif > self.hot_threshold_of(e), rif, self.latency_at(e, rif)),
                 Sidecar::Unknown | Sidecar::Missing => self.ranked_locally(e),
             }
         });
-        let pool = self.pool.iter().enumerate().filter(|(_, p)| window == 0 && !exclude.contains(&p.endpoint));
+        let pool = self.pool.iter().enumerate().filter(|(_, p)| !alone && !exclude.contains(&p.endpoint));
         let pool = pool.map(|(i, p)| {
             (Candidate::Pool(i), p.in_flight > self.hot_threshold_of(p.endpoint), p.in_flight, p.latency)
         });
@@ -492,8 +486,7 @@ impl Prequal {
         // Cold before hot; among cold, latency then RIF; among hot, RIF then latency. Older
         // reports come first in the pool, then the draw in its order, and `min_by_key` keeps the
         // first of equals.
-        alone
-            .chain(pool)
+        own.chain(pool)
             .chain(locals)
             .min_by_key(|&(_, hot, in_flight, latency)| {
                 if hot {
@@ -647,10 +640,8 @@ impl Prequal {
         }
         seen.showed_more = more;
         seen.abandoned = seen.abandoned.min(beyond);
-        if let Some(table) = self.by_rif.get_mut(endpoint) {
-            table[(reply.in_flight as usize).min(ProbeResponder::RIFS - 1)] =
-                u32::try_from(reply.latency.as_micros()).unwrap_or(u32::MAX).max(1);
-        }
+        seen.reported_at[ProbeResponder::bucket(reply.in_flight)] =
+            u32::try_from(reply.latency.as_micros()).unwrap_or(u32::MAX).max(1);
         if probed {
             self.record_probe(endpoint, reply);
         }
@@ -737,7 +728,6 @@ impl Balancer for Prequal {
     fn grow(&mut self, endpoints: usize) {
         if endpoints > self.seen.len() {
             self.seen.resize(endpoints, Seen::default());
-            self.by_rif.resize(endpoints, [0; ProbeResponder::RIFS]);
         }
         self.eligible.grow(endpoints);
     }
