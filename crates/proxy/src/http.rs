@@ -150,18 +150,51 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+/// The protocol an HTTP/1.1 request asks to switch its connection to (RFC 9110 §7.8: `Upgrade`,
+/// named in `Connection`), as a WebSocket handshake does; `None` for any other request.
+pub fn upgrade(headers: &HeaderMap) -> Option<&HeaderValue> {
+    let named = headers
+        .get_all(hyper::header::CONNECTION)
+        .iter()
+        .flat_map(|list| list.as_bytes().split(|b| *b == b','))
+        .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"upgrade"));
+    named.then(|| headers.get(hyper::header::UPGRADE)).flatten()
+}
+
+/// Puts back the `Upgrade: protocol` and `Connection: upgrade` that hop-by-hop stripping took: the
+/// next hop is asked for the same switch (a request), or told of it (a 101).
+fn keep_upgrade(headers: &mut HeaderMap, protocol: Option<HeaderValue>) {
+    if let Some(protocol) = protocol {
+        headers.insert(hyper::header::UPGRADE, protocol);
+        headers.insert(hyper::header::CONNECTION, HeaderValue::from_static("upgrade"));
+    }
+}
+
+/// Removes a response's hop-by-hop headers, except the `Upgrade` of a 101 (Switching Protocols),
+/// which the client needs to see the switch it asked for.
+pub fn strip_response_hop_by_hop<B>(response: &mut Response<B>) {
+    let switched = response.status() == StatusCode::SWITCHING_PROTOCOLS;
+    let protocol = switched.then(|| response.headers().get(hyper::header::UPGRADE).cloned()).flatten();
+    strip_hop_by_hop(response.headers_mut());
+    keep_upgrade(response.headers_mut(), protocol);
+}
+
 /// Makes a request's headers fit to forward (`found` is their [`scan`]): no hop-by-hop header
-/// but `TE: trailers`, which HTTP/2 keeps because gRPC servers expect it, and no `x-tailguard-*`
-/// header (the listener adds back what it believes) but a low [`PRIORITY`], which belongs to the
-/// request on every hop, as a deadline does, and which any caller may set for itself.
+/// but `TE: trailers`, which HTTP/2 keeps because gRPC servers expect it, and an upgrade's
+/// `Upgrade` and `Connection: upgrade`, which the next hop must see to switch; and no
+/// `x-tailguard-*` header (the listener adds back what it believes) but a low [`PRIORITY`], which
+/// belongs to the request on every hop, as a deadline does, and which any caller may set for
+/// itself.
 pub fn forwardable(headers: &mut HeaderMap, found: Found) {
     if found.hop_by_hop {
         let te_trailers =
             headers.get(hyper::header::TE).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"));
+        let protocol = upgrade(headers).cloned();
         strip_hop_by_hop(headers);
         if te_trailers {
             headers.insert(hyper::header::TE, HeaderValue::from_static("trailers"));
         }
+        keep_upgrade(headers, protocol);
     }
     if found.internal {
         let low = priority(headers) == Priority::Low;

@@ -183,6 +183,12 @@ impl Ingress {
             Ok(left) => left,
             Err(e) => return http::text(StatusCode::BAD_REQUEST, &e),
         };
+        let upgrade = http::upgrade(req.headers()).is_some();
+        if upgrade && matches!(self.client, AppClient::H2c(_)) {
+            let why =
+                "tailguard: a protocol upgrade (WebSocket) needs HTTP/1.1 to the application (ingress.protocol: http1)";
+            return http::text(StatusCode::NOT_IMPLEMENTED, why);
+        }
         let Some(held) = self.admit(http::priority(req.headers())) else {
             self.metrics.ingress_rejected.inc();
             let mut response = http::text(StatusCode::TOO_MANY_REQUESTS, "tailguard: over capacity");
@@ -199,9 +205,10 @@ impl Ingress {
             span.inject(request.headers_mut());
         }
         let (arrived, rif) = (Instant::now(), held.rif);
+        // An upgrade's deadline ends at the switch: the tunnel after it is the connection's.
         let answer = match deadline {
-            Some(d) => tokio::time::timeout(d, self.call(request)).await.ok(),
-            None => Some(self.call(request).await),
+            Some(d) => tokio::time::timeout(d, self.call(request, upgrade)).await.ok(),
+            None => Some(self.call(request, upgrade).await),
         };
         drop(held);
         let deadline_passed = || http::text(StatusCode::GATEWAY_TIMEOUT, "tailguard: the deadline passed");
@@ -233,16 +240,18 @@ impl Ingress {
                 r
             }
         };
-        http::strip_hop_by_hop(response.headers_mut());
+        http::strip_response_hop_by_hop(&mut response);
         http::strip_internal(response.headers_mut(), &[]);
         let chip = if self.chip() { "1" } else { "0" };
         response.headers_mut().insert(CHIP, HeaderValue::from_static(chip));
         response
     }
 
-    /// Sends `request` to the application (never twice: its body is streamed).
-    async fn call(&self, request: Request<Body>) -> Result<Response<Body>, BoxError> {
+    /// Sends `request` to the application (never twice: its body is streamed); an `upgrade` on a
+    /// connection of its own, which becomes the tunnel if the application switches.
+    async fn call(&self, request: Request<Body>, upgrade: bool) -> Result<Response<Body>, BoxError> {
         match &self.client {
+            AppClient::Http1(pool) if upgrade => pool.clone().upgrade(request).await,
             AppClient::Http1(pool) => pool.clone().send(request, None::<fn() -> Request<Body>>).await,
             AppClient::H2c(client) => Ok(client.request(request).await?.map(|b| b.map_err(BoxError::from).boxed())),
         }

@@ -308,6 +308,31 @@ impl Pool {
         }
     }
 
+    /// Sends a request that asks to switch protocols (a WebSocket handshake, [`crate::http::upgrade`])
+    /// on a new HTTP/1.1 connection of its own, never pooled: if the endpoint switches (101), the
+    /// connection is handed over with the response (`hyper::upgrade::on` it) and leaves the pool's
+    /// count; otherwise it closes once the response has been read. Never over HTTP/2, which has no
+    /// upgrade: an endpoint that chooses `h2` by ALPN is a connect error.
+    pub async fn upgrade<E: From<Error>>(self: Arc<Self>, mut request: Request<Body>) -> Result<Response<Body>, E> {
+        let (place, stream) = self.dial().await?;
+        if stream.is_h2() {
+            let why = std::io::Error::other("the endpoint chose h2 by ALPN, which cannot switch protocols");
+            return Err(Error::Connect(self.addr, why).into());
+        }
+        let (mut sender, driver) = self.builder.handshake(TokioIo::new(stream)).await.map_err(Error::from)?;
+        // Its own task: the connection outlives the exchange only to hand itself over.
+        tokio::spawn(async move {
+            let _place = place;
+            let _ = driver.with_upgrades().await;
+        });
+        self.set_host(&mut request);
+        let response = sender.send_request(request).await.map_err(Error::from)?;
+        Ok(response.map(|body| {
+            use http_body_util::BodyExt as _;
+            body.map_err(BoxError::from).boxed()
+        }))
+    }
+
     /// Gives `request` the endpoint's `Host` unless it has one.
     fn set_host(&self, request: &mut Request<Body>) {
         if !request.headers().contains_key(hyper::header::HOST) {

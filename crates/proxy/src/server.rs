@@ -14,6 +14,7 @@ use hyper::header::{HeaderValue, CONNECTION};
 use hyper::rt::{Read, ReadBufCursor, Write};
 use hyper::server::conn::{http1, http2};
 use hyper::service::{service_fn, HttpService};
+use hyper::upgrade::OnUpgrade;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use std::convert::Infallible;
@@ -230,6 +231,15 @@ where
             _ => None,
         }
     }
+
+    /// Once ended by a protocol switch, an HTTP/1 connection's stream and the bytes the client
+    /// sent after its upgrade request.
+    fn switched(self) -> Option<http1::Parts<I, S>> {
+        match self {
+            Served::Http1(conn, _) => Some(Pin::into_inner(conn).into_parts()),
+            Served::H2c(_) => None,
+        }
+    }
 }
 
 impl<I, S> Future for Served<I, S>
@@ -393,16 +403,23 @@ where
                 Step::Wait => park_timer.as_mut().poll(cx).map(|()| None),
             }
         });
-        let parked = tokio::select! {
+        let (parked, switched) = tokio::select! {
             served = serving => {
                 let Some(done) = served else {
                     conn.park();
                     continue;
                 };
-                let parts = if done.is_ok() && !shut_down { conn.parked() } else { None };
+                // Ended by a protocol switch: the connection becomes a tunnel (below).
+                let switched = activity.switched.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+                let switched = switched.filter(|_| done.is_ok() && !shut_down);
+                let parts = match switched {
+                    Some(_) => conn.switched(),
+                    None if done.is_ok() && !shut_down => conn.parked(),
+                    None => None,
+                };
                 // Closed by hyper (the client left, the drain, an error): done.
                 let Some(parts) = parts else { return };
-                parts
+                (parts, switched)
             }
             now = interval.tick() => {
                 if watchdog.expired(&activity, now.into_std()) {
@@ -419,6 +436,17 @@ where
                 continue;
             }
         };
+        if let Some(upstream) = switched {
+            let mut watchdog = Watchdog::new(idle, None, Instant::now());
+            let mut tunnel = std::pin::pin!(tunnel(parked.io, parked.read_buf, upstream));
+            loop {
+                tokio::select! {
+                    () = tunnel.as_mut() => return,
+                    now = interval.tick() => if watchdog.expired(&activity, now.into_std()) { return },
+                    _ = shutting_down.as_mut() => return,
+                }
+            }
+        }
         let http1::Parts { mut io, read_buf, service, .. } = parked;
         #[cfg(test)]
         tests::PARKED.lock().unwrap().push(peer);
@@ -442,6 +470,23 @@ where
         conn = Served::new(&builders, false, io, service);
         parker = Parker::new(&activity);
     }
+}
+
+/// Carries bytes both ways between a client connection that switched protocols (`client`, and
+/// `early`: what it sent after its upgrade request, read by hyper already) and the upstream's
+/// side of the switch, until either side closes or fails. The connection's watchdog (idle limit)
+/// and drain still apply: the caller races them against it.
+async fn tunnel<I>(client: I, early: Bytes, upstream: OnUpgrade)
+where
+    I: Read + Write + Unpin,
+{
+    use tokio::io::AsyncWriteExt;
+    let Ok(upstream) = upstream.await else { return };
+    let mut upstream = TokioIo::new(upstream);
+    if !early.is_empty() && upstream.write_all(&early).await.is_err() {
+        return;
+    }
+    let _ = tokio::io::copy_bidirectional(&mut TokioIo::new(client), &mut upstream).await;
 }
 
 /// A request's response as the connection sends it: the handler's, then the connection's own
@@ -470,6 +515,11 @@ impl Future for Responding {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut response = std::task::ready!(self.handled.as_mut().poll(cx));
         let Answered { awaiting, grpc, in_flight, open, h2c } = self.after.take().expect("polled after its answer");
+        if !h2c && response.status() == StatusCode::SWITCHING_PROTOCOLS {
+            if let Some(upstream) = response.extensions_mut().remove::<OnUpgrade>() {
+                *awaiting.0.switched.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(upstream);
+            }
+        }
         drop(awaiting);
         if let Some(content_type) = grpc {
             crate::grpc::local_reply(&mut response, content_type);
@@ -499,6 +549,9 @@ struct Activity {
     reading: AtomicUsize,
     /// The last write found the client's receive window full.
     write_blocked: AtomicBool,
+    /// The upstream's side of a protocol switch (a 101 answered to an HTTP/1 upgrade): once hyper
+    /// has sent the 101, the connection becomes a tunnel to it ([`tunnel`]).
+    switched: std::sync::Mutex<Option<OnUpgrade>>,
 }
 
 /// Decides, tick by tick, when a connection has been idle too long or (HTTP/1) has waited too long

@@ -23,6 +23,9 @@ pub(super) struct Template {
     /// A gRPC request: each attempt carries the time left as `grpc-timeout`, and a trailers-only
     /// `grpc-status` decides its outcome.
     pub(super) grpc: bool,
+    /// A request to switch protocols (a WebSocket handshake): sent once, on a connection of its
+    /// own that becomes the tunnel if the endpoint switches.
+    pub(super) upgrade: bool,
 }
 
 /// Splits `req` into what each attempt replays, buffering a body up to `max_replay_body`; a
@@ -34,6 +37,7 @@ pub(super) async fn template(
 ) -> Result<(Template, Option<ClientBody>), BoxError> {
     let (parts, body) = req.into_parts();
     let mut headers = parts.headers;
+    let upgrade = found.hop_by_hop && http::upgrade(&headers).is_some();
     http::forwardable(&mut headers, found);
     let small = body.size_hint().upper().is_some_and(|n| n <= max_replay_body as u64);
     let (body, streamed) = if body.is_end_stream() {
@@ -44,7 +48,7 @@ pub(super) async fn template(
         (None, Some(body))
     };
     let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
-    Ok((Template { method: parts.method, path, headers, body, grpc: found.grpc }, streamed))
+    Ok((Template { method: parts.method, path, headers, body, grpc: found.grpc, upgrade }, streamed))
 }
 
 /// Whether a request may be sent more than once without changing its effect: its method is

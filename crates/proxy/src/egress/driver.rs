@@ -102,7 +102,8 @@ impl<'a> Driver<'a> {
         template: Arc<Template>,
         streamed: Option<ClientBody>,
     ) -> Driver<'a> {
-        let replayable = template.body.is_some() && idempotent(&template.method, &template.headers);
+        let replayable =
+            template.body.is_some() && !template.upgrade && idempotent(&template.method, &template.headers);
         Driver {
             egress,
             upstream,

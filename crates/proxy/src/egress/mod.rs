@@ -144,6 +144,13 @@ impl Egress {
             Ok(left) => left.map(|left| self.now().saturating_add(left)),
             Err(e) => return http::text(StatusCode::BAD_REQUEST, &e),
         };
+        if upstream.config.protocol == config::Protocol::H2c && http::upgrade(req.headers()).is_some() {
+            let why = format!(
+                "tailguard: a protocol upgrade (WebSocket) needs HTTP/1.1 to upstream {}, which speaks h2c",
+                upstream.name
+            );
+            return http::text(StatusCode::NOT_IMPLEMENTED, &why);
+        }
         let trace = self.tracing.as_ref().map(|t| t.call(req.headers(), &upstream.name));
         let fault = req.body().fault();
         let (template, streamed) = match template(req, found, routes.max_replay_body).await {

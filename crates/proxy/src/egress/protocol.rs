@@ -89,7 +89,10 @@ impl Driver<'_> {
                     }
                 });
                 let pool = target.pool.clone();
-                Box::pin(pool.send(request, rebuild))
+                match self.template.upgrade {
+                    true => Box::pin(pool.upgrade(request)),
+                    false => Box::pin(pool.send(request, rebuild)),
+                }
             }
             config::Protocol::H2c => {
                 let Some(request) = target
@@ -194,12 +197,12 @@ fn attempt_request(t: &Template, body: Body, remaining: Option<Duration>, traced
 }
 
 /// Makes an upstream's response what the application gets: no internal or hop-by-hop headers
-/// (`found` by a scan of its headers).
+/// but a 101's `Upgrade` (`found` by a scan of its headers).
 pub(super) fn clean(response: &mut Response<Body>, found: http::Found) {
-    let headers = response.headers_mut();
     if found.hop_by_hop {
-        http::strip_hop_by_hop(headers);
+        http::strip_response_hop_by_hop(response);
     }
+    let headers = response.headers_mut();
     if found.internal {
         http::strip_internal(headers, &[]);
     }
