@@ -149,6 +149,7 @@ pub enum Protocol {
 #[serde(deny_unknown_fields)]
 pub struct Egress {
     /// Where the application sends its outbound requests.
+    #[serde(deserialize_with = "address::one")]
     pub listen: SocketAddr,
     /// The called services by name.
     pub upstreams: BTreeMap<String, Upstream>,
@@ -170,7 +171,7 @@ pub struct Egress {
 #[serde(deny_unknown_fields)]
 pub struct Upstream {
     /// The replicas' addresses, when fixed; else `discovery` finds them.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "address::endpoints")]
     pub endpoints: Vec<SocketAddr>,
     /// Where the replicas' addresses are found and re-read (DNS, a file), instead of `endpoints`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -449,8 +450,10 @@ impl TryFrom<RouteSpec> for Route {
 #[serde(deny_unknown_fields)]
 pub struct Ingress {
     /// Where other services' requests arrive.
+    #[serde(deserialize_with = "address::one")]
     pub listen: SocketAddr,
     /// The local application.
+    #[serde(deserialize_with = "address::one")]
     pub app: SocketAddr,
     /// Admission control: 429 above capacity, and BLOC chips on responses.
     #[serde(default)]
@@ -551,6 +554,7 @@ impl From<Network> for String {
 #[serde(deny_unknown_fields)]
 pub struct Admin {
     /// Where `/healthz`, `/metrics` and `/config` are served.
+    #[serde(deserialize_with = "address::one")]
     pub listen: SocketAddr,
     /// TLS on the listener; absent, cleartext.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -767,6 +771,44 @@ impl Config {
 
 /// A deserialisation message in a user's words: serde's `invalid type: sequence, expected
 /// struct Egress` becomes `expected a mapping (egress settings), got a list`.
+/// Socket addresses as the file gives them: an IP address and a port. A name is not resolved at
+/// load; the error says what to write instead (an upstream found by name takes `discovery`).
+mod address {
+    use serde::de::{Deserialize, Deserializer, Error};
+    use std::net::SocketAddr;
+
+    /// One address (a listener's, the application's).
+    pub(super) fn one<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(|_| D::Error::custom(wrong(&text, "")))
+    }
+
+    /// An upstream's endpoints.
+    pub(super) fn endpoints<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<SocketAddr>, D::Error> {
+        Ok(Vec::<Endpoint>::deserialize(d)?.into_iter().map(|e| e.0).collect())
+    }
+
+    struct Endpoint(SocketAddr);
+
+    impl<'de> Deserialize<'de> for Endpoint {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            let text = String::deserialize(d)?;
+            let by_name = format!(" (replicas found by name: `discovery: {{dns: {text}}}` instead of `endpoints`)");
+            text.parse().map(Endpoint).map_err(|_| D::Error::custom(wrong(&text, &by_name)))
+        }
+    }
+
+    /// What is wrong with `text`, and `hint` for a name.
+    fn wrong(text: &str, hint: &str) -> String {
+        match text.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+                format!("`{text}` names a host: expected an IP address and port, such as 127.0.0.1:{port}{hint}")
+            }
+            _ => format!("`{text}`: expected an IP address and port, such as 127.0.0.1:8080 or [::1]:8080"),
+        }
+    }
+}
+
 fn plain(message: &str) -> String {
     let Some(rest) = message.strip_prefix("invalid type: ") else { return message.to_string() };
     let Some((got, expected)) = rest.split_once(", expected ") else { return message.to_string() };
@@ -888,6 +930,26 @@ mod tests {
 
     fn parse(text: &str) -> Result<Config, String> {
         Config::parse(text, Path::new("proxy.yaml")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn an_address_that_names_a_host_says_what_to_write() {
+        let upstream = |endpoints: &str| {
+            parse(&format!("egress:\n  listen: 127.0.0.1:4140\n  upstreams:\n    app:\n      endpoints: {endpoints}\n"))
+        };
+        let e = upstream("[127.0.0.1:8081, backend:8080]").unwrap_err();
+        assert!(e.contains("egress.upstreams.app.endpoints[1]"), "{e}");
+        assert!(
+            e.contains("`backend:8080` names a host: expected an IP address and port, such as 127.0.0.1:8080"),
+            "{e}"
+        );
+        assert!(e.contains("`discovery: {dns: backend:8080}`"), "{e}");
+        let e = upstream("[8080]").unwrap_err();
+        assert!(e.contains("`8080`: expected an IP address and port"), "{e}");
+        assert_eq!(upstream("[\"[::1]:8081\"]").unwrap().egress.unwrap().upstreams["app"].endpoints.len(), 1);
+        let e = parse("ingress: {listen: 127.0.0.1:4143, app: localhost:8080}\n").unwrap_err();
+        assert!(e.contains("ingress.app: `localhost:8080` names a host"), "{e}");
+        assert!(!e.contains("discovery"), "{e}");
     }
 
     #[test]
