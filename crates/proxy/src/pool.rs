@@ -66,6 +66,14 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// for surplus.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
+/// What a new TLS connection offers by ALPN: `h2` and `http/1.1`, or `http/1.1` alone (a protocol
+/// switch, which HTTP/2 cannot carry).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Alpn {
+    Any,
+    Http1,
+}
+
 /// The idle HTTP/1 connections to one endpoint, and how to open more.
 pub struct Pool {
     addr: SocketAddr,
@@ -309,16 +317,12 @@ impl Pool {
     }
 
     /// Sends a request that asks to switch protocols (a WebSocket handshake, [`crate::http::upgrade`])
-    /// on a new HTTP/1.1 connection of its own, never pooled: if the endpoint switches (101), the
-    /// connection is handed over with the response (`hyper::upgrade::on` it) and leaves the pool's
-    /// count; otherwise it closes once the response has been read. Never over HTTP/2, which has no
-    /// upgrade: an endpoint that chooses `h2` by ALPN is a connect error.
+    /// on a new HTTP/1.1 connection of its own, never pooled (over TLS, offering only `http/1.1`
+    /// by ALPN: HTTP/2 has no such switch): if the endpoint switches (101), the connection is
+    /// handed over with the response (`hyper::upgrade::on` it) and leaves the pool's count;
+    /// otherwise it closes once the response has been read.
     pub async fn upgrade<E: From<Error>>(self: Arc<Self>, mut request: Request<Body>) -> Result<Response<Body>, E> {
-        let (place, stream) = self.dial().await?;
-        if stream.is_h2() {
-            let why = std::io::Error::other("the endpoint chose h2 by ALPN, which cannot switch protocols");
-            return Err(Error::Connect(self.addr, why).into());
-        }
+        let (place, stream) = self.dial(Alpn::Http1).await?;
         let (mut sender, driver) = self.builder.handshake(TokioIo::new(stream)).await.map_err(Error::from)?;
         // Its own task: the connection outlives the exchange only to hand itself over.
         tokio::spawn(async move {
@@ -366,7 +370,7 @@ impl Pool {
 
     /// A new HTTP/1 connection.
     async fn connect(&self) -> Result<Box<Conn>, Error> {
-        let (place, stream) = self.dial().await?;
+        let (place, stream) = self.dial(Alpn::Any).await?;
         if stream.is_h2() {
             // The endpoint chose h2 since it was learnt to speak HTTP/1 (a new version behind
             // the same address): its next request learns it again ([`h2`]).
@@ -378,12 +382,12 @@ impl Pool {
 
     /// A new connection to the endpoint (TCP, then TLS if it speaks it) within `connect_timeout`,
     /// holding its place.
-    async fn dial(&self) -> Result<(Place, Stream), Error> {
+    async fn dial(&self, alpn: Alpn) -> Result<(Place, Stream), Error> {
         // Reserved before connecting: connections being opened count too.
         let max = self.max_connections.load(Ordering::Relaxed);
         let place = self.open.take(max).ok_or(Error::Overflow(self.addr, max))?;
         let timeout = Duration::from_micros(self.connect_timeout_us.load(Ordering::Relaxed));
-        let stream = tokio::time::timeout(timeout, self.open_stream())
+        let stream = tokio::time::timeout(timeout, self.open_stream(alpn))
             .await
             .unwrap_or_else(|_| {
                 Err(io::Error::new(io::ErrorKind::TimedOut, format!("no connection within {timeout:?}")))
@@ -393,14 +397,14 @@ impl Pool {
     }
 
     /// A TCP connection to the endpoint, with TLS if it speaks it.
-    async fn open_stream(&self) -> io::Result<Stream> {
+    async fn open_stream(&self, alpn: Alpn) -> io::Result<Stream> {
         let stream = TcpStream::connect(self.addr).await?;
         // No TCP_NODELAY, as hyper-util's connector: each request head goes out in one write
         // anyway, and with it set the proxy spent ~0.7 µs more system time per request (64
         // clients through `--workers 1` to nginx, same syscalls).
         Ok(match &self.tls {
             None => Stream::Plain(stream),
-            Some(tls) => Stream::Tls(Box::new(tls.connect(self.addr, stream).await?)),
+            Some(tls) => Stream::Tls(Box::new(tls.connect(self.addr, stream, alpn == Alpn::Http1).await?)),
         })
     }
 

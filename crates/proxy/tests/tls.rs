@@ -538,3 +538,48 @@ async fn the_ingress_reaches_an_application_listening_with_mtls_over_h2() {
     assert_eq!(answers[0].0, StatusCode::BAD_GATEWAY, "{answers:?}");
     proxy.shutdown().await;
 }
+
+/// A WebSocket echo application (tokio-tungstenite) on port 0.
+async fn websocket_echo() -> SocketAddr {
+    use futures::{SinkExt, StreamExt};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let Ok(mut socket) = tokio_tungstenite::accept_async(stream).await else { return };
+                while let Some(Ok(message)) = socket.next().await {
+                    if message.is_text() && socket.send(message).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_websocket_crosses_a_tls_hop_whose_listener_offers_h2() {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let pki = Pki::new("websocket");
+    let server = pki.leaf("ingress", &["ingress.test"]);
+    // The ingress's TLS listener offers h2 and http/1.1; the egress's upgrade must take HTTP/1.1.
+    let sidecar = proxy_of(&ingress(websocket_echo().await, &server, "", "")).await;
+    let egress = format!(
+        "egress:\n  listen: 127.0.0.1:0\n  upstreams:\n    app: {{endpoints: [{}], tls: {{ca: {}, server_name: ingress.test}}}}\nshutdown_grace: 1s\n",
+        sidecar.ingress.unwrap(),
+        pki.ca().display()
+    );
+    let client = proxy_of(&egress).await;
+    let url = format!("ws://{}/chat", client.egress.unwrap());
+    let (mut socket, response) = tokio_tungstenite::connect_async(url).await.expect("the switch crosses the TLS hop");
+    assert_eq!(response.status(), StatusCode::SWITCHING_PROTOCOLS);
+    socket.send(Message::text("over tls")).await.unwrap();
+    let echoed = tokio::time::timeout(Duration::from_secs(5), socket.next()).await.unwrap().unwrap().unwrap();
+    assert_eq!(echoed, Message::text("over tls"));
+    socket.close(None).await.unwrap();
+    client.shutdown().await;
+    sidecar.shutdown().await;
+}

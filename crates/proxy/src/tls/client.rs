@@ -35,13 +35,22 @@ impl Connector {
     }
 
     /// The handshake with `addr` on `stream`, verifying the endpoint's certificate for the
-    /// configured `server_name`, else for its IP address.
-    pub async fn connect(&self, addr: SocketAddr, stream: TcpStream) -> io::Result<TlsStream<TcpStream>> {
+    /// configured `server_name`, else for its IP address; offering only `http/1.1` by ALPN if
+    /// `http1_only` (a protocol switch, which HTTP/2 cannot carry).
+    pub async fn connect(
+        &self,
+        addr: SocketAddr,
+        stream: TcpStream,
+        http1_only: bool,
+    ) -> io::Result<TlsStream<TcpStream>> {
         let name = match &self.config.server_name {
             Some(name) => config::identity(name).map_err(io::Error::other)?,
             None => ServerName::IpAddress(addr.ip().into()),
         };
-        let config = self.current.get(|| client_config(&self.config, &self.field));
+        let mut config = self.current.get(|| client_config(&self.config, &self.field));
+        if http1_only {
+            std::sync::Arc::make_mut(&mut config).alpn_protocols = vec![HTTP1.to_vec()];
+        }
         tokio_rustls::TlsConnector::from(config).connect(name, stream).await
     }
 }
