@@ -183,7 +183,7 @@ impl Ingress {
             Ok(left) => left,
             Err(e) => return http::text(StatusCode::BAD_REQUEST, &e),
         };
-        let upgrade = http::upgrade(req.headers()).is_some();
+        let upgrade = found.hop_by_hop && http::upgrade(req.headers()).is_some();
         if upgrade && matches!(self.client, AppClient::H2c(_)) {
             let why =
                 "tailguard: a protocol upgrade (WebSocket) needs HTTP/1.1 to the application (ingress.protocol: http1)";

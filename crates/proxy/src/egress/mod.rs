@@ -144,7 +144,10 @@ impl Egress {
             Ok(left) => left.map(|left| self.now().saturating_add(left)),
             Err(e) => return http::text(StatusCode::BAD_REQUEST, &e),
         };
-        if upstream.config.protocol == config::Protocol::H2c && http::upgrade(req.headers()).is_some() {
+        if found.hop_by_hop
+            && upstream.config.protocol == config::Protocol::H2c
+            && http::upgrade(req.headers()).is_some()
+        {
             let why = format!(
                 "tailguard: a protocol upgrade (WebSocket) needs HTTP/1.1 to upstream {}, which speaks h2c",
                 upstream.name
