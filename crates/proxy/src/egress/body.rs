@@ -23,8 +23,9 @@ pub(super) struct Template {
     /// A gRPC request: each attempt carries the time left as `grpc-timeout`, and a trailers-only
     /// `grpc-status` decides its outcome.
     pub(super) grpc: bool,
-    /// A request to switch protocols (a WebSocket handshake): sent once, on a connection of its
-    /// own that becomes the tunnel if the endpoint switches.
+    /// A request to switch protocols (a WebSocket handshake): not replayed as an idempotent
+    /// request is, and sent on a connection of its own that becomes the tunnel if the endpoint
+    /// switches.
     pub(super) upgrade: bool,
 }
 
