@@ -13,13 +13,22 @@ pub struct ProxyArgs {
     /// The proxy's threads, overriding the file's `workers` (1: everything on one thread).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub workers: Option<u16>,
+    /// Check the file and the TLS files it names, then exit (0: ok) without serving.
+    #[arg(long)]
+    pub check: bool,
 }
 
-/// Loads the file, serves until ctrl-c or SIGTERM, then shuts down gracefully.
+/// Loads the file, serves until ctrl-c or SIGTERM, then shuts down gracefully; with `--check`,
+/// only loads it and reads its TLS files.
 pub fn run(args: ProxyArgs) -> anyhow::Result<()> {
     let config = tailguard_proxy::Config::load(&args.config)?;
     for warning in config.warnings() {
         eprintln!("tailguard proxy: warning: {warning}");
+    }
+    if args.check {
+        tailguard_proxy::check(&config)?;
+        println!("{}: ok", args.config.display());
+        return Ok(());
     }
     keep_freed_memory();
     let workers = args.workers.map(usize::from).or(config.workers);

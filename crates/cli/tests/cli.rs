@@ -294,3 +294,28 @@ fn lab_render_k8s_writes_an_experiment_as_manifests() {
     let stderr = String::from_utf8_lossy(&unknown.stderr);
     assert!(!unknown.status.success() && stderr.contains("nope"), "{stderr}");
 }
+
+#[test]
+fn proxy_check_reads_the_file_and_its_tls_files_and_serves_nothing() {
+    // A listener address in use: checking binds nothing, so it is no error.
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = held.local_addr().unwrap();
+    let good = scratch("check-good.yaml");
+    std::fs::write(&good, format!("egress: {{listen: {addr}, upstreams: {{app: {{endpoints: [127.0.0.1:9]}}}}}}\n"))
+        .unwrap();
+    let run = tailguard(&["proxy", "--config", good.to_str().unwrap(), "--check"]);
+    assert_eq!(run.status.code(), Some(0), "{}", String::from_utf8_lossy(&run.stderr));
+    assert_eq!(String::from_utf8_lossy(&run.stdout), format!("{}: ok\n", good.display()));
+    let missing = scratch("no-such-cert.pem");
+    let bad = scratch("check-bad.yaml");
+    let text = format!(
+        "ingress: {{listen: {addr}, app: 127.0.0.1:9, tls: {{cert: {}, key: {}}}}}\n",
+        missing.display(),
+        missing.display()
+    );
+    std::fs::write(&bad, text).unwrap();
+    let run = tailguard(&["proxy", "--config", bad.to_str().unwrap(), "--check"]);
+    assert_eq!(run.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(stderr.contains("ingress.tls.cert") && stderr.contains("no-such-cert.pem"), "{stderr}");
+}

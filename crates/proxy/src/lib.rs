@@ -32,6 +32,7 @@ mod trim;
 mod wire;
 
 pub use config::Config;
+pub use tls::TlsError;
 
 use metrics::Metrics;
 use std::future::Future;
@@ -148,6 +149,34 @@ impl Proxy {
             tracing.shutdown().await;
         }
     }
+}
+
+/// Reads everything [`Proxy::start`] reads besides the file itself, binding and connecting
+/// nothing: every TLS certificate, key and CA the file names (`tailguard proxy --check`, as
+/// `nginx -t` and `haproxy -c` check a configuration before it is deployed). The error names the
+/// field and the file.
+pub fn check(config: &Config) -> Result<(), tls::TlsError> {
+    let server = |tls: Option<&config::ServerTls>, field: &str, trusted: &[String]| {
+        tls.map(|t| tls::Acceptor::new(t, field, trusted)).transpose().map(drop)
+    };
+    if let Some(c) = &config.egress {
+        server(c.tls.as_ref(), "egress.tls", &[])?;
+        for (name, upstream) in &c.upstreams {
+            if let Some(t) = &upstream.tls {
+                tls::Connector::new(t, &format!("egress.upstreams.{name}.tls"))?;
+            }
+        }
+    }
+    if let Some(c) = &config.ingress {
+        server(c.tls.as_ref(), "ingress.tls", &c.trusted_identities)?;
+        if let Some(t) = &c.app_tls {
+            tls::Connector::new(t, "ingress.app_tls")?;
+        }
+    }
+    if let Some(c) = &config.admin {
+        server(c.tls.as_ref(), "admin.tls", &[])?;
+    }
+    Ok(())
 }
 
 /// The TLS acceptor of a listener's `tls` section (`field`), its files read now; the error names
