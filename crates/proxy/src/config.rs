@@ -769,8 +769,6 @@ impl Config {
     }
 }
 
-/// A deserialisation message in a user's words: serde's `invalid type: sequence, expected
-/// struct Egress` becomes `expected a mapping (egress settings), got a list`.
 /// Socket addresses as the file gives them: an IP address and a port. A name is not resolved at
 /// load; the error says what to write instead (an upstream found by name takes `discovery`).
 mod address {
@@ -809,6 +807,8 @@ mod address {
     }
 }
 
+/// A deserialisation message in a user's words: serde's `invalid type: sequence, expected
+/// struct Egress` becomes `expected a mapping (egress settings), got a list`.
 fn plain(message: &str) -> String {
     let Some(rest) = message.strip_prefix("invalid type: ") else { return message.to_string() };
     let Some((got, expected)) = rest.split_once(", expected ") else { return message.to_string() };
