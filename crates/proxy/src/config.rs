@@ -777,8 +777,7 @@ mod address {
 
     /// One address (a listener's, the application's).
     pub(super) fn one<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
-        let text = String::deserialize(d)?;
-        text.parse().map_err(|_| D::Error::custom(wrong(&text, "")))
+        parsed(d, |_| String::new())
     }
 
     /// An upstream's endpoints.
@@ -790,20 +789,24 @@ mod address {
 
     impl<'de> Deserialize<'de> for Endpoint {
         fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            let text = String::deserialize(d)?;
-            let by_name = format!(" (replicas found by name: `discovery: {{dns: {text}}}` instead of `endpoints`)");
-            text.parse().map(Endpoint).map_err(|_| D::Error::custom(wrong(&text, &by_name)))
+            let by_name =
+                |text: &str| format!(" (replicas found by name: `discovery: {{dns: {text}}}` instead of `endpoints`)");
+            parsed(d, by_name).map(Endpoint)
         }
     }
 
-    /// What is wrong with `text`, and `hint` for a name.
-    fn wrong(text: &str, hint: &str) -> String {
-        match text.rsplit_once(':') {
-            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
-                format!("`{text}` names a host: expected an IP address and port, such as 127.0.0.1:{port}{hint}")
-            }
-            _ => format!("`{text}`: expected an IP address and port, such as 127.0.0.1:8080 or [::1]:8080"),
-        }
+    /// The address in `d`; if it names a host, the error adds `hint` of the text.
+    fn parsed<'de, D: Deserializer<'de>>(d: D, hint: impl FnOnce(&str) -> String) -> Result<SocketAddr, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(|_| {
+            D::Error::custom(match text.rsplit_once(':') {
+                Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => format!(
+                    "`{text}` names a host: expected an IP address and port, such as 127.0.0.1:{port}{}",
+                    hint(&text)
+                ),
+                _ => format!("`{text}`: expected an IP address and port, such as 127.0.0.1:8080 or [::1]:8080"),
+            })
+        })
     }
 }
 

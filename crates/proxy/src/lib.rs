@@ -32,7 +32,6 @@ mod trim;
 mod wire;
 
 pub use config::Config;
-pub use tls::TlsError;
 
 use metrics::Metrics;
 use std::future::Future;
@@ -155,26 +154,20 @@ impl Proxy {
 /// nothing: every TLS certificate, key and CA the file names (`tailguard proxy --check`, as
 /// `nginx -t` and `haproxy -c` check a configuration before it is deployed). The error names the
 /// field and the file.
-pub fn check(config: &Config) -> Result<(), tls::TlsError> {
-    let server = |tls: Option<&config::ServerTls>, field: &str, trusted: &[String]| {
-        tls.map(|t| tls::Acceptor::new(t, field, trusted)).transpose().map(drop)
-    };
+pub fn check(config: &Config) -> std::io::Result<()> {
+    let connector = |t, field: &str| tls::Connector::new(t, field).map(drop).map_err(std::io::Error::other);
     if let Some(c) = &config.egress {
-        server(c.tls.as_ref(), "egress.tls", &[])?;
+        acceptor(c.tls.as_ref(), "egress.tls", &[])?;
         for (name, upstream) in &c.upstreams {
-            if let Some(t) = &upstream.tls {
-                tls::Connector::new(t, &format!("egress.upstreams.{name}.tls"))?;
-            }
+            upstream.tls.as_ref().map(|t| connector(t, &format!("egress.upstreams.{name}.tls"))).transpose()?;
         }
     }
     if let Some(c) = &config.ingress {
-        server(c.tls.as_ref(), "ingress.tls", &c.trusted_identities)?;
-        if let Some(t) = &c.app_tls {
-            tls::Connector::new(t, "ingress.app_tls")?;
-        }
+        acceptor(c.tls.as_ref(), "ingress.tls", &c.trusted_identities)?;
+        c.app_tls.as_ref().map(|t| connector(t, "ingress.app_tls")).transpose()?;
     }
     if let Some(c) = &config.admin {
-        server(c.tls.as_ref(), "admin.tls", &[])?;
+        acceptor(c.tls.as_ref(), "admin.tls", &[])?;
     }
     Ok(())
 }

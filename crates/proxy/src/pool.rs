@@ -37,7 +37,7 @@ mod h2;
 
 use crate::cap::{Count, Place};
 use crate::http::{Body, BoxError};
-use crate::tls::{self, Stream};
+use crate::tls::{self, Alpn, Stream};
 use bytes::Bytes;
 use hyper::body::{Body as _, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1::{self, Connection, SendRequest};
@@ -65,14 +65,6 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// How often idle connections are checked for their timeout, for the endpoint closing them, and
 /// for surplus.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
-
-/// What a new TLS connection offers by ALPN: `h2` and `http/1.1`, or `http/1.1` alone (a protocol
-/// switch, which HTTP/2 cannot carry).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Alpn {
-    Any,
-    Http1,
-}
 
 /// The idle HTTP/1 connections to one endpoint, and how to open more.
 pub struct Pool {
@@ -404,7 +396,7 @@ impl Pool {
         // clients through `--workers 1` to nginx, same syscalls).
         Ok(match &self.tls {
             None => Stream::Plain(stream),
-            Some(tls) => Stream::Tls(Box::new(tls.connect(self.addr, stream, alpn == Alpn::Http1).await?)),
+            Some(tls) => Stream::Tls(Box::new(tls.connect(self.addr, stream, alpn).await?)),
         })
     }
 

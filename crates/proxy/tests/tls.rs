@@ -539,26 +539,6 @@ async fn the_ingress_reaches_an_application_listening_with_mtls_over_h2() {
     proxy.shutdown().await;
 }
 
-/// A WebSocket echo application (tokio-tungstenite) on port 0.
-async fn websocket_echo() -> SocketAddr {
-    use futures::{SinkExt, StreamExt};
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let Ok(mut socket) = tokio_tungstenite::accept_async(stream).await else { return };
-                while let Some(Ok(message)) = socket.next().await {
-                    if message.is_text() && socket.send(message).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
-
 #[tokio::test]
 async fn a_websocket_crosses_a_tls_hop_whose_listener_offers_h2() {
     use futures::{SinkExt, StreamExt};
@@ -566,7 +546,8 @@ async fn a_websocket_crosses_a_tls_hop_whose_listener_offers_h2() {
     let pki = Pki::new("websocket");
     let server = pki.leaf("ingress", &["ingress.test"]);
     // The ingress's TLS listener offers h2 and http/1.1; the egress's upgrade must take HTTP/1.1.
-    let sidecar = proxy_of(&ingress(websocket_echo().await, &server, "", "")).await;
+    let (app, _) = tailguard_testkit::websocket_echo().await;
+    let sidecar = proxy_of(&ingress(app, &server, "", "")).await;
     let egress = format!(
         "egress:\n  listen: 127.0.0.1:0\n  upstreams:\n    app: {{endpoints: [{}], tls: {{ca: {}, server_name: ingress.test}}}}\nshutdown_grace: 1s\n",
         sidecar.ingress.unwrap(),

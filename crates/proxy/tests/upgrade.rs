@@ -5,35 +5,12 @@
 use futures::{SinkExt, StreamExt};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tailguard_proxy::{Config, Proxy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::Message;
-
-/// A WebSocket echo server; how many connections it accepted.
-async fn echo_server() -> (SocketAddr, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let counted = accepted.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            counted.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(async move {
-                let Ok(mut socket) = tokio_tungstenite::accept_async(stream).await else { return };
-                while let Some(Ok(message)) = socket.next().await {
-                    if (message.is_text() || message.is_binary()) && socket.send(message).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    (addr, accepted)
-}
 
 /// An ingress with adaptive admission in front of `app`, and an egress with the recommended
 /// policies to that ingress; `limits` for both listeners.
@@ -56,7 +33,7 @@ async fn sidecars(app: SocketAddr, limits: &str) -> (Proxy, Proxy) {
 
 #[tokio::test]
 async fn a_websocket_passes_through_the_egress_and_the_ingress_once() {
-    let (app, accepted) = echo_server().await;
+    let (app, accepted) = tailguard_testkit::websocket_echo().await;
     let (client, server) = sidecars(app, "{}").await;
     for listener in [server.ingress.unwrap(), client.egress.unwrap()] {
         let url = format!("ws://{listener}/chat");

@@ -220,6 +220,30 @@ async fn answer(name: &str, mode: Mode, req: Request<Incoming>) -> Result<Respon
     Ok(response)
 }
 
+/// A WebSocket echo application on a loopback port (tokio-tungstenite): it sends every text
+/// and binary message back. Its address, and how many connections it has accepted.
+pub async fn websocket_echo() -> (SocketAddr, Arc<AtomicUsize>) {
+    use futures::{SinkExt, StreamExt};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counted = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let Ok(mut socket) = tokio_tungstenite::accept_async(stream).await else { return };
+                while let Some(Ok(message)) = socket.next().await {
+                    if (message.is_text() || message.is_binary()) && socket.send(message).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, accepted)
+}
+
 /// A protocol-suite tool built by `make suites` (`target/tools/NAME`: h2spec, grpc-go's interop
 /// server and client). Absent, the test says loudly that it skips and gets `None`, unless
 /// `TAILGUARD_REQUIRE_SUITES` is set (as `make test` sets it, having built them): then it fails.

@@ -29,16 +29,17 @@ pub(super) struct Template {
     pub(super) upgrade: bool,
 }
 
-/// Splits `req` into what each attempt replays, buffering a body up to `max_replay_body`; a
-/// larger body (or one of unknown length) comes back apart, to be streamed once.
+/// Splits `req` (an `upgrade` or not) into what each attempt replays, buffering a body up to
+/// `max_replay_body`; a larger body (or one of unknown length) comes back apart, to be streamed
+/// once.
 pub(super) async fn template(
     req: Request<ClientBody>,
     found: http::Found,
+    upgrade: bool,
     max_replay_body: usize,
 ) -> Result<(Template, Option<ClientBody>), BoxError> {
     let (parts, body) = req.into_parts();
     let mut headers = parts.headers;
-    let upgrade = found.hop_by_hop && http::upgrade(&headers).is_some();
     http::forwardable(&mut headers, found);
     let small = body.size_hint().upper().is_some_and(|n| n <= max_replay_body as u64);
     let (body, streamed) = if body.is_end_stream() {

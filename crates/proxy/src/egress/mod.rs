@@ -144,10 +144,8 @@ impl Egress {
             Ok(left) => left.map(|left| self.now().saturating_add(left)),
             Err(e) => return http::text(StatusCode::BAD_REQUEST, &e),
         };
-        if found.hop_by_hop
-            && upstream.config.protocol == config::Protocol::H2c
-            && http::upgrade(req.headers()).is_some()
-        {
+        let upgrade = found.hop_by_hop && http::upgrade(req.headers()).is_some();
+        if upgrade && upstream.config.protocol == config::Protocol::H2c {
             let why = format!(
                 "tailguard: a protocol upgrade (WebSocket) needs HTTP/1.1 to upstream {}, which speaks h2c",
                 upstream.name
@@ -156,7 +154,7 @@ impl Egress {
         }
         let trace = self.tracing.as_ref().map(|t| t.call(req.headers(), &upstream.name));
         let fault = req.body().fault();
-        let (template, streamed) = match template(req, found, routes.max_replay_body).await {
+        let (template, streamed) = match template(req, found, upgrade, routes.max_replay_body).await {
             Ok(t) => t,
             Err(e) => {
                 let cannot = || http::text(StatusCode::BAD_REQUEST, &format!("tailguard: cannot read the body: {e}"));

@@ -41,7 +41,7 @@ impl Pool {
             Alpn::H2(sender) if !sender.is_closed() => return Ok(Some(sender.clone())),
             Alpn::H2(_) | Alpn::Unknown => {}
         }
-        let (place, stream) = self.dial(super::Alpn::Any).await?;
+        let (place, stream) = self.dial(crate::tls::Alpn::Any).await?;
         if !stream.is_h2() {
             *alpn = Alpn::Http1;
             drop(alpn);

@@ -13,6 +13,14 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
+/// What a new connection offers by ALPN: `h2` and `http/1.1`, or `http/1.1` alone (a protocol
+/// switch, which HTTP/2 cannot carry).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Alpn {
+    Any,
+    Http1,
+}
+
 /// Opens TLS connections to one upstream's endpoints, offering `h2` and `http/1.1` by ALPN.
 pub struct Connector {
     config: UpstreamTls,
@@ -35,20 +43,14 @@ impl Connector {
     }
 
     /// The handshake with `addr` on `stream`, verifying the endpoint's certificate for the
-    /// configured `server_name`, else for its IP address; offering only `http/1.1` by ALPN if
-    /// `http1_only` (a protocol switch, which HTTP/2 cannot carry).
-    pub async fn connect(
-        &self,
-        addr: SocketAddr,
-        stream: TcpStream,
-        http1_only: bool,
-    ) -> io::Result<TlsStream<TcpStream>> {
+    /// configured `server_name`, else for its IP address, offering `alpn`.
+    pub async fn connect(&self, addr: SocketAddr, stream: TcpStream, alpn: Alpn) -> io::Result<TlsStream<TcpStream>> {
         let name = match &self.config.server_name {
             Some(name) => config::identity(name).map_err(io::Error::other)?,
             None => ServerName::IpAddress(addr.ip().into()),
         };
         let mut config = self.current.get(|| client_config(&self.config, &self.field));
-        if http1_only {
+        if alpn == Alpn::Http1 {
             std::sync::Arc::make_mut(&mut config).alpn_protocols = vec![HTTP1.to_vec()];
         }
         tokio_rustls::TlsConnector::from(config).connect(name, stream).await

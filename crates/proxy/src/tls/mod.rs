@@ -15,7 +15,7 @@ mod client;
 mod identity;
 mod server;
 
-pub use client::{Connector, Stream};
+pub use client::{Alpn, Connector, Stream};
 pub use identity::Identity;
 pub use server::{Acceptor, TrustedIdentity};
 
