@@ -109,7 +109,8 @@ impl Ingress {
                         Some(t) => Some(Arc::new(tls::Connector::new(t, "ingress.app_tls")?)),
                         None => None,
                     };
-                    AppClient::Http1(Arc::new(Pool::new(config.app, config.max_app_connections).with_tls(tls)))
+                    let pool = Pool::new(config.app, config.max_app_connections).with_tls(tls);
+                    AppClient::Http1(Arc::new(pool.counting(metrics.ingress_app_connections_opened.clone())))
                 }
                 config::Protocol::H2c => AppClient::H2c(Box::new(http::h2c_client(None))),
             },

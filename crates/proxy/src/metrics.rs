@@ -27,6 +27,14 @@ pub struct EndpointLabels {
     pub endpoint: String,
 }
 
+/// Labels of per-address metrics (an endpoint's connections are the same whichever upstreams list
+/// it).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AddressLabels {
+    /// The replica's address.
+    pub endpoint: String,
+}
+
 /// Labels of the egress's responses to the application, per upstream and status class.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct UpstreamClassLabels {
@@ -93,6 +101,10 @@ pub struct Metrics {
     /// Attempts refused locally because the endpoint had `max_connections_per_endpoint`
     /// connections open, per endpoint.
     pub overflow: Family<EndpointLabels, Counter>,
+    /// Connections the egress opened, per endpoint address. A kept-alive pool opens as many as
+    /// it once had requests in flight; the rest replace connections closed under an attempt (a
+    /// race lost or a timeout: HTTP/1 cancels only by closing) or by the endpoint.
+    pub connections_opened: Family<AddressLabels, Counter>,
     /// Requests answered 503 at once because the egress had `max_requests` in flight.
     pub egress_refused: Counter,
     /// Requests answered 503 at once because their upstream had its `max_requests` in flight,
@@ -150,6 +162,8 @@ pub struct Metrics {
     /// Requests answered 503 at once because the application had `max_app_connections`
     /// connections open, none idle.
     pub ingress_app_overflow: Counter,
+    /// Connections the ingress opened to the application.
+    pub ingress_app_connections_opened: Counter,
 }
 
 impl Default for Metrics {
@@ -170,6 +184,7 @@ impl Metrics {
             timeouts: Family::default(),
             rejected: Family::default(),
             overflow: Family::default(),
+            connections_opened: Family::default(),
             egress_refused: Counter::default(),
             upstream_refused: Family::default(),
             responses: Family::default(),
@@ -193,6 +208,7 @@ impl Metrics {
             ingress_responses: Family::default(),
             ingress_in_flight: Gauge::default(),
             ingress_app_overflow: Counter::default(),
+            ingress_app_connections_opened: Counter::default(),
             registry: Registry::default(),
         };
         registry.register("egress_requests", "Requests from the application", m.requests.clone());
@@ -205,6 +221,11 @@ impl Metrics {
             "egress_upstream_overflow",
             "Attempts refused locally: the endpoint had max_connections_per_endpoint connections open",
             m.overflow.clone(),
+        );
+        registry.register(
+            "egress_connections_opened",
+            "Connections opened to an endpoint (TCP, with TLS if any; h2c upstreams' not counted)",
+            m.connections_opened.clone(),
         );
         registry.register(
             "egress_refused",
@@ -269,6 +290,11 @@ impl Metrics {
             "Requests answered 503 at once: the application had max_app_connections connections open",
             m.ingress_app_overflow.clone(),
         );
+        registry.register(
+            "ingress_app_connections_opened",
+            "Connections opened to the application",
+            m.ingress_app_connections_opened.clone(),
+        );
         // The ingress's classes exist from the start, as every upstream's series do.
         let _ = m.ingress_response_counters();
         Metrics { registry, ..m }
@@ -320,6 +346,11 @@ impl Metrics {
             rejected: self.rejected.get_or_create(&labels).clone(),
             overflow: self.overflow.get_or_create(&labels).clone(),
         }
+    }
+
+    /// The count of connections opened to `endpoint`, resolved once for its pool.
+    pub fn connections_opened(&self, endpoint: &str) -> Counter {
+        self.connections_opened.get_or_create(&AddressLabels { endpoint: endpoint.to_string() }).clone()
     }
 
     /// The Prometheus text exposition of every metric.

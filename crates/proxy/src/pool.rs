@@ -44,6 +44,7 @@ use hyper::client::conn::http1::{self, Connection, SendRequest};
 use hyper::header::HeaderValue;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
+use prometheus_client::metrics::counter::Counter;
 use std::future::{poll_fn, Future};
 use std::io;
 use std::net::SocketAddr;
@@ -83,6 +84,8 @@ pub struct Pool {
     tls: Option<Arc<tls::Connector>>,
     /// Over TLS: whether the endpoint chose h2 by ALPN, and its one connection if so.
     alpn: h2::Negotiated,
+    /// Counts the connections opened (a metric's, or nobody's).
+    opened: Counter,
 }
 
 /// The idle stack, newest on top, and whether a sweeper watches it.
@@ -212,7 +215,14 @@ impl Pool {
             connect_timeout_us: AtomicU64::new(micros(crate::config::DEFAULT_CONNECT_TIMEOUT)),
             tls: None,
             alpn: h2::Negotiated::default(),
+            opened: Counter::default(),
         }
+    }
+
+    /// The pool, counting the connections it opens in `opened`.
+    pub fn counting(mut self, opened: Counter) -> Pool {
+        self.opened = opened;
+        self
     }
 
     /// The pool, its connects given up after `timeout`.
@@ -385,6 +395,7 @@ impl Pool {
                 Err(io::Error::new(io::ErrorKind::TimedOut, format!("no connection within {timeout:?}")))
             })
             .map_err(|e| Error::Connect(self.addr, e))?;
+        self.opened.inc();
         Ok((place, stream))
     }
 
@@ -803,15 +814,19 @@ mod tests {
         assert_eq!(pool.idle(), 0);
         settle().await;
         assert_eq!(e.open.load(Ordering::SeqCst), 0, "the endpoint saw the connection close");
-        // Dropped before its head (an attempt cancelled by a timeout): likewise.
+        // Dropped before its head (an attempt cancelled by a timeout): likewise, and the pool
+        // counts the connection it opens in its place.
         let e = endpoint(Mode::Slow(Duration::from_millis(300))).await;
-        let pool = Arc::new(Pool::new(e.addr, usize::MAX));
+        let opened = Counter::default();
+        let pool = Arc::new(Pool::new(e.addr, usize::MAX).counting(opened.clone()));
         assert_eq!(fetch(&pool, false).await.unwrap(), "ok");
         let attempt = send(&pool, None);
         assert!(tokio::time::timeout(Duration::from_millis(100), attempt).await.is_err());
         assert_eq!(pool.idle(), 0);
+        assert_eq!(opened.get(), 1);
         assert_eq!(fetch(&pool, false).await.unwrap(), "ok");
         assert_eq!(e.accepted.load(Ordering::SeqCst), 2);
+        assert_eq!(opened.get(), 2);
     }
 
     #[tokio::test]

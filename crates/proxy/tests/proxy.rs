@@ -335,6 +335,12 @@ async fn a_hedge_rescues_a_slow_backends_request() {
     assert!(hedges >= 1.0 && won == hedges, "{metrics}");
     assert_eq!(sample(&metrics, "tailguard_egress_budget_exhausted{upstream=\"svc\"}"), 0.0, "{metrics}");
     assert!(slow.hits() >= 1 && fast.hits() >= 4);
+    // HTTP/1 cancels by closing: each of slow's attempts lost its race and took its connection
+    // with it; fast's one connection carried every request.
+    let opened = |b: &Backend| format!("tailguard_egress_connections_opened_total{{endpoint=\"{}\"}}", b.addr);
+    let attempts = format!("tailguard_egress_attempts_total{{upstream=\"svc\",endpoint=\"{}\"}}", slow.addr);
+    assert_eq!(sample(&metrics, &opened(&slow)), sample(&metrics, &attempts), "{metrics}");
+    assert_eq!(sample(&metrics, &opened(&fast)), 1.0, "{metrics}");
     proxy.shutdown().await;
 }
 
@@ -591,6 +597,7 @@ async fn a_hung_app_holds_at_most_max_app_connections_and_the_next_request_gets_
     assert_eq!(app.accepted.load(Ordering::SeqCst), 2);
     let metrics = admin_metrics(&server).await;
     assert_eq!(sample(&metrics, "tailguard_ingress_app_overflow_total"), 1.0, "{metrics}");
+    assert_eq!(sample(&metrics, "tailguard_ingress_app_connections_opened_total"), 2.0, "{metrics}");
     assert_eq!(app.hits(), 2);
     for request in hung {
         request.abort();

@@ -151,7 +151,7 @@ impl Upstream {
                 pool.set_max_connections(max);
                 pool.set_connect_timeout(connect_timeout);
             });
-            let pool = pool.unwrap_or_else(|| Arc::new(new_pool(*addr, config, tls.clone())));
+            let pool = pool.unwrap_or_else(|| Arc::new(new_pool(*addr, config, tls.clone(), metrics)));
             Endpoint::new(*addr, pool, metrics, name)
         };
         let addrs = match &config.discovery {
@@ -242,7 +242,7 @@ impl Upstream {
             let mut endpoints = self.endpoints.write().unwrap_or_else(|poisoned| poisoned.into_inner());
             for addr in fresh {
                 ids.insert(addr, endpoints.len());
-                let pool = Arc::new(new_pool(addr, &self.config, self.tls.clone()));
+                let pool = Arc::new(new_pool(addr, &self.config, self.tls.clone(), &self.all_metrics));
                 endpoints.push(Endpoint::new(addr, pool, &self.all_metrics, &self.name));
                 change.added.push(addr);
             }
@@ -263,6 +263,9 @@ pub(super) struct Change {
 }
 
 /// An empty pool towards `addr`, an endpoint of the upstream `config`.
-fn new_pool(addr: SocketAddr, config: &config::Upstream, tls: Option<Arc<tls::Connector>>) -> Pool {
-    Pool::new(addr, config.max_connections_per_endpoint).with_tls(tls).with_connect_timeout(config.connect_timeout.0)
+fn new_pool(addr: SocketAddr, config: &config::Upstream, tls: Option<Arc<tls::Connector>>, metrics: &Metrics) -> Pool {
+    Pool::new(addr, config.max_connections_per_endpoint)
+        .with_tls(tls)
+        .with_connect_timeout(config.connect_timeout.0)
+        .counting(metrics.connections_opened(&addr.to_string()))
 }
