@@ -81,10 +81,11 @@ deps: suites
 
 # Tests run optimised (the simulator's reproduction tests simulate minutes of traffic), with the
 # test-release profile and the image's `kube` feature (one build: a second one without it cost 3
-# more minutes); the tuner's tests and scripts/measured.py run that build's binary too.
+# more minutes); the tuner's tests (one process per core: 55-60 s on 2 cores against 98 s in one)
+# and scripts/measured.py run that build's binary too.
 test: deps python $(K8S_VALIDATE)
 	TAILGUARD_REQUIRE_SUITES=1 $(CARGO) test --profile $(TEST_PROFILE) --locked --workspace $(TEST_FEATURES)
-	PATH="$(CURDIR)/target/$(TEST_PROFILE):$$PATH" $(VENV)/bin/python -m pytest -q python/tests
+	PATH="$(CURDIR)/target/$(TEST_PROFILE):$$PATH" $(VENV)/bin/python -m pytest -q -n auto python/tests
 	$(PYTHON) scripts/measured.py --check --bin $(TEST_BIN)
 
 # The tuner: ruff (lint and format) and mypy, configured in python/pyproject.toml.
