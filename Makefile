@@ -24,7 +24,7 @@ K8S_VALIDATE := target/tools/k8s-validate
 SUITES := target/tools/h2spec target/tools/grpc-interop-server target/tools/grpc-interop-client
 SUITES_MOD := tools/protocol-suites/go.mod tools/protocol-suites/go.sum
 
-.PHONY: build pgo python demo deps peers test lint bench clean k8s-validate suites test-bin
+.PHONY: build pgo python demo deps peers test test-tools test-build lint bench clean k8s-validate suites test-bin
 
 build: python $(K8S_VALIDATE)
 	$(CARGO) build --release --locked
@@ -82,11 +82,24 @@ deps: suites
 # Tests run optimised (the simulator's reproduction tests simulate minutes of traffic), with the
 # test-release profile and the image's `kube` feature (one build: a second one without it cost 3
 # more minutes); the tuner's tests (one process per core: 55-60 s on 2 cores against 98 s in one)
-# and scripts/measured.py run that build's binary too.
-test: deps python $(K8S_VALIDATE)
-	TAILGUARD_REQUIRE_SUITES=1 $(CARGO) test --profile $(TEST_PROFILE) --locked --workspace $(TEST_FEATURES)
+# and scripts/measured.py run that build's binary too. The Rust build runs beside the Debian
+# packages, the Go tools and the tuner's environment, which wait on downloads more than on CPU.
+CARGO_TEST := $(CARGO) test --profile $(TEST_PROFILE) --locked --workspace $(TEST_FEATURES)
+test:
+	$(MAKE) --no-print-directory -j2 test-tools test-build
+	TAILGUARD_REQUIRE_SUITES=1 $(CARGO_TEST)
 	PATH="$(CURDIR)/target/$(TEST_PROFILE):$$PATH" $(VENV)/bin/python -m pytest -q -n auto python/tests
 	$(PYTHON) scripts/measured.py --check --bin $(TEST_BIN)
+
+# What the tests run besides the Rust build: the Debian packages first (the tuner's environment
+# needs python3-venv).
+test-tools: deps
+	$(MAKE) --no-print-directory python $(K8S_VALIDATE)
+
+# Cargo is kept off make's jobserver, which would hold it to make's two job slots shared with the
+# other recipe; it takes its own, one per core.
+test-build:
+	env -u MAKEFLAGS -u MFLAGS $(CARGO_TEST) --no-run
 
 # The tuner: ruff (lint and format) and mypy, configured in python/pyproject.toml.
 lint: python

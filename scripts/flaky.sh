@@ -24,7 +24,7 @@ TESTS=(
   "tailguard lab" "tailguard lab_real"
   "tailguard-proxy proxy"
   "tailguard-load load" "tailguard-load cpu"
-  "tailguard-serve serve" "tailguard-serve cancel" "tailguard-serve store"
+  "tailguard-serve serve"
 )
 mkdir -p target
 make --no-print-directory suites >/dev/null

@@ -2,7 +2,7 @@
 //! the DOM it built and takes a screenshot. Without chromium the test skips, except under CI
 //! (env CI set), where `make test` (make deps) installs it and its absence is a failure.
 
-mod common;
+use crate::common;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,6 @@
 //! The report without a browser: plot counts, notes for missing data, escaping.
 
-mod common;
+use crate::common;
 
 use tailguard_model::results::{ReplicaLoad, Results, Series};
 use tailguard_report::{by_scenario, load_service, plot_count, render_html};

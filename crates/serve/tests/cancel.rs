@@ -4,7 +4,7 @@
 //! at once and answer after about one work time, not after the rest of the first one's too.
 //! Also the cancel travelling down: an abandoned request drops its own downstream call.
 
-mod common;
+use crate::common;
 
 use bytes::Bytes;
 use common::{client, get, start};

@@ -1,7 +1,7 @@
 //! examples/balancing.yaml (issue 19): the balancers under open and closed loop, unlike backends,
 //! a gray failure, a lost replica and a fast-erroring one.
 
-mod common;
+use crate::common;
 
 use common::get;
 use tailguard_sim::{simulate, Options, Results, RunResult};
@@ -84,7 +84,7 @@ fn latency_ejection_takes_a_gray_replica_out() {
 }
 
 /// Prints every run's p99, p99.9 and success (`BALANCING_SEEDS=1,2,3 cargo test --profile test-release
-/// -p tailguard-sim --test balancing -- --ignored --nocapture`).
+/// -p tailguard-sim --test sim -- balancing:: --ignored --nocapture`).
 #[test]
 #[ignore]
 fn explore() {

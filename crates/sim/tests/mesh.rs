@@ -1,7 +1,7 @@
 //! Endpoints without a sidecar and load carried on responses: Prequal over a mixed set, and the
 //! probes it needs.
 
-mod common;
+use crate::common;
 
 use tailguard_sim::{simulate, Options};
 

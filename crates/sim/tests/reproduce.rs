@@ -1,7 +1,7 @@
 //! The seeds' experiments, reproduced in the simulator with the bounds issue #2 asks for.
 //! Each runs the example file as a user would (`tailguard sim examples/X.yaml`), with its seed.
 
-mod common;
+use crate::common;
 
 use common::{example, get};
 use tailguard_sim::{simulate, Options, Results, RunResult};

@@ -3,7 +3,7 @@
 //! constants were chosen on other seeds ([`TRAINING`]), so no constant fits the draws it is
 //! checked on.
 
-mod common;
+use crate::common;
 
 use common::example;
 use tailguard_sim::{simulate, simulate_traced, Options, RunResult};

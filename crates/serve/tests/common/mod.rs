@@ -1,7 +1,5 @@
 //! What the serve tests share: a test experiment, a server on a free port, and a client.
 
-#![allow(dead_code)] // each test file uses its own part
-
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper::StatusCode;

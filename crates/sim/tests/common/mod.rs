@@ -11,7 +11,6 @@ pub fn example(name: &str) -> Experiment {
 }
 
 /// The run of `scenario` × `variant`; panics naming it when there is none.
-#[allow(dead_code)] // not every test file looks runs up by name
 pub fn get<'a>(results: &'a Results, scenario: &str, variant: &str) -> &'a RunResult {
     results
         .runs
