@@ -82,11 +82,12 @@ deps: suites
 # Tests run optimised (the simulator's reproduction tests simulate minutes of traffic), with the
 # test-release profile and the image's `kube` feature (one build: a second one without it cost 3
 # more minutes); the tuner's tests (one process per core: 55-60 s on 2 cores against 98 s in one)
-# and scripts/measured.py run that build's binary too. The Rust build runs beside the Debian
-# packages, the Go tools and the tuner's environment, which wait on downloads more than on CPU.
+# and scripts/measured.py run that build's binary too. The Rust build runs in one of two job slots,
+# the Debian packages, the Go tools and the tuner's environment one after another in the other
+# (they wait on downloads more than on CPU).
 CARGO_TEST := $(CARGO) test --profile $(TEST_PROFILE) --locked --workspace $(TEST_FEATURES)
 test:
-	$(MAKE) --no-print-directory -j2 test-tools test-build
+	$(MAKE) --no-print-directory -j2 test-build test-tools
 	TAILGUARD_REQUIRE_SUITES=1 $(CARGO_TEST)
 	PATH="$(CURDIR)/target/$(TEST_PROFILE):$$PATH" $(VENV)/bin/python -m pytest -q -n auto python/tests
 	$(PYTHON) scripts/measured.py --check --bin $(TEST_BIN)
