@@ -34,6 +34,14 @@ const CASES: [&str; 14] = [
 
 const ROUNDS: usize = 3;
 
+/// How grpc-go's client fails `cancel_after_begin` when its own goroutines lose a race: it
+/// cancels, half-closes and then reads, and when the thread is descheduled between the half-close
+/// and the read long enough for the server's OK to arrive, its read returns that answer (grpc-go
+/// delays a context's error behind what it has received, transport.go's `readClient`). Directly
+/// against grpc-go's own server with four busy loops on two cores: 1 run in 400 (2026-12-06). A
+/// case that fails this way is run once more; any other failure, or this one twice, fails the test.
+const CLIENT_CANCEL_RACE: &str = "CloseAndRecv() got error code 0, want 1";
+
 /// An interop server on a port of its own choosing, stopped by its id when dropped.
 struct Server {
     addr: SocketAddr,
@@ -136,7 +144,11 @@ async fn grpc_interop_passes_through_the_egress_and_the_ingress_on_busy_cores() 
     for round in 1..=ROUNDS {
         for (path, addr) in paths {
             for case in CASES {
-                let (passed, output) = run_case(&client, addr, case).await;
+                let (mut passed, mut output) = run_case(&client, addr, case).await;
+                if !passed && case == "cancel_after_begin" && output.contains(CLIENT_CANCEL_RACE) {
+                    eprintln!("round {round}, {case} through the {path}: grpc-go's cancel race, run again");
+                    (passed, output) = run_case(&client, addr, case).await;
+                }
                 if !passed {
                     failures.push(format!("round {round}, {case} through the {path}:\n{output}"));
                 }
