@@ -2,7 +2,7 @@
 //! compiled and linked once rather than once per file (as 3 binaries they took 40 s of `make
 //! test`'s build).
 
-mod common;
 mod cancel;
+mod common;
 mod serve;
 mod store;
