@@ -29,7 +29,7 @@
 #              and iproute2, else the row says why it was skipped; removed on exit, error or
 #              Ctrl-C): SIGKILL (the replica's kernel refuses, as a real host's would), and
 #              blackhole: its link set down, so packets to it vanish and connects hang, which
-#              127.0.0.1 cannot show (bounded by the proxy's connect_timeout, 1 s, and the
+#              127.0.0.1 cannot show (bounded by the proxy's connect_timeout, 2 s, and the
 #              policy's timeout)
 #    defaults: the same SIGKILL on 127.0.0.1 with the policy a user writes without `outlier:`
 #             (ejection on by default): the balancer, `timeout: {kind: fixed, value: 100ms}`,

@@ -7,6 +7,8 @@
 #   the lab starts its own instances by PID, so the packages' system services are not used;
 # - haproxy (and nginx): the lab's peer sidecars (crates/cli/tests/lab_real.rs, docs/lab.md);
 # - chromium: the report's headless-browser test (crates/report/tests/browser.rs);
+# - nghttp2-client (h2load): an HTTP/2 client of the proxy written outside the project
+#   (crates/proxy/tests/h2load.rs);
 # - postgresql: the tuner's shared-study test (python/tests/test_postgres.py) starts its own server
 #   with initdb + pg_ctl, which Debian keeps in /usr/lib/postgresql/N/bin, off PATH.
 #
@@ -31,6 +33,7 @@ if ! $peers_only; then
   command -v redis-server >/dev/null || missing+=(redis-server)
   command -v memcached >/dev/null || missing+=(memcached)
   command -v chromium >/dev/null || missing+=(chromium)
+  command -v h2load >/dev/null || missing+=(nghttp2-client)
   { command -v initdb || compgen -G '/usr/lib/postgresql/*/bin/initdb'; } >/dev/null || missing+=(postgresql)
 fi
 

@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tailguard_proxy::{Config, Proxy};
 
-use tailguard_testkit::{run_bounded, suite_tool, Backend, Killed, Mode};
+use tailguard_testkit::{busy_cores, run_bounded, suite_tool, Backend, Killed, Mode};
 
 /// The interop cases every gRPC implementation runs against every other (grpc/grpc's
 /// doc/interop-test-descriptions.md) that need no credentials, no cloud and no second server.
@@ -75,15 +75,6 @@ impl Server {
         std::thread::spawn(move || lines.for_each(drop));
         Server { addr: SocketAddr::from(([127, 0, 0, 1], port)), _process: process }
     }
-}
-
-/// Two processes that keep the machine's cores busy until dropped.
-fn busy_cores() -> [Killed; 2] {
-    let spin = || {
-        let child = Command::new("sh").args(["-c", "while :; do :; done"]).stdin(Stdio::null()).spawn();
-        Killed(child.expect("sh starts"))
-    };
-    [spin(), spin()]
 }
 
 async fn start(text: String) -> Proxy {

@@ -8,6 +8,7 @@ mod discovery;
 mod fuzz;
 mod grpc;
 mod grpc_interop;
+mod h2load;
 mod h2spec;
 mod proxy;
 mod replay;

@@ -262,6 +262,19 @@ pub fn suite_tool(name: &str) -> Option<std::path::PathBuf> {
 /// A child process that is killed, by its own id, when dropped.
 pub struct Killed(pub std::process::Child);
 
+/// Two processes that keep the machine's cores busy until dropped (`sh` loops, each stopped by
+/// its own id).
+pub fn busy_cores() -> [Killed; 2] {
+    let spin = || {
+        let child = std::process::Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .stdin(std::process::Stdio::null())
+            .spawn();
+        Killed(child.expect("sh starts"))
+    };
+    [spin(), spin()]
+}
+
 impl Drop for Killed {
     fn drop(&mut self) {
         let _ = self.0.kill();

@@ -30,7 +30,7 @@ pub fn config(sidecar: &Sidecar, root: bool) -> String {
         let _ = write!(
             out,
             "proxy_pass http://{upstream}; proxy_http_version 1.1; proxy_set_header Connection \"\"; \
-             proxy_connect_timeout 1s; proxy_read_timeout {timeout};"
+             proxy_connect_timeout 2s; proxy_read_timeout {timeout};"
         );
     };
     if let Some(ingress) = &sidecar.ingress {
@@ -128,10 +128,10 @@ http {
     uwsgi_temp_path tmp/uwsgi;
     scgi_temp_path tmp/scgi;
     upstream app { server 127.7.1.1:8080 max_fails=0; keepalive 64; }
-    server { listen 127.7.1.1:4143; location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_connect_timeout 1s; proxy_read_timeout 60000ms; proxy_next_upstream off; } }
+    server { listen 127.7.1.1:4143; location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_connect_timeout 2s; proxy_read_timeout 60000ms; proxy_next_upstream off; } }
     upstream back { zone back 64k; random two least_conn; server 127.7.2.1:4143 max_fails=3 fail_timeout=10s; server 127.7.2.2:4143 max_fails=3 fail_timeout=10s; keepalive 64; }
     server { listen 127.7.1.1:4140;
-        location /back/ { proxy_pass http://back; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_connect_timeout 1s; proxy_read_timeout 250ms; proxy_next_upstream error timeout http_500 http_502 http_503 http_504; proxy_next_upstream_tries 3; proxy_next_upstream_timeout 2000ms; }
+        location /back/ { proxy_pass http://back; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_connect_timeout 2s; proxy_read_timeout 250ms; proxy_next_upstream error timeout http_500 http_502 http_503 http_504; proxy_next_upstream_tries 3; proxy_next_upstream_timeout 2000ms; }
     }
     server { listen 127.7.1.1:9990; location = /healthz { return 200 "ok\n"; } location = /stub_status { stub_status; } }
 }
