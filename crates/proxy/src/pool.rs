@@ -6,7 +6,10 @@
 //! [`SWEEP_EVERY`] are surplus: half of them are closed at each sweep (as HAProxy's
 //! `pool-purge-delay` closes half its idle connections every 5 s), so their buffers and the
 //! endpoint's go back once the burst has passed. A request takes an idle connection or connects a
-//! new one (no connect raced against the checkout, as hyper-util's pooled client does).
+//! new one; while it connects it also waits for one to come back (as hyper-util's pooled client
+//! races its connect against the checkout), and takes whichever comes first: in a burst that
+//! overflows the endpoint's accept queue its SYN is dropped and resent only after a second, while
+//! the connections of the requests ahead of it come back within milliseconds.
 //!
 //! No task per connection: hyper's connection future is polled by whoever is waiting on it. While
 //! the request waits for its response head, the attempt's future polls it; then the response body
@@ -45,6 +48,7 @@ use hyper::header::HeaderValue;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use prometheus_client::metrics::counter::Counter;
+use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
 use std::io;
 use std::net::SocketAddr;
@@ -54,6 +58,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
+use tokio::sync::oneshot;
 
 /// Idle connections kept per endpoint (as nginx's `keepalive 64`). A burst opens as many
 /// connections as it has requests in flight; beyond this many, those that fall idle are closed
@@ -88,9 +93,12 @@ pub struct Pool {
     opened: Counter,
 }
 
-/// The idle stack, newest on top, and whether a sweeper watches it.
+/// The idle stack, newest on top, the requests waiting for a connection while they open one, and
+/// whether a sweeper watches the stack.
 struct Idle {
     conns: Vec<(Box<Conn>, Instant)>,
+    /// Oldest first; a sender whose request got its own connection first is closed, and skipped.
+    waiting: VecDeque<oneshot::Sender<Box<Conn>>>,
     swept: bool,
     /// How many at the bottom of the stack no request has taken since the last sweep (the
     /// stack's lowest depth since): the surplus the next sweep halves.
@@ -209,7 +217,7 @@ impl Pool {
                 builder.writev(false);
                 builder
             },
-            idle: Mutex::new(Idle { conns: Vec::new(), swept: false, untouched: 0 }),
+            idle: Mutex::new(Idle { conns: Vec::new(), waiting: VecDeque::new(), swept: false, untouched: 0 }),
             open: Count::default(),
             max_connections: AtomicUsize::new(max_connections),
             connect_timeout_us: AtomicU64::new(micros(crate::config::DEFAULT_CONNECT_TIMEOUT)),
@@ -295,7 +303,7 @@ impl Pool {
         let (conn, reused) = match self.checkout() {
             Some(conn) => (conn, true),
             // Boxed: connecting is rare, and its future would otherwise take room in every attempt.
-            None => (Box::pin(self.connect()).await?, false),
+            None => Box::pin(self.connect_or_wait()).await?,
         };
         let (error, unsent) = match exchange(conn, request).await {
             Ok((response, conn)) => return Ok(self.respond(response, conn)),
@@ -370,6 +378,29 @@ impl Pool {
         Some(conn)
     }
 
+    /// A new HTTP/1 connection, or one another request gives back before it is open (then `true`:
+    /// it was used before). A connect that loses is dropped, and its place with it.
+    async fn connect_or_wait(self: &Arc<Self>) -> Result<(Box<Conn>, bool), Error> {
+        let (sender, mut returned) = oneshot::channel();
+        {
+            let mut idle = self.lock();
+            idle.waiting.retain(|w| !w.is_closed());
+            idle.waiting.push_back(sender);
+        }
+        tokio::select! {
+            biased;
+            Ok(conn) = &mut returned => Ok((conn, true)),
+            opened = self.connect() => {
+                // One given back meanwhile would close unused with the receiver: it is kept.
+                returned.close();
+                if let Ok(conn) = returned.try_recv() {
+                    self.keep(&mut self.lock(), conn);
+                }
+                Ok((opened?, false))
+            }
+        }
+    }
+
     /// A new HTTP/1 connection.
     async fn connect(&self) -> Result<Box<Conn>, Error> {
         let (place, stream) = self.dial(Alpn::Any).await?;
@@ -429,7 +460,8 @@ impl Pool {
         })
     }
 
-    /// Returns `conn`, its exchange complete, to the idle stack if it stays open and there is room.
+    /// Returns `conn`, its exchange complete, to the request that has waited longest while it
+    /// connects, or to the idle stack if it stays open and there is room.
     fn put(self: &Arc<Self>, mut conn: Box<Conn>) {
         // One poll lets hyper finish the exchange and ready the connection for the next request;
         // nothing needs waking until a request takes it out (and polls it with its own context).
@@ -437,6 +469,17 @@ impl Pool {
             return;
         }
         let mut idle = self.lock();
+        while let Some(waiter) = idle.waiting.pop_front() {
+            match waiter.send(conn) {
+                Ok(()) => return,
+                Err(back) => conn = back,
+            }
+        }
+        self.keep(&mut idle, conn);
+    }
+
+    /// Pushes a ready `conn` onto the idle stack if there is room.
+    fn keep(self: &Arc<Self>, idle: &mut Idle, conn: Box<Conn>) {
         if idle.conns.len() >= MAX_IDLE {
             return;
         }
@@ -799,6 +842,46 @@ mod tests {
         let error = fetch(&pool, true).await.unwrap_err();
         assert!(matches!(&error, Error::Http(e) if e.is_incomplete_message()), "{error}");
         assert_eq!(e.accepted.load(Ordering::SeqCst), 2);
+    }
+
+    /// A request whose connect hangs (the endpoint's accept queue full, so its SYN is dropped)
+    /// takes the connection another request gives back, rather than waiting out its connect.
+    #[tokio::test]
+    async fn a_request_whose_connect_hangs_takes_a_connection_given_back_meanwhile() {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let listener = socket.listen(0).unwrap();
+        let addr = listener.local_addr().unwrap();
+        // The endpoint accepts one connection, the pool's first, and answers on it after a second.
+        let served = tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.unwrap();
+            serve(stream, Mode::Slow(Duration::from_secs(1))).await;
+            listener
+        });
+        let pool = Arc::new(Pool::new(addr, 8).with_connect_timeout(Duration::from_secs(30)));
+        let first = tokio::spawn({
+            let pool = pool.clone();
+            async move { fetch(&pool, false).await }
+        });
+        while pool.opened.get() == 0 {
+            tokio::task::yield_now().await;
+        }
+        // Then its accept queue fills and stays full: every further SYN is dropped.
+        let mut held = Vec::new();
+        while let Ok(Ok(stream)) = tokio::time::timeout(Duration::from_millis(200), TcpStream::connect(addr)).await {
+            held.push(stream);
+            assert!(held.len() < 16, "the accept queue of {addr} never filled");
+        }
+        assert!(!first.is_finished(), "the first request still holds the one connection");
+        // Within fetch's 5 s only the first request's connection can answer the second.
+        assert_eq!(fetch(&pool, false).await.unwrap(), "ok");
+        assert_eq!(first.await.unwrap().unwrap(), "ok");
+        assert!(!served.is_finished(), "the endpoint's one connection stays open");
+        assert_eq!(
+            (pool.opened.get(), pool.open()),
+            (1, 1),
+            "one connection opened; the hung connect gave its place back"
+        );
     }
 
     #[tokio::test]
