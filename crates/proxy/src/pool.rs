@@ -657,6 +657,8 @@ mod tests {
         SwallowSecond,
         /// Answers after `delay`.
         Slow(Duration),
+        /// Answers the first request after `delay`, the others at once.
+        SlowFirst(Duration),
         /// Sends the head and half the body of the first request, then stalls.
         Stall,
         /// Answers with a chunked body of 20 chunks, 2 ms apart.
@@ -732,6 +734,7 @@ mod tests {
                     continue;
                 }
                 Mode::Slow(delay) => tokio::time::sleep(delay).await,
+                Mode::SlowFirst(delay) if n == 0 => tokio::time::sleep(delay).await,
                 Mode::Stall => {
                     let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nok").await;
                     // Until the client closes.
@@ -852,10 +855,11 @@ mod tests {
         socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let listener = socket.listen(0).unwrap();
         let addr = listener.local_addr().unwrap();
-        // The endpoint accepts one connection, the pool's first, and answers on it after a second.
+        // The endpoint accepts one connection, the pool's first, and answers its first request
+        // after 1.5 s, the next at once.
         let served = tokio::spawn(async move {
             let (stream, _) = listener.accept().await.unwrap();
-            serve(stream, Mode::Slow(Duration::from_secs(1))).await;
+            serve(stream, Mode::SlowFirst(Duration::from_millis(1500))).await;
             listener
         });
         let pool = Arc::new(Pool::new(addr, 8).with_connect_timeout(Duration::from_secs(30)));
