@@ -73,24 +73,17 @@ async fn h2load_streams_and_uploads_pass_through_the_egress_and_the_ingress_on_b
     for (path, addr) in paths {
         // Many small requests, 64 streams at once on each of 4 connections; then uploads, 16 at
         // once on each of 2.
-        let runs: [(&str, Vec<String>, usize); 2] = [
-            ("GET", ["-n", "8000", "-c", "4", "-m", "64"].map(String::from).to_vec(), 8000),
-            (
-                "POST 200 KB",
-                vec![
-                    "-n".into(),
-                    "400".into(),
-                    "-c".into(),
-                    "2".into(),
-                    "-m".into(),
-                    "16".into(),
-                    "-d".into(),
-                    body.display().to_string(),
-                ],
-                400,
-            ),
-        ];
-        for (what, args, n) in runs {
+        let upload = body.display().to_string();
+        let runs = [("GET", 8000, 4, 64, None), ("POST 200 KB", 400, 2, 16, Some(upload.as_str()))];
+        for (what, n, connections, streams, data) in runs {
+            let mut args: Vec<String> = ["-n", "-c", "-m"]
+                .iter()
+                .zip([n, connections, streams])
+                .flat_map(|(flag, v)| [flag.to_string(), v.to_string()])
+                .collect();
+            if let Some(file) = data {
+                args.extend(["-d".to_string(), file.to_string()]);
+            }
             let (summary, output) = run(args, format!("http://{addr}/h2load")).await;
             eprintln!("h2load {what} through the {path}: {} | {}", summary.requests, summary.statuses);
             let all_ok =
