@@ -4,6 +4,7 @@
 //! hyper resets the stream), the ingress drops its request to serve in turn, and serve drops the
 //! work: a request sent straight to serve afterwards gets the worker at once.
 
+use crate::proxy_of;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper::StatusCode;
@@ -13,7 +14,6 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use tailguard_model::Experiment;
-use tailguard_proxy::{Config, Proxy};
 use tailguard_serve::{Options, Running, Server, Spec};
 
 /// serve's work time.
@@ -28,10 +28,6 @@ async fn serve() -> Running {
     let options = Options { service: "a".into(), ..Options::default() };
     let spec = Spec::from_experiment(&experiment, &options).unwrap();
     Server::bind(&spec, SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap().spawn().unwrap()
-}
-
-async fn proxy(text: &str) -> Proxy {
-    Proxy::start(Config::parse(text, Path::new("proxy.yaml")).unwrap()).await.unwrap()
 }
 
 /// GETs `/` from `addr`: the status and how long it took.
@@ -53,9 +49,9 @@ async fn get(addr: SocketAddr) -> (StatusCode, Duration) {
 async fn a_timed_out_attempt_frees_the_worker(protocol: &str) {
     let app = serve().await;
     let sidecar =
-        proxy(&format!("ingress: {{listen: 127.0.0.1:0, app: {}, protocol: {protocol}}}\n", app.addr())).await;
+        proxy_of(&format!("ingress: {{listen: 127.0.0.1:0, app: {}, protocol: {protocol}}}\n", app.addr())).await;
     let ingress = sidecar.ingress.expect("an ingress");
-    let caller = proxy(&format!(
+    let caller = proxy_of(&format!(
         "egress: {{listen: 127.0.0.1:0, upstreams: {{a: {{endpoints: [{ingress}], protocol: {protocol}, policy: {{timeout: {{kind: fixed, value: 100ms}}}}}}}}}}\n"
     ))
     .await;

@@ -3,6 +3,7 @@
 //! propagated, and an upstream's trailers-only status is judged as its HTTP kin is. (grpc-go's
 //! own client reads the same replies in tests/grpc_interop.rs.)
 
+use crate::proxy_of;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -13,21 +14,16 @@ use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::{Duration, Instant};
-use tailguard_proxy::{Config, Proxy};
+use tailguard_proxy::Proxy;
 use tokio::net::TcpListener;
 
 use tailguard_testkit::{Backend, Mode, Refusing};
 
-async fn start(text: &str) -> Proxy {
-    Proxy::start(Config::parse(text, Path::new("grpc.yaml")).unwrap()).await.unwrap()
-}
-
 /// An egress with the upstream `svc` (h2c, matched by host) over `endpoints` with `policy`.
 async fn egress(endpoints: &[SocketAddr], policy: &str) -> Proxy {
     let endpoints: Vec<String> = endpoints.iter().map(SocketAddr::to_string).collect();
-    start(&format!(
+    proxy_of(&format!(
         "egress:\n  listen: 127.0.0.1:0\n  upstreams:\n    svc:\n      endpoints: [{}]\n      match: {{host: svc}}\n      protocol: h2c\n      policy: {policy}\nshutdown_grace: 1s\n",
         endpoints.join(", ")
     ))
@@ -36,7 +32,7 @@ async fn egress(endpoints: &[SocketAddr], policy: &str) -> Proxy {
 
 /// An ingress in front of `app` (h2c) with `admission`.
 async fn ingress(app: SocketAddr, admission: &str) -> Proxy {
-    start(&format!(
+    proxy_of(&format!(
         "ingress:\n  listen: 127.0.0.1:0\n  app: {app}\n  protocol: h2c\n  admission: {admission}\nshutdown_grace: 1s\n"
     ))
     .await

@@ -4,12 +4,13 @@
 //! ingress alone; three rounds while two other processes keep the machine's cores busy. Then the
 //! proxy's own replies as a real gRPC client reads them.
 
+use crate::proxy_of;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use tailguard_proxy::{Config, Proxy};
+use tailguard_proxy::Proxy;
 
 use tailguard_testkit::{busy_cores, run_bounded, suite_tool, Backend, Killed, Mode};
 
@@ -77,13 +78,9 @@ impl Server {
     }
 }
 
-async fn start(text: String) -> Proxy {
-    Proxy::start(Config::parse(&text, Path::new("grpc-interop.yaml")).unwrap()).await.unwrap()
-}
-
 /// A sidecar's ingress in front of the interop server `app`, with dynamic admission.
 async fn ingress(app: SocketAddr) -> Proxy {
-    start(format!(
+    proxy_of(&format!(
         "ingress:\n  listen: 127.0.0.1:0\n  app: {app}\n  protocol: h2c\n  admission: {{kind: dynamic}}\nshutdown_grace: 1s\n"
     ))
     .await
@@ -92,7 +89,7 @@ async fn ingress(app: SocketAddr) -> Proxy {
 /// An egress over `endpoints` (h2c) with the recommended policies (docs/policies.md).
 async fn egress(endpoints: &[SocketAddr]) -> Proxy {
     let endpoints: Vec<String> = endpoints.iter().map(SocketAddr::to_string).collect();
-    start(format!(
+    proxy_of(&format!(
         "egress:\n  listen: 127.0.0.1:0\n  upstreams:\n    interop:\n      endpoints: [{}]\n      protocol: h2c\n      policy:\n        \
          balancer: {{kind: prequal}}\n        outlier: {{}}\n        timeout: {{kind: adaptive}}\n        \
          hedge: {{kind: adaptive}}\n        retry: {{max_attempts: 2}}\nshutdown_grace: 1s\n",
@@ -166,7 +163,7 @@ async fn grpc_gos_client_reads_the_proxys_own_replies_as_their_statuses() {
     let Some(client) = suite_tool("grpc-interop-client") else { return };
     // A refused connect: UNAVAILABLE.
     let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
-    let proxy = start(format!(
+    let proxy = proxy_of(&format!(
         "egress:\n  listen: 127.0.0.1:0\n  upstreams:\n    interop: {{endpoints: [{closed}], protocol: h2c}}\nshutdown_grace: 1s\n"
     ))
     .await;
@@ -177,7 +174,7 @@ async fn grpc_gos_client_reads_the_proxys_own_replies_as_their_statuses() {
 
     // The policy's deadline passing before a hung endpoint answers: DEADLINE_EXCEEDED.
     let hung = Backend::start_h2c("hung", Mode::Hang).await;
-    let proxy = start(format!(
+    let proxy = proxy_of(&format!(
         "egress:\n  listen: 127.0.0.1:0\n  upstreams:\n    interop: {{endpoints: [{}], protocol: h2c, policy: {{deadline: 100ms}}}}\nshutdown_grace: 1s\n",
         hung.addr
     ))
@@ -189,7 +186,7 @@ async fn grpc_gos_client_reads_the_proxys_own_replies_as_their_statuses() {
 
     // Admission at capacity (one call held by a hung application): RESOURCE_EXHAUSTED.
     let app = Backend::start_h2c("held", Mode::Hang).await;
-    let sidecar = start(format!(
+    let sidecar = proxy_of(&format!(
         "ingress:\n  listen: 127.0.0.1:0\n  app: {}\n  protocol: h2c\n  admission: {{kind: fixed, capacity: 1}}\nshutdown_grace: 1s\n",
         app.addr
     ))

@@ -4,29 +4,10 @@
 //! through an ingress alone, while two other processes keep the machine's cores busy. Every
 //! request must be answered 2xx.
 
-use std::path::Path;
+use crate::proxy_of;
 use std::process::Command;
 use std::time::Duration;
-use tailguard_proxy::{Config, Proxy};
-
-use tailguard_testkit::{busy_cores, run_bounded, Backend, Mode};
-
-async fn start(text: String) -> Proxy {
-    Proxy::start(Config::parse(&text, Path::new("h2load.yaml")).unwrap()).await.unwrap()
-}
-
-/// h2load from `PATH` (Debian's nghttp2-client, which `make test` installs), or `None` with a
-/// `SKIPPED:` line; under `TAILGUARD_REQUIRE_SUITES` (`make test`) a missing one fails.
-fn h2load() -> Option<&'static str> {
-    let found = Command::new("h2load").arg("--version").output().is_ok_and(|o| o.status.success());
-    if found {
-        return Some("h2load");
-    }
-    let why = "h2load is missing: Debian's nghttp2-client has it (`make deps` installs it)";
-    assert!(std::env::var_os("TAILGUARD_REQUIRE_SUITES").is_none(), "{why}");
-    eprintln!("SKIPPED: {why}");
-    None
-}
+use tailguard_testkit::{busy_cores, run_bounded, system_tool, Backend, Mode};
 
 /// What h2load printed of a run: its `requests:` and `status codes:` lines.
 struct Summary {
@@ -46,18 +27,21 @@ async fn run(args: Vec<String>, url: String) -> (Summary, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h2load_streams_and_uploads_pass_through_the_egress_and_the_ingress_on_busy_cores() {
-    let Some(_) = h2load() else { return };
+    if !system_tool("h2load", "nghttp2-client") {
+        return;
+    }
     // Each replica reads the whole body before it answers, so an upload crosses every hop's
     // flow control; HTTP/1 behind the sidecars, as applications mostly speak. No admission: 256
     // streams kept open at once are a standing queue, which adaptive admission refuses by design.
     let apps = [Backend::start("replica 0", Mode::Read).await, Backend::start("replica 1", Mode::Read).await];
     let mut ingresses = Vec::new();
     for app in &apps {
-        ingresses
-            .push(start(format!("ingress:\n  listen: 127.0.0.1:0\n  app: {}\nshutdown_grace: 1s\n", app.addr)).await);
+        ingresses.push(
+            proxy_of(&format!("ingress:\n  listen: 127.0.0.1:0\n  app: {}\nshutdown_grace: 1s\n", app.addr)).await,
+        );
     }
     let endpoints: Vec<String> = ingresses.iter().map(|i| i.ingress.unwrap().to_string()).collect();
-    let egress = start(format!(
+    let egress = proxy_of(&format!(
         "egress:\n  listen: 127.0.0.1:0\n  upstreams:\n    app:\n      endpoints: [{}]\n      policy:\n        \
          balancer: {{kind: prequal}}\n        outlier: {{}}\n        timeout: {{kind: adaptive}}\n        \
          hedge: {{kind: adaptive}}\n        retry: {{max_attempts: 2}}\nshutdown_grace: 1s\n",

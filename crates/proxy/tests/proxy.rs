@@ -1,5 +1,6 @@
 //! The proxy over real sockets on 127.0.0.1 with tiny in-test backends.
 
+use crate::proxy_of;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
@@ -711,11 +712,6 @@ fn sample(metrics: &str, series: &str) -> f64 {
     let line = metrics.lines().find(|l| l.strip_prefix(series).is_some_and(|rest| rest.starts_with(' ')));
     let line = line.unwrap_or_else(|| panic!("no {series} in\n{metrics}"));
     line[series.len()..].trim().parse().unwrap()
-}
-
-/// A proxy from the whole file `text`.
-async fn proxy_of(text: &str) -> Proxy {
-    Proxy::start(Config::parse(text, Path::new("test.yaml")).unwrap()).await.unwrap()
 }
 
 fn egress_with_limits(backend: &Backend, limits: &str) -> String {

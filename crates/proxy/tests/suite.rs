@@ -17,3 +17,9 @@ mod shutdown;
 mod tls;
 mod trace;
 mod upgrade;
+
+/// A proxy started from the file `text`, which must be valid.
+async fn proxy_of(text: &str) -> tailguard_proxy::Proxy {
+    let config = tailguard_proxy::Config::parse(text, std::path::Path::new("proxy.yaml")).unwrap();
+    tailguard_proxy::Proxy::start(config).await.unwrap()
+}

@@ -3,6 +3,7 @@
 //! under load, an upstream over mTLS (and over h2 by ALPN), an application behind TLS, identities
 //! (DNS names and SPIFFE IDs) in the trust rule, and errors naming the file.
 
+use crate::proxy_of;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
@@ -173,10 +174,6 @@ async fn request(
     let (status, version) = (response.status(), response.version());
     let body = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
     Ok((status, String::from_utf8_lossy(&body).into_owned(), version, server_cert))
-}
-
-async fn proxy_of(text: &str) -> Proxy {
-    Proxy::start(Config::parse(text, Path::new("proxy.yaml")).unwrap()).await.unwrap()
 }
 
 /// An ingress in front of `app` over TLS with `server`'s certificate, and `more` settings.

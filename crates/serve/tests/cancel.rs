@@ -4,10 +4,8 @@
 //! at once and answer after about one work time, not after the rest of the first one's too.
 //! Also the cancel travelling down: an abandoned request drops its own downstream call.
 
-use crate::common;
-
+use crate::common::{client, get, start};
 use bytes::Bytes;
-use common::{client, get, start};
 use http_body_util::Empty;
 use hyper::StatusCode;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};

@@ -1,9 +1,7 @@
 //! `tailguard serve` over real sockets on 127.0.0.1, port 0: service times, the worker queue,
 //! faults, downstream calls and option errors. Bounds are generous: the machine may be noisy.
 
-use crate::common;
-
-use common::{client, experiment, get, start};
+use crate::common::{client, experiment, get, start};
 use hyper::StatusCode;
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -1,9 +1,7 @@
 //! examples/balancing.yaml (issue 19): the balancers under open and closed loop, unlike backends,
 //! a gray failure, a lost replica and a fast-erroring one.
 
-use crate::common;
-
-use common::get;
+use crate::common::{self, get};
 use tailguard_sim::{simulate, Options, Results, RunResult};
 
 /// examples/balancing.yaml, or the example `BALANCING_FILE` names (to try a variant of it).

@@ -3,9 +3,7 @@
 //! and goodput holds near capacity. Its constants were chosen on principle and looked at on
 //! seeds 1–2; the checks run seeds 101–102.
 
-use crate::common;
-
-use common::{example, get};
+use crate::common::{example, get};
 use tailguard_sim::{simulate, Options, RunResult};
 
 /// The seeds the checks assert on.

@@ -1,9 +1,7 @@
 //! The seeds' experiments, reproduced in the simulator with the bounds issue #2 asks for.
 //! Each runs the example file as a user would (`tailguard sim examples/X.yaml`), with its seed.
 
-use crate::common;
-
-use common::{example, get};
+use crate::common::{example, get};
 use tailguard_sim::{simulate, Options, Results, RunResult};
 
 fn run(name: &str, quick: bool) -> Results {

@@ -4,9 +4,7 @@
 //! ([`tailguard_policy::class`]) were chosen on seeds 1–5 of examples/routes.yaml; the checks run
 //! seeds 101–103 and conditions outside that file.
 
-use crate::common;
-
-use common::example;
+use crate::common::example;
 use std::path::Path;
 use tailguard_model::Experiment;
 use tailguard_sim::{simulate, Options, RunResult};

@@ -3,9 +3,7 @@
 //! constants were chosen on other seeds ([`TRAINING`]), so no constant fits the draws it is
 //! checked on.
 
-use crate::common;
-
-use common::example;
+use crate::common::example;
 use tailguard_sim::{simulate, simulate_traced, Options, RunResult};
 
 /// The seeds the adaptive timeout's racing constants were chosen on (the sample's size, the price

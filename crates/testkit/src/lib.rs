@@ -253,7 +253,21 @@ pub fn suite_tool(name: &str) -> Option<std::path::PathBuf> {
     if path.is_file() {
         return Some(path);
     }
-    let why = format!("{} is missing: `make suites` builds it (make test does)", path.display());
+    missing(format!("{} is missing: `make suites` builds it (make test does)", path.display()))
+}
+
+/// Whether the program `name` runs from `PATH` (a Debian package's, `package`, which `make deps`
+/// installs); if not, skipping or failing as [`suite_tool`] does.
+pub fn system_tool(name: &str, package: &str) -> bool {
+    let runs = std::process::Command::new(name).arg("--version").output().is_ok_and(|o| o.status.success());
+    if !runs {
+        missing::<()>(format!("{name} is missing: Debian's {package} has it (`make deps` installs it)"));
+    }
+    runs
+}
+
+/// A missing tool: fails under `TAILGUARD_REQUIRE_SUITES`, else says loudly that the test skips.
+fn missing<T>(why: String) -> Option<T> {
     assert!(std::env::var_os("TAILGUARD_REQUIRE_SUITES").is_none(), "{why}");
     eprintln!("SKIPPED: {why}");
     None
