@@ -38,7 +38,11 @@ impl HttpClient {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(timeout));
-        let builder = Client::builder(TokioExecutor::new()).http2_only(h2).clone();
+        // Requests given up at their timeout reset their streams; answers on the way to a stream
+        // h2 has forgotten are reset again, and h2 would end the connection (and every request
+        // on it) at the 1,025th such reset: a server gains nothing by it against a client.
+        let builder =
+            Client::builder(TokioExecutor::new()).http2_only(h2).http2_max_local_error_reset_streams(None).clone();
         let inner = match tls {
             None => Inner::Plain(builder.build(connector)),
             Some(tls) => {

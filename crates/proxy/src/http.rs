@@ -20,13 +20,25 @@ pub type Body = BoxBody<Bytes, BoxError>;
 /// Its sockets set TCP_NODELAY: HTTP/2 writes a request as several frames (HEADERS, DATA,
 /// WINDOW_UPDATE), and with Nagle's algorithm a frame waits for the peer's (delayed) ACK of the
 /// one before (examples/peers.yaml's speculative store between sidecars over h2c: p50 16.2 → 23 ms
-/// without it).
+/// without it). Its connections never end themselves over late answers ([`LATE_ANSWERS_ALLOWED`]).
 pub fn h2c_client(connect_timeout: Option<Duration>) -> Client<HttpConnector, Body> {
     let mut connector = HttpConnector::new();
     connector.set_connect_timeout(connect_timeout);
     connector.set_nodelay(true);
-    Client::builder(TokioExecutor::new()).http2_only(true).build(connector)
+    Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .http2_max_local_error_reset_streams(LATE_ANSWERS_ALLOWED)
+        .build(connector)
 }
+
+/// How many times in its life an HTTP/2 client connection may reset a stream over the server's
+/// frames before h2 ends it with GOAWAY: no limit. A proxy cancels streams all the time (a lost
+/// hedge, a passed deadline, a caller gone), and a server's answer already on its way then
+/// reaches a stream h2 no longer remembers (it keeps a bounded number of resets, for seconds)
+/// and is reset again. h2 counts those against a server attacking its client (1,024 by default),
+/// and the 1,025th failed every request on the connection. A server gains nothing by it against a
+/// client: the reset costs one frame.
+pub const LATE_ANSWERS_ALLOWED: Option<usize> = None;
 
 /// The header carrying a BLOC confidence chip (`1` or `0`) on responses.
 pub const CHIP: &str = "x-tailguard-chip";

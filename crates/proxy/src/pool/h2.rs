@@ -50,7 +50,10 @@ impl Pool {
             self.put(conn);
             return Ok(None);
         }
-        let (sender, connection) = http2::Builder::new(TokioExecutor::new()).handshake(TokioIo::new(stream)).await?;
+        let (sender, connection) = http2::Builder::new(TokioExecutor::new())
+            .max_local_error_reset_streams(crate::http::LATE_ANSWERS_ALLOWED)
+            .handshake(TokioIo::new(stream))
+            .await?;
         tokio::spawn(async move {
             // It ends when the endpoint closes it or every sender is dropped (the pool with them).
             let _ = connection.await;
