@@ -105,7 +105,7 @@ impl Proxy {
                 async move { egress.handle(req).await }
             };
             let tls = acceptor(c.tls.as_ref(), "egress.tls", &[])?;
-            servers.spawn(server::serve(listener, tls, handler, limits.clone(), stopped.clone(), grace));
+            servers.spawn(server::serve(listener, tls, handler, limits.clone(), Vec::new(), stopped.clone(), grace));
         }
         if let Some(c) = &config.ingress {
             let listener = bind(c.listen).await?;
@@ -117,7 +117,8 @@ impl Proxy {
                 async move { ingress.handle(req, peer).await }
             };
             let tls = acceptor(c.tls.as_ref(), "ingress.tls", &c.trusted_identities)?;
-            servers.spawn(server::serve(listener, tls, handler, limits.clone(), stopped.clone(), grace));
+            let trusted = c.trusted_peers.clone();
+            servers.spawn(server::serve(listener, tls, handler, limits.clone(), trusted, stopped.clone(), grace));
         }
         if let Some(c) = &config.admin {
             let listener = bind(c.listen).await?;
@@ -128,7 +129,7 @@ impl Proxy {
                 async move { admin.handle(req) }
             };
             let tls = acceptor(c.tls.as_ref(), "admin.tls", &[])?;
-            servers.spawn(server::serve(listener, tls, handler, limits.clone(), stopped.clone(), grace));
+            servers.spawn(server::serve(listener, tls, handler, limits.clone(), Vec::new(), stopped.clone(), grace));
         }
         if let Some(path) = config.path.clone() {
             let watch = reload::Watch { path, current: config, egress: reloadable, source };

@@ -4,7 +4,7 @@
 //! `drain`).
 
 use crate::body::ClientBody;
-use crate::config::Limits;
+use crate::config::{Limits, Network};
 use crate::http::{self, Body, BoxError};
 use crate::tls::{Acceptor, TrustedIdentity};
 use bytes::Bytes;
@@ -40,6 +40,8 @@ use silent::Silent;
 /// Serves `listener` with `handler` (given each request and its peer's address) until `stop`
 /// turns true, then drains for at most `grace`; over TLS when given an acceptor, and then a
 /// request whose client certificate proves a trusted identity carries a [`TrustedIdentity`].
+/// Callers in `trusted_peers`, or with a trusted identity, are not held to HTTP/2's limits on
+/// reset streams, which are for strangers ([`Builders`]).
 /// Malformed requests are answered 400 by hyper and close only their own connection; the
 /// proxy's own replies to a gRPC request are sent in gRPC's trailers-only form.
 pub async fn serve<H, F>(
@@ -47,6 +49,7 @@ pub async fn serve<H, F>(
     tls: Option<Arc<Acceptor>>,
     handler: H,
     limits: Limits,
+    trusted_peers: Vec<Network>,
     mut stop: watch::Receiver<bool>,
     grace: Duration,
 ) where
@@ -54,7 +57,7 @@ pub async fn serve<H, F>(
     F: Future<Output = Response<Body>> + Send + 'static,
 {
     let drain = Drain::new();
-    let builders = Arc::new(Builders::new(&limits));
+    let builders = Arc::new(Builders::new(&limits, trusted_peers));
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let silent = Arc::new(Silent::default());
     let spawn = |stream: TcpStream, peer, slot| {
@@ -140,6 +143,10 @@ const H2_MAX_STREAMS: u32 = 200;
 struct Builders {
     http1: http1::Builder,
     h2c: http2::Builder<TokioExecutor>,
+    /// HTTP/2 for trusted callers: `h2c` without the limits on reset streams.
+    h2c_trusted: http2::Builder<TokioExecutor>,
+    /// The callers trusted by their address.
+    trusted_peers: Vec<Network>,
     /// How long a client may take to show which protocol it speaks (and finish its TLS
     /// handshake).
     preface_timeout: Duration,
@@ -152,8 +159,9 @@ struct Builders {
 }
 
 impl Builders {
-    /// The builders of `limits`: HTTP/1.1, and h2c by prior knowledge.
-    fn new(limits: &Limits) -> Builders {
+    /// The builders of `limits`: HTTP/1.1, and h2c by prior knowledge (for strangers, and for
+    /// the callers trusted: those in `trusted_peers` or with a trusted identity).
+    fn new(limits: &Limits, trusted_peers: Vec<Network>) -> Builders {
         let mut http1 = http1::Builder::new();
         // No hyper header-read timer: it arms a boxed sleep for every request head (~5 % of a
         // proxied request's instructions); the connection's watchdog enforces the limit instead.
@@ -170,12 +178,18 @@ impl Builders {
             // whose deadline passed while a busy machine had not yet read them (ghz through an
             // ingress, bench/grpc-deadlines.sh: 11 connections ended in three runs of 30,000
             // calls, failing their other calls as UNAVAILABLE).
-            .max_pending_accept_reset_streams(H2_MAX_STREAMS as usize)
-            .max_local_error_reset_streams(1024)
             .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
+        // A trusted caller (a sidecar egress, whose hedges and deadlines cancel streams all the
+        // time) is no attacker: a busy ingress that had not read more than 200 of its cancelled
+        // streams ended its connection, failing its other attempts (bench/grpc-deadlines.sh).
+        let mut h2c_trusted = h2c.clone();
+        h2c_trusted.max_pending_accept_reset_streams(usize::MAX).max_local_error_reset_streams(None);
+        h2c.max_pending_accept_reset_streams(H2_MAX_STREAMS as usize).max_local_error_reset_streams(1024);
         Builders {
             http1,
             h2c,
+            h2c_trusted,
+            trusted_peers,
             preface_timeout: limits.header_read_timeout.0,
             body_read_timeout: limits.body_read_timeout.0,
             idle: limits.idle_timeout.0,
@@ -200,9 +214,11 @@ where
     S: HttpService<Incoming, ResBody = http_body_util::combinators::BoxBody<Bytes, BoxError>> + Unpin + Send + 'static,
     S::Future: Unpin + Send + 'static,
 {
-    fn new(builders: &Builders, h2c: bool, io: I, service: S) -> Self {
+    /// `trusted`: the caller is, and its HTTP/2 is not held to the limits on reset streams.
+    fn new(builders: &Builders, h2c: bool, trusted: bool, io: I, service: S) -> Self {
         if h2c {
-            Served::H2c(Box::pin(builders.h2c.serve_connection(io, service)))
+            let builder = if trusted { &builders.h2c_trusted } else { &builders.h2c };
+            Served::H2c(Box::pin(builder.serve_connection(io, service)))
         } else {
             Served::Http1(Box::pin(builders.http1.serve_connection(io, service)), false)
         }
@@ -350,6 +366,7 @@ where
     F: Future<Output = Response<Body>> + Send + 'static,
 {
     let Peer { addr: peer, identity } = peer;
+    let trusted = identity.is_some() || builders.trusted_peers.iter().any(|n| n.contains(peer.ip()));
     let parks = !h2c && stream.parks();
     let Draining { drain, mut phase } = draining;
     let (idle, header_read) = (builders.idle, builders.header_read);
@@ -380,7 +397,7 @@ where
         let open = (!h2c).then(|| Held::open(counted.clone()));
         Responding { handled, after: Some(Answered { awaiting, grpc, in_flight, open, h2c }) }
     });
-    let mut conn = Served::new(&builders, h2c, io, service);
+    let mut conn = Served::new(&builders, h2c, trusted, io, service);
     let header_read = (!h2c).then_some(header_read);
     let tick = (idle.min(header_read.unwrap_or(idle)) / 4).max(Duration::from_millis(10));
     let mut interval = tokio::time::interval(tick);
@@ -475,7 +492,7 @@ where
                 _ = shutting_down.as_mut() => return,
             }
         }
-        conn = Served::new(&builders, false, io, service);
+        conn = Served::new(&builders, false, trusted, io, service);
         parker = Parker::new(&activity);
     }
 }
@@ -819,7 +836,7 @@ mod tests {
         let stream = TcpStream::connect(addr).await.unwrap();
         let handler = |_req: Request<ClientBody>, _peer: SocketAddr| async { http::text(StatusCode::OK, "ok") };
         let entry = Arc::new(Silent::default()).enter();
-        let builders = Arc::new(Builders::new(&Limits::default()));
+        let builders = Arc::new(Builders::new(&Limits::default(), Vec::new()));
         let task = open(stream, addr, None, entry, builders, handler, Drain::new());
         let size = std::mem::size_of_val(&task);
         assert!(size <= 3 * 1024, "a connection's task is {size} bytes");
@@ -850,7 +867,15 @@ mod tests {
             http::text(StatusCode::OK, &format!("served {}", req.uri()))
         };
         let (stop, stopped) = watch::channel(false);
-        let server = tokio::spawn(serve(listener, None, handler, Limits::default(), stopped, Duration::from_secs(1)));
+        let server = tokio::spawn(serve(
+            listener,
+            None,
+            handler,
+            Limits::default(),
+            Vec::new(),
+            stopped,
+            Duration::from_secs(1),
+        ));
         let mut client = TcpStream::connect(addr).await.unwrap();
         let me = client.local_addr().unwrap();
         let parks = || PARKED.lock().unwrap().iter().filter(|p| **p == me).count();

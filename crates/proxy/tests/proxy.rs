@@ -1324,6 +1324,31 @@ async fn an_h2_rapid_reset_flood_is_ended_with_goaway_and_others_are_served() {
     proxy.shutdown().await;
 }
 
+/// Opens `reset` streams and resets each at once on a new connection to `addr`, then sends one
+/// more request: its answer's first header byte, or the GOAWAY's error code that came instead.
+async fn answer_after_resets(addr: SocketAddr, reset: u32) -> Result<u8, Option<u32>> {
+    let mut bytes = h2_opened_and_reset(reset);
+    let last = 2 * reset + 1;
+    bytes.extend(h2_frame(0x1, 0x5, last, H2_GET_SVC));
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    // A proxy that sends GOAWAY may close before reading it all.
+    let _ = stream.write_all(&bytes).await;
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 16384];
+    loop {
+        let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await;
+        let Ok(Ok(n @ 1..)) = read else { return Err(goaway_code(&h2_frames(&reply))) };
+        reply.extend(&buf[..n]);
+        let frames = h2_frames(&reply);
+        if let Some(code) = goaway_code(&frames) {
+            return Err(Some(code));
+        }
+        if let Some(headers) = frames.iter().find(|f| f.0 == 0x1 && f.2 == last) {
+            return Ok(headers.3[0]);
+        }
+    }
+}
+
 /// A client whose calls all passed their deadline before a busy proxy read them: as many streams
 /// as it may have open, opened and reset in one burst. That is no flood, and its next request
 /// on the connection is answered (h2's default took the 21st for an attack and sent GOAWAY,
@@ -1332,27 +1357,26 @@ async fn an_h2_rapid_reset_flood_is_ended_with_goaway_and_others_are_served() {
 async fn an_h2_client_cancelling_every_stream_it_may_open_is_served_on() {
     let backend = Backend::start("a", Mode::Ok(Duration::ZERO)).await;
     let proxy = egress(&[&backend], "{}").await;
-    let streams = 200u32;
-    let mut bytes = h2_opened_and_reset(streams);
-    let last = 2 * streams + 1;
-    bytes.extend(h2_frame(0x1, 0x5, last, H2_GET_SVC));
-    let mut stream = TcpStream::connect(proxy.egress.unwrap()).await.unwrap();
-    stream.write_all(&bytes).await.unwrap();
-    let mut reply = Vec::new();
-    let mut buf = [0u8; 16384];
-    let answer = loop {
-        let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await;
-        let Ok(Ok(n @ 1..)) = read else { break None };
-        reply.extend(&buf[..n]);
-        let frames = h2_frames(&reply);
-        assert_eq!(goaway_code(&frames), None, "GOAWAY after {streams} streams were reset");
-        // `:status: 200` is HPACK's static entry 8.
-        if let Some(headers) = frames.iter().find(|f| f.0 == 0x1 && f.2 == last) {
-            break Some(headers.3[0]);
-        }
-    };
-    assert_eq!(answer, Some(0x88), "the request after the resets was not answered 200");
+    // `:status: 200` is HPACK's static entry 8.
+    assert_eq!(answer_after_resets(proxy.egress.unwrap(), 200).await, Ok(0x88));
     proxy.shutdown().await;
+}
+
+/// An ingress's trusted callers (sidecar egresses, whose hedges and deadlines cancel streams all
+/// the time) are not held to the limits on reset streams: 1,000 reset in one burst, and the next
+/// request is answered; a caller it does not trust gets GOAWAY ENHANCE_YOUR_CALM for the same.
+#[tokio::test]
+async fn an_ingress_holds_strangers_not_trusted_peers_to_the_rapid_reset_limit() {
+    let app = Backend::start("app", Mode::Ok(Duration::ZERO)).await;
+    let ingress =
+        |trusted: &str| format!("ingress: {{listen: 127.0.0.1:0, app: {}{trusted}}}\nshutdown_grace: 1s\n", app.addr);
+    // Loopback is trusted by default.
+    let trusting = proxy_of(&ingress("")).await;
+    assert_eq!(answer_after_resets(trusting.ingress.unwrap(), 1000).await, Ok(0x88));
+    trusting.shutdown().await;
+    let wary = proxy_of(&ingress(", trusted_peers: [192.0.2.1]")).await;
+    assert_eq!(answer_after_resets(wary.ingress.unwrap(), 1000).await, Err(Some(0xb)));
+    wary.shutdown().await;
 }
 
 /// An h2c application that answers every request `after` it arrived, whether or not its caller
