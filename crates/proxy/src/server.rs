@@ -171,19 +171,19 @@ impl Builders {
         let mut h2c = http2::Builder::new(TokioExecutor::new());
         h2c.timer(TokioTimer::new())
             .max_concurrent_streams(H2_MAX_STREAMS)
-            // HTTP/2 rapid reset (CVE-2023-44487): a client that resets more streams before they
-            // are served than it may have open at once, or makes the server reset more than
-            // h2's and hyper's 1,024, gets GOAWAY ENHANCE_YOUR_CALM (tests/proxy.rs floods it).
-            // h2's default of 20 is below what a client may rightly cancel at once: gRPC calls
-            // whose deadline passed while a busy machine had not yet read them (ghz through an
-            // ingress, bench/grpc-deadlines.sh: 11 connections ended in three runs of 30,000
-            // calls, failing their other calls as UNAVAILABLE).
             .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
         // A trusted caller (a sidecar egress, whose hedges and deadlines cancel streams all the
         // time) is no attacker: a busy ingress that had not read more than 200 of its cancelled
         // streams ended its connection, failing its other attempts (bench/grpc-deadlines.sh).
         let mut h2c_trusted = h2c.clone();
         h2c_trusted.max_pending_accept_reset_streams(usize::MAX).max_local_error_reset_streams(None);
+        // HTTP/2 rapid reset (CVE-2023-44487): a stranger that resets more streams before they
+        // are served than it may have open at once, or makes the server reset more than h2's
+        // and hyper's 1,024, gets GOAWAY ENHANCE_YOUR_CALM (tests/proxy.rs floods it). h2's
+        // default of 20 is below what a client may rightly cancel at once: gRPC calls whose
+        // deadline passed while a busy machine had not yet read them (ghz through an ingress,
+        // bench/grpc-deadlines.sh: 11 connections ended in three runs of 30,000 calls, failing
+        // their other calls as UNAVAILABLE).
         h2c.max_pending_accept_reset_streams(H2_MAX_STREAMS as usize).max_local_error_reset_streams(1024);
         Builders {
             http1,
