@@ -510,6 +510,13 @@ impl Network {
         ["127.0.0.0/8", "::1/128"].iter().map(|n| n.parse().expect("a valid network")).collect()
     }
 
+    /// Whether a caller at `ip` is trusted: by a client certificate proving a trusted identity
+    /// (`identity`), or by its address in `trusted_peers`. The ingress believes such a caller's
+    /// headers, and its listener holds it to no limit on HTTP/2 reset streams.
+    pub fn trusts(trusted_peers: &[Network], ip: IpAddr, identity: bool) -> bool {
+        identity || trusted_peers.iter().any(|n| n.contains(ip))
+    }
+
     /// Whether `ip` is in this network (an IPv4-mapped IPv6 address counts as IPv4).
     pub fn contains(&self, ip: IpAddr) -> bool {
         let bits = |ip: IpAddr| match ip.to_canonical() {

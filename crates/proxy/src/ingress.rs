@@ -144,8 +144,8 @@ impl Ingress {
         if let Some(wire) = &self.wire {
             wire.cross().await;
         }
-        let trusted = self.trusted_peers.iter().any(|n| n.contains(peer.ip()))
-            || req.extensions().get::<crate::tls::TrustedIdentity>().is_some();
+        let identity = req.extensions().get::<crate::tls::TrustedIdentity>().is_some();
+        let trusted = config::Network::trusts(&self.trusted_peers, peer.ip(), identity);
         let response = if crate::probe::is_probe(req.headers()) {
             match trusted {
                 true => crate::probe::response(self.load()),

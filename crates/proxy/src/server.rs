@@ -366,7 +366,7 @@ where
     F: Future<Output = Response<Body>> + Send + 'static,
 {
     let Peer { addr: peer, identity } = peer;
-    let trusted = identity.is_some() || builders.trusted_peers.iter().any(|n| n.contains(peer.ip()));
+    let trusted = Network::trusts(&builders.trusted_peers, peer.ip(), identity.is_some());
     let parks = !h2c && stream.parks();
     let Draining { drain, mut phase } = draining;
     let (idle, header_read) = (builders.idle, builders.header_read);
