@@ -889,10 +889,6 @@ impl Upstream {
         if self.connect_timeout.0.is_zero() {
             return Err(ModelError::at("connect_timeout", "expected a positive duration"));
         }
-        if self.protocol == Protocol::H2c && self.connect_timeout.0 != DEFAULT_CONNECT_TIMEOUT {
-            let why = "h2c upstreams share one client whose connect timeout is the default (1s): leave it out";
-            return Err(ModelError::at("connect_timeout", why));
-        }
         if let Some(tls) = &self.tls {
             tls.validate().map_err(|e| e.under("tls"))?;
             if self.protocol == Protocol::H2c {
@@ -1205,11 +1201,6 @@ mod tests {
         let e = parse("egress: {listen: 127.0.0.1:1, upstreams: {a: {endpoints: [127.0.0.1:2], connect_timeout: 0s}}}")
             .unwrap_err();
         assert_eq!(e, "proxy.yaml: egress.upstreams.a.connect_timeout: expected a positive duration");
-        let e = parse(
-            "egress: {listen: 127.0.0.1:1, upstreams: {a: {endpoints: [127.0.0.1:2], protocol: h2c, connect_timeout: 5s}}}",
-        )
-        .unwrap_err();
-        assert!(e.contains("egress.upstreams.a.connect_timeout: h2c upstreams share one client"), "{e}");
         let e = parse("egress: [127.0.0.1:1]").unwrap_err();
         assert_eq!(e, "proxy.yaml: egress: expected a mapping (egress settings), got a list, at line 1 column 9");
         let e = parse("egress: {listen: 127.0.0.1:1, upstreams: [a, b]}").unwrap_err();

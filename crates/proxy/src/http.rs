@@ -5,8 +5,6 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode, Version};
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::TokioExecutor;
 use std::time::Duration;
 use tailguard_policy::admission::Priority;
 
@@ -15,21 +13,6 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The body type every listener and client uses.
 pub type Body = BoxBody<Bytes, BoxError>;
-
-/// An HTTP/2 client over cleartext (h2c), connecting within `connect_timeout` if one is given.
-/// Its sockets set TCP_NODELAY: HTTP/2 writes a request as several frames (HEADERS, DATA,
-/// WINDOW_UPDATE), and with Nagle's algorithm a frame waits for the peer's (delayed) ACK of the
-/// one before (examples/peers.yaml's speculative store between sidecars over h2c: p50 16.2 → 23 ms
-/// without it). Its connections never end themselves over late answers ([`LATE_ANSWERS_ALLOWED`]).
-pub fn h2c_client(connect_timeout: Option<Duration>) -> Client<HttpConnector, Body> {
-    let mut connector = HttpConnector::new();
-    connector.set_connect_timeout(connect_timeout);
-    connector.set_nodelay(true);
-    Client::builder(TokioExecutor::new())
-        .http2_only(true)
-        .http2_max_local_error_reset_streams(LATE_ANSWERS_ALLOWED)
-        .build(connector)
-}
 
 /// How many times in its life an HTTP/2 client connection may reset a stream over the server's
 /// frames before h2 ends it with GOAWAY: no limit. A proxy cancels streams all the time (a lost

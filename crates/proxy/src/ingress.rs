@@ -35,7 +35,6 @@ use http_body_util::BodyExt;
 use hyper::header::HeaderValue;
 use hyper::http::uri::PathAndQuery;
 use hyper::{Request, Response, StatusCode, Uri, Version};
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use rand_pcg::Pcg64Mcg;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -51,8 +50,10 @@ const WIRE_STREAM: u64 = u64::MAX;
 
 /// The inbound side.
 pub struct Ingress {
-    app: SocketAddr,
-    client: AppClient,
+    /// The application's connections: kept-alive HTTP/1 ones, or one HTTP/2 connection by prior
+    /// knowledge (`protocol: h2c`) or over TLS if the application chooses `h2` by ALPN (the
+    /// egress's endpoint pool).
+    client: Arc<Pool>,
     state: Arc<Mutex<State>>,
     epoch: Instant,
     metrics: Arc<Metrics>,
@@ -65,15 +66,6 @@ pub struct Ingress {
     wire: Option<Wire>,
     /// The cap on HTTP/1 connections to the application, for the 503 that names it.
     max_app_connections: usize,
-}
-
-/// How the ingress reaches the application.
-enum AppClient {
-    /// Kept-alive HTTP/1 connections, or over TLS one HTTP/2 connection if the application
-    /// chooses `h2` by ALPN (the egress's endpoint pool).
-    Http1(Arc<Pool>),
-    /// HTTP/2 by prior knowledge, through hyper-util's client.
-    H2c(Box<Client<HttpConnector, Body>>),
 }
 
 /// Admission state: the policy, the requests the application holds, the random source, and
@@ -102,17 +94,14 @@ impl Ingress {
             probes: ProbeResponder::default(),
         };
         Ok(Ingress {
-            app: config.app,
-            client: match config.protocol {
-                config::Protocol::Http1 => {
-                    let tls = match &config.app_tls {
-                        Some(t) => Some(Arc::new(tls::Connector::new(t, "ingress.app_tls")?)),
-                        None => None,
-                    };
-                    let pool = Pool::new(config.app, config.max_app_connections).with_tls(tls);
-                    AppClient::Http1(Arc::new(pool.counting(metrics.ingress_app_connections_opened.clone())))
-                }
-                config::Protocol::H2c => AppClient::H2c(Box::new(http::h2c_client(None))),
+            client: {
+                let tls = match &config.app_tls {
+                    Some(t) => Some(Arc::new(tls::Connector::new(t, "ingress.app_tls")?)),
+                    None => None,
+                };
+                let pool = Pool::new(config.app, config.max_app_connections).with_tls(tls);
+                let pool = if config.protocol == config::Protocol::H2c { pool.h2c() } else { pool };
+                Arc::new(pool.counting(metrics.ingress_app_connections_opened.clone()))
             },
             state: Arc::new(Mutex::new(state)),
             epoch,
@@ -185,7 +174,7 @@ impl Ingress {
             Err(e) => return http::text(StatusCode::BAD_REQUEST, &e),
         };
         let upgrade = found.hop_by_hop && http::upgrade(req.headers()).is_some();
-        if upgrade && matches!(self.client, AppClient::H2c(_)) {
+        if upgrade && self.client.is_h2c() {
             let why =
                 "tailguard: a protocol upgrade (WebSocket) needs HTTP/1.1 to the application (ingress.protocol: http1)";
             return http::text(StatusCode::NOT_IMPLEMENTED, why);
@@ -251,10 +240,9 @@ impl Ingress {
     /// Sends `request` to the application (never twice: its body is streamed); an `upgrade` on a
     /// connection of its own, which becomes the tunnel if the application switches.
     async fn call(&self, request: Request<Body>, upgrade: bool) -> Result<Response<Body>, BoxError> {
-        match &self.client {
-            AppClient::Http1(pool) if upgrade => pool.clone().upgrade(request).await,
-            AppClient::Http1(pool) => pool.clone().send(request, None::<fn() -> Request<Body>>).await,
-            AppClient::H2c(client) => Ok(client.request(request).await?.map(|b| b.map_err(BoxError::from).boxed())),
+        match upgrade {
+            true => self.client.clone().upgrade(request).await,
+            false => self.client.clone().send(request, None::<fn() -> Request<Body>>).await,
         }
     }
 
@@ -300,18 +288,10 @@ impl Ingress {
     ) -> Result<Request<Body>, BoxError> {
         let (mut parts, body) = req.into_parts();
         let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
-        match self.client {
-            // Origin-form: the pool's connections go to the application only.
-            AppClient::Http1(_) => {
-                parts.uri = Uri::from(path);
-                parts.version = Version::HTTP_11;
-            }
-            AppClient::H2c(_) => {
-                parts.uri =
-                    Uri::builder().scheme("http").authority(self.app.to_string()).path_and_query(path).build()?;
-                parts.version = Version::HTTP_2;
-            }
-        }
+        // Origin-form: the pool's connections go to the application only (over HTTP/2 it makes
+        // the `Host` the `:authority`).
+        parts.uri = Uri::from(path);
+        parts.version = Version::HTTP_11;
         http::forwardable(&mut parts.headers, found);
         if let Some(left) = deadline {
             parts.headers.insert(DEADLINE_MS, HeaderValue::from(u64::try_from(left.as_millis()).unwrap_or(u64::MAX)));

@@ -25,6 +25,7 @@ pub mod metrics;
 mod pool;
 mod probe;
 mod reload;
+mod renewal;
 mod server;
 mod tls;
 mod trace;

@@ -12,8 +12,8 @@
 //!   requests may be replayed at all;
 //! - [`driver`]: one request in flight, the policy core's `Call` run in real time: its actions
 //!   carried out, its attempts' ends fed back, the response chosen;
-//! - [`protocol`]: an attempt on the wire, HTTP/1 through the endpoint's pool or h2c, and the
-//!   headers it carries (remaining deadline, trace context);
+//! - [`protocol`]: an attempt on the wire through the endpoint's pool (HTTP/1, h2c, or HTTP/2
+//!   over TLS), and the headers it carries (remaining deadline, trace context);
 //! - [`discovery`]: endpoint sets found by DNS or in a file, re-read on an interval and applied
 //!   to an upstream in place (joined endpoints added, left ones drained);
 //! - `kubernetes` (the `kube` feature): endpoint sets from a Service's EndpointSlices, watched
@@ -42,7 +42,6 @@ use crate::trace::Tracing;
 use body::template;
 use driver::Driver;
 use hyper::{Request, Response, StatusCode};
-use protocol::HttpClient;
 use routes::{Routes, Upstream};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
@@ -55,7 +54,6 @@ pub(crate) use protocol::AttemptError;
 pub struct Egress {
     /// Swapped whole on reload; each request keeps the routes it started with.
     routes: RwLock<Arc<Routes>>,
-    h2c: HttpClient,
     epoch: Instant,
     metrics: Arc<Metrics>,
     tracing: Option<Arc<Tracing>>,
@@ -70,8 +68,7 @@ impl Egress {
     /// upstream's TLS files cannot be used.
     pub fn new(config: &config::Egress, epoch: Instant, metrics: Arc<Metrics>, seed: u64) -> Result<Egress, TlsError> {
         let routes = RwLock::new(Arc::new(Routes::new(config, None, &metrics, seed)?));
-        let h2c = crate::http::h2c_client(Some(config::DEFAULT_CONNECT_TIMEOUT));
-        Ok(Egress { routes, h2c, epoch, metrics, tracing: None, seed, in_flight: Count::default() })
+        Ok(Egress { routes, epoch, metrics, tracing: None, seed, in_flight: Count::default() })
     }
 
     /// Waits until every upstream with discovery has had its first answer (or failure), so a

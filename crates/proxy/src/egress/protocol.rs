@@ -1,30 +1,24 @@
-//! Protocol: an attempt on the wire. HTTP/1 attempts go through each endpoint's own connection
-//! [`Pool`](crate::pool::Pool) (origin-form URI, rebuilt for a replay on a fresh connection when
-//! the request is replayable; over TLS the pool speaks HTTP/2 instead when the endpoint chooses
-//! it by ALPN); h2c attempts through hyper-util's client (one multiplexed
-//! connection per endpoint, absolute URI). Each carries the template's headers, the deadline left
-//! for the next hop (a gRPC request's also as `grpc-timeout`) and its trace context; a response loses internal and hop-by-hop headers.
+//! Protocol: an attempt on the wire, through each endpoint's own connection
+//! [`Pool`](crate::pool::Pool) (origin-form URI, rebuilt for a replay on a fresh HTTP/1
+//! connection when the request is replayable; the pool speaks HTTP/2 on one multiplexed
+//! connection to an h2c endpoint, and over TLS to one that chooses it by ALPN). Each carries the
+//! template's headers, the deadline left for the next hop (a gRPC request's also as
+//! `grpc-timeout`) and its trace context; a response loses internal and hop-by-hop headers.
 
 use super::body::Template;
 use super::driver::{Attempt, Driver};
-use crate::config;
 use crate::grpc;
 use crate::http::{self, Body, BoxError, CHIP, DEADLINE_MS};
 use crate::pool;
 use crate::probe;
 use http_body_util::BodyExt;
 use hyper::header::HeaderValue;
-use hyper::http::uri::{Authority, Scheme};
-use hyper::{HeaderMap, Request, Response, Uri, Version};
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper::{HeaderMap, Request, Response, Uri};
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 use tailguard_policy::call::Call;
 use tailguard_policy::EndpointId;
-
-/// The h2c client, shared by every upstream.
-pub(super) type HttpClient = Client<HttpConnector, Body>;
 
 /// An attempt's response, when it comes.
 pub(super) type ResponseFuture = Pin<Box<dyn Future<Output = Result<Response<Body>, AttemptError>> + Send>>;
@@ -32,27 +26,18 @@ pub(super) type ResponseFuture = Pin<Box<dyn Future<Output = Result<Response<Bod
 /// A probe in flight: it ends once its reply, if any, is with the balancer.
 pub(super) type ProbeFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// Why an attempt got no response.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum AttemptError {
-    #[error(transparent)]
-    Http1(#[from] pool::Error),
-    #[error(transparent)]
-    H2c(#[from] hyper_util::client::legacy::Error),
-}
+/// Why an attempt got no response: the endpoint's pool says.
+pub(crate) type AttemptError = pool::Error;
 
-impl AttemptError {
+impl pool::Error {
     /// Whether no connection could be opened (nothing reached the endpoint).
     pub(crate) fn is_connect(&self) -> bool {
-        match self {
-            AttemptError::Http1(e) => matches!(e, pool::Error::Connect(..)),
-            AttemptError::H2c(e) => e.is_connect(),
-        }
+        matches!(self, pool::Error::Connect(..))
     }
 
     /// Whether the endpoint's connection cap refused it locally (nothing was sent).
     pub(crate) fn is_overflow(&self) -> bool {
-        matches!(self, AttemptError::Http1(pool::Error::Overflow(..)))
+        matches!(self, pool::Error::Overflow(..))
     }
 }
 
@@ -78,34 +63,18 @@ impl Driver<'_> {
         if let Some(trace) = &self.trace {
             trace.inject(attempt, &mut traced);
         }
-        let response: ResponseFuture = match self.upstream.config.protocol {
-            config::Protocol::Http1 => {
-                let request = http1_request(&self.template, body, remaining, &traced);
-                let rebuild = self.replayable.then(|| {
-                    let template = self.template.clone();
-                    move || {
-                        let body = template.body.as_ref().map_or_else(http::empty, http::bytes);
-                        http1_request(&template, body, remaining, &traced)
-                    }
-                });
-                let pool = target.pool.clone();
-                match self.template.upgrade {
-                    true => Box::pin(pool.upgrade(request)),
-                    false => Box::pin(pool.send(request, rebuild)),
-                }
+        let request = origin_request(&self.template, body, remaining, &traced);
+        let rebuild = self.replayable.then(|| {
+            let template = self.template.clone();
+            move || {
+                let body = template.body.as_ref().map_or_else(http::empty, http::bytes);
+                origin_request(&template, body, remaining, &traced)
             }
-            config::Protocol::H2c => {
-                let Some(request) = target
-                    .authority
-                    .clone()
-                    .and_then(|a| h2c_request(&self.template, a, body, remaining, &traced).ok())
-                else {
-                    self.unsendable.push(attempt);
-                    return;
-                };
-                let response = self.egress.h2c.request(request);
-                Box::pin(async move { Ok(response.await?.map(|b| b.map_err(BoxError::from).boxed())) })
-            }
+        });
+        let pool = target.pool.clone();
+        let response: ResponseFuture = match self.template.upgrade {
+            true => Box::pin(pool.upgrade(request)),
+            false => Box::pin(pool.send(request, rebuild)),
         };
         self.attempts.push(Attempt { attempt, endpoint, sent: now, policy_timeout, response });
     }
@@ -114,25 +83,12 @@ impl Driver<'_> {
 impl Driver<'_> {
     /// Probes `endpoint` for Prequal: what the answer says goes to the upstream's balancer (a
     /// probe reply, or anything else: no sidecar reports there); a probe that gets no answer is
-    /// dropped. `None` when the endpoint cannot be probed (gone, no authority).
+    /// dropped. `None` when the endpoint is gone.
     pub(super) fn probe(&self, endpoint: EndpointId) -> Option<ProbeFuture> {
         let target = self.upstream.endpoint(endpoint)?;
-        let response: ResponseFuture = match self.upstream.config.protocol {
-            config::Protocol::Http1 => {
-                let mut request = probe::request();
-                *request.uri_mut() = Uri::from_static("/");
-                Box::pin(target.pool.clone().send(request, None::<fn() -> Request<Body>>))
-            }
-            config::Protocol::H2c => {
-                let authority = target.authority.clone()?;
-                let uri = Uri::builder().scheme(Scheme::HTTP).authority(authority).path_and_query("/").build().ok()?;
-                let mut request = probe::request();
-                *request.uri_mut() = uri;
-                *request.version_mut() = Version::HTTP_2;
-                let response = self.egress.h2c.request(request);
-                Box::pin(async move { Ok(response.await?.map(|b| b.map_err(BoxError::from).boxed())) })
-            }
-        };
+        let mut request = probe::request();
+        *request.uri_mut() = Uri::from_static("/");
+        let response: ResponseFuture = Box::pin(target.pool.clone().send(request, None::<fn() -> Request<Body>>));
         let (upstream, epoch) = (self.upstream.clone(), self.egress.epoch);
         Some(Box::pin(async move {
             let Ok(response) = response.await else { return };
@@ -144,27 +100,13 @@ impl Driver<'_> {
     }
 }
 
-/// An HTTP/1 attempt's request (origin-form URI; the pool sets `Host` if the application sent
-/// none) with the remaining deadline for the next hop and the attempt's trace context.
-fn http1_request(t: &Template, body: Body, remaining: Option<Duration>, traced: &HeaderMap) -> Request<Body> {
+/// An attempt's request (origin-form URI: the pool sets `Host` if the application sent none, and
+/// over HTTP/2 makes it the `:authority`) with the remaining deadline for the next hop and the
+/// attempt's trace context.
+fn origin_request(t: &Template, body: Body, remaining: Option<Duration>, traced: &HeaderMap) -> Request<Body> {
     let mut request = attempt_request(t, body, remaining, traced);
     *request.uri_mut() = Uri::from(t.path.clone());
     request
-}
-
-/// An h2c attempt's request (absolute URI to `authority`).
-fn h2c_request(
-    t: &Template,
-    authority: Authority,
-    body: Body,
-    remaining: Option<Duration>,
-    traced: &HeaderMap,
-) -> Result<Request<Body>, BoxError> {
-    let uri = Uri::builder().scheme(Scheme::HTTP).authority(authority).path_and_query(t.path.clone()).build()?;
-    let mut request = attempt_request(t, body, remaining, traced);
-    *request.uri_mut() = uri;
-    *request.version_mut() = Version::HTTP_2;
-    Ok(request)
 }
 
 /// Room for an attempt's headers: the application's, ours, and then (hyper reuses the map) the

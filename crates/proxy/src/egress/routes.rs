@@ -1,5 +1,5 @@
 //! Routing: the upstream a request goes to (a `Host` match first, else the longest matching
-//! path prefix), and each upstream's endpoints (URI authority, HTTP/1 pool, metrics) and policy
+//! path prefix), and each upstream's endpoints (connection pool, metrics) and policy
 //! state. A reload builds new routes; an unchanged upstream keeps its state, an endpoint its pool.
 //! Discovery ([`super::discovery`]) changes an upstream's endpoint set in place
 //! ([`Upstream::set_endpoints`]).
@@ -11,7 +11,6 @@ use crate::config;
 use crate::metrics::{EndpointMetrics, Metrics, UpstreamMetrics};
 use crate::pool::Pool;
 use crate::tls::{self, TlsError};
-use hyper::http::uri::Authority;
 use hyper::Request;
 use rand_pcg::Pcg64Mcg;
 use std::collections::{BTreeSet, HashMap};
@@ -49,12 +48,9 @@ pub(super) struct Upstream {
     tls: Option<Arc<tls::Connector>>,
 }
 
-/// What a request needs of an endpoint, prepared once: its URI authority, its HTTP/1
-/// connections and its metrics.
+/// What a request needs of an endpoint, prepared once: its connections and its metrics.
 pub(super) struct Endpoint {
     pub(super) addr: SocketAddr,
-    /// `None` if the address is no URI authority (then no h2c attempt can be sent there).
-    pub(super) authority: Option<Authority>,
     /// Kept across reloads for as long as some upstream lists the address.
     pub(super) pool: Arc<Pool>,
     pub(super) metrics: EndpointMetrics,
@@ -63,8 +59,7 @@ pub(super) struct Endpoint {
 impl Endpoint {
     /// The endpoint at `addr` of upstream `upstream`, sending through `pool`.
     fn new(addr: SocketAddr, pool: Arc<Pool>, metrics: &Metrics, upstream: &str) -> Arc<Endpoint> {
-        let authority = Authority::try_from(addr.to_string()).ok();
-        Arc::new(Endpoint { addr, authority, pool, metrics: metrics.endpoint(upstream, &addr.to_string()) })
+        Arc::new(Endpoint { addr, pool, metrics: metrics.endpoint(upstream, &addr.to_string()) })
     }
 }
 
@@ -126,9 +121,9 @@ impl Routes {
 
 impl Upstream {
     /// The upstream `name`, drawing from `rng`; its endpoints keep their connection pools from
-    /// `old` routes when they speak the same TLS (or none). A discovered upstream starts from the
-    /// set its namesake in `old` found with the same source (the same name or file), else from
-    /// none, and starts its discovery task.
+    /// `old` routes when they speak the same protocol and TLS (or none). A discovered upstream
+    /// starts from the set its namesake in `old` found with the same source (the same name or
+    /// file), else from none, and starts its discovery task.
     fn new(
         name: &str,
         config: &config::Upstream,
@@ -142,8 +137,11 @@ impl Upstream {
         };
         let old_pool = |addr: &SocketAddr| {
             let mut endpoints = old.into_iter().flat_map(|r| r.upstreams.iter()).flat_map(|u| u.all_endpoints());
-            let same_tls = |pool: &Pool| pool.tls().map(|c| c.config()) == config.tls.as_ref();
-            endpoints.find(|e| e.addr == *addr && same_tls(&e.pool)).map(|e| e.pool.clone())
+            let same = |pool: &Pool| {
+                pool.tls().map(|c| c.config()) == config.tls.as_ref()
+                    && pool.is_h2c() == (config.protocol == config::Protocol::H2c)
+            };
+            endpoints.find(|e| e.addr == *addr && same(&e.pool)).map(|e| e.pool.clone())
         };
         let (max, connect_timeout) = (config.max_connections_per_endpoint, config.connect_timeout.0);
         let endpoint = |addr: &SocketAddr| {
@@ -264,8 +262,9 @@ pub(super) struct Change {
 
 /// An empty pool towards `addr`, an endpoint of the upstream `config`.
 fn new_pool(addr: SocketAddr, config: &config::Upstream, tls: Option<Arc<tls::Connector>>, metrics: &Metrics) -> Pool {
-    Pool::new(addr, config.max_connections_per_endpoint)
-        .with_tls(tls)
+    let pool = Pool::new(addr, config.max_connections_per_endpoint);
+    let pool = if config.protocol == config::Protocol::H2c { pool.h2c() } else { pool };
+    pool.with_tls(tls)
         .with_connect_timeout(config.connect_timeout.0)
         .counting(metrics.connections_opened(&addr.to_string()))
 }

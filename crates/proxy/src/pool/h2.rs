@@ -1,12 +1,15 @@
-//! HTTP/2 to a TLS endpoint that chooses `h2` by ALPN: one connection carries every request to
-//! the endpoint, multiplexed (as hyper-util's client does for `protocol: h2c`), and holds one
-//! place under the pool's connection cap. What the endpoint speaks is learnt from a handshake:
-//! the first request (and the first after the connection closed) opens one while the others
-//! wait for it, so concurrent first requests share it. An endpoint that chose HTTP/1.1, or no
-//! protocol, gets the pool's HTTP/1 connections (the one the handshake opened first among them).
+//! HTTP/2 to an endpoint that speaks it: over cleartext by prior knowledge (`protocol: h2c`),
+//! or over TLS when it chooses `h2` by ALPN. One connection carries every request to the
+//! endpoint, multiplexed, and holds one place under the pool's connection cap. The first request
+//! (and the first after the connection closed, or was due for renewal, [`crate::renewal`]) opens
+//! it while the others wait for it, so concurrent first requests share it; a request dropped
+//! while opening it hands the work to the next one, which fails none of them. Over TLS what the
+//! endpoint speaks is learnt from that handshake: one that chose HTTP/1.1, or no protocol, gets
+//! the pool's HTTP/1 connections (the one the handshake opened first among them).
 
 use super::{Error, Pool};
 use crate::http::{Body, BoxError};
+use crate::renewal::Cancellations;
 use http_body_util::BodyExt;
 use hyper::client::conn::http2::{self, SendRequest};
 use hyper::header::HOST;
@@ -15,7 +18,7 @@ use hyper::{Request, Response, Uri, Version};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use std::sync::Arc;
 
-/// What a TLS endpoint speaks, as far as is known.
+/// What an endpoint speaks, as far as is known.
 #[derive(Default)]
 enum Alpn {
     /// Not learnt yet, or its h2 connection closed.
@@ -23,8 +26,8 @@ enum Alpn {
     Unknown,
     /// HTTP/1.1: the pool's kept-alive connections.
     Http1,
-    /// HTTP/2 on this connection.
-    H2(SendRequest<Body>),
+    /// HTTP/2 on this connection, and the streams it has cancelled.
+    H2(SendRequest<Body>, Cancellations),
 }
 
 /// What the endpoint speaks; locked while a handshake learns it.
@@ -33,16 +36,27 @@ pub(super) struct Negotiated(tokio::sync::Mutex<Alpn>);
 
 impl Pool {
     /// The HTTP/2 connection to send on if the endpoint chose h2: the open one, or a new one
-    /// when a handshake learns it. `None`: the endpoint speaks HTTP/1.
-    pub(super) async fn multiplexed(self: &Arc<Self>) -> Result<Option<SendRequest<Body>>, Error> {
+    /// when a handshake learns it or the open one is due for renewal ([`crate::renewal`]).
+    /// `None`: the endpoint speaks HTTP/1.
+    pub(super) async fn multiplexed(self: &Arc<Self>) -> Result<Option<(SendRequest<Body>, Cancellations)>, Error> {
         let mut alpn = self.alpn.0.lock().await;
-        match &*alpn {
+        let due = match &*alpn {
             Alpn::Http1 => return Ok(None),
-            Alpn::H2(sender) if !sender.is_closed() => return Ok(Some(sender.clone())),
-            Alpn::H2(_) | Alpn::Unknown => {}
-        }
-        let (place, stream) = self.dial(crate::tls::Alpn::Any).await?;
-        if !stream.is_h2() {
+            Alpn::H2(sender, cancelled) if !sender.is_closed() => {
+                if !cancelled.due() {
+                    return Ok(Some((sender.clone(), cancelled.clone())));
+                }
+                Some((sender.clone(), cancelled.clone()))
+            }
+            Alpn::H2(..) | Alpn::Unknown => None,
+        };
+        let (place, stream) = match self.dial(crate::tls::Alpn::Any).await {
+            Ok(dialed) => dialed,
+            // At the connection cap, the connection due for renewal carries on.
+            Err(Error::Overflow(..)) if due.is_some() => return Ok(due),
+            Err(e) => return Err(e),
+        };
+        if !self.h2c && !stream.is_h2() {
             *alpn = Alpn::Http1;
             drop(alpn);
             // Not wasted: the HTTP/1 connection waits idle for the request that learnt it.
@@ -59,8 +73,9 @@ impl Pool {
             let _ = connection.await;
             drop(place);
         });
-        *alpn = Alpn::H2(sender.clone());
-        Ok(Some(sender))
+        let cancelled = Cancellations::default();
+        *alpn = Alpn::H2(sender.clone(), cancelled.clone());
+        Ok(Some((sender, cancelled)))
     }
 
     /// Forgets what the endpoint speaks (it chose h2 on a connection meant for HTTP/1), unless
@@ -72,10 +87,10 @@ impl Pool {
     }
 
     /// Sends `request` (origin-form URI) on the HTTP/2 connection `sender`: its `Host` (or the
-    /// endpoint's address) becomes the `:authority`.
+    /// endpoint's address) becomes the `:authority`, as Envoy translates HTTP/1 to HTTP/2.
     pub(super) async fn send_h2(
         &self,
-        mut sender: SendRequest<Body>,
+        (mut sender, cancelled): (SendRequest<Body>, Cancellations),
         mut request: Request<Body>,
     ) -> Result<Response<Body>, Error> {
         let host = request.headers_mut().remove(HOST);
@@ -83,14 +98,24 @@ impl Pool {
             .and_then(|h| Authority::try_from(h.as_bytes()).ok())
             .map_or_else(|| Authority::try_from(self.host.as_bytes()), Ok)
             .map_err(|e| Error::Request(e.into()))?;
-        let mut uri = Uri::builder().scheme(Scheme::HTTPS).authority(authority);
+        let scheme = if self.h2c { Scheme::HTTP } else { Scheme::HTTPS };
+        let mut uri = Uri::builder().scheme(scheme).authority(authority);
         if let Some(path) = request.uri().path_and_query() {
             uri = uri.path_and_query(path.clone());
         }
         *request.uri_mut() = uri.build().map_err(|e| Error::Request(e.into()))?;
         *request.version_mut() = Version::HTTP_2;
-        sender.ready().await?;
-        let response = sender.send_request(request).await?;
-        Ok(response.map(|body| body.map_err(BoxError::from).boxed()))
+        let mut watch = cancelled.watch();
+        let sent = async {
+            sender.ready().await?;
+            sender.send_request(request).await
+        };
+        match sent.await {
+            Ok(response) => Ok(response.map(|body| watch.body(body.map_err(BoxError::from).boxed()))),
+            Err(e) => {
+                watch.done();
+                Err(e.into())
+            }
+        }
     }
 }
