@@ -16,8 +16,9 @@
 //! HAProxy's `max-reuse` renew connections the same way, by count.
 
 use crate::http::{Body, BoxError};
+use bytes::Bytes;
 use http_body_util::BodyExt;
-use hyper::body::{Body as _, Frame, SizeHint};
+use hyper::body::{Frame, SizeHint};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -29,7 +30,7 @@ use std::task::{Context, Poll};
 /// two), and a fresh connection every 500 cancellations costs one handshake.
 pub const RENEW_AFTER: u32 = 500;
 
-/// The streams cancelled on one connection (or one client's connections).
+/// The streams cancelled on one HTTP/2 connection.
 #[derive(Clone, Debug, Default)]
 pub struct Cancellations(Arc<AtomicU32>);
 
@@ -55,13 +56,16 @@ impl Watch {
         self.0 = None;
     }
 
-    /// `body`, which ends the watch when it is read to its end or fails.
-    pub fn body(mut self, body: Body) -> Body {
+    /// `body`, boxed, which ends the watch when it is read to its end or fails.
+    pub fn body<B>(mut self, body: B) -> Body
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + Sync + Unpin + 'static,
+        B::Error: Into<BoxError>,
+    {
         if body.is_end_stream() {
             self.done();
-            return body;
         }
-        Watched { body, watch: self }.boxed()
+        Watched { body, watch: self }.map_err(Into::into).boxed()
     }
 }
 
@@ -74,14 +78,14 @@ impl Drop for Watch {
 }
 
 /// A response body under a [`Watch`].
-struct Watched {
-    body: Body,
+struct Watched<B> {
+    body: B,
     watch: Watch,
 }
 
-impl hyper::body::Body for Watched {
-    type Data = bytes::Bytes;
-    type Error = BoxError;
+impl<B: hyper::body::Body<Data = Bytes> + Unpin> hyper::body::Body for Watched<B> {
+    type Data = Bytes;
+    type Error = B::Error;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
@@ -106,7 +110,6 @@ impl hyper::body::Body for Watched {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::Bytes;
     use http_body_util::StreamBody;
 
     /// A body of two frames, and how many of them were taken.

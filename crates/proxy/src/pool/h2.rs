@@ -8,9 +8,8 @@
 //! the pool's HTTP/1 connections (the one the handshake opened first among them).
 
 use super::{Error, Pool};
-use crate::http::{Body, BoxError};
+use crate::http::Body;
 use crate::renewal::Cancellations;
-use http_body_util::BodyExt;
 use hyper::client::conn::http2::{self, SendRequest};
 use hyper::header::HOST;
 use hyper::http::uri::{Authority, Scheme};
@@ -111,7 +110,7 @@ impl Pool {
             sender.send_request(request).await
         };
         match sent.await {
-            Ok(response) => Ok(response.map(|body| watch.body(body.map_err(BoxError::from).boxed()))),
+            Ok(response) => Ok(response.map(|body| watch.body(body))),
             Err(e) => {
                 watch.done();
                 Err(e.into())
