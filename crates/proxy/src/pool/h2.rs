@@ -29,25 +29,54 @@ enum Alpn {
     H2(SendRequest<Body>, Cancellations),
 }
 
-/// What the endpoint speaks; locked while a handshake learns it.
+/// What the endpoint speaks, read by every request under a short lock; a handshake that learns
+/// it (or renews the connection) holds `learning`, which the requests that find nothing usable
+/// wait for, so that concurrent first requests share one connection.
 #[derive(Default)]
-pub(super) struct Negotiated(tokio::sync::Mutex<Alpn>);
+pub(super) struct Negotiated {
+    known: std::sync::Mutex<Alpn>,
+    learning: tokio::sync::Mutex<()>,
+}
+
+/// A usable answer: the endpoint speaks HTTP/1 (`None`), or HTTP/2 on this connection.
+type Usable = Option<(SendRequest<Body>, Cancellations)>;
+
+impl Negotiated {
+    fn known(&self) -> std::sync::MutexGuard<'_, Alpn> {
+        self.known.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// What is known, if it can be used as it is: HTTP/1, or an open connection not due for
+    /// renewal. Else `Err` with the open connection due for renewal, if any.
+    fn usable(&self) -> Result<Usable, Usable> {
+        match &*self.known() {
+            Alpn::Http1 => Ok(None),
+            Alpn::H2(sender, cancelled) if !sender.is_closed() => {
+                let open = Some((sender.clone(), cancelled.clone()));
+                if cancelled.due() {
+                    Err(open)
+                } else {
+                    Ok(open)
+                }
+            }
+            Alpn::H2(..) | Alpn::Unknown => Err(None),
+        }
+    }
+}
 
 impl Pool {
     /// The HTTP/2 connection to send on if the endpoint chose h2: the open one, or a new one
     /// when a handshake learns it or the open one is due for renewal ([`crate::renewal`]).
     /// `None`: the endpoint speaks HTTP/1.
-    pub(super) async fn multiplexed(self: &Arc<Self>) -> Result<Option<(SendRequest<Body>, Cancellations)>, Error> {
-        let mut alpn = self.alpn.0.lock().await;
-        let due = match &*alpn {
-            Alpn::Http1 => return Ok(None),
-            Alpn::H2(sender, cancelled) if !sender.is_closed() => {
-                if !cancelled.due() {
-                    return Ok(Some((sender.clone(), cancelled.clone())));
-                }
-                Some((sender.clone(), cancelled.clone()))
-            }
-            Alpn::H2(..) | Alpn::Unknown => None,
+    pub(super) async fn multiplexed(self: &Arc<Self>) -> Result<Usable, Error> {
+        if let Ok(usable) = self.alpn.usable() {
+            return Ok(usable);
+        }
+        let learning = self.alpn.learning.lock().await;
+        // Another request may have learnt it meanwhile.
+        let due = match self.alpn.usable() {
+            Ok(usable) => return Ok(usable),
+            Err(due) => due,
         };
         let (place, stream) = match self.dial(crate::tls::Alpn::Any).await {
             Ok(dialed) => dialed,
@@ -56,8 +85,8 @@ impl Pool {
             Err(e) => return Err(e),
         };
         if !self.h2c && !stream.is_h2() {
-            *alpn = Alpn::Http1;
-            drop(alpn);
+            *self.alpn.known() = Alpn::Http1;
+            drop(learning);
             // Not wasted: the HTTP/1 connection waits idle for the request that learnt it.
             let conn = self.handshake(place, stream).await?;
             self.put(conn);
@@ -73,15 +102,15 @@ impl Pool {
             drop(place);
         });
         let cancelled = Cancellations::default();
-        *alpn = Alpn::H2(sender.clone(), cancelled.clone());
+        *self.alpn.known() = Alpn::H2(sender.clone(), cancelled.clone());
         Ok(Some((sender, cancelled)))
     }
 
     /// Forgets what the endpoint speaks (it chose h2 on a connection meant for HTTP/1), unless
     /// a handshake is learning it now.
     pub(super) fn forget_alpn(&self) {
-        if let Ok(mut alpn) = self.alpn.0.try_lock() {
-            *alpn = Alpn::Unknown;
+        if let Ok(_learning) = self.alpn.learning.try_lock() {
+            *self.alpn.known() = Alpn::Unknown;
         }
     }
 
