@@ -224,7 +224,7 @@ impl Metrics {
         );
         registry.register(
             "egress_connections_opened",
-            "Connections opened to an endpoint (TCP, with TLS if any; h2c upstreams' not counted)",
+            "Connections opened to an endpoint (TCP, with TLS if any)",
             m.connections_opened.clone(),
         );
         registry.register(

@@ -28,7 +28,8 @@ pub const DEFAULT_TRACE_SAMPLE: usize = 200;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
-use tailguard_model::{Experiment, ModelError, Run};
+use std::time::Duration;
+use tailguard_model::{Dur, Experiment, ModelError, Run};
 
 /// Why a simulation could not run.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +46,32 @@ pub enum SimError {
     /// A service runs real software, which only the lab can run.
     #[error("service {service:?} is `kind: {kind}`: the simulator has no model of real {kind}; run the file with `tailguard lab run`, or make the service synthetic (a service_time shaped like it)")]
     RealService { service: String, kind: &'static str },
+    /// The run would last longer in virtual time than [`MAX_VIRTUAL_TIME`].
+    #[error("{what} {length} of virtual time; the simulator runs at most {max} (it keeps a count per second of the run): shorten `workload.duration` or `workload.requests`", max = Dur(MAX_VIRTUAL_TIME))]
+    TooLong { what: String, length: Dur },
+}
+
+/// The longest run the simulator accepts, warm-up included: its series and imbalance keep a count
+/// per second of the run, so a run of a year at a request a day would take gigabytes.
+pub const MAX_VIRTUAL_TIME: Duration = Duration::from_secs(24 * 3600);
+
+/// Refuses, before it starts, a run planned to last longer than [`MAX_VIRTUAL_TIME`]: its
+/// `duration`, or its open loop's `requests` at its rate, after the warm-up. (A closed loop's
+/// `requests` take what the services make them take; the run stops at the limit instead.)
+fn bounded(run: &Run) -> Result<(), SimError> {
+    let w = &run.workload;
+    let (what, length) = match (w.duration, w.requests, &w.open) {
+        (Some(d), _, _) => ("the warm-up and `workload.duration` last", w.warmup.get() + d.get()),
+        (None, Some(n), Some(open)) => (
+            "the warm-up and `workload.requests` at `workload.open.rate` last",
+            w.warmup.get().saturating_add(Duration::try_from_secs_f64(n as f64 / open.rate).unwrap_or(Duration::MAX)),
+        ),
+        _ => return Ok(()),
+    };
+    if length > MAX_VIRTUAL_TIME {
+        return Err(SimError::TooLong { what: what.to_string(), length: Dur(length) });
+    }
+    Ok(())
 }
 
 /// Refuses runs with real programs: the simulator models only synthetic services, and a guessed
@@ -54,6 +81,7 @@ fn synthetic_only(run: &Run) -> Result<(), SimError> {
     if let Some((name, s)) = run.services.iter().find(|(_, s)| s.kind != tailguard_model::Kind::Synthetic) {
         return Err(SimError::RealService { service: name.clone(), kind: s.kind.name() });
     }
+    bounded(run)?;
     Ok(tailguard_model::build::check_peers(run)?)
 }
 

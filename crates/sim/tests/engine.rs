@@ -324,3 +324,23 @@ variants: [ { name: v } ]
     assert_eq!(runs[0].succeeded, runs[0].requests);
     assert_eq!((runs[0].latency_ms.p10, runs[0].latency_ms.max), (13.5, 13.5));
 }
+
+#[test]
+fn a_run_longer_than_a_day_of_virtual_time_is_refused_naming_the_field() {
+    let simulate_err = |workload: &str| {
+        let yaml = format!(
+            "name: long\nservices:\n  s: {{ workers: 1, service_time: {{ dist: constant, value: 1000s }} }}\nworkload: {workload}\nvariants: [ {{ name: v }} ]\n"
+        );
+        let experiment = Experiment::parse(&yaml, Path::new("inline.yaml")).unwrap_or_else(|e| panic!("{e}"));
+        simulate(&experiment, Options::default(), |_| {}).unwrap_err().to_string()
+    };
+    // Planned too long: refused before it starts (a request a day for a year once took every
+    // byte of memory the machine had, a count per second of virtual time).
+    let err = simulate_err("{ target: s, open: { rate: 0.00001 }, warmup: 1h, duration: 24h }");
+    assert!(err.contains("`workload.duration` last 25h of virtual time") && err.contains("at most 24h"), "{err}");
+    let err = simulate_err("{ target: s, open: { rate: 0.001 }, requests: 100 }");
+    assert!(err.contains("`workload.requests` at `workload.open.rate` last 100000s"), "{err}");
+    // A closed loop's requests take what the service makes them take: stopped at the limit.
+    let err = simulate_err("{ target: s, closed: { clients: 1 }, requests: 1000 }");
+    assert!(err.contains("had not sent its `workload.requests` after 24h"), "{err}");
+}

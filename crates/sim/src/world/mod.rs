@@ -283,6 +283,11 @@ impl World {
             if self.stopped_sending.is_some_and(|stop| at > stop + DRAIN) {
                 break;
             }
+            // A run of `requests` has no end planned in time (crate::bounded checks the others).
+            if self.send_until.is_none() && self.stopped_sending.is_none() && at > crate::MAX_VIRTUAL_TIME {
+                let what = "the workload had not sent its `workload.requests` after".to_string();
+                return Err(SimError::TooLong { what, length: tailguard_model::Dur(crate::MAX_VIRTUAL_TIME) });
+            }
             self.events_run += 1;
             if self.events_run > MAX_EVENTS {
                 return Err(SimError::Runaway { events: MAX_EVENTS });
