@@ -559,12 +559,16 @@ impl Prequal {
     /// and if no probe to them is pending; the others without a report to go by are candidates of
     /// the next pick. (The pool has been aged at `now`.)
     fn draw(&mut self, now: Time, rng: crate::Rng<'_>, exclude: &[EndpointId]) {
+        self.due.clear();
+        self.locals.clear();
+        if !self.has_choice(exclude) {
+            self.drawn.clear();
+            return;
+        }
         self.credit += self.config.probes_per_request;
         let count = (self.credit.floor() as usize).min(self.seen.len());
         self.credit -= count as f64;
         sample_into(rng, self.seen.len(), count, &mut self.drawn);
-        self.due.clear();
-        self.locals.clear();
         for &e in &self.drawn {
             match self.seen[e].sidecar {
                 Sidecar::Reports if self.pool.iter().any(|p| p.endpoint == e) => {}
@@ -577,6 +581,13 @@ impl Prequal {
         }
         // Taken from the end: reversed so the driver sends them in the order drawn.
         self.due.reverse();
+    }
+
+    /// Whether a pick that leaves out `exclude` has a choice to make. A probe informs a choice
+    /// only, so a pick with one endpoint to go to (an upstream of one address, such as a
+    /// Kubernetes Service's, or a retry with one endpoint left) neither probes nor waits for one.
+    fn has_choice(&self, exclude: &[EndpointId]) -> bool {
+        self.seen.len().saturating_sub(exclude.len()) > 1
     }
 
     /// A probe reply from `endpoint`, among the recent ones.
@@ -709,7 +720,7 @@ impl Balancer for Prequal {
     }
 
     fn probe_before_pick(&mut self, now: Time, rng: crate::Rng<'_>, exclude: &[EndpointId]) -> Option<Duration> {
-        if self.config.probe_wait.is_zero() || self.is_alone() {
+        if self.config.probe_wait.is_zero() || self.is_alone() || !self.has_choice(exclude) {
             return None;
         }
         self.age_out(now);
@@ -1199,6 +1210,25 @@ mod tests {
         // At 350 ms the replies of 0 and 1 (350 ms old) are gone; 2's (250 ms) is left.
         assert_eq!(pick_at(&mut b, &mut rng, 350 * MS, &[]), Some(2));
         assert_eq!(b.pool.iter().map(|p| p.endpoint).collect::<Vec<_>>(), [2]);
+    }
+
+    #[test]
+    fn a_pick_with_one_endpoint_to_go_to_neither_probes_nor_waits() {
+        let config = PrequalConfig { probe_wait: 5 * MS, ..PrequalConfig::default() };
+        // One endpoint (a Kubernetes Service's address), its report stale: it is the pick.
+        let (mut b, mut rng) = reported(1, config);
+        for at in [SEC, 2 * SEC] {
+            assert_eq!(b.probe_before_pick(at, &mut rng, &[]), None);
+            assert_eq!(pick_at(&mut b, &mut rng, at, &[]), Some(0));
+            assert_eq!(b.take_probe(), None);
+        }
+        // Two, one of them tried: the retry's only choice is the other.
+        let (mut b, mut rng) = reported(2, config);
+        assert_eq!(b.probe_before_pick(SEC, &mut rng, &[0]), None);
+        assert_eq!(pick_at(&mut b, &mut rng, SEC, &[0]), Some(1));
+        assert_eq!(b.take_probe(), None);
+        // With both to choose from, both stale, it probes first.
+        assert_eq!(b.probe_before_pick(SEC, &mut rng, &[]), Some(5 * MS));
     }
 
     #[test]
