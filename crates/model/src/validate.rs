@@ -58,7 +58,7 @@ pub(crate) fn topology(
     if services.is_empty() {
         return Err(ModelError::at("services", "expected at least one service"));
     }
-    let horizon = workload.duration.map(|d| workload.warmup.get() + d.get());
+    let horizon = workload.duration.map(|d| workload.warmup.get().saturating_add(d.get()));
     for (name, service) in services {
         let at = format!("services.{name}");
         service_name(name).map_err(|m| ModelError::at(&at, m))?;
@@ -333,6 +333,11 @@ fn workload(w: &Workload, services: &IndexMap<String, Service>) -> Check {
         }
         _ => return Err(ModelError::at("", "expected exactly one of `open` (a rate) and `closed` (clients)")),
     }
+    for (field, time) in [("warmup", Some(w.warmup)), ("duration", w.duration)] {
+        if let Some(t) = time.filter(|t| t.get() > MAX_TIME) {
+            return Err(ModelError::at(field, format!("expected a time of at most 8760h (a year), got {t}")));
+        }
+    }
     match (w.duration, w.requests) {
         (Some(d), None) => positive("duration", d)?,
         (None, Some(0)) => return Err(ModelError::at("requests", "expected a positive integer, got 0")),
@@ -499,9 +504,10 @@ fn faults(faults: &[Fault], base_dir: &Path) -> Check {
     Ok(())
 }
 
-/// The latest a fault's window may open or close, and the longest an error's `after`: a year is
-/// past any run, and keeps the times the simulator and serve add to them far from overflowing.
-const MAX_FAULT_TIME: Duration = Duration::from_secs(365 * 24 * 3600);
+/// The latest a fault's window may open or close, the longest an error's `after`, warm-up and
+/// duration: a year is past any run, and keeps the times the simulator, serve and the lab add to
+/// them far from overflowing.
+const MAX_TIME: Duration = Duration::from_secs(365 * 24 * 3600);
 
 fn fault(f: &Fault, base_dir: &Path) -> Check {
     let after = match &f.kind {
@@ -509,7 +515,7 @@ fn fault(f: &Fault, base_dir: &Path) -> Check {
         _ => None,
     };
     for (field, time) in [("from", f.from), ("until", f.until), ("after", after)] {
-        if let Some(t) = time.filter(|t| t.get() > MAX_FAULT_TIME) {
+        if let Some(t) = time.filter(|t| t.get() > MAX_TIME) {
             return Err(ModelError::at(field, format!("expected a time of at most 8760h (a year), got {t}")));
         }
     }
@@ -602,6 +608,26 @@ mod tests {
     #[test]
     fn a_valid_topology_passes() {
         assert_eq!(check("{a: {calls: [{service: b}, {service: c}]}, b: {calls: [{service: c}]}, c: {}}"), "ok");
+    }
+
+    #[test]
+    fn a_workload_lasts_at_most_a_year() {
+        let check = |w: &str| {
+            let w: Workload = serde_yaml_ng::from_str(w).unwrap();
+            topology(&services("{a: {}}"), &w, Path::new("."), Stage::Resolved)
+                .map(|_| "ok".to_string())
+                .unwrap_or_else(|e| e.to_string())
+        };
+        assert_eq!(check("{target: a, open: {rate: 1}, warmup: 8760h, duration: 8760h}"), "ok");
+        // Each within a year, so that their sum cannot overflow (it panicked).
+        assert_eq!(
+            check("{target: a, open: {rate: 1}, warmup: 4000000000000000h, duration: 1s}"),
+            "workload.warmup: expected a time of at most 8760h (a year), got 4000000000000000h"
+        );
+        assert_eq!(
+            check("{target: a, open: {rate: 1}, duration: 9000h}"),
+            "workload.duration: expected a time of at most 8760h (a year), got 9000h"
+        );
     }
 
     #[test]

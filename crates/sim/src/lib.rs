@@ -74,10 +74,11 @@ fn bounded(run: &Run) -> Result<(), SimError> {
     Ok(())
 }
 
-/// Refuses runs with real programs: the simulator models only synthetic services, and a guessed
-/// service time would pass a model off as a measurement. A peer variant's policies must have a
-/// peer counterpart, as the lab requires.
-fn synthetic_only(run: &Run) -> Result<(), SimError> {
+/// Refuses the runs the simulator cannot run: with real programs (it models only synthetic
+/// services, and a guessed service time would pass a model off as a measurement), longer than
+/// [`MAX_VIRTUAL_TIME`], or with a peer variant's policies that have no peer counterpart (the lab
+/// refuses those too).
+fn runnable(run: &Run) -> Result<(), SimError> {
     if let Some((name, s)) = run.services.iter().find(|(_, s)| s.kind != tailguard_model::Kind::Synthetic) {
         return Err(SimError::RealService { service: name.clone(), kind: s.kind.name() });
     }
@@ -125,7 +126,7 @@ pub struct Progress<'a> {
 
 /// Runs one resolved scenario × variant with `seed`; returns its result and its event count.
 pub fn run_one(run: &Run, seed: u64) -> Result<(RunResult, u64), SimError> {
-    synthetic_only(run)?;
+    runnable(run)?;
     let seed = run.stream_seed(seed);
     let (result, events) = world::World::new(run, seed)?.run(&run.scenario, &run.variant)?;
     Ok((labelled(run, result), events))
@@ -140,7 +141,7 @@ fn labelled(run: &Run, result: RunResult) -> RunResult {
 /// [`run_one`], also keeping the spans of up to `sample` measured requests (docs/traces.md).
 /// The result is the same as without traces: tracing draws from a random stream of its own.
 pub fn run_one_traced(run: &Run, seed: u64, sample: usize) -> Result<(RunResult, u64, Vec<Trace>), SimError> {
-    synthetic_only(run)?;
+    runnable(run)?;
     let seed = run.stream_seed(seed);
     let mut world = world::World::new(run, seed)?;
     world.trace(run, seed, sample);
@@ -182,7 +183,7 @@ fn simulate_inner(
             if let Some(calibration) = &options.calibration {
                 run.calibration = Some(calibration.clone());
             }
-            synthetic_only(&run)?;
+            runnable(&run)?;
             runs.push(run);
         }
     }

@@ -334,8 +334,8 @@ fn a_run_longer_than_a_day_of_virtual_time_is_refused_naming_the_field() {
         let experiment = Experiment::parse(&yaml, Path::new("inline.yaml")).unwrap_or_else(|e| panic!("{e}"));
         simulate(&experiment, Options::default(), |_| {}).unwrap_err().to_string()
     };
-    // Planned too long: refused before it starts (a request a day for a year once took every
-    // byte of memory the machine had, a count per second of virtual time).
+    // Planned too long: refused before it starts (a request every 10^6 s for 10^8 hours took
+    // every byte of memory the machine had: a count per second of virtual time).
     let err = simulate_err("{ target: s, open: { rate: 0.00001 }, warmup: 1h, duration: 24h }");
     assert!(err.contains("`workload.duration` last 25h of virtual time") && err.contains("at most 24h"), "{err}");
     let err = simulate_err("{ target: s, open: { rate: 0.001 }, requests: 100 }");
@@ -343,4 +343,21 @@ fn a_run_longer_than_a_day_of_virtual_time_is_refused_naming_the_field() {
     // A closed loop's requests take what the service makes them take: stopped at the limit.
     let err = simulate_err("{ target: s, closed: { clients: 1 }, requests: 1000 }");
     assert!(err.contains("had not sent its `workload.requests` after 24h"), "{err}");
+}
+
+#[test]
+fn a_closed_loop_held_past_its_end_ends_with_the_drain() {
+    // One client, 1 ms requests until a hang holds the replica from 5 s for 8,000 hours: the run
+    // ends 20 s in, as planned, its held request timed out (it had run to the hang's end and
+    // measured 8,000 hours).
+    let runs = run(r#"
+name: held
+services:
+  s: { workers: 1, service_time: { dist: constant, value: 1ms }, faults: [ { kind: hang, from: 5s, until: 8000h } ] }
+workload: { target: s, closed: { clients: 1 }, duration: 20s }
+variants: [ { name: v } ]
+"#);
+    let r = &runs[0];
+    assert_eq!((r.requests, r.succeeded, r.timed_out), (5000, 4999, 1));
+    assert_eq!(r.duration_s, 20.0);
 }

@@ -283,10 +283,22 @@ impl World {
             if self.stopped_sending.is_some_and(|stop| at > stop + DRAIN) {
                 break;
             }
-            // A run of `requests` has no end planned in time (crate::bounded checks the others).
-            if self.send_until.is_none() && self.stopped_sending.is_none() && at > crate::MAX_VIRTUAL_TIME {
-                let what = "the workload had not sent its `workload.requests` after".to_string();
-                return Err(SimError::TooLong { what, length: tailguard_model::Dur(crate::MAX_VIRTUAL_TIME) });
+            if self.stopped_sending.is_none() {
+                match self.send_until {
+                    // Past its planned end and the drain with no request sent since (every
+                    // closed-loop client waits on one): it ended there, as a drain does.
+                    Some(end) if at > end + DRAIN => {
+                        self.stopped_sending = Some(end);
+                        break;
+                    }
+                    // A run of `requests` has no end planned in time (crate::bounded checks the
+                    // others' length).
+                    None if at > crate::MAX_VIRTUAL_TIME => {
+                        let what = "the workload had not sent its `workload.requests` after".to_string();
+                        return Err(SimError::TooLong { what, length: tailguard_model::Dur(crate::MAX_VIRTUAL_TIME) });
+                    }
+                    _ => {}
+                }
             }
             self.events_run += 1;
             if self.events_run > MAX_EVENTS {
