@@ -28,6 +28,11 @@ const UNITS: [(&str, u128); 8] = [
     ("h", 3_600_000_000_000),
 ];
 
+/// The longest duration anything may be given: a year is past any run, timeout or fault, and
+/// keeps sums of times (a deadline past now, a fault's end past the warm-up) far from
+/// overflowing a clock.
+pub const MAX: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// What a duration must look like, for error messages.
 pub const EXPECTED: &str = "a duration with a unit, such as \"250ms\", \"1.5s\", \"10us\" or \"2m\"";
 
@@ -121,8 +126,10 @@ fn parse(text: &str, bare_unit: Option<u128>) -> Result<Dur, String> {
         }
         nanos += u128::from(digit - b'0') * place;
     }
-    let secs = u64::try_from(nanos / 1_000_000_000).map_err(|_| too_long())?;
-    Ok(Dur(Duration::new(secs, (nanos % 1_000_000_000) as u32)))
+    if nanos > MAX.as_nanos() {
+        return Err(format!("expected a duration of at most 8760h (a year), got {text:?}"));
+    }
+    Ok(Dur(Duration::new((nanos / 1_000_000_000) as u64, (nanos % 1_000_000_000) as u32)))
 }
 
 impl fmt::Display for Dur {
@@ -287,6 +294,16 @@ mod tests {
         assert!(Dur::parse("ms").is_err());
         assert!(Dur::parse("1.2.3s").is_err());
         assert!(Dur::parse("").is_err());
+    }
+
+    #[test]
+    fn refuses_more_than_a_year() {
+        assert_eq!(d("8760h"), MAX);
+        let e = Dur::parse("8760.000000001h").unwrap_err();
+        assert_eq!(e, "expected a duration of at most 8760h (a year), got \"8760.000000001h\"");
+        // Past a u64 of seconds too, where a number too long to hold was the error.
+        let e = Dur::parse("99999999999999999999999h").unwrap_err();
+        assert!(e.contains("too long") || e.contains("at most 8760h"), "{e}");
     }
 
     #[test]
