@@ -59,7 +59,7 @@ pub struct Run {
 impl Run {
     /// The run's length (warm-up + duration), unless it is sized by a number of requests.
     pub fn horizon(&self) -> Option<Duration> {
-        self.workload.duration.map(|d| self.workload.warmup.get().saturating_add(d.get()))
+        self.workload.duration.map(|d| self.workload.warmup.get() + d.get())
     }
 
     /// The threads of a peer sidecar's process (HAProxy's `nbthread`, by default one per core):

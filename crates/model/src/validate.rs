@@ -58,7 +58,7 @@ pub(crate) fn topology(
     if services.is_empty() {
         return Err(ModelError::at("services", "expected at least one service"));
     }
-    let horizon = workload.duration.map(|d| workload.warmup.get().saturating_add(d.get()));
+    let horizon = workload.duration.map(|d| workload.warmup.get() + d.get());
     for (name, service) in services {
         let at = format!("services.{name}");
         service_name(name).map_err(|m| ModelError::at(&at, m))?;

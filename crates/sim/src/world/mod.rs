@@ -279,16 +279,17 @@ impl World {
         scenario: &str,
         variant: &str,
     ) -> Result<(RunResult, u64, Vec<Trace>), SimError> {
+        let drained = self.send_until.map(|end| end + DRAIN);
         while let Some((at, event)) = self.events.pop() {
             if self.stopped_sending.is_some_and(|stop| at > stop + DRAIN) {
                 break;
             }
             if self.stopped_sending.is_none() {
-                match self.send_until {
+                match drained {
                     // Past its planned end and the drain with no request sent since (every
                     // closed-loop client waits on one): it ended there, as a drain does.
-                    Some(end) if at > end + DRAIN => {
-                        self.stopped_sending = Some(end);
+                    Some(drained) if at > drained => {
+                        self.stopped_sending = self.send_until;
                         break;
                     }
                     // A run of `requests` has no end planned in time (crate::bounded checks the
