@@ -166,8 +166,14 @@ fn keep_upgrade(headers: &mut HeaderMap, protocol: Option<HeaderValue>) {
 }
 
 /// Removes a response's hop-by-hop headers, except the `Upgrade` of a 101 (Switching Protocols),
-/// which the client needs to see the switch it asked for.
+/// which the client needs to see the switch it asked for. Its version is the connection's too:
+/// an HTTP/1.0 server's answer goes out as HTTP/1.1, as Envoy and HAProxy send it, since hyper
+/// closes the connection after an HTTP/1.0 response (every hop back to the client then opened a
+/// connection a request).
 pub fn strip_response_hop_by_hop<B>(response: &mut Response<B>) {
+    if response.version() < Version::HTTP_11 {
+        *response.version_mut() = Version::HTTP_11;
+    }
     let switched = response.status() == StatusCode::SWITCHING_PROTOCOLS;
     let protocol = switched.then(|| response.headers().get(hyper::header::UPGRADE).cloned()).flatten();
     strip_hop_by_hop(response.headers_mut());

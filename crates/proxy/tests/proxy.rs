@@ -1106,6 +1106,45 @@ async fn a_response_streaming_longer_than_the_header_read_timeout_is_not_cut() {
 }
 
 #[tokio::test]
+async fn an_http_1_0_application_s_answers_keep_the_client_s_connection() {
+    // An application that answers in HTTP/1.0 and closes (Python's `http.server` does): each
+    // request on its own connection, counted.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let app = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counted = accepted.clone();
+    let task = tokio::spawn(async move {
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            counted.fetch_add(1, Ordering::SeqCst);
+            let mut head = [0u8; 1024];
+            let _ = stream.read(&mut head).await.unwrap();
+            stream.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok").await.unwrap();
+        }
+    });
+    let ingress = proxy_of(&format!("ingress:\n  listen: 127.0.0.1:0\n  app: {app}\nshutdown_grace: 1s\n")).await;
+    let to = ingress.ingress.unwrap();
+    let egress = proxy_of(&format!(
+        "egress:\n  listen: 127.0.0.1:0\n  upstreams:\n    svc:\n      endpoints: [{to}]\nshutdown_grace: 1s\n"
+    ))
+    .await;
+    // Three requests on one client connection, through the egress and the ingress: each answered
+    // as HTTP/1.1 on the same connection (before, the first answer said HTTP/1.0 and closed it).
+    let mut stream = TcpStream::connect(egress.egress.unwrap()).await.unwrap();
+    for _ in 0..3 {
+        stream.write_all(b"GET /x HTTP/1.1\r\nHost: svc\r\n\r\n").await.unwrap();
+        let mut reply = [0u8; 1024];
+        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut reply)).await.unwrap().unwrap();
+        let reply = String::from_utf8_lossy(&reply[..n]);
+        assert!(reply.starts_with("HTTP/1.1 200") && reply.ends_with("\r\n\r\nok"), "{reply:?}");
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 3, "the application closes after each answer");
+    egress.shutdown().await;
+    ingress.shutdown().await;
+    task.abort();
+}
+
+#[tokio::test]
 async fn a_kept_alive_connection_waiting_for_its_next_request_is_closed_after_the_header_read_timeout() {
     answered_then_closed("{header_read_timeout: 300ms, idle_timeout: 60s}").await;
 }
