@@ -99,9 +99,11 @@ impl Ingress {
                     Some(t) => Some(Arc::new(tls::Connector::new(t, "ingress.app_tls")?)),
                     None => None,
                 };
-                let pool = Pool::new(config.app, config.max_app_connections).with_tls(tls);
-                let pool = if config.protocol == config::Protocol::H2c { pool.h2c() } else { pool };
-                Arc::new(pool.counting(metrics.ingress_app_connections_opened.clone()))
+                let pool = Pool::new(config.app, config.max_app_connections)
+                    .with_h2c(config.protocol == config::Protocol::H2c)
+                    .with_tls(tls)
+                    .counting(metrics.ingress_app_connections_opened.clone());
+                Arc::new(pool)
             },
             state: Arc::new(Mutex::new(state)),
             epoch,

@@ -232,10 +232,10 @@ impl Pool {
         }
     }
 
-    /// The pool of an endpoint that speaks HTTP/2 over cleartext by prior knowledge (h2c): one
-    /// multiplexed connection, as over TLS when the endpoint chooses h2 ([`h2`]).
-    pub fn h2c(mut self) -> Pool {
-        self.h2c = true;
+    /// The pool, speaking HTTP/2 over cleartext by prior knowledge if `h2c` (one multiplexed
+    /// connection, as over TLS when the endpoint chooses h2, [`h2`]).
+    pub fn with_h2c(mut self, h2c: bool) -> Pool {
+        self.h2c = h2c;
         self
     }
 

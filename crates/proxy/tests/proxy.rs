@@ -1493,10 +1493,7 @@ async fn late_h2c_app(after: Duration, messages: usize) -> (SocketAddr, Arc<Atom
 #[tokio::test]
 async fn late_answers_to_cancelled_h2c_streams_do_not_end_the_connection() {
     let (app, _) = late_h2c_app(Duration::from_millis(300), 0).await;
-    let proxy =
-        proxy_of(&format!("ingress: {{listen: 127.0.0.1:0, app: {app}, protocol: h2c}}\nshutdown_grace: 1s\n")).await;
-    let addr = proxy.ingress.unwrap();
-    let client = Client::builder(TokioExecutor::new()).http2_only(true).build_http();
+    let (proxy, addr, client) = h2c_ingress(app).await;
     let cancelled: JoinSet<String> = (0..1500).map(|_| h2c_get(client.clone(), addr, Some("20"))).collect();
     tokio::time::sleep(Duration::from_millis(150)).await;
     let waiting: JoinSet<String> = (0..20).map(|_| h2c_get(client.clone(), addr, None)).collect();
@@ -1505,6 +1502,14 @@ async fn late_answers_to_cancelled_h2c_streams_do_not_end_the_connection() {
     let waited = waiting.join_all().await;
     assert!(waited.iter().all(|s| s == "Ok((200, 0))"), "{waited:?}");
     proxy.shutdown().await;
+}
+
+/// An ingress in front of the h2c application `app`, its address, and an h2c client.
+async fn h2c_ingress(app: SocketAddr) -> (tailguard_proxy::Proxy, SocketAddr, Client<HttpConnector, Empty<Bytes>>) {
+    let proxy =
+        proxy_of(&format!("ingress: {{listen: 127.0.0.1:0, app: {app}, protocol: h2c}}\nshutdown_grace: 1s\n")).await;
+    let addr = proxy.ingress.unwrap();
+    (proxy, addr, Client::builder(TokioExecutor::new()).http2_only(true).build_http())
 }
 
 /// GET `/` from `addr` over h2c, with `x-tailguard-deadline-ms` if given: `Ok((status, body
@@ -1527,10 +1532,7 @@ async fn h2c_get(client: Client<HttpConnector, Empty<Bytes>>, addr: SocketAddr, 
 #[tokio::test]
 async fn late_small_messages_on_cancelled_h2c_streams_do_not_end_the_connection() {
     let (app, accepted) = late_h2c_app(Duration::from_millis(300), 10).await;
-    let proxy =
-        proxy_of(&format!("ingress: {{listen: 127.0.0.1:0, app: {app}, protocol: h2c}}\nshutdown_grace: 1s\n")).await;
-    let addr = proxy.ingress.unwrap();
-    let client = Client::builder(TokioExecutor::new()).http2_only(true).build_http();
+    let (proxy, addr, client) = h2c_ingress(app).await;
     let (mut waiting, mut cancelled) = (JoinSet::new(), JoinSet::new());
     for _ in 0..5 {
         (0..20).for_each(|_| drop(waiting.spawn(h2c_get(client.clone(), addr, None))));

@@ -262,9 +262,9 @@ pub(super) struct Change {
 
 /// An empty pool towards `addr`, an endpoint of the upstream `config`.
 fn new_pool(addr: SocketAddr, config: &config::Upstream, tls: Option<Arc<tls::Connector>>, metrics: &Metrics) -> Pool {
-    let pool = Pool::new(addr, config.max_connections_per_endpoint);
-    let pool = if config.protocol == config::Protocol::H2c { pool.h2c() } else { pool };
-    pool.with_tls(tls)
+    Pool::new(addr, config.max_connections_per_endpoint)
+        .with_h2c(config.protocol == config::Protocol::H2c)
+        .with_tls(tls)
         .with_connect_timeout(config.connect_timeout.0)
         .counting(metrics.connections_opened(&addr.to_string()))
 }
