@@ -647,7 +647,10 @@ impl Call {
         };
         let endpoint = match endpoint {
             Some(e) if e == self.last_failed as EndpointId => {
-                Some(elsewhere(now, policy, &mut *ctx.rng, ctx.true_loads, e))
+                let other = elsewhere(now, policy, &mut *ctx.rng, ctx.true_loads, e);
+                // A refusal is not sent back to the endpoint that refused it: its queue stands
+                // (issue #36), and the attempt would only be refused again and count as an arrival.
+                Some(other).filter(|&o| o != e || self.last_failure != Outcome::Rejected)
             }
             chosen => chosen,
         };

@@ -768,6 +768,20 @@ fn a_refused_hedge_with_nothing_live_ends_the_request() {
 }
 
 #[test]
+fn a_refusal_from_the_only_endpoint_is_passed_on_not_sent_back() {
+    let mut d = Driver::new(1, Box::new(NoTimeout)).retries(3, Backoff::none());
+    let (mut call, out) = d.start(true);
+    assert_eq!(out, vec![send(0, 0, None)]);
+    // Refused, with nowhere else to go: the request is refused now, one attempt spent.
+    let out = d.at(ms(1)).end(&mut call, 0, Feedback::new(Outcome::Rejected, ms(1)));
+    assert_eq!(out, vec![finish(Outcome::Rejected, 1)]);
+    // An error from it is retried there, as before.
+    let (mut call, _) = d.start(true);
+    let out = d.at(ms(2)).end(&mut call, 0, Feedback::new(Outcome::Unavailable, ms(1)));
+    assert_eq!(out, vec![send(1, 0, None)]);
+}
+
+#[test]
 fn a_refusal_with_nothing_live_sends_the_pending_hedge_at_once() {
     let mut d = Driver::new(3, Box::new(NoTimeout));
     d.class().hedge = Some(Box::new(Speculative::new(2, ms(800), None)));

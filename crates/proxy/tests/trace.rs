@@ -132,7 +132,7 @@ async fn a_request_through_two_hops_is_one_trace_with_the_right_tree() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refusal_deep_down_reaches_the_client_as_a_429_retried_only_next_to_the_refusing_service() {
+async fn a_refusal_deep_down_reaches_the_client_as_a_429_and_is_not_retried() {
     let collector = Collector::start(SocketAddr::from(LOCAL)).await.unwrap();
     let otlp = collector.endpoint();
     // A backend whose ingress admits one request at a time, held 500 ms.
@@ -148,8 +148,8 @@ async fn a_refusal_deep_down_reaches_the_client_as_a_429_retried_only_next_to_th
     let client = client_sidecar.egress.unwrap();
 
     // Two at once: one holds the backend's slot; for the other the backend's sidecar refuses, the
-    // frontend's egress retries there (its only endpoint) and gives up, the frontend answers 429,
-    // and the client's egress passes it on.
+    // frontend's egress does not send it back there (its only endpoint, whose queue stands), the
+    // frontend answers 429, and the client's egress passes it on.
     let (a, b) = tokio::join!(get(client), get(client));
     let mut statuses = [a, b];
     statuses.sort();
@@ -168,7 +168,7 @@ async fn a_refusal_deep_down_reaches_the_client_as_a_429_retried_only_next_to_th
     let attempt = only_child(refused, call, "client", "attempt");
     let ingress = only_child(refused, attempt, "frontend", "ingress");
     let inner = only_child(refused, ingress, "frontend", "egress backend");
-    assert_eq!((str_tag(inner, "outcome"), int_tag(inner, "attempts")), ("rejected", 3));
+    assert_eq!((str_tag(inner, "outcome"), int_tag(inner, "attempts")), ("rejected", 1));
     assert_eq!(int_tag(inner, "http.response.status_code"), 429);
 }
 
