@@ -20,7 +20,6 @@ impl Count {
     }
 
     /// Places taken now.
-    #[cfg(test)]
     pub(crate) fn get(&self) -> usize {
         self.0.load(Ordering::Acquire)
     }

@@ -253,15 +253,24 @@ impl Ingress {
     fn admit(&self, priority: Priority) -> Option<Held<'_>> {
         let now = self.now();
         let mut state = self.lock();
+        let (rif, at_app) = (state.in_flight, self.at_app(state.in_flight));
         let State { admission, in_flight, .. } = &mut *state;
-        if !admission.admit_as(now, *in_flight, priority) {
+        if !admission.admit_as(now, at_app, priority) {
             return None;
         }
-        let rif = *in_flight;
         *in_flight += 1;
-        admission.observe(now, *in_flight);
+        admission.observe(now, at_app + 1);
         self.metrics.ingress_in_flight.set(i64::from(state.in_flight));
         Some(Held { ingress: self, rif })
+    }
+
+    /// Of `in_flight` requests, those the application holds, which admission decides on: a
+    /// request whose connection to it is still being opened is not in its queue (a SYN its full
+    /// backlog dropped waits a second for the kernel's retry; counted, a few such held the count
+    /// at the limit while the application idled). What an answer is learnt at (its `rif`) counts
+    /// every request, as the application held them all by the time it answered.
+    fn at_app(&self, in_flight: u32) -> u32 {
+        in_flight.saturating_sub(self.client.dialing())
     }
 
     /// The load report of a response or probe reply leaving now: the requests the application
@@ -317,8 +326,8 @@ impl Drop for Held<'_> {
         let now = self.ingress.now();
         let mut state = self.ingress.lock();
         state.in_flight = state.in_flight.saturating_sub(1);
-        let in_flight = state.in_flight;
-        state.admission.observe(now, in_flight);
+        let at_app = self.ingress.at_app(state.in_flight);
+        state.admission.observe(now, at_app);
         self.ingress.metrics.ingress_in_flight.set(i64::from(state.in_flight));
     }
 }

@@ -95,6 +95,8 @@ pub struct Pool {
     h2c: bool,
     /// Counts the connections opened (a metric's, or nobody's).
     opened: Counter,
+    /// Connections being opened now (TCP and TLS handshakes).
+    dialing: Count,
 }
 
 /// The idle stack, newest on top, the requests waiting for a connection while they open one, and
@@ -229,6 +231,7 @@ impl Pool {
             alpn: h2::Negotiated::default(),
             h2c: false,
             opened: Counter::default(),
+            dialing: Count::default(),
         }
     }
 
@@ -242,6 +245,12 @@ impl Pool {
     /// Whether the endpoint speaks h2c.
     pub fn is_h2c(&self) -> bool {
         self.h2c
+    }
+
+    /// Connections being opened now: the requests that wait on them have not reached the
+    /// endpoint.
+    pub fn dialing(&self) -> u32 {
+        u32::try_from(self.dialing.get()).unwrap_or(u32::MAX)
     }
 
     /// The pool, counting the connections it opens in `opened`.
@@ -438,8 +447,10 @@ impl Pool {
         let max = self.max_connections.load(Ordering::Relaxed);
         let place = self.open.take(max).ok_or(Error::Overflow(self.addr, max))?;
         let timeout = Duration::from_micros(self.connect_timeout_us.load(Ordering::Relaxed));
-        let stream = tokio::time::timeout(timeout, self.open_stream(alpn))
-            .await
+        let dialing = self.dialing.take(usize::MAX);
+        let stream = tokio::time::timeout(timeout, self.open_stream(alpn)).await;
+        drop(dialing);
+        let stream = stream
             .unwrap_or_else(|_| {
                 Err(io::Error::new(io::ErrorKind::TimedOut, format!("no connection within {timeout:?}")))
             })
@@ -901,8 +912,21 @@ mod tests {
             assert!(held.len() < 16, "the accept queue of {addr} never filled");
         }
         assert!(!first.is_finished(), "the first request still holds the one connection");
-        // Within fetch's 5 s only the first request's connection can answer the second.
-        assert_eq!(fetch(&pool, false).await.unwrap(), "ok");
+        // Within fetch's 5 s only the first request's connection can answer the second; until
+        // then its connect hangs, counted as dialing (not yet at the endpoint).
+        let second = tokio::spawn({
+            let pool = pool.clone();
+            async move { fetch(&pool, false).await }
+        });
+        for _ in 0..100 {
+            if pool.dialing() == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(pool.dialing(), 1);
+        assert_eq!(second.await.unwrap().unwrap(), "ok");
+        assert_eq!(pool.dialing(), 0, "the hung connect, dropped, is no longer counted");
         assert_eq!(first.await.unwrap().unwrap(), "ok");
         assert!(!served.is_finished(), "the endpoint's one connection stays open");
         assert_eq!(
