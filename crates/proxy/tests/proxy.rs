@@ -526,14 +526,15 @@ async fn adaptive_admission_learns_the_app_s_queue_and_refuses_while_it_stands()
     }
     // A burst of 60 is admitted whole (no queue has stood yet), and its answers show the queue:
     // the k-th waits for the k before it. From 16 of them (about 340 ms) the limit is known, and
-    // once the queue has stood four bases (80 ms) at it, arrivals that would wait are refused at
-    // once; 800 ms in, the burst still holds the queue (it drains in 1.2 s).
+    // once the queue has stood 100 ms at it, arrivals that would wait are refused at once while
+    // they come faster than the app serves (50 a second: 5 in about the last 100 ms); 800 ms in,
+    // the burst still holds the queue (it drains in 1.2 s), and 10 arrive at once.
     let burst = tokio::spawn(at_once(ingress, 60));
     tokio::time::sleep(Duration::from_millis(800)).await;
     let refused = at_once(ingress, 10).await;
     assert_eq!(burst.await.unwrap(), vec![StatusCode::OK; 60]);
     let count = refused.iter().filter(|s| **s == StatusCode::TOO_MANY_REQUESTS).count();
-    assert!(count >= 8, "{refused:?}");
+    assert!(count >= 5, "{refused:?}");
     // The queue drained and no request was refused for a while: everything is admitted again.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(at_once(ingress, 3).await, vec![StatusCode::OK; 3]);

@@ -16,12 +16,17 @@
 //!   drains is not overload. A limit is enforced only once the replica has held at least the
 //!   limit for a whole interval ([`INTERVAL_BASES`] times the base: a queue at the limit drains in
 //!   about one base at capacity, so one that stands several means arrivals keep pace with the
-//!   service) and ended it either holding more than it began with (arrivals outpaced the service)
-//!   or well above the limit (a burst still draining): a one-worker replica just below capacity
-//!   often stands at its limit, or one above, without growing. It stays enforced while arrivals
-//!   keep finding the replica at the limit: an interval with no request refused ends it. Below
-//!   capacity the queue drains or holds and nothing is refused; above it, the excess is refused
-//!   as it arrives, where every static policy lets it wait to its deadline.
+//!   service; and at least [`MIN_INTERVAL`]) and ended it either holding more than it began with
+//!   (arrivals outpaced the service) or well above the limit (a burst still draining): a
+//!   one-worker replica just below capacity often stands at its limit, or one above, without
+//!   growing. It stays enforced while arrivals keep finding the replica at the limit: an interval
+//!   with no request refused ends it. Below capacity the queue drains or holds and nothing is
+//!   refused; above it, the excess is refused as it arrives, where every static policy lets it
+//!   wait to its deadline.
+//! - **Only while arrivals outpace the service**: a queue also stands below capacity when the
+//!   replica stalls. A request is refused only while the arrivals of about the last interval
+//!   (admitted or refused) outnumber what the replica serves at its limit in an interval, by
+//!   Little's law the requests held there over their latency.
 //! - **A cold start in overload**: a replica overloaded from its first request never finds itself
 //!   idle, so its base is unknown. When two held have stood for an interval of its quickest
 //!   answers, it admits only at an idle replica for such an interval (extended by each answer
@@ -59,6 +64,12 @@ const MIN_ANSWERS: u32 = 16;
 /// The interval a queue must stand for before the limit is enforced, in bases.
 pub const INTERVAL_BASES: u32 = 4;
 
+/// The shortest interval a queue must stand for, and the time over which arrivals are counted:
+/// CoDel's interval (RFC 8289 §4.2). A replica of a few milliseconds on a busy machine stands at
+/// its limit for a few bases below capacity (the scheduler's stalls, a caller catching up in a
+/// burst), and four of its bases hold too few arrivals to tell their rate.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
+
 /// The latency over the base that says a count queues: its answers waited half a service on
 /// average. A one-worker replica's answers behind one request take twice the base, clear of it
 /// however noisy the means; one of `w` workers reaches it `w / 2` requests past its workers.
@@ -93,8 +104,11 @@ pub enum Priority {
 pub struct AdaptiveAdmission {
     /// Per count of held requests at arrival: answers seen and their mean latency (ns).
     levels: Vec<(u32, f64)>,
-    /// The limits the levels give (recomputed at each answer): `(normal, low)`.
-    limits: Option<(u32, u32)>,
+    /// The limits the levels give (recomputed at each answer).
+    limits: Option<Limits>,
+    /// The arrivals (admitted or refused) of about the last interval: a count that decays by
+    /// `e` each interval, and when it was last counted.
+    arrivals: (f64, Time),
     /// Since when the replica has held at least the limit, if it does, and how many it held
     /// when that stand began.
     full_since: Option<(Time, u32)>,
@@ -122,7 +136,7 @@ impl AdaptiveAdmission {
     /// While the limit is enforced, a request of `priority` is admitted only if the replica holds
     /// fewer requests than this (`None` until the answers show a queue).
     pub fn limit(&self, priority: Priority) -> Option<u32> {
-        self.limits.map(|(normal, low)| if priority == Priority::Low { low } else { normal })
+        self.limits.map(|l| if priority == Priority::Low { l.low } else { l.normal })
     }
 
     /// Whether requests of `priority` are held to its limit at `now`.
@@ -136,7 +150,7 @@ impl AdaptiveAdmission {
     }
 
     fn interval(&self) -> Option<Duration> {
-        self.base().map(|base| base * INTERVAL_BASES)
+        self.base().map(interval_of)
     }
 
     /// The count at or above which a queue stands, and for how long it must stand: the limit
@@ -144,36 +158,37 @@ impl AdaptiveAdmission {
     /// of the quickest answers seen (a cold start in overload, where no request finds the
     /// replica idle).
     fn stand(&self) -> Option<(u32, Duration)> {
-        if let (Some((limit, _)), Some(interval)) = (self.limits, self.interval()) {
-            return Some((limit, interval));
+        if let (Some(limits), Some(interval)) = (self.limits, self.interval()) {
+            return Some((limits.normal, interval));
         }
         if self.base().is_some() {
             return None;
         }
-        Some((2, Duration::from_nanos(self.quickest()? as u64) * INTERVAL_BASES))
+        Some((2, interval_of(Duration::from_nanos(self.quickest()? as u64))))
     }
 
     /// The mean latency of the answers at the fewest held, pooled up to [`MIN_ANSWERS`] of them.
     fn quickest(&self) -> Option<f64> {
-        self.pools(0).next().map(|(_, mean)| mean)
+        self.pools(0).next().map(|pool| pool.latency)
     }
 
     /// The counts from `from` up, pooled in order until each pool holds [`MIN_ANSWERS`] answers
-    /// (each count's weighing at most [`LEVEL_MEMORY`]): each pool's first count and mean latency.
-    fn pools(&self, from: usize) -> impl Iterator<Item = (u32, f64)> + '_ {
-        let (mut first, mut count, mut total) = (from as u32, 0.0, 0.0);
+    /// (each count's weighing at most [`LEVEL_MEMORY`]).
+    fn pools(&self, from: usize) -> impl Iterator<Item = Pool> + '_ {
+        let (mut first, mut count, mut held, mut total) = (from as u32, 0.0, 0.0, 0.0);
         self.levels.iter().enumerate().skip(from).filter_map(move |(k, &(n, mean))| {
             if count == 0.0 {
                 first = k as u32;
             }
             let n = f64::from(n.min(LEVEL_MEMORY));
             count += n;
+            held += n * k as f64;
             total += n * mean;
             if count < f64::from(MIN_ANSWERS) {
                 return None;
             }
-            let pool = (first, total / count);
-            (count, total) = (0.0, 0.0);
+            let pool = Pool { first, held: held / count, latency: total / count };
+            (count, held, total) = (0.0, 0.0, 0.0);
             Some(pool)
         })
     }
@@ -189,17 +204,30 @@ impl AdaptiveAdmission {
     /// with fewer than [`MIN_ANSWERS`] answers are pooled with the next ones until the pool has
     /// as many (each pool judged at its first count): under overload the low counts are passed
     /// through quickly and hold few answers each.
-    fn limits_now(&self) -> Option<(u32, u32)> {
+    fn limits_now(&self) -> Option<Limits> {
         let base = self.levels.first().filter(|(n, _)| *n >= MIN_ANSWERS)?.1;
         let mut low = None;
-        let (first, _) = self.pools(1).find(|&(first, pooled)| {
-            if low.is_none() && pooled >= LOW_PRIORITY_QUEUED * base {
-                low = Some(first);
+        let queued = self.pools(1).find(|pool| {
+            if low.is_none() && pool.latency >= LOW_PRIORITY_QUEUED * base {
+                low = Some(pool.first);
             }
-            pooled >= QUEUED * base
+            pool.latency >= QUEUED * base
         })?;
-        let normal = first + 1;
-        Some((normal, low.unwrap_or(normal).min(normal)))
+        let normal = queued.first + 1;
+        // Little's law: the requests in the replica over the time each spends there.
+        let rate = (queued.held + 1.0) / queued.latency;
+        Some(Limits { normal, low: low.unwrap_or(normal).min(normal), rate })
+    }
+
+    /// Counts an arrival at `now` and tells whether the arrivals of about the last interval
+    /// outpaced what the replica serves at its limit: only then is one refused.
+    fn arrive(&mut self, now: Time) -> bool {
+        let Some((limits, interval)) = self.limits.zip(self.interval()) else { return false };
+        let (count, at) = &mut self.arrivals;
+        let interval = nanos(interval);
+        *count = *count * (-nanos(now.saturating_sub(*at)) / interval).exp() + 1.0;
+        *at = now;
+        *count >= limits.rate * interval
     }
 
     /// Follows the held count: starts or ends the stand of a queue at the limit; each interval
@@ -244,6 +272,32 @@ impl AdaptiveAdmission {
     }
 }
 
+/// The limits a replica's answers show.
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    /// The most a request may find held and be admitted, while the limit is enforced.
+    normal: u32,
+    /// The same for low priority.
+    low: u32,
+    /// The answers per nanosecond the replica gives at its limit: its capacity.
+    rate: f64,
+}
+
+/// Counts of held requests pooled until they hold enough answers to judge.
+struct Pool {
+    /// The first count of the pool.
+    first: u32,
+    /// The mean count the pool's answers found held.
+    held: f64,
+    /// Their mean latency (ns).
+    latency: f64,
+}
+
+/// The interval a queue must stand for at a replica whose answers take `base`.
+fn interval_of(base: Duration) -> Duration {
+    (base * INTERVAL_BASES).max(MIN_INTERVAL)
+}
+
 impl Admission for AdaptiveAdmission {
     fn admit(&mut self, now: Time, in_system: u32) -> bool {
         self.admit_as(now, in_system, Priority::Normal)
@@ -253,12 +307,13 @@ impl Admission for AdaptiveAdmission {
         if priority == Priority::Low {
             self.last_low = Some(now);
         }
+        let outpaced = self.arrive(now);
         self.follow(now, in_system);
         if self.measuring(now) {
             return in_system == 0;
         }
         let Some(limit) = self.limit(priority) else { return true };
-        if !self.sheds(now, priority) || in_system < limit {
+        if !self.sheds(now, priority) || in_system < limit || !outpaced {
             return true;
         }
         // Arrivals of this priority still find the queue at its limit: it still stands for them.
@@ -314,6 +369,13 @@ mod tests {
         a
     }
 
+    /// Arrivals far beyond what the replica serves, from here on: each refusal the limit calls
+    /// for is due.
+    fn flooded(mut a: AdaptiveAdmission) -> AdaptiveAdmission {
+        a.arrivals.0 = f64::MAX;
+        a
+    }
+
     #[test]
     fn learns_the_limit_where_a_request_waits_its_own_service() {
         let a = one_worker();
@@ -345,7 +407,7 @@ mod tests {
 
     #[test]
     fn a_burst_is_admitted_and_a_standing_queue_is_shed_until_it_drains() {
-        let mut a = one_worker();
+        let mut a = flooded(one_worker());
         // The interval is four bases: 400 ms. A queue at the limit from t = 1 s...
         let t = |ms: u64| Time::from_millis(ms);
         a.observe(t(1000), 2);
@@ -378,8 +440,56 @@ mod tests {
     }
 
     #[test]
-    fn a_replica_at_its_limit_below_capacity_is_not_refused() {
+    fn a_fast_replica_s_queue_must_stand_codel_s_interval() {
+        // One worker of 2 ms: four bases would be 8 ms, shorter than a busy machine's stalls.
+        let mut a = AdaptiveAdmission::new();
+        for held in 0..3 {
+            for _ in 0..MIN_ANSWERS {
+                a.answered(Time::ZERO, held, (held + 1) * 2 * MS);
+            }
+        }
+        assert_eq!(a.limit(Priority::Normal), Some(2));
+        let t = |ms: u64| Time::from_millis(ms);
+        // A burst that grows the queue for 50 ms and drains is admitted whole.
+        a.observe(t(1000), 2);
+        for k in 1..=50 {
+            assert!(a.admit(t(1000 + k), 2 + k as u32 / 10), "{k} ms into the burst");
+        }
+        a.observe(t(1060), 1);
+        assert!(!a.enforced(t(1060)));
+        // One that stands and grows for 100 ms, arrivals coming at twice what it serves (500
+        // a second, Little's law at its limit: two held over 4 ms), is shed.
+        a.observe(t(2000), 2);
+        for k in 1..100 {
+            assert!(a.admit(t(2000 + k), 2 + k as u32 / 2));
+        }
+        a.observe(t(2100), 52);
+        assert!(!a.admit(t(2100), 52));
+    }
+
+    #[test]
+    fn a_standing_queue_is_refused_only_while_arrivals_outpace_the_service() {
+        // 10 answers a second at the limit (two held over 200 ms), an interval of 400 ms: a
+        // refusal needs four arrivals in about the last interval.
         let mut a = one_worker();
+        let t = |ms: u64| Time::from_millis(ms);
+        // The queue stands and grows, but the arrivals come at half the rate it serves (a
+        // stalled replica, a request stuck connecting): nothing is refused.
+        a.observe(t(1000), 2);
+        a.observe(t(1400), 3);
+        assert!(a.sheds(t(1400), Priority::Normal));
+        for k in 0..10 {
+            assert!(a.admit(t(1400 + 200 * k), 3), "arrival {k}");
+        }
+        // Arrivals at twice the rate: refused once about the last interval holds four (the
+        // count decays by e each interval: 2.5 at 3.4 s, 4.4 at 3.55 s).
+        let refused: Vec<bool> = (0..6).map(|k| !a.admit(t(3400 + 50 * k), 3)).collect();
+        assert_eq!(refused, [false, false, false, true, true, true]);
+    }
+
+    #[test]
+    fn a_replica_at_its_limit_below_capacity_is_not_refused() {
+        let mut a = flooded(one_worker());
         let t = |ms: u64| Time::from_millis(ms);
         // Three held (one over the limit) for 4 s, each interval ending where it began: busy,
         // keeping pace with its arrivals.
@@ -407,6 +517,7 @@ mod tests {
         }
         assert_eq!(a.limit(Priority::Normal), Some(6));
         assert_eq!(a.limit(Priority::Low), Some(4));
+        let mut a = flooded(a);
         a.observe(Time::ZERO, 6);
         assert!(a.admit_as(200 * MS, 6, Priority::Low));
         let later = 400 * MS;
@@ -450,6 +561,7 @@ mod tests {
             a.answered(t(3600), 0, 100 * MS);
         }
         assert_eq!(a.base(), Some(100 * MS));
+        let mut a = flooded(a);
         // Only four and five held have answers yet: the limit is five until fewer fill in.
         assert_eq!(a.limit(Priority::Normal), Some(5));
         assert!(a.admit(t(3700), 1));
