@@ -40,7 +40,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tailguard_model::build;
-use tailguard_policy::admission::{Admission, Priority};
+use tailguard_policy::admission::{Admission, AdmissionConfig, Priority};
 use tailguard_policy::balance::{ProbeReply, ProbeResponder};
 use tailguard_policy::Time;
 
@@ -66,6 +66,10 @@ pub struct Ingress {
     wire: Option<Wire>,
     /// The cap on HTTP/1 connections to the application, for the 503 that names it.
     max_app_connections: usize,
+    /// Whether admission leaves out the requests still connecting to the application: adaptive
+    /// admission judges its queue, which they are not in yet; a capacity a user wrote (or BLOC's,
+    /// which counts every request) bounds every request sent to it, as HAProxy's `maxconn`.
+    queue_only: bool,
 }
 
 /// Admission state: the policy, the requests the application holds, the random source, and
@@ -113,6 +117,7 @@ impl Ingress {
             trusted_peers: config.trusted_peers.clone(),
             wire: config.network_delay.clone().map(|network| Wire::new(network, crate::rng(seed, WIRE_STREAM))),
             max_app_connections: config.max_app_connections,
+            queue_only: matches!(config.admission, AdmissionConfig::Adaptive),
         })
     }
 
@@ -264,13 +269,17 @@ impl Ingress {
         Some(Held { ingress: self, rif })
     }
 
-    /// Of `in_flight` requests, those the application holds, which admission decides on: a
-    /// request whose connection to it is still being opened is not in its queue (a SYN its full
-    /// backlog dropped waits a second for the kernel's retry; counted, a few such held the count
-    /// at the limit while the application idled). What an answer is learnt at (its `rif`) counts
-    /// every request, as the application held them all by the time it answered.
+    /// Of `in_flight` requests, those admission decides on: with adaptive admission, not one
+    /// whose connection to the application is still being opened, which is not in its queue (a
+    /// SYN its full backlog dropped waits a second for the kernel's retry; counted, a few such
+    /// held the count at the limit while the application idled). What an answer is learnt at
+    /// (its `rif`) counts every request, as the application held them all by the time it
+    /// answered.
     fn at_app(&self, in_flight: u32) -> u32 {
-        in_flight.saturating_sub(self.client.dialing())
+        match self.queue_only {
+            true => in_flight.saturating_sub(self.client.dialing()),
+            false => in_flight,
+        }
     }
 
     /// The load report of a response or probe reply leaving now: the requests the application
