@@ -360,10 +360,15 @@ mod tests {
     /// A one-worker replica of 100 ms service as its answers show it: 100 ms idle, 200 ms behind
     /// one, 300 ms behind two.
     fn one_worker() -> AdaptiveAdmission {
+        one_worker_of(100 * MS)
+    }
+
+    /// A one-worker replica of `service` as its answers show it, idle and behind one and two.
+    fn one_worker_of(service: Duration) -> AdaptiveAdmission {
         let mut a = AdaptiveAdmission::new();
         for held in 0..3 {
             for _ in 0..MIN_ANSWERS {
-                a.answered(Time::ZERO, held, (held + 1) * 100 * MS);
+                a.answered(Time::ZERO, held, (held + 1) * service);
             }
         }
         a
@@ -442,12 +447,7 @@ mod tests {
     #[test]
     fn a_fast_replica_s_queue_must_stand_codel_s_interval() {
         // One worker of 2 ms: four bases would be 8 ms, shorter than a busy machine's stalls.
-        let mut a = AdaptiveAdmission::new();
-        for held in 0..3 {
-            for _ in 0..MIN_ANSWERS {
-                a.answered(Time::ZERO, held, (held + 1) * 2 * MS);
-            }
-        }
+        let mut a = one_worker_of(2 * MS);
         assert_eq!(a.limit(Priority::Normal), Some(2));
         let t = |ms: u64| Time::from_millis(ms);
         // A burst that grows the queue for 50 ms and drains is admitted whole.
