@@ -201,7 +201,7 @@ impl Ingress {
         if let Some(span) = span {
             span.inject(request.headers_mut());
         }
-        let (arrived, rif) = (Instant::now(), held.rif);
+        let (arrived, rif, at_app) = (Instant::now(), held.rif, held.at_app);
         // An upgrade's deadline ends at the switch: the tunnel after it is the connection's.
         let answer = match deadline {
             Some(d) => tokio::time::timeout(d, self.call(request, upgrade)).await.ok(),
@@ -231,7 +231,7 @@ impl Ingress {
                 let mut state = self.lock();
                 state.probes.on_answer(rif, latency);
                 if !r.status().is_server_error() {
-                    state.admission.answered(now, rif, latency);
+                    state.admission.answered(now, at_app, latency);
                 }
                 drop(state);
                 r
@@ -266,18 +266,21 @@ impl Ingress {
         *in_flight += 1;
         admission.observe(now, at_app + 1);
         self.metrics.ingress_in_flight.set(i64::from(state.in_flight));
-        Some(Held { ingress: self, rif })
+        Some(Held { ingress: self, rif, at_app })
     }
 
     /// Of `in_flight` requests, those admission decides on: with adaptive admission, not one
-    /// whose connection to the application is still being opened, which is not in its queue (a
-    /// SYN its full backlog dropped waits a second for the kernel's retry; counted, a few such
-    /// held the count at the limit while the application idled). What an answer is learnt at
-    /// (its `rif`) counts every request, as the application held them all by the time it
-    /// answered.
+    /// whose connection to the application has been opening for longer than
+    /// [`pool::STALLED_DIAL`], which is not in its queue (a SYN its full backlog dropped waits a
+    /// second for the kernel's retry; counted, a few such held the count at the limit while the
+    /// application idled). A connect still young counts: left out, every request that arrived
+    /// while the application was busy was admitted to a connect of its own, a hundred at once to
+    /// a Python application with a backlog of five (bench/admission-plain-app.sh). Admission
+    /// learns each answer at the same count: at every request in flight, the stalled connects
+    /// kept the count above zero, so the idle latency it measures from was never seen.
     fn at_app(&self, in_flight: u32) -> u32 {
         match self.queue_only {
-            true => in_flight.saturating_sub(self.client.dialing()),
+            true => in_flight.saturating_sub(self.client.stalled_dials()),
             false => in_flight,
         }
     }
@@ -328,6 +331,9 @@ struct Held<'a> {
     ingress: &'a Ingress,
     /// The requests the application held when this one arrived.
     rif: u32,
+    /// Of those, the ones admission counted ([`Ingress::at_app`]): the count its answer is
+    /// learnt at.
+    at_app: u32,
 }
 
 impl Drop for Held<'_> {

@@ -73,6 +73,13 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// for surplus.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
+/// How long opening a connection may take before it counts as stalled: a connect the kernel
+/// completes takes microseconds to a sidecar's application on its own host (a round trip across a
+/// datacenter), while one whose SYN a full accept queue dropped is resent only after a second
+/// (RFC 6298's initial timeout). A tenth of the interval a queue must stand before adaptive
+/// admission acts on it, so stalled connects alone never make one stand.
+pub const STALLED_DIAL: Duration = Duration::from_millis(10);
+
 /// The idle HTTP/1 connections to one endpoint, and how to open more.
 pub struct Pool {
     addr: SocketAddr,
@@ -95,8 +102,9 @@ pub struct Pool {
     h2c: bool,
     /// Counts the connections opened (a metric's, or nobody's).
     opened: Counter,
-    /// Connections being opened now (TCP and TLS handshakes).
-    dialing: Count,
+    /// Connections whose opening (TCP and TLS handshakes) has taken longer than
+    /// [`STALLED_DIAL`] and goes on.
+    stalled: Count,
 }
 
 /// The idle stack, newest on top, the requests waiting for a connection while they open one, and
@@ -231,7 +239,7 @@ impl Pool {
             alpn: h2::Negotiated::default(),
             h2c: false,
             opened: Counter::default(),
-            dialing: Count::default(),
+            stalled: Count::default(),
         }
     }
 
@@ -247,10 +255,10 @@ impl Pool {
         self.h2c
     }
 
-    /// Connections being opened now: the requests that wait on them have not reached the
-    /// endpoint.
-    pub fn dialing(&self) -> u32 {
-        u32::try_from(self.dialing.get()).unwrap_or(u32::MAX)
+    /// Connections being opened for longer than [`STALLED_DIAL`]: the requests that wait on them
+    /// have not reached the endpoint, nor will soon.
+    pub fn stalled_dials(&self) -> u32 {
+        u32::try_from(self.stalled.get()).unwrap_or(u32::MAX)
     }
 
     /// The pool, counting the connections it opens in `opened`.
@@ -447,9 +455,15 @@ impl Pool {
         let max = self.max_connections.load(Ordering::Relaxed);
         let place = self.open.take(max).ok_or(Error::Overflow(self.addr, max))?;
         let timeout = Duration::from_micros(self.connect_timeout_us.load(Ordering::Relaxed));
-        let dialing = self.dialing.take(usize::MAX);
-        let stream = tokio::time::timeout(timeout, self.open_stream(alpn)).await;
-        drop(dialing);
+        let connect = tokio::time::timeout(timeout, self.open_stream(alpn));
+        tokio::pin!(connect);
+        let stream = match tokio::time::timeout(STALLED_DIAL, &mut connect).await {
+            Ok(stream) => stream,
+            Err(_) => {
+                let _stalled = self.stalled.take(usize::MAX);
+                connect.await
+            }
+        };
         let stream = stream
             .unwrap_or_else(|_| {
                 Err(io::Error::new(io::ErrorKind::TimedOut, format!("no connection within {timeout:?}")))
@@ -913,20 +927,20 @@ mod tests {
         }
         assert!(!first.is_finished(), "the first request still holds the one connection");
         // Within fetch's 5 s only the first request's connection can answer the second; until
-        // then its connect hangs, counted as dialing (not yet at the endpoint).
+        // then its connect hangs, counted as stalled (not at the endpoint, nor soon).
         let second = tokio::spawn({
             let pool = pool.clone();
             async move { fetch(&pool, false).await }
         });
         for _ in 0..100 {
-            if pool.dialing() == 1 {
+            if pool.stalled_dials() == 1 {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        assert_eq!(pool.dialing(), 1);
+        assert_eq!(pool.stalled_dials(), 1);
         assert_eq!(second.await.unwrap().unwrap(), "ok");
-        assert_eq!(pool.dialing(), 0, "the hung connect, dropped, is no longer counted");
+        assert_eq!(pool.stalled_dials(), 0, "the hung connect, dropped, is no longer counted");
         assert_eq!(first.await.unwrap().unwrap(), "ok");
         assert!(!served.is_finished(), "the endpoint's one connection stays open");
         assert_eq!(
