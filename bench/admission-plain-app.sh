@@ -1,16 +1,32 @@
 #!/usr/bin/env bash
-# Adaptive admission in front of a plain application (issue #36: never refuse below capacity):
-# Python's http.server (bench/plain-app.py: HTTP/1.0, listen backlog 5, 1 ms of work, about 560
-# requests/s at most on a 2-core machine) behind one proxy with the recommended egress and an
-# ingress, `admission: {kind: adaptive}` against `{kind: none}`, measured in the same run.
-# Poisson arrivals: RATES (default "300 850": about 55 % and 150 % of the application's capacity),
-# REQUESTS each (1500 at 300/s, 4000 above), users giving up after 2 s; RUNS (3) of each.
-# Prints per run the requests refused (429) and successes per second; then per rate the median
-# refused and the median ratio of successes/s to no admission's.
-# Target: none refused below capacity. Env: BENCH_TG (a binary to use), RATES, RUNS.
+# Adaptive admission in front of applications we did not write (issue #36: never refuse below
+# capacity, keep admitted requests fast above it), behind one proxy with the recommended egress
+# and an ingress, `admission: {kind: adaptive}` against `{kind: none}`, measured in the same run.
+# APP picks the application (bench/apps/):
+#   python  Python's http.server (plain-app.py: HTTP/1.0, listen backlog 5, 1 ms of work, about
+#           560 requests/s at most on a 2-core machine); RATES default "300 850"
+#   node    Node's http server (event-loop-app.js: one event loop, 1 ms of CPU, keep-alive,
+#           about 900 requests/s); RATES default "500 1300"
+#   go      Go's net/http with 4 workers of 20 ms (worker-pool/: 200 requests/s); RATES
+#           default "150 300"
+# Poisson arrivals, 5 s of them (at least 1,500 requests), users giving up after 2 s; RUNS (3)
+# of each. Prints per run the requests refused (429), successes per second and the successes'
+# p50 and p99; then per rate the median refused and the median ratio of successes/s to no
+# admission's. Target: none refused below capacity. Env: BENCH_TG (a binary to use), APP,
+# RATES, RUNS.
 source "$(dirname "$0")/lib.sh"
 build_tailguard
 RUNS=${RUNS:-3}
+APP=${APP:-python}
+case "$APP" in
+  python) app_cmd=(python3 bench/apps/plain-app.py); default_rates="300 850" ;;
+  node) app_cmd=(node bench/apps/event-loop-app.js); default_rates="500 1300" ;;
+  go)
+    (cd bench/apps/worker-pool && go build -o "$WORK/worker-pool" .) || { echo "go build failed" >&2; exit 1; }
+    app_cmd=("$WORK/worker-pool"); default_rates="150 300" ;;
+  *) echo "APP: want python, node or go, got '$APP'" >&2; exit 2 ;;
+esac
+app_args() { [ "$APP" = go ] && echo "$1 4 20ms" || echo "$1"; }
 APP_PORT=28480 EGRESS=24480 INGRESS=24483 ADMIN=29480
 for kind in adaptive none; do
   cat >"$WORK/$kind.yaml" <<YAML
@@ -28,10 +44,11 @@ admin:
   listen: 127.0.0.1:$ADMIN
 YAML
 done
-# one_run KIND RATE N: prints "refused successes_per_s"
+# one_run KIND RATE N: prints "refused successes_per_s p50_ms p99_ms"
 one_run() {
   local app proxy
-  start app python3 bench/plain-app.py "$APP_PORT"; app=$LAST_PID
+  # shellcheck disable=SC2046
+  start app "${app_cmd[@]}" $(app_args "$APP_PORT"); app=$LAST_PID
   start proxy "$TG" proxy --config "$WORK/$1.yaml"; proxy=$LAST_PID
   wait_port "$APP_PORT"; wait_port "$EGRESS"
   "$TG" load --rate "$2" --poisson --requests "$3" --timeout 2s --json "$WORK/out.json" \
@@ -40,27 +57,26 @@ one_run() {
   python3 - "$WORK/out.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))["runs"][0]
-refused = r["rejected"]
-print(refused, round(r["throughput_rps"], 1))
+print(r["rejected"], round(r["throughput_rps"], 1), r["latency_ms"]["p50"], r["latency_ms"]["p99"])
 PY
 }
-for rate in ${RATES:-300 850}; do
-  n=$([ "$rate" -le 300 ] && echo 1500 || echo 4000)
+for rate in ${RATES:-$default_rates}; do
+  n=$((rate * 5 > 1500 ? rate * 5 : 1500))
   : >"$WORK/rate.txt"
   for run in $(seq 1 "$RUNS"); do
     for kind in none adaptive; do
-      read -r refused goodput < <(one_run "$kind" "$rate" "$n")
-      echo "rate $rate/s run $run $kind: refused $refused, successes $goodput/s"
+      read -r refused goodput p50 p99 < <(one_run "$kind" "$rate" "$n")
+      echo "$APP, rate $rate/s run $run $kind: refused $refused, successes $goodput/s, p50 $p50 ms, p99 $p99 ms"
       echo "$run $kind $refused $goodput" >>"$WORK/rate.txt"
     done
   done
-  python3 - "$WORK/rate.txt" "$rate" <<'PY'
+  python3 - "$WORK/rate.txt" "$rate" "$APP" <<'PY'
 import statistics, sys
 rows = [line.split() for line in open(sys.argv[1])]
 by = {(r[0], r[1]): (int(r[2]), float(r[3])) for r in rows}
 runs = sorted({r[0] for r in rows})
 refused = statistics.median(by[(k, "adaptive")][0] for k in runs)
 ratio = statistics.median(by[(k, "adaptive")][1] / max(by[(k, "none")][1], 1e-9) for k in runs)
-print(f"rate {sys.argv[2]}/s: adaptive refused {refused:g} (median), successes/s {ratio:.2f} x no admission's (median)")
+print(f"{sys.argv[3]}, rate {sys.argv[2]}/s: adaptive refused {refused:g} (median), successes/s {ratio:.2f} x no admission's (median)")
 PY
 done

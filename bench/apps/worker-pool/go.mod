@@ -1,0 +1,3 @@
+module tailguard/bench/worker-pool
+
+go 1.21
