@@ -74,9 +74,9 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// How long opening a connection may take before it counts as stalled: a connect the kernel
-/// completes takes microseconds to a sidecar's application on its own host (a round trip across a
-/// datacenter), while one whose SYN a full accept queue dropped is resent only after a second
-/// (RFC 6298's initial timeout). A tenth of the interval a queue must stand before adaptive
+/// completes takes microseconds to an application on the sidecar's own host, and a round trip
+/// across a datacenter, while one whose SYN a full accept queue dropped is resent only after a
+/// second (RFC 6298's initial timeout). A tenth of the interval a queue must stand before adaptive
 /// admission acts on it, so stalled connects alone never make one stand.
 pub const STALLED_DIAL: Duration = Duration::from_millis(10);
 
@@ -927,7 +927,9 @@ mod tests {
         }
         assert!(!first.is_finished(), "the first request still holds the one connection");
         // Within fetch's 5 s only the first request's connection can answer the second; until
-        // then its connect hangs, counted as stalled (not at the endpoint, nor soon).
+        // then its connect hangs, counted as stalled (not at the endpoint, nor soon) once it has
+        // taken STALLED_DIAL.
+        let dialed = Instant::now();
         let second = tokio::spawn({
             let pool = pool.clone();
             async move { fetch(&pool, false).await }
@@ -936,9 +938,10 @@ mod tests {
             if pool.stalled_dials() == 1 {
                 break;
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
         assert_eq!(pool.stalled_dials(), 1);
+        assert!(dialed.elapsed() >= STALLED_DIAL, "counted as stalled after {:?}", dialed.elapsed());
         assert_eq!(second.await.unwrap().unwrap(), "ok");
         assert_eq!(pool.stalled_dials(), 0, "the hung connect, dropped, is no longer counted");
         assert_eq!(first.await.unwrap().unwrap(), "ok");
