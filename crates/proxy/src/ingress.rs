@@ -40,7 +40,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tailguard_model::build;
-use tailguard_policy::admission::{Admission, AdmissionConfig, Priority};
+use tailguard_policy::admission::{Admission, AdmissionConfig, AdmissionState, Priority};
 use tailguard_policy::balance::{ProbeReply, ProbeResponder};
 use tailguard_policy::Time;
 
@@ -260,13 +260,23 @@ impl Ingress {
         let mut state = self.lock();
         let (rif, at_app) = (state.in_flight, self.at_app(state.in_flight));
         let State { admission, in_flight, .. } = &mut *state;
-        if !admission.admit_as(now, at_app, priority) {
+        let admitted = admission.admit_as(now, at_app, priority);
+        self.report(admission.state(now));
+        if !admitted {
             return None;
         }
         *in_flight += 1;
         admission.observe(now, at_app + 1);
         self.metrics.ingress_in_flight.set(i64::from(state.in_flight));
         Some(Held { ingress: self, rif, at_app })
+    }
+
+    /// Sets the admission metrics to `state`.
+    fn report(&self, state: AdmissionState) {
+        let m = &self.metrics;
+        m.ingress_admission_limit.set(state.limit.map_or(0, i64::from));
+        m.ingress_admission_enforced.set(i64::from(state.enforced));
+        m.ingress_admission_base_seconds.set(state.base.map_or(0.0, |b| b.as_secs_f64()));
     }
 
     /// Of `in_flight` requests, those admission decides on: with adaptive admission, not one

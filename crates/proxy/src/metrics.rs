@@ -159,6 +159,14 @@ pub struct Metrics {
     pub ingress_responses: Family<ClassLabels, Counter>,
     /// Requests the local application holds through the ingress.
     pub ingress_in_flight: Gauge,
+    /// The admission policy's limit at the latest request's arrival (0 while none is known).
+    pub ingress_admission_limit: Gauge,
+    /// 1 when the admission policy refused requests beyond its limit at the latest request's
+    /// arrival, else 0.
+    pub ingress_admission_enforced: Gauge,
+    /// The application's latency when idle as adaptive admission learnt it, in seconds (0 before
+    /// it has, and for the other policies).
+    pub ingress_admission_base_seconds: Gauge<f64, AtomicU64>,
     /// Requests answered 503 at once because the application had `max_app_connections`
     /// connections open, none idle.
     pub ingress_app_overflow: Counter,
@@ -207,6 +215,9 @@ impl Metrics {
             ingress_rejected: Counter::default(),
             ingress_responses: Family::default(),
             ingress_in_flight: Gauge::default(),
+            ingress_admission_limit: Gauge::default(),
+            ingress_admission_enforced: Gauge::default(),
+            ingress_admission_base_seconds: Gauge::default(),
             ingress_app_overflow: Counter::default(),
             ingress_app_connections_opened: Counter::default(),
             registry: Registry::default(),
@@ -285,6 +296,21 @@ impl Metrics {
         registry.register("ingress_rejected", "Requests refused with 429", m.ingress_rejected.clone());
         registry.register("ingress_responses", "Responses of the ingress by status class", m.ingress_responses.clone());
         registry.register("ingress_in_flight", "Requests held by the application", m.ingress_in_flight.clone());
+        registry.register(
+            "ingress_admission_limit",
+            "Admission's limit at the latest arrival (0: none known)",
+            m.ingress_admission_limit.clone(),
+        );
+        registry.register(
+            "ingress_admission_enforced",
+            "1 when admission refused beyond its limit at the latest arrival",
+            m.ingress_admission_enforced.clone(),
+        );
+        registry.register(
+            "ingress_admission_base_seconds",
+            "The application's idle latency as adaptive admission learnt it (0: not yet)",
+            m.ingress_admission_base_seconds.clone(),
+        );
         registry.register(
             "ingress_app_overflow",
             "Requests answered 503 at once: the application had max_app_connections connections open",

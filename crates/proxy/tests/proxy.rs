@@ -535,9 +535,17 @@ async fn adaptive_admission_learns_the_app_s_queue_and_refuses_while_it_stands()
     assert_eq!(burst.await.unwrap(), vec![StatusCode::OK; 60]);
     let count = refused.iter().filter(|s| **s == StatusCode::TOO_MANY_REQUESTS).count();
     assert!(count >= 5, "{refused:?}");
+    // What it learnt, in its metrics: the app's 20 ms, and one waiting behind one in service.
+    let metrics = admin_metrics(&server).await;
+    let base = sample(&metrics, "tailguard_ingress_admission_base_seconds");
+    assert!((0.019..0.06).contains(&base), "{metrics}");
+    assert_eq!(sample(&metrics, "tailguard_ingress_admission_limit"), 2.0, "{metrics}");
+    assert_eq!(sample(&metrics, "tailguard_ingress_admission_enforced"), 1.0, "{metrics}");
     // The queue drained and no request was refused for a while: everything is admitted again.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(at_once(ingress, 3).await, vec![StatusCode::OK; 3]);
+    let metrics = admin_metrics(&server).await;
+    assert_eq!(sample(&metrics, "tailguard_ingress_admission_enforced"), 0.0, "{metrics}");
     server.shutdown().await;
 }
 

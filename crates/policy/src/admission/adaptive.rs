@@ -48,7 +48,7 @@
 //! happen on their own below capacity, and refuses to measure only in a cold start in overload,
 //! where refusals are due anyway.
 
-use super::Admission;
+use super::{Admission, AdmissionState};
 use crate::stats::nanos;
 use crate::Time;
 use serde::{Deserialize, Serialize};
@@ -344,10 +344,17 @@ impl Admission for AdaptiveAdmission {
     }
 
     fn capacity(&self, now: Time) -> Option<u32> {
-        if self.measuring(now) {
-            return Some(1);
+        let state = self.state(now);
+        state.limit.filter(|_| state.enforced)
+    }
+
+    fn state(&self, now: Time) -> AdmissionState {
+        let measuring = self.measuring(now);
+        AdmissionState {
+            limit: if measuring { Some(1) } else { self.limit(Priority::Normal) },
+            enforced: measuring || self.enforced(now),
+            base: self.base(),
         }
-        self.limit(Priority::Normal).filter(|_| self.enforced(now))
     }
 }
 
@@ -385,6 +392,8 @@ mod tests {
     fn learns_the_limit_where_a_request_waits_its_own_service() {
         let a = one_worker();
         assert_eq!(a.base(), Some(100 * MS));
+        let learnt = AdmissionState { limit: Some(2), enforced: false, base: Some(100 * MS) };
+        assert_eq!(a.state(Time::ZERO), learnt);
         // Behind one request an answer takes twice the base: a request may find one held, and
         // one of low priority none.
         assert_eq!(a.limit(Priority::Normal), Some(2));
@@ -555,6 +564,7 @@ mod tests {
         assert!(!a.admit(t(3000), 2));
         assert!(!a.admit(t(3400), 1));
         assert_eq!(a.capacity(t(3400)), Some(1));
+        assert_eq!(a.state(t(3400)), AdmissionState { limit: Some(1), enforced: true, base: None });
         assert!(a.admit(t(3500), 0));
         // Answers at an idle replica give the base; the limit replaces the measurement.
         for _ in 0..MIN_ANSWERS {

@@ -130,6 +130,13 @@ pub trait Admission: Send {
     /// The capacity in force at `now`, if any.
     fn capacity(&self, now: Time) -> Option<u32>;
 
+    /// What the policy knows and enforces at `now`, for metrics: by default its capacity, in
+    /// force whenever it has one.
+    fn state(&self, now: Time) -> AdmissionState {
+        let limit = self.capacity(now);
+        AdmissionState { limit, enforced: limit.is_some(), base: None }
+    }
+
     /// Whether a response leaving at `now` carries a confidence chip (bloc-load-balancing.txt §IV-A):
     /// with `in_system` requests still held, no chip with probability `in_system / (0.8 · cap)`.
     /// Without a capacity every response carries a chip.
@@ -143,6 +150,20 @@ pub trait Admission: Send {
             }
         }
     }
+}
+
+/// What an admission policy knows and enforces at a moment ([`Admission::state`]): the proxy's
+/// ingress reports it as metrics, as Envoy's adaptive concurrency filter reports its limit and
+/// minimum round trip.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AdmissionState {
+    /// While the limit is enforced, a request is admitted only if the replica holds fewer than
+    /// this (a capacity); once known.
+    pub limit: Option<u32>,
+    /// Whether requests beyond the limit are refused now.
+    pub enforced: bool,
+    /// The replica's latency when idle, once learnt (adaptive admission).
+    pub base: Option<Duration>,
 }
 
 /// Admits everything.
