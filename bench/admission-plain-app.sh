@@ -11,9 +11,9 @@
 #           default "150 300"
 # Poisson arrivals, 5 s of them (at least 1,500 requests), users giving up after 2 s; RUNS (3)
 # of each. Prints per run the requests refused (429), successes per second and the successes'
-# p50 and p99; then per rate the median refused and the median ratio of successes/s to no
-# admission's. Target: none refused below capacity. Env: BENCH_TG (a binary to use), APP,
-# RATES, RUNS.
+# p50 and p99 (and adaptive admission's limit and idle latency at the end); then per rate the
+# median refused and the median ratio of successes/s to no admission's. Target: none refused
+# below capacity. Env: BENCH_TG (a binary to use), APP, RATES, RUNS.
 source "$(dirname "$0")/lib.sh"
 build_tailguard
 RUNS=${RUNS:-3}
@@ -44,7 +44,12 @@ admin:
   listen: 127.0.0.1:$ADMIN
 YAML
 done
-# one_run KIND RATE N: prints "refused successes_per_s p50_ms p99_ms"
+# metric NAME: NAME's value on the proxy's /metrics
+metric() {
+  curl -s "http://127.0.0.1:$ADMIN/metrics" | awk -v n="$1" '$1 == n { print $2 }'
+}
+# one_run KIND RATE N: prints "refused successes_per_s p50_ms p99_ms limit base_ms" (the
+# admission's limit and learnt idle latency at the end, from the ingress's metrics)
 one_run() {
   local app proxy
   # shellcheck disable=SC2046
@@ -53,11 +58,14 @@ one_run() {
   wait_port "$APP_PORT"; wait_port "$EGRESS"
   "$TG" load --rate "$2" --poisson --requests "$3" --timeout 2s --json "$WORK/out.json" \
     "http://127.0.0.1:$EGRESS/" >/dev/null 2>"$WORK/load.log" || { cat "$WORK/load.log" >&2; exit 1; }
+  local limit base
+  limit=$(metric tailguard_ingress_admission_limit); base=$(metric tailguard_ingress_admission_base_seconds)
   kill "$proxy" "$app"; wait "$proxy" "$app" 2>/dev/null || true
-  python3 - "$WORK/out.json" <<'PY'
+  python3 - "$WORK/out.json" "$limit" "$base" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))["runs"][0]
-print(r["rejected"], round(r["throughput_rps"], 1), r["latency_ms"]["p50"], r["latency_ms"]["p99"])
+base_ms = round(float(sys.argv[3] or 0) * 1000, 2)
+print(r["rejected"], round(r["throughput_rps"], 1), r["latency_ms"]["p50"], r["latency_ms"]["p99"], sys.argv[2] or 0, base_ms)
 PY
 }
 for rate in ${RATES:-$default_rates}; do
@@ -65,8 +73,10 @@ for rate in ${RATES:-$default_rates}; do
   : >"$WORK/rate.txt"
   for run in $(seq 1 "$RUNS"); do
     for kind in none adaptive; do
-      read -r refused goodput p50 p99 < <(one_run "$kind" "$rate" "$n")
-      echo "$APP, rate $rate/s run $run $kind: refused $refused, successes $goodput/s, p50 $p50 ms, p99 $p99 ms"
+      read -r refused goodput p50 p99 limit base < <(one_run "$kind" "$rate" "$n")
+      learnt=""
+      if [ "$kind" = adaptive ]; then learnt=", learnt limit $limit and idle latency $base ms"; fi
+      echo "$APP, rate $rate/s run $run $kind: refused $refused, successes $goodput/s, p50 $p50 ms, p99 $p99 ms$learnt"
       echo "$run $kind $refused $goodput" >>"$WORK/rate.txt"
     done
   done
