@@ -66,10 +66,6 @@ pub struct Ingress {
     wire: Option<Wire>,
     /// The cap on HTTP/1 connections to the application, for the 503 that names it.
     max_app_connections: usize,
-    /// Whether admission leaves out the requests still connecting to the application: adaptive
-    /// admission judges its queue, which they are not in yet; a capacity a user wrote (or BLOC's,
-    /// which counts every request) bounds every request sent to it, as HAProxy's `maxconn`.
-    queue_only: bool,
 }
 
 /// Admission state: the policy, the requests the application holds, the random source, and
@@ -106,7 +102,8 @@ impl Ingress {
                 let pool = Pool::new(config.app, config.max_app_connections)
                     .with_h2c(config.protocol == config::Protocol::H2c)
                     .with_tls(tls)
-                    .counting(metrics.ingress_app_connections_opened.clone());
+                    .counting(metrics.ingress_app_connections_opened.clone())
+                    .counting_stalls(matches!(config.admission, AdmissionConfig::Adaptive));
                 Arc::new(pool)
             },
             state: Arc::new(Mutex::new(state)),
@@ -117,7 +114,6 @@ impl Ingress {
             trusted_peers: config.trusted_peers.clone(),
             wire: config.network_delay.clone().map(|network| Wire::new(network, crate::rng(seed, WIRE_STREAM))),
             max_app_connections: config.max_app_connections,
-            queue_only: matches!(config.admission, AdmissionConfig::Adaptive),
         })
     }
 
@@ -279,20 +275,20 @@ impl Ingress {
         m.ingress_admission_base_seconds.set(state.base.map_or(0.0, |b| b.as_secs_f64()));
     }
 
-    /// Of `in_flight` requests, those admission decides on: with adaptive admission, not one
-    /// whose connection to the application has been opening for longer than
-    /// [`pool::STALLED_DIAL`], which is not in its queue (a SYN its full backlog dropped waits a
-    /// second for the kernel's retry; counted, a few such held the count at the limit while the
-    /// application idled). A connect still young counts: left out, every request that arrived
-    /// while the application was busy was admitted to a connect of its own, a hundred at once to
-    /// a Python application with a backlog of five (bench/admission-plain-app.sh). Admission
-    /// learns each answer at the same count: at every request in flight, the stalled connects
-    /// kept the count above zero, so the idle latency it measures from was never seen.
+    /// Of `in_flight` requests, those admission decides on. Adaptive admission judges the
+    /// application's queue, so its pool counts stalled connects and they are left out: a request
+    /// whose connection has been opening for longer than [`pool::STALLED_DIAL`] is not in that
+    /// queue (a SYN its full backlog dropped waits a second for the kernel's retry; counted, a few
+    /// such held the count at the limit while the application idled). A younger connect counts:
+    /// left out, every request that arrived while the application was busy was admitted to a
+    /// connect of its own, a hundred at once to a Python application with a backlog of five
+    /// (bench/admission-plain-app.sh). Admission learns each answer at the same count: at every
+    /// request in flight, the stalled connects kept the count above zero, so the idle latency it
+    /// measures from was never seen. A capacity a user wrote (or BLOC's, which counts every
+    /// request) bounds every request sent to the application, as HAProxy's `maxconn`: its pool
+    /// counts no stalls.
     fn at_app(&self, in_flight: u32) -> u32 {
-        match self.queue_only {
-            true => in_flight.saturating_sub(self.client.stalled_dials()),
-            false => in_flight,
-        }
+        in_flight.saturating_sub(self.client.stalled_dials())
     }
 
     /// The load report of a response or probe reply leaving now: the requests the application

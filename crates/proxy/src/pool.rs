@@ -103,8 +103,8 @@ pub struct Pool {
     /// Counts the connections opened (a metric's, or nobody's).
     opened: Counter,
     /// Connections whose opening (TCP and TLS handshakes) has taken longer than
-    /// [`STALLED_DIAL`] and goes on.
-    stalled: Count,
+    /// [`STALLED_DIAL`] and goes on, if counted ([`Pool::counting_stalls`]).
+    stalled: Option<Count>,
 }
 
 /// The idle stack, newest on top, the requests waiting for a connection while they open one, and
@@ -239,7 +239,7 @@ impl Pool {
             alpn: h2::Negotiated::default(),
             h2c: false,
             opened: Counter::default(),
-            stalled: Count::default(),
+            stalled: None,
         }
     }
 
@@ -256,9 +256,16 @@ impl Pool {
     }
 
     /// Connections being opened for longer than [`STALLED_DIAL`]: the requests that wait on them
-    /// have not reached the endpoint, nor will soon.
+    /// have not reached the endpoint, nor will soon. Always 0 unless counted.
     pub fn stalled_dials(&self) -> u32 {
-        u32::try_from(self.stalled.get()).unwrap_or(u32::MAX)
+        self.stalled.as_ref().map_or(0, |count| u32::try_from(count.get()).unwrap_or(u32::MAX))
+    }
+
+    /// The pool, counting stalled connects if `on` (a timer more on each connect, for the
+    /// ingress's adaptive admission, the only reader).
+    pub fn counting_stalls(mut self, on: bool) -> Pool {
+        self.stalled = on.then(Count::default);
+        self
     }
 
     /// The pool, counting the connections it opens in `opened`.
@@ -457,12 +464,15 @@ impl Pool {
         let timeout = Duration::from_micros(self.connect_timeout_us.load(Ordering::Relaxed));
         let connect = tokio::time::timeout(timeout, self.open_stream(alpn));
         tokio::pin!(connect);
-        let stream = match tokio::time::timeout(STALLED_DIAL, &mut connect).await {
-            Ok(stream) => stream,
-            Err(_) => {
-                let _stalled = self.stalled.take(usize::MAX);
-                connect.await
-            }
+        let stream = match &self.stalled {
+            None => connect.await,
+            Some(stalled) => match tokio::time::timeout(STALLED_DIAL, &mut connect).await {
+                Ok(stream) => stream,
+                Err(_) => {
+                    let _stalled = stalled.take(usize::MAX);
+                    connect.await
+                }
+            },
         };
         let stream = stream
             .unwrap_or_else(|_| {
@@ -911,7 +921,7 @@ mod tests {
             serve(stream, Mode::SlowFirst(Duration::from_millis(1500))).await;
             listener
         });
-        let pool = Arc::new(Pool::new(addr, 8).with_connect_timeout(Duration::from_secs(30)));
+        let pool = Arc::new(Pool::new(addr, 8).with_connect_timeout(Duration::from_secs(30)).counting_stalls(true));
         let first = tokio::spawn({
             let pool = pool.clone();
             async move { fetch(&pool, false).await }

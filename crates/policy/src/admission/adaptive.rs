@@ -275,7 +275,7 @@ impl AdaptiveAdmission {
 /// The limits a replica's answers show.
 #[derive(Clone, Copy, Debug)]
 struct Limits {
-    /// The most a request may find held and be admitted, while the limit is enforced.
+    /// While the limit is enforced, a request is admitted only if the replica holds fewer.
     normal: u32,
     /// The same for low priority.
     low: u32,
