@@ -32,6 +32,10 @@
 //!   answers, it admits only at an idle replica for such an interval (extended by each answer
 //!   that found it idle), as Envoy's filter pins its limit to measure, but only then: the queue
 //!   drains, requests that find the replica idle give the base, and the limit takes over.
+//! - **A replica of several workers** is seldom idle below capacity, and holds two without a
+//!   queue: until enough answers found it idle, its base is the mean of the answers near idle
+//!   once the next counts up were answered alike (a one-worker replica's take half as long
+//!   again behind one as behind none), so it is not measured as a cold start.
 //! - **Priorities** (DAGOR's admission level and TopFull's business priority: shed the least
 //!   important first, and the more important only if that was not enough): where low-priority
 //!   requests arrive, the first interval a queue stands holds them to their limit, the count
@@ -79,6 +83,13 @@ pub const QUEUED: f64 = 1.5;
 /// enforced: a quarter of a service waited.
 pub const LOW_PRIORITY_QUEUED: f64 = 1.25;
 
+/// The most held, on average, that the answers at the fewest held may have found for the base to
+/// be taken from them before enough answers found the replica idle. Behind so few, a one-worker
+/// replica's answers at the next counts up take at least [`QUEUED`] times as long (found at two or
+/// more held against one and a half: three services or more against two and a half), so such a
+/// replica never passes for one that serves several at once.
+const NEAR_IDLE: f64 = 1.5;
+
 /// The counts of held requests whose answers it tracks: a limit beyond this is moot, and it
 /// bounds the memory a flood of held requests could make it take.
 const MOST_TRACKED: usize = 1024;
@@ -104,6 +115,8 @@ pub enum Priority {
 pub struct AdaptiveAdmission {
     /// Per count of held requests at arrival: answers seen and their mean latency (ns).
     levels: Vec<(u32, f64)>,
+    /// The base the levels give (ns; recomputed at each answer, [`Self::base_now`]).
+    base: Option<f64>,
     /// The limits the levels give (recomputed at each answer).
     limits: Option<Limits>,
     /// The arrivals (admitted or refused) of about the last interval: a count that decays by
@@ -128,9 +141,28 @@ impl AdaptiveAdmission {
         AdaptiveAdmission::default()
     }
 
-    /// The mean latency of answers that found the replica idle, once trusted.
+    /// The mean latency of answers that found the replica idle, once trusted; before that, of
+    /// the answers near idle of a replica that serves several at once (module docs).
     pub fn base(&self) -> Option<Duration> {
-        self.levels.first().filter(|(n, _)| *n >= MIN_ANSWERS).map(|&(_, mean)| Duration::from_nanos(mean as u64))
+        self.base.map(|mean| Duration::from_nanos(mean as u64))
+    }
+
+    /// The base (ns): the mean latency of the answers that found the replica idle, once
+    /// [`MIN_ANSWERS`] did; before that, for a replica whose answers show it serving several
+    /// requests at once, the mean of those at the fewest held. A replica of several workers
+    /// below capacity is seldom idle (four workers at 75 %: one answer in 25), and without a
+    /// base a queue of two that stands is taken for a cold start in overload and measured,
+    /// refusing all but what finds it idle. Its answers show it where those at the fewest held
+    /// (near idle, [`NEAR_IDLE`]) and the next ones up took alike, within
+    /// [`LOW_PRIORITY_QUEUED`]; a replica overloaded from its start has no answers near idle.
+    fn base_now(&self) -> Option<f64> {
+        if let Some(&(_, idle)) = self.levels.first().filter(|(n, _)| *n >= MIN_ANSWERS) {
+            return Some(idle);
+        }
+        let mut pools = self.pools(0);
+        let fewest = pools.next().filter(|pool| pool.held <= NEAR_IDLE)?;
+        let next = pools.next()?;
+        (next.latency < LOW_PRIORITY_QUEUED * fewest.latency).then_some(fewest.latency)
     }
 
     /// While the limit is enforced, a request of `priority` is admitted only if the replica holds
@@ -205,7 +237,7 @@ impl AdaptiveAdmission {
     /// as many (each pool judged at its first count): under overload the low counts are passed
     /// through quickly and hold few answers each.
     fn limits_now(&self) -> Option<Limits> {
-        let base = self.levels.first().filter(|(n, _)| *n >= MIN_ANSWERS)?.1;
+        let base = self.base?;
         let mut low = None;
         let queued = self.pools(1).find(|pool| {
             if low.is_none() && pool.latency >= LOW_PRIORITY_QUEUED * base {
@@ -340,6 +372,7 @@ impl Admission for AdaptiveAdmission {
         let (n, mean) = &mut self.levels[k];
         *n = n.saturating_add(1);
         *mean += (nanos(latency) - *mean) / f64::from((*n).min(LEVEL_MEMORY));
+        self.base = self.base_now();
         self.limits = self.limits_now();
     }
 
@@ -545,6 +578,43 @@ mod tests {
         assert!(a.sheds(again, Priority::Normal));
         assert!(a.admit_as(again, 5, Priority::Normal));
         assert!(!a.admit_as(again, 6, Priority::Normal));
+    }
+
+    #[test]
+    fn a_replica_serving_several_at_once_takes_its_base_from_the_fewest_held() {
+        // Four workers of 20 ms at 75 %: too few answers at an idle replica for the base, but
+        // those near idle and the next counts up answered alike; from five up they wait.
+        let mut a = AdaptiveAdmission::new();
+        for (held, answers, ms) in
+            [(0, 6, 20), (1, 12, 20), (2, 12, 20), (3, 12, 21), (4, 10, 22), (5, 8, 25), (6, 6, 30)]
+        {
+            for _ in 0..answers {
+                a.answered(Time::ZERO, held, ms * MS);
+            }
+        }
+        assert_eq!(a.base(), Some(20 * MS));
+        assert_eq!(a.limit(Priority::Normal), None);
+        // Three held standing a whole second is no queue there: nothing is measured or refused.
+        let t = |ms: u64| Time::from_millis(ms);
+        a.observe(t(0), 3);
+        assert!(a.admit(t(1000), 3));
+        assert!(a.admit(t(1001), 3));
+        assert_eq!(a.state(t(1001)), AdmissionState { limit: None, enforced: false, base: Some(20 * MS) });
+        // Answers at seven held that waited a whole service place the limit where their pool
+        // begins (five: counts with few answers are pooled up), one request past it.
+        for _ in 0..MIN_ANSWERS {
+            a.answered(t(1001), 7, 40 * MS);
+        }
+        assert_eq!(a.limit(Priority::Normal), Some(6));
+        // A one-worker replica's answers grow from the first counts up: no base until it has
+        // been found idle often enough (or measured so).
+        let mut one = AdaptiveAdmission::new();
+        for (held, answers) in [(0, 10), (1, 6), (2, 16)] {
+            for _ in 0..answers {
+                one.answered(Time::ZERO, held, (held + 1) * 100 * MS);
+            }
+        }
+        assert_eq!(one.base(), None);
     }
 
     #[test]
