@@ -164,8 +164,9 @@ pub struct Metrics {
     /// 1 when the admission policy refused requests beyond its limit at the latest request's
     /// arrival, else 0.
     pub ingress_admission_enforced: Gauge,
-    /// The application's latency when idle as adaptive admission learnt it, in seconds (0 before
-    /// it has, and for the other policies).
+    /// The application's latency when idle as adaptive admission learnt it (or near idle, for an
+    /// application that serves several at once), in seconds (0 before it has, and for the other
+    /// policies).
     pub ingress_admission_base_seconds: Gauge<f64, AtomicU64>,
     /// Requests answered 503 at once because the application had `max_app_connections`
     /// connections open, none idle.
@@ -308,7 +309,7 @@ impl Metrics {
         );
         registry.register(
             "ingress_admission_base_seconds",
-            "The application's idle latency as adaptive admission learnt it (0: not yet)",
+            "The application's idle (or near-idle) latency as adaptive admission learnt it (0: not yet)",
             m.ingress_admission_base_seconds.clone(),
         );
         registry.register(

@@ -148,13 +148,10 @@ impl AdaptiveAdmission {
     }
 
     /// The base (ns): the mean latency of the answers that found the replica idle, once
-    /// [`MIN_ANSWERS`] did; before that, for a replica whose answers show it serving several
-    /// requests at once, the mean of those at the fewest held. A replica of several workers
-    /// below capacity is seldom idle (four workers at 75 %: one answer in 25), and without a
-    /// base a queue of two that stands is taken for a cold start in overload and measured,
-    /// refusing all but what finds it idle. Its answers show it where those at the fewest held
-    /// (near idle, [`NEAR_IDLE`]) and the next ones up took alike, within
-    /// [`LOW_PRIORITY_QUEUED`]; a replica overloaded from its start has no answers near idle.
+    /// [`MIN_ANSWERS`] did; before that, the mean of the answers at the fewest held, if those
+    /// found it near idle ([`NEAR_IDLE`]) and the next ones up took alike (within
+    /// [`LOW_PRIORITY_QUEUED`]): a replica serving several at once, which is seldom idle below
+    /// capacity and would otherwise be measured as a cold start (module docs).
     fn base_now(&self) -> Option<f64> {
         if let Some(&(_, idle)) = self.levels.first().filter(|(n, _)| *n >= MIN_ANSWERS) {
             return Some(idle);
