@@ -9,7 +9,9 @@
 #           about 900 requests/s); RATES default "500 1300"
 #   go      Go's net/http with 4 workers of 20 ms (worker-pool/: 200 requests/s); RATES
 #           default "150 300"
-# Poisson arrivals, 5 s of them (at least 1,500 requests), users giving up after 2 s; RUNS (3)
+# One replica behind its egress: no refusal has a fallback, so adaptive admission refuses only
+# what would miss the 2 s deadline the egress sets (docs/policies.md, "Only where a refusal costs
+# little"). Poisson arrivals, 5 s of them (at least 1,500 requests), users giving up after 2 s; RUNS (3)
 # of each. Prints per run the requests refused (429), successes per second and the successes'
 # p50 and p99 (and adaptive admission's limit and idle latency at the end); then per rate the
 # median refused and the median ratio of successes/s to no admission's. Target: none refused
@@ -35,7 +37,7 @@ egress:
   upstreams:
     app:
       endpoints: [127.0.0.1:$INGRESS]
-      policy: {balancer: {kind: prequal}, outlier: {}, timeout: {kind: adaptive}, hedge: {kind: adaptive}}
+      policy: {balancer: {kind: prequal}, outlier: {}, timeout: {kind: adaptive}, hedge: {kind: adaptive}, deadline: 2s}
 ingress:
   listen: 127.0.0.1:$INGRESS
   app: 127.0.0.1:$APP_PORT

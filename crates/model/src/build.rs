@@ -34,6 +34,7 @@ pub fn client_policy_routed(config: &ClientPolicy, endpoints: usize, routes: &[S
         })),
         retry: config.retry.build(),
         retired: Vec::new(),
+        endpoints,
     }
 }
 

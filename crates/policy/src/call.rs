@@ -38,6 +38,8 @@ pub struct ClientPolicy {
     pub retry: RetryPolicy,
     /// Endpoints taken out of the set (sorted): no attempt goes to them ([`ClientPolicy::retire`]).
     pub retired: Vec<EndpointId>,
+    /// Endpoints in the set, retired ones included ([`ClientPolicy::grow`]).
+    pub endpoints: usize,
 }
 
 /// Endpoint discovery: endpoints join and leave while requests are in flight. Ids never shift, so
@@ -46,6 +48,7 @@ pub struct ClientPolicy {
 impl ClientPolicy {
     /// Makes room for endpoints up to `endpoints`; the new ones start as a new policy's would.
     pub fn grow(&mut self, endpoints: usize) {
+        self.endpoints = self.endpoints.max(endpoints);
         self.balancer.grow(endpoints);
         if let Some(outlier) = &mut self.outlier {
             outlier.grow(endpoints);
@@ -80,7 +83,16 @@ pub enum Action {
     /// Send attempt number `attempt` of this call to `endpoint`, and report its end with
     /// [`Call::on_attempt_end`]. The call enforces `timeout` itself (through a wake); it is the
     /// timeout policy's value (`policy_timeout`) clamped by the request's remaining deadline.
-    Send { attempt: u32, endpoint: EndpointId, timeout: Option<Duration>, policy_timeout: Option<Duration> },
+    /// `fallback`: a refusal of it costs the request little (the call retries a refusal on
+    /// another endpoint at once, or an endpoint refused it already), which the callee's adaptive
+    /// admission needs to know ([`Arrival::fallback`](crate::admission::Arrival::fallback)).
+    Send {
+        attempt: u32,
+        endpoint: EndpointId,
+        timeout: Option<Duration>,
+        policy_timeout: Option<Duration>,
+        fallback: bool,
+    },
     /// Stop waiting for attempt number `attempt`: `reason` is `TimedOut` when its timeout fired,
     /// `Cancelled` when another attempt won, the request ended, or an overdue attempt outlived the
     /// timeout policy's patience ([`TimeoutPolicy::patience`](crate::timeout::TimeoutPolicy::patience))
@@ -674,7 +686,10 @@ impl Call {
             endpoint: u32::try_from(endpoint).expect("fewer than 2^32 endpoints"),
             tag: Tag::live(index, raced),
         });
-        ctx.out.push(Action::Send { attempt, endpoint, timeout, policy_timeout: own });
+        let others = policy.endpoints.saturating_sub(policy.retired.len()) > 1;
+        let refused = self.last_failed != NO_ENDPOINT && self.last_failure == Outcome::Rejected;
+        let fallback = refused || (others && policy.retry.retries_refusal(self.retries + 1));
+        ctx.out.push(Action::Send { attempt, endpoint, timeout, policy_timeout: own, fallback });
         while let Some(probe) = policy.balancer.take_probe() {
             ctx.out.push(Action::Probe { endpoint: probe, awaited: false });
         }

@@ -56,6 +56,7 @@ impl Driver {
             classes: Classes::single(ClassPolicy::new(timeout)),
             retry: RetryPolicy::default(),
             retired: Vec::new(),
+            endpoints,
         };
         Driver { policy, rng: Pcg64Mcg::new(0xca11), now: Time::ZERO, feedback }
     }
@@ -104,12 +105,18 @@ impl Driver {
 }
 
 fn send(attempt: u32, endpoint: EndpointId, timeout: Option<Duration>) -> Action {
-    Action::Send { attempt, endpoint, timeout, policy_timeout: timeout }
+    Action::Send { attempt, endpoint, timeout, policy_timeout: timeout, fallback: false }
+}
+
+/// The same, for an attempt whose refusal would cost the request little (it is retried elsewhere,
+/// or an endpoint refused the request already).
+fn send_with_fallback(attempt: u32, endpoint: EndpointId, timeout: Option<Duration>) -> Action {
+    Action::Send { attempt, endpoint, timeout, policy_timeout: timeout, fallback: true }
 }
 
 /// An attempt whose policy timeout (`policy`) the request's deadline cut to `timeout`.
 fn send_clamped(attempt: u32, endpoint: EndpointId, timeout: Duration, policy: Option<Duration>) -> Action {
-    Action::Send { attempt, endpoint, timeout: Some(timeout), policy_timeout: policy }
+    Action::Send { attempt, endpoint, timeout: Some(timeout), policy_timeout: policy, fallback: false }
 }
 
 /// The call stopped waiting because the attempt's timeout fired.
@@ -199,7 +206,7 @@ fn a_retry_avoids_an_ejected_endpoint_even_if_it_must_go_where_it_went_before() 
     assert_eq!(d.end(&mut call, 1, Feedback::new(Outcome::Error, Duration::ZERO)), vec![finish(Outcome::Error, 2)]);
     // The next request's retry has tried every endpoint left: it goes to 1 again, not to 0.
     let (mut call, out) = d.start(true);
-    assert_eq!(out, vec![send(0, 1, None)]);
+    assert_eq!(out, vec![send_with_fallback(0, 1, None)]);
     assert_eq!(d.end(&mut call, 0, Feedback::new(Outcome::Error, Duration::ZERO)), vec![send(1, 1, None)]);
 }
 
@@ -208,18 +215,18 @@ fn a_retired_endpoint_gets_no_new_attempt_while_its_attempt_in_flight_ends_as_us
     let mut d = Driver::new(3, Box::new(NoTimeout)).retries(4, Backoff::none());
     // Request A's first attempt goes to endpoint 0; then endpoint 0 leaves the set.
     let (mut a, out) = d.start(true);
-    assert_eq!(out, vec![send(0, 0, None)]);
+    assert_eq!(out, vec![send_with_fallback(0, 0, None)]);
     d.policy.retire(0);
     // New requests go to 1 and 2 in turn, never to 0.
     for expected in [1, 2, 1, 2] {
         let (mut call, out) = d.start(true);
-        assert_eq!(out, vec![send(0, expected, None)]);
+        assert_eq!(out, vec![send_with_fallback(0, expected, None)]);
         d.end(&mut call, 0, Feedback::success(ms(1)));
     }
     // A's attempt to 0 ends as usual, its feedback to endpoint 0; its retries go to 1 and 2.
-    assert_eq!(d.end(&mut a, 0, Feedback::new(Outcome::Error, ms(5))), vec![send(1, 1, None)]);
+    assert_eq!(d.end(&mut a, 0, Feedback::new(Outcome::Error, ms(5))), vec![send_with_fallback(1, 1, None)]);
     assert_eq!(d.feedback().get(4), Some(&(0, Outcome::Error)));
-    assert_eq!(d.end(&mut a, 1, Feedback::new(Outcome::Error, ms(5))), vec![send(2, 2, None)]);
+    assert_eq!(d.end(&mut a, 1, Feedback::new(Outcome::Error, ms(5))), vec![send_with_fallback(2, 2, None)]);
     // Every endpoint tried: round robin's turn is 0's, but the retry goes to a live one again.
     assert_eq!(d.end(&mut a, 2, Feedback::new(Outcome::Error, ms(5))), vec![send(3, 1, None)]);
     // Every endpoint retired: no attempt at all. Restored, endpoint 0 is picked again.
@@ -260,7 +267,7 @@ fn a_timeout_is_retried_on_another_endpoint() {
     let (mut call, _) = d.start(true);
     // t=100: attempt 0 expires; it is cancelled and retried at once on endpoint 1.
     let out = d.at(ms(100)).wake(&mut call);
-    assert_eq!(out, vec![expire(0, 0), send(1, 1, Some(ms(100))), Action::WakeAt(ms(200))]);
+    assert_eq!(out, vec![expire(0, 0), send_with_fallback(1, 1, Some(ms(100))), Action::WakeAt(ms(200))]);
     // t=130: the retry answers.
     let out = d.at(ms(130)).end(&mut call, 1, Feedback::success(ms(30)));
     assert_eq!(out, vec![finish(Outcome::Success, 2)]);
@@ -281,7 +288,7 @@ fn hedging_on_timeout_keeps_the_slow_attempt_and_its_late_answer_wins() {
     let (mut call, _) = d.start(true);
     // t=100: attempt 0 is overdue: it keeps running while the retry goes to endpoint 1.
     let out = d.at(ms(100)).wake(&mut call);
-    assert_eq!(out, vec![overdue(0, 0), send(1, 1, Some(ms(100))), Action::WakeAt(ms(200))]);
+    assert_eq!(out, vec![overdue(0, 0), send_with_fallback(1, 1, Some(ms(100))), Action::WakeAt(ms(200))]);
     assert!(call.is_waiting_for(0) && call.is_waiting_for(1));
     // t=120: attempt 0's answer comes first: the request succeeds and the retry is cancelled.
     let out = d.at(ms(120)).end(&mut call, 0, Feedback::success(ms(120)));
@@ -465,7 +472,7 @@ fn an_attempt_a_learned_timeout_cut_is_no_failure_to_the_outlier_detector() {
         for i in 0..2 {
             let t = 1000 * i;
             let (mut call, out) = d.at(ms(t)).start(true);
-            assert_eq!(out[0], send(0, 0, Some(ms(100))), "request {i}");
+            assert_eq!(out[0], send_with_fallback(0, 0, Some(ms(100))), "request {i}");
             let out = d.at(ms(t + 100)).wake(&mut call);
             ejected.extend(out.iter().filter(|a| matches!(a, Action::Eject(_))).cloned());
             assert_eq!(out.last(), Some(&Action::WakeAt(ms(t + 200))), "request {i}: {out:?}");
@@ -541,14 +548,32 @@ fn a_learned_timeouts_race_stops_where_it_never_wins_and_the_attempt_is_kept() {
     assert_eq!(raced, RACE_WINDOW as usize);
 }
 #[test]
+fn an_attempt_says_whether_its_refusal_would_cost_the_request_little() {
+    // Two attempts over three endpoints: the first one's refusal would be retried elsewhere.
+    let mut d = Driver::new(3, Box::new(Fixed::new(ms(100)))).retries(2, Backoff::none());
+    let (mut call, out) = d.start(true);
+    assert_eq!(out, vec![send_with_fallback(0, 0, Some(ms(100))), Action::WakeAt(ms(100))]);
+    // Its timeout sends the last attempt: nothing would retry a refusal of that one.
+    let out = d.at(ms(100)).wake(&mut call);
+    assert_eq!(out, vec![expire(0, 0), send(1, 1, Some(ms(100))), Action::WakeAt(ms(200))]);
+    // A last attempt after a refusal has one: the service refused the request already.
+    let (mut call, _) = d.at(ms(300)).start(true);
+    let out = d.at(ms(301)).end(&mut call, 0, Feedback::new(Outcome::Rejected, ms(1)));
+    assert_eq!(out, vec![send_with_fallback(1, 0, Some(ms(100)))]);
+    // With one endpoint there is nowhere else, however many attempts are allowed.
+    let mut d = Driver::new(1, Box::new(NoTimeout)).retries(3, Backoff::none());
+    assert_eq!(d.start(true).1, vec![send(0, 0, None)]);
+}
+
+#[test]
 fn a_429_is_retried_at_once_elsewhere_even_when_not_idempotent() {
     let backoff = Backoff { jitter: false, ..Backoff::exponential(ms(50), ms(500)) };
     let mut d = Driver::new(3, Box::new(NoTimeout)).retries(3, backoff);
     let (mut call, out) = d.start(false);
-    assert_eq!(out, vec![send(0, 0, None)]);
+    assert_eq!(out, vec![send_with_fallback(0, 0, None)]);
     // t=1: endpoint 0 rejects (nothing processed): retry on endpoint 1 with no backoff.
     let out = d.at(ms(1)).end(&mut call, 0, Feedback::new(Outcome::Rejected, ms(1)));
-    assert_eq!(out, vec![send(1, 1, None)]);
+    assert_eq!(out, vec![send_with_fallback(1, 1, None)]);
     // t=2: endpoint 1 is down: endpoint 2 gets the last attempt.
     let out = d.at(ms(2)).end(&mut call, 1, Feedback::new(Outcome::Unavailable, ms(1)));
     assert_eq!(out, vec![send(2, 2, None)]);
@@ -561,16 +586,16 @@ fn a_429_is_retried_at_once_elsewhere_even_when_not_idempotent() {
 fn a_refusal_passed_on_from_further_down_is_not_retried_unless_the_policy_says_so() {
     let mut d = Driver::new(3, Box::new(NoTimeout)).retries(3, Backoff::none());
     let (mut call, out) = d.start(true);
-    assert_eq!(out, vec![send(0, 0, None)]);
+    assert_eq!(out, vec![send_with_fallback(0, 0, None)]);
     // Endpoint 0's own call was refused: another endpoint would meet the same overload.
     let out = d.at(ms(1)).end(&mut call, 0, Feedback::new(Outcome::Overloaded, ms(1)));
     assert_eq!(out, vec![finish(Outcome::Overloaded, 1)]);
     // BLOC's gateway retries it on another frontend, as it does an error.
     d.policy.retry.retry_overloaded = true;
     let (mut call, out) = d.at(ms(2)).start(true);
-    assert_eq!(out, vec![send(0, 1, None)]);
+    assert_eq!(out, vec![send_with_fallback(0, 1, None)]);
     let out = d.at(ms(3)).end(&mut call, 0, Feedback::new(Outcome::Overloaded, ms(1)));
-    assert_eq!(out, vec![send(1, 2, None)]);
+    assert_eq!(out, vec![send_with_fallback(1, 2, None)]);
 }
 
 #[test]
@@ -586,7 +611,7 @@ fn an_error_is_retried_after_the_backoff_only_when_idempotent() {
     let (mut call, _) = d.start(true);
     let out = d.at(ms(5)).end(&mut call, 0, Feedback::new(Outcome::Error, ms(5)));
     assert_eq!(out, vec![Action::WakeAt(ms(15))]);
-    assert_eq!(d.at(ms(15)).wake(&mut call), vec![send(1, 1, None)]);
+    assert_eq!(d.at(ms(15)).wake(&mut call), vec![send_with_fallback(1, 1, None)]);
 }
 
 #[test]
@@ -609,11 +634,24 @@ fn the_deadline_clamps_an_attempt_timeout_and_ends_the_request() {
     let mut d = Driver::new(3, Box::new(Fixed::new(ms(100)))).retries(5, Backoff::none());
     d.class().deadline = Some(ms(150));
     let (mut call, out) = d.start(true);
-    assert_eq!(out, vec![send(0, 0, Some(ms(100))), Action::WakeAt(ms(100))]);
+    assert_eq!(out, vec![send_with_fallback(0, 0, Some(ms(100))), Action::WakeAt(ms(100))]);
     assert_eq!(call.deadline(), Some(ms(150)));
     // t=100: the retry gets only the 50 ms left before the deadline.
     let out = d.at(ms(100)).wake(&mut call);
-    assert_eq!(out, vec![expire(0, 0), send_clamped(1, 1, ms(50), Some(ms(100))), Action::WakeAt(ms(150))]);
+    assert_eq!(
+        out,
+        vec![
+            expire(0, 0),
+            Action::Send {
+                attempt: 1,
+                endpoint: 1,
+                timeout: Some(ms(50)),
+                policy_timeout: Some(ms(100)),
+                fallback: true
+            },
+            Action::WakeAt(ms(150))
+        ]
+    );
     // t=150: the deadline passes: the live attempt is cancelled and the request timed out.
     let out = d.at(ms(150)).wake(&mut call);
     assert_eq!(out, vec![cancel(1, 1), finish(Outcome::TimedOut, 2)]);
@@ -654,7 +692,7 @@ fn a_hedge_spends_the_budget_a_retry_then_lacks() {
     d.class().hedge = Some(Box::new(Speculative::new(2, ms(30), None)));
     let (mut call, _) = d.start(true);
     // t=30: the hedge takes the one allowance.
-    assert_eq!(d.at(ms(30)).wake(&mut call), vec![send(1, 1, Some(ms(100))), Action::WakeAt(ms(100))]);
+    assert_eq!(d.at(ms(30)).wake(&mut call), vec![send_with_fallback(1, 1, Some(ms(100))), Action::WakeAt(ms(100))]);
     // t=100, t=130: both attempts time out, and neither may be retried: the budget is spent.
     assert_eq!(d.at(ms(100)).wake(&mut call), vec![expire(0, 0), Action::WakeAt(ms(130))]);
     assert_eq!(d.at(ms(130)).wake(&mut call), vec![expire(1, 1), finish(Outcome::TimedOut, 2)]);
@@ -670,10 +708,10 @@ fn once_the_shared_budget_is_spent_neither_retries_nor_hedges_go_out() {
     let (mut second, _) = d.at(ms(1)).start(true);
     let (mut third, _) = d.at(ms(2)).start(true);
     // Allowance 1: the first request's hedge.
-    assert_eq!(d.at(ms(30)).wake(&mut first), vec![send(1, 1, None)]);
+    assert_eq!(d.at(ms(30)).wake(&mut first), vec![send_with_fallback(1, 1, None)]);
     // Allowance 2: the second request's attempt fails and is retried.
     let out = d.at(ms(31)).end(&mut second, 0, Feedback::new(Outcome::Error, ms(30)));
-    assert_eq!(out, vec![send(1, 2, None)]);
+    assert_eq!(out, vec![send_with_fallback(1, 2, None)]);
     // The third's hedge finds the budget spent, and so does its retry: the request fails.
     assert_eq!(d.at(ms(32)).wake(&mut third), vec![]);
     let out = d.at(ms(33)).end(&mut third, 0, Feedback::new(Outcome::Error, ms(31)));
@@ -789,7 +827,7 @@ fn a_refusal_with_nothing_live_sends_the_pending_hedge_at_once() {
     assert_eq!(out, vec![send(0, 0, None), Action::WakeAt(ms(800))]);
     // t=1: refused, no retry left (one attempt): the hedge due at 800 ms is due now instead.
     assert_eq!(d.at(ms(1)).end(&mut call, 0, Feedback::new(Outcome::Rejected, ms(1))), vec![Action::WakeAt(ms(1))]);
-    assert_eq!(d.wake(&mut call), vec![send(1, 1, None)]);
+    assert_eq!(d.wake(&mut call), vec![send_with_fallback(1, 1, None)]);
     // Refused again, no hedge left: the request ends now, not 800 ms later.
     let out = d.at(ms(2)).end(&mut call, 1, Feedback::new(Outcome::Rejected, ms(1)));
     assert_eq!(out, vec![finish(Outcome::Rejected, 2)]);
@@ -900,6 +938,7 @@ fn random_scripts_keep_the_call_invariants() {
                 ..RetryPolicy::default()
             },
             retired: Vec::new(),
+            endpoints,
         };
         // Every endpoint has reported once, at 0, as on a caller's earlier requests: Prequal's
         // reports age out after 10 ms (the quickest latency reported), and a pick probes only the
@@ -1103,11 +1142,11 @@ fn a_retry_goes_back_to_the_endpoint_that_just_failed_only_when_nothing_else_is_
     let picks = vec![0, 1, 1, 2, 0, 0, 0];
     d.policy.balancer = Box::new(Scripted { picks, asked: asked.clone() });
     let (mut call, out) = d.start(false);
-    assert_eq!(out, vec![send(0, 0, None)]);
+    assert_eq!(out, vec![send_with_fallback(0, 0, None)]);
     // 0 is unreachable: retried at once, on 1.
-    assert_eq!(d.end(&mut call, 0, Feedback::new(Outcome::Unavailable, ms(1))), vec![send(1, 1, None)]);
+    assert_eq!(d.end(&mut call, 0, Feedback::new(Outcome::Unavailable, ms(1))), vec![send_with_fallback(1, 1, None)]);
     // 1 refuses: the pick lands on 1 again, so it is made again avoiding 1 alone, and goes to 2.
-    assert_eq!(d.end(&mut call, 1, Feedback::new(Outcome::Rejected, ms(1))), vec![send(2, 2, None)]);
+    assert_eq!(d.end(&mut call, 1, Feedback::new(Outcome::Rejected, ms(1))), vec![send_with_fallback(2, 2, None)]);
     assert_eq!(*asked.lock().unwrap(), [vec![], vec![0], vec![0, 1], vec![1]]);
     d.end(&mut call, 2, Feedback::success(ms(1)));
 
@@ -1115,7 +1154,7 @@ fn a_retry_goes_back_to_the_endpoint_that_just_failed_only_when_nothing_else_is_
     // else (a balancer avoids what it is told while another endpoint is eligible): it stands.
     asked.lock().unwrap().clear();
     let (mut call, _) = d.start(false);
-    assert_eq!(d.end(&mut call, 0, Feedback::new(Outcome::Unavailable, ms(1))), vec![send(1, 0, None)]);
+    assert_eq!(d.end(&mut call, 0, Feedback::new(Outcome::Unavailable, ms(1))), vec![send_with_fallback(1, 0, None)]);
     assert_eq!(*asked.lock().unwrap(), [vec![], vec![0], vec![0]]);
 }
 

@@ -6,7 +6,7 @@ use http_body_util::{BodyExt, Empty, Full};
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode, Version};
 use std::time::Duration;
-use tailguard_policy::admission::Priority;
+use tailguard_policy::admission::{Arrival, Priority, FALLBACK_HEADER};
 
 /// Any error a body may fail with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -272,6 +272,14 @@ pub fn priority(headers: &HeaderMap) -> Priority {
         Some(v) if v.as_bytes().eq_ignore_ascii_case(b"low") => Priority::Low,
         _ => Priority::Normal,
     }
+}
+
+/// What admission reads of a request besides the load: its [`priority`], whether its caller's
+/// egress marked it as having a fallback ([`FALLBACK_HEADER`]`: 1`), and what remains of its
+/// `deadline`.
+pub fn arrival(headers: &HeaderMap, deadline: Option<Duration>) -> Arrival {
+    let fallback = headers.get(FALLBACK_HEADER).is_some_and(|v| v.as_bytes() == b"1");
+    Arrival { priority: priority(headers), fallback, deadline }
 }
 
 /// Whether the response carries a chip (`x-tailguard-chip: 1`).

@@ -40,7 +40,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tailguard_model::build;
-use tailguard_policy::admission::{Admission, AdmissionConfig, AdmissionState, Priority};
+use tailguard_policy::admission::{Admission, AdmissionConfig, AdmissionState, Arrival};
 use tailguard_policy::balance::{ProbeReply, ProbeResponder};
 use tailguard_policy::Time;
 
@@ -182,7 +182,7 @@ impl Ingress {
                 "tailguard: a protocol upgrade (WebSocket) needs HTTP/1.1 to the application (ingress.protocol: http1)";
             return http::text(StatusCode::NOT_IMPLEMENTED, why);
         }
-        let Some(held) = self.admit(http::priority(req.headers())) else {
+        let Some(held) = self.admit(http::arrival(req.headers(), deadline)) else {
             self.metrics.ingress_rejected.inc();
             let mut response = http::text(StatusCode::TOO_MANY_REQUESTS, "tailguard: over capacity");
             response.headers_mut().insert(CHIP, HeaderValue::from_static("0"));
@@ -249,14 +249,14 @@ impl Ingress {
         }
     }
 
-    /// Admits a request of `priority`, counting it until the returned guard drops; `None` means
+    /// Admits a request (`arrival`), counting it until the returned guard drops; `None` means
     /// 429.
-    fn admit(&self, priority: Priority) -> Option<Held<'_>> {
+    fn admit(&self, arrival: Arrival) -> Option<Held<'_>> {
         let now = self.now();
         let mut state = self.lock();
         let (rif, at_app) = (state.in_flight, self.at_app(state.in_flight));
         let State { admission, in_flight, .. } = &mut *state;
-        let admitted = admission.admit_as(now, at_app, priority);
+        let admitted = admission.admit_as(now, at_app, arrival);
         self.report(admission.state(now));
         if !admitted {
             return None;

@@ -479,8 +479,17 @@ async fn the_ingress_keeps_hop_by_hop_and_connection_named_headers_from_the_app(
 
 /// `n` requests to `ingress` at once; their statuses, sorted.
 async fn at_once(ingress: SocketAddr, n: usize) -> Vec<StatusCode> {
+    at_once_with(ingress, n, &[]).await
+}
+
+/// `n` requests to `ingress` at once with `headers`; their statuses, sorted.
+async fn at_once_with(
+    ingress: SocketAddr,
+    n: usize,
+    headers: &'static [(&'static str, &'static str)],
+) -> Vec<StatusCode> {
     let tasks: Vec<_> =
-        (0..n).map(|_| tokio::spawn(async move { get(&client(), ingress, "app", &[]).await.0 })).collect();
+        (0..n).map(|_| tokio::spawn(async move { get(&client(), ingress, "app", headers).await.0 })).collect();
     let mut statuses = Vec::new();
     for task in tasks {
         statuses.push(task.await.unwrap());
@@ -528,11 +537,11 @@ async fn adaptive_admission_learns_the_app_s_queue_and_refuses_while_it_stands()
     // the k-th waits for the k before it. From 16 of them (about 340 ms) the limit is known, and
     // once the queue has stood 100 ms at it, arrivals that would wait are refused at once while
     // they come faster than the app serves (50 a second: 5 in about the last 100 ms); 800 ms in,
-    // the burst still holds the queue (it drains in 1.2 s), and 10 arrive at once.
+    // the burst still holds the queue (it drains in 1.2 s), and 10 arrive at once from an egress
+    // that would retry a refusal on another replica.
     let burst = tokio::spawn(at_once(ingress, 60));
     tokio::time::sleep(Duration::from_millis(800)).await;
-    let refused = at_once(ingress, 10).await;
-    assert_eq!(burst.await.unwrap(), vec![StatusCode::OK; 60]);
+    let refused = at_once_with(ingress, 10, &[("x-tailguard-fallback", "1")]).await;
     let count = refused.iter().filter(|s| **s == StatusCode::TOO_MANY_REQUESTS).count();
     assert!(count >= 5, "{refused:?}");
     // What it learnt, in its metrics: the app's 20 ms, and one waiting behind one in service.
@@ -541,6 +550,13 @@ async fn adaptive_admission_learns_the_app_s_queue_and_refuses_while_it_stands()
     assert!((0.019..0.06).contains(&base), "{metrics}");
     assert_eq!(sample(&metrics, "tailguard_ingress_admission_limit"), 2.0, "{metrics}");
     assert_eq!(sample(&metrics, "tailguard_ingress_admission_enforced"), 1.0, "{metrics}");
+    // Ten with no other replica to go to and 10 ms of deadline left, less than the 20 ms each
+    // request held costs, would miss it: each is refused at once. Ten without a deadline wait
+    // their turn.
+    let doomed = at_once_with(ingress, 10, &[("x-tailguard-deadline-ms", "10")]).await;
+    assert_eq!(doomed, vec![StatusCode::TOO_MANY_REQUESTS; 10]);
+    assert_eq!(at_once(ingress, 10).await, vec![StatusCode::OK; 10]);
+    assert_eq!(burst.await.unwrap(), vec![StatusCode::OK; 60]);
     // The queue drained and no request was refused for a while: everything is admitted again.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(at_once(ingress, 3).await, vec![StatusCode::OK; 3]);

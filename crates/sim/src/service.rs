@@ -7,7 +7,7 @@ use tailguard_model::replica::{child_key, pick_route};
 use tailguard_model::replica::{Fate, ReplicaModel};
 use tailguard_model::schema::{Fanout, Route, Service, TimeoutConfig};
 use tailguard_model::{build, Run};
-use tailguard_policy::admission::Admission;
+use tailguard_policy::admission::{Admission, AdmissionConfig};
 use tailguard_policy::balance::ProbeResponder;
 use tailguard_policy::call::ClientPolicy;
 use tailguard_policy::{Outcome, PackedTime, Time};
@@ -92,6 +92,8 @@ pub(crate) enum Stage {
 pub(crate) struct ServiceModel {
     /// Whether its replicas stop the requests their callers abandon (docs/experiment-files.md).
     pub(crate) cancellable: bool,
+    /// Whether a replica's admission reads its arrivals' deadlines (adaptive admission's).
+    pub(crate) reads_deadlines: bool,
     pub(crate) fanout: Fanout,
     /// Edge index per downstream call, `count` repeats expanded, for a request of each route
     /// (index 0: of no route; r + 1: of route r).
@@ -201,8 +203,10 @@ impl ServiceModel {
                 })
             })
             .collect::<Result<_, SimError>>()?;
+        let reads_deadlines = (0..svc.replicas).any(|r| svc.for_replica(r).admission == AdmissionConfig::Adaptive);
         Ok(ServiceModel {
             cancellable: svc.cancellable,
+            reads_deadlines,
             fanout: svc.fanout,
             plans,
             edge_policy_base,

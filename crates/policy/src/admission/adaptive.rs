@@ -45,6 +45,16 @@
 //!   whose excess is low-priority work sheds that work alone. A request's priority is its
 //!   route's `priority:` in experiment files and the `x-tailguard-priority: low` header at the
 //!   proxy (which forwards it on every hop).
+//! - **Only where a refusal costs little** (issue #36): below capacity a queue stands at its
+//!   limit now and then by chance, and a refusal then fails a request no admission would have
+//!   served unless its caller sends it elsewhere. So the rules above refuse only a request that
+//!   has a fallback ([`Arrival::fallback`]: its caller retries a refusal on another replica, or
+//!   other replicas refused it already); one without (a service of one replica, a caller that
+//!   does not retry) is refused only when doomed: the mean latency of a request finding as many
+//!   held reaches what remains of its deadline, which it would miss anyway after taking a place
+//!   in the queue. Telling 90 % of capacity from 110 % takes a few hundred services' worth of
+//!   arrivals (docs/policies.md), and a lone replica refused on less loses requests below
+//!   capacity.
 //!
 //! Envoy's adaptive concurrency filter, the nearest deployed peer, finds its limit from a minimum
 //! RTT it measures by pinning the limit low every few seconds, refusing requests then even when
@@ -98,6 +108,33 @@ const MOST_TRACKED: usize = 1024;
 /// proxy's ingress, kept by both listeners, sent by the lab's load generator and `serve`.
 pub const PRIORITY_HEADER: &str = "x-tailguard-priority";
 
+/// The header by which a caller's egress says a refusal of this request costs it little
+/// (`x-tailguard-fallback: 1`, [`Arrival::fallback`]); the ingress reads it and strips it.
+pub const FALLBACK_HEADER: &str = "x-tailguard-fallback";
+
+/// What admission knows of an arriving request besides what the replica holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Arrival {
+    /// Lower priorities are refused first.
+    pub priority: Priority,
+    /// Whether a refusal costs it little: its caller retries a refusal on another replica at
+    /// once, or other replicas refused it already (the service is over capacity as a whole).
+    /// Without one, only a request that would miss its deadline is refused (module docs).
+    pub fallback: bool,
+    /// What remains of its deadline, if it has one.
+    pub deadline: Option<Duration>,
+}
+
+impl Arrival {
+    /// A request of normal priority whose caller retries a refusal elsewhere, without a deadline.
+    pub const WITH_FALLBACK: Arrival = Arrival { priority: Priority::Normal, fallback: true, deadline: None };
+
+    /// This request with `priority`.
+    pub fn of(self, priority: Priority) -> Arrival {
+        Arrival { priority, ..self }
+    }
+}
+
 /// A request's priority at admission: lower priorities are refused first (`priority:` on a route
 /// in experiment files, `x-tailguard-priority` at the proxy's ingress).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize)]
@@ -119,6 +156,9 @@ pub struct AdaptiveAdmission {
     base: Option<f64>,
     /// The limits the levels give (recomputed at each answer).
     limits: Option<Limits>,
+    /// The replica's pace where it queues, if it does ([`Self::pace_now`], recomputed at each
+    /// answer).
+    pace: Option<f64>,
     /// The arrivals (admitted or refused) of about the last interval: a count that decays by
     /// `e` each interval, and when it was last counted.
     arrivals: (f64, Time),
@@ -248,6 +288,25 @@ impl AdaptiveAdmission {
         Some(Limits { normal, low: low.unwrap_or(normal).min(normal), rate })
     }
 
+    /// Whether a request finding `in_system` held would, on average, still be there when
+    /// `deadline` has passed: each one held costs the time per answer of the replica at the most
+    /// it was seen to hold ([`Self::pace_now`]).
+    fn doomed(&self, in_system: u32, deadline: Option<Duration>) -> bool {
+        let (Some(pace), Some(left)) = (self.pace, deadline) else { return false };
+        (f64::from(in_system) + 1.0) / pace >= nanos(left)
+    }
+
+    /// The answers per nanosecond the replica gives at the most it was seen to hold (the last
+    /// pool of answers; Little's law: the requests there over their latency), if its answers
+    /// queued there ([`QUEUED`] times the quickest): its capacity, known without the base, which
+    /// a replica overloaded from its start never shows. A replica that does not queue has none,
+    /// and none of its requests is doomed.
+    fn pace_now(&self) -> Option<f64> {
+        let quickest = self.quickest()?;
+        let most = self.pools(0).last()?;
+        (most.latency >= QUEUED * quickest).then(|| (most.held + 1.0) / most.latency)
+    }
+
     /// Counts an arrival at `now` and tells whether the arrivals of about the last interval
     /// outpaced what the replica serves at its limit: only then is one refused.
     fn arrive(&mut self, now: Time) -> bool {
@@ -329,15 +388,22 @@ fn interval_of(base: Duration) -> Duration {
 
 impl Admission for AdaptiveAdmission {
     fn admit(&mut self, now: Time, in_system: u32) -> bool {
-        self.admit_as(now, in_system, Priority::Normal)
+        self.admit_as(now, in_system, Arrival::default())
     }
 
-    fn admit_as(&mut self, now: Time, in_system: u32, priority: Priority) -> bool {
+    fn admit_as(&mut self, now: Time, in_system: u32, arrival: Arrival) -> bool {
+        let priority = arrival.priority;
         if priority == Priority::Low {
             self.last_low = Some(now);
         }
         let outpaced = self.arrive(now);
         self.follow(now, in_system);
+        if self.doomed(in_system, arrival.deadline) {
+            return false;
+        }
+        if !arrival.fallback {
+            return true;
+        }
         if self.measuring(now) {
             return in_system == 0;
         }
@@ -371,6 +437,7 @@ impl Admission for AdaptiveAdmission {
         *mean += (nanos(latency) - *mean) / f64::from((*n).min(LEVEL_MEMORY));
         self.base = self.base_now();
         self.limits = self.limits_now();
+        self.pace = self.pace_now();
     }
 
     fn capacity(&self, now: Time) -> Option<u32> {
@@ -393,6 +460,9 @@ mod tests {
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
+
+    /// A request whose caller retries a refusal elsewhere: the rules apply in full.
+    const RETRIED: Arrival = Arrival::WITH_FALLBACK;
 
     /// A one-worker replica of 100 ms service as its answers show it: 100 ms idle, 200 ms behind
     /// one, 300 ms behind two.
@@ -433,7 +503,7 @@ mod tests {
         fresh.answered(Time::ZERO, 0, 100 * MS);
         fresh.answered(Time::ZERO, 1, 200 * MS);
         assert_eq!(fresh.limit(Priority::Normal), None);
-        assert!(fresh.admit(Time::ZERO, 1_000));
+        assert!(fresh.admit_as(Time::ZERO, 1_000, RETRIED));
     }
 
     #[test]
@@ -446,7 +516,7 @@ mod tests {
         }
         assert_eq!(a.limit(Priority::Normal), None);
         a.observe(Time::ZERO, 60);
-        assert!(a.admit(10 * 100 * MS, 60));
+        assert!(a.admit_as(10 * 100 * MS, 60, RETRIED));
     }
 
     #[test]
@@ -456,31 +526,31 @@ mod tests {
         let t = |ms: u64| Time::from_millis(ms);
         a.observe(t(1000), 2);
         // ... is a burst for 400 ms: everything is admitted, however long the queue.
-        assert!(a.admit(t(1100), 3));
-        assert!(a.admit(t(1399), 4));
+        assert!(a.admit_as(t(1100), 3, RETRIED));
+        assert!(a.admit_as(t(1399), 4, RETRIED));
         assert!(!a.enforced(t(1399)));
         // Standing a whole interval at its limit without growing, the replica kept pace: a new
         // interval is judged.
         a.observe(t(1400), 2);
         assert!(!a.enforced(t(1400)));
-        assert!(a.admit(t(1400), 2));
+        assert!(a.admit_as(t(1400), 2, RETRIED));
         // Standing the next one and growing, the limit is enforced: a request finding two held
         // is refused (no low-priority request arrives to give way first).
         a.observe(t(1800), 3);
         assert!(a.sheds(t(1800), Priority::Normal));
-        assert!(!a.admit(t(1800), 2));
-        assert!(a.admit(t(1850), 1));
+        assert!(!a.admit_as(t(1800), 2, RETRIED));
+        assert!(a.admit_as(t(1850), 1, RETRIED));
         assert_eq!(a.capacity(t(1850)), Some(2));
         // Each refusal keeps it for another interval: refused at 2.1 s, enforced until 2.5 s.
-        assert!(!a.admit(t(2100), 2));
+        assert!(!a.admit_as(t(2100), 2, RETRIED));
         a.observe(t(2150), 0);
         assert!(a.enforced(t(2499)));
         assert!(!a.enforced(t(2500)));
-        assert!(a.admit(t(2500), 5));
+        assert!(a.admit_as(t(2500), 5, RETRIED));
         assert_eq!(a.capacity(t(2500)), None);
         // A burst well above the limit is shed once it has stood an interval, draining or not.
         a.observe(t(3000), 9);
-        assert!(!a.admit(t(3400), 6));
+        assert!(!a.admit_as(t(3400), 6, RETRIED));
     }
 
     #[test]
@@ -492,7 +562,7 @@ mod tests {
         // A burst that grows the queue for 50 ms and drains is admitted whole.
         a.observe(t(1000), 2);
         for k in 1..=50 {
-            assert!(a.admit(t(1000 + k), 2 + k as u32 / 10), "{k} ms into the burst");
+            assert!(a.admit_as(t(1000 + k), 2 + k as u32 / 10, RETRIED), "{k} ms into the burst");
         }
         a.observe(t(1060), 1);
         assert!(!a.enforced(t(1060)));
@@ -500,10 +570,10 @@ mod tests {
         // a second, Little's law at its limit: two held over 4 ms), is shed.
         a.observe(t(2000), 2);
         for k in 1..100 {
-            assert!(a.admit(t(2000 + k), 2 + k as u32 / 2));
+            assert!(a.admit_as(t(2000 + k), 2 + k as u32 / 2, RETRIED));
         }
         a.observe(t(2100), 52);
-        assert!(!a.admit(t(2100), 52));
+        assert!(!a.admit_as(t(2100), 52, RETRIED));
     }
 
     #[test]
@@ -518,11 +588,11 @@ mod tests {
         a.observe(t(1400), 3);
         assert!(a.sheds(t(1400), Priority::Normal));
         for k in 0..10 {
-            assert!(a.admit(t(1400 + 200 * k), 3), "arrival {k}");
+            assert!(a.admit_as(t(1400 + 200 * k), 3, RETRIED), "arrival {k}");
         }
         // Arrivals at twice the rate: refused once about the last interval holds four (the
         // count decays by e each interval: 2.5 at 3.4 s, 4.4 at 3.55 s).
-        let refused: Vec<bool> = (0..6).map(|k| !a.admit(t(3400 + 50 * k), 3)).collect();
+        let refused: Vec<bool> = (0..6).map(|k| !a.admit_as(t(3400 + 50 * k), 3, RETRIED)).collect();
         assert_eq!(refused, [false, false, false, true, true, true]);
     }
 
@@ -536,10 +606,37 @@ mod tests {
             a.observe(t(400 * k), 3);
         }
         assert!(!a.enforced(t(4000)));
-        assert!(a.admit(t(4000), 3));
+        assert!(a.admit_as(t(4000), 3, RETRIED));
         // Four at the end of the next: it grew, and the limit is enforced.
         a.observe(t(4400), 4);
-        assert!(!a.admit(t(4400), 3));
+        assert!(!a.admit_as(t(4400), 3, RETRIED));
+    }
+
+    #[test]
+    fn a_request_without_a_fallback_is_refused_only_when_it_would_miss_its_deadline() {
+        let mut a = flooded(one_worker());
+        let t = |ms: u64| Time::from_millis(ms);
+        // A queue at the limit that stood a whole interval and grew: the limit is enforced.
+        a.observe(t(1000), 2);
+        a.observe(t(1400), 3);
+        assert!(!a.admit_as(t(1400), 2, RETRIED));
+        // A request no other replica may take is admitted there, if its deadline leaves room
+        // for the mean latency behind two (300 ms: 100 ms a request held)...
+        let lone = Arrival::default();
+        assert!(a.admit_as(t(1401), 2, lone));
+        assert!(a.admit_as(t(1402), 2, Arrival { deadline: Some(301 * MS), ..lone }));
+        // ... and refused, enforced or not, when it would miss it on average.
+        assert!(!a.admit_as(t(1403), 2, Arrival { deadline: Some(300 * MS), ..lone }));
+        assert!(!a.admit_as(t(9000), 9, Arrival { deadline: Some(900 * MS), ..lone }));
+        assert!(a.admit_as(t(9000), 7, Arrival { deadline: Some(900 * MS), ..lone }));
+        // A replica whose latency does not grow with what it holds dooms nothing.
+        let mut flat = AdaptiveAdmission::new();
+        for held in 0..50 {
+            for _ in 0..MIN_ANSWERS {
+                flat.answered(Time::ZERO, held, 100 * MS);
+            }
+        }
+        assert!(flat.admit_as(t(0), 500, Arrival { deadline: Some(101 * MS), ..lone }));
     }
 
     #[test]
@@ -558,23 +655,23 @@ mod tests {
         assert_eq!(a.limit(Priority::Low), Some(4));
         let mut a = flooded(a);
         a.observe(Time::ZERO, 6);
-        assert!(a.admit_as(200 * MS, 6, Priority::Low));
+        assert!(a.admit_as(200 * MS, 6, RETRIED.of(Priority::Low)));
         let later = 400 * MS;
         a.observe(later, 7);
         // Where low-priority requests arrive, the first interval of a standing queue holds them
         // alone to their limit.
         assert!(a.sheds(later, Priority::Low) && !a.sheds(later, Priority::Normal));
-        assert!(!a.admit_as(later, 4, Priority::Low));
-        assert!(a.admit_as(later, 3, Priority::Low));
-        assert!(a.admit_as(later, 6, Priority::Normal));
+        assert!(!a.admit_as(later, 4, RETRIED.of(Priority::Low)));
+        assert!(a.admit_as(later, 3, RETRIED.of(Priority::Low)));
+        assert!(a.admit_as(later, 6, RETRIED.of(Priority::Normal)));
         // A second holds the others to theirs.
         a.observe(500 * MS, 6);
-        assert!(!a.admit_as(700 * MS, 6, Priority::Low));
+        assert!(!a.admit_as(700 * MS, 6, RETRIED.of(Priority::Low)));
         let again = 900 * MS;
         a.observe(again, 7);
         assert!(a.sheds(again, Priority::Normal));
-        assert!(a.admit_as(again, 5, Priority::Normal));
-        assert!(!a.admit_as(again, 6, Priority::Normal));
+        assert!(a.admit_as(again, 5, RETRIED.of(Priority::Normal)));
+        assert!(!a.admit_as(again, 6, RETRIED.of(Priority::Normal)));
     }
 
     #[test]
@@ -594,8 +691,8 @@ mod tests {
         // Three held standing a whole second is no queue there: nothing is measured or refused.
         let t = |ms: u64| Time::from_millis(ms);
         a.observe(t(0), 3);
-        assert!(a.admit(t(1000), 3));
-        assert!(a.admit(t(1001), 3));
+        assert!(a.admit_as(t(1000), 3, RETRIED));
+        assert!(a.admit_as(t(1001), 3, RETRIED));
         assert_eq!(a.state(t(1001)), AdmissionState { limit: None, enforced: false, base: Some(20 * MS) });
         // Answers at seven held that waited a whole service place the limit where their pool
         // begins (five: counts with few answers are pooled up), one request past it.
@@ -627,12 +724,14 @@ mod tests {
         // Two or more held for an interval of the quickest answers (4 × 500 ms) starts measuring.
         let t = |ms: u64| Time::from_millis(ms);
         a.observe(t(1000), 6);
-        assert!(a.admit(t(2999), 6));
-        assert!(!a.admit(t(3000), 2));
-        assert!(!a.admit(t(3400), 1));
+        assert!(a.admit_as(t(2999), 6, RETRIED));
+        assert!(!a.admit_as(t(3000), 2, RETRIED));
+        // Not one whose refusal would fail it: no other replica may take it.
+        assert!(a.admit_as(t(3000), 2, Arrival::default()));
+        assert!(!a.admit_as(t(3400), 1, RETRIED));
         assert_eq!(a.capacity(t(3400)), Some(1));
         assert_eq!(a.state(t(3400)), AdmissionState { limit: Some(1), enforced: true, base: None });
-        assert!(a.admit(t(3500), 0));
+        assert!(a.admit_as(t(3500), 0, RETRIED));
         // Answers at an idle replica give the base; the limit replaces the measurement.
         for _ in 0..MIN_ANSWERS {
             a.answered(t(3600), 0, 100 * MS);
@@ -641,13 +740,13 @@ mod tests {
         let mut a = flooded(a);
         // Only four and five held have answers yet: the limit is five until fewer fill in.
         assert_eq!(a.limit(Priority::Normal), Some(5));
-        assert!(a.admit(t(3700), 1));
+        assert!(a.admit_as(t(3700), 1, RETRIED));
         // Not measured again: the limit is enforced once its own queue stands (400 ms).
         a.observe(t(3700), 6);
-        assert!(a.admit(t(4099), 7));
-        assert!(!a.admit_as(t(4100), 7, Priority::Low));
+        assert!(a.admit_as(t(4099), 7, RETRIED));
+        assert!(!a.admit_as(t(4100), 7, RETRIED.of(Priority::Low)));
         a.observe(t(4100), 6);
-        assert!(!a.admit_as(t(4300), 6, Priority::Low));
-        assert!(!a.admit(t(4500), 6));
+        assert!(!a.admit_as(t(4300), 6, RETRIED.of(Priority::Low)));
+        assert!(!a.admit_as(t(4500), 6, RETRIED));
     }
 }

@@ -5,7 +5,7 @@ mod adaptive;
 mod capacity;
 mod dynamic;
 
-pub use adaptive::{AdaptiveAdmission, Priority, PRIORITY_HEADER};
+pub use adaptive::{AdaptiveAdmission, Arrival, Priority, FALLBACK_HEADER, PRIORITY_HEADER};
 pub use capacity::FixedCapacity;
 pub use dynamic::DynamicCapacity;
 
@@ -113,8 +113,9 @@ pub trait Admission: Send {
     /// holds (queued plus in service) before it. `false` means answer 429.
     fn admit(&mut self, now: Time, in_system: u32) -> bool;
 
-    /// The same for a request of `priority`; policies without priorities admit it as any other.
-    fn admit_as(&mut self, now: Time, in_system: u32, _priority: Priority) -> bool {
+    /// The same for a request `arrival` says more of; policies that do not read it admit it as any
+    /// other.
+    fn admit_as(&mut self, now: Time, in_system: u32, _arrival: Arrival) -> bool {
         self.admit(now, in_system)
     }
 

@@ -212,6 +212,7 @@ impl PeerPolicy {
                 retry_overloaded: false,
             },
             retired: Vec::new(),
+            endpoints,
         }
     }
 }

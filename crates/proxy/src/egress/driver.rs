@@ -227,13 +227,13 @@ impl<'a> Driver<'a> {
         let mut finished = None;
         for action in out.drain(..) {
             match action {
-                Action::Send { attempt, endpoint, policy_timeout, .. } => {
+                Action::Send { attempt, endpoint, policy_timeout, fallback, .. } => {
                     if let Some(trace) = &mut self.trace {
                         let addr = self.upstream.endpoint(endpoint).map(|e| e.addr);
                         trace.on_send(attempt, addr.as_ref(), policy_timeout, !self.attempts.is_empty());
                     }
                     self.count_send(attempt, endpoint, policy_timeout);
-                    self.send(call, attempt, endpoint, policy_timeout);
+                    self.send(call, attempt, endpoint, policy_timeout, fallback);
                 }
                 Action::Cancel { attempt, endpoint, reason } => {
                     if let Some(trace) = &mut self.trace {

@@ -17,6 +17,7 @@ use hyper::{HeaderMap, Request, Response, Uri};
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
+use tailguard_policy::admission::FALLBACK_HEADER;
 use tailguard_policy::call::Call;
 use tailguard_policy::EndpointId;
 
@@ -42,8 +43,16 @@ impl pool::Error {
 }
 
 impl Driver<'_> {
-    /// Starts attempt `attempt` to `endpoint`.
-    pub(super) fn send(&mut self, call: &Call, attempt: u32, endpoint: EndpointId, policy_timeout: Option<Duration>) {
+    /// Starts attempt `attempt` to `endpoint`; a `fallback` one is marked so
+    /// ([`FALLBACK_HEADER`]: its refusal costs the request little).
+    pub(super) fn send(
+        &mut self,
+        call: &Call,
+        attempt: u32,
+        endpoint: EndpointId,
+        policy_timeout: Option<Duration>,
+        fallback: bool,
+    ) {
         let body = match (&self.template.body, self.streamed.take()) {
             (Some(bytes), _) => http::bytes(bytes),
             (None, Some(body)) => body.map_err(BoxError::from).boxed(),
@@ -63,12 +72,13 @@ impl Driver<'_> {
         if let Some(trace) = &self.trace {
             trace.inject(attempt, &mut traced);
         }
-        let request = origin_request(&self.template, body, remaining, &traced);
+        let own = (remaining, fallback);
+        let request = origin_request(&self.template, body, own, &traced);
         let rebuild = self.replayable.then(|| {
             let template = self.template.clone();
             move || {
                 let body = template.body.as_ref().map_or_else(http::empty, http::bytes);
-                origin_request(&template, body, remaining, &traced)
+                origin_request(&template, body, own, &traced)
             }
         });
         let pool = target.pool.clone();
@@ -101,10 +111,10 @@ impl Driver<'_> {
 }
 
 /// An attempt's request (origin-form URI: the pool sets `Host` if the application sent none, and
-/// over HTTP/2 makes it the `:authority`) with the remaining deadline for the next hop and the
-/// attempt's trace context.
-fn origin_request(t: &Template, body: Body, remaining: Option<Duration>, traced: &HeaderMap) -> Request<Body> {
-    let mut request = attempt_request(t, body, remaining, traced);
+/// over HTTP/2 makes it the `:authority`) with the attempt's own: the remaining deadline for the
+/// next hop and whether a refusal of it has a fallback; and its trace context.
+fn origin_request(t: &Template, body: Body, own: (Option<Duration>, bool), traced: &HeaderMap) -> Request<Body> {
+    let mut request = attempt_request(t, body, own, traced);
     *request.uri_mut() = Uri::from(t.path.clone());
     request
 }
@@ -114,15 +124,16 @@ fn origin_request(t: &Template, body: Body, remaining: Option<Duration>, traced:
 const ATTEMPT_HEADERS: usize = 12;
 
 /// The template's method and headers on `body`, plus the deadline left (and for gRPC as
-/// `grpc-timeout`) and the trace context.
-fn attempt_request(t: &Template, body: Body, remaining: Option<Duration>, traced: &HeaderMap) -> Request<Body> {
+/// `grpc-timeout`), the fallback mark ([`FALLBACK_HEADER`]) and the trace context.
+fn attempt_request(t: &Template, body: Body, own: (Option<Duration>, bool), traced: &HeaderMap) -> Request<Body> {
+    let (remaining, fallback) = own;
     // Set in place: each step of `Request::builder()` moves the whole request head.
     let mut request = Request::new(body);
     *request.method_mut() = t.method.clone();
     let headers = request.headers_mut();
     // Not `t.headers.clone()`: a cloned map's entries have no spare room, and hyper reuses this
     // map for the response's headers, so every request paid for regrowing it twice.
-    headers.reserve(ATTEMPT_HEADERS.max(t.headers.len() + 2));
+    headers.reserve(ATTEMPT_HEADERS.max(t.headers.len() + 3));
     for (name, value) in &t.headers {
         headers.append(name, value.clone());
     }
@@ -131,6 +142,9 @@ fn attempt_request(t: &Template, body: Body, remaining: Option<Duration>, traced
         if t.grpc {
             headers.insert(grpc::TIMEOUT, grpc::timeout_value(r));
         }
+    }
+    if fallback {
+        headers.insert(FALLBACK_HEADER, HeaderValue::from_static("1"));
     }
     for (name, value) in traced {
         headers.insert(name, value.clone());

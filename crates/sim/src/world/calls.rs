@@ -24,7 +24,7 @@ pub(super) enum Owner {
 /// generation it fills four cache lines (the run keeps thousands in flight, and every line one
 /// spans is a miss when its next event comes).
 pub(super) struct CallState {
-    call: Call,
+    pub(super) call: Call,
     pub(super) owner: Owner,
     policy: u32,
     callee: u16,
@@ -100,7 +100,7 @@ impl World {
             let state = self.calls.get_mut(key).expect("the call is live while it acts");
             let between_services = matches!(state.owner, Owner::Job(_));
             match action {
-                Action::Send { attempt, endpoint, policy_timeout, .. } => {
+                Action::Send { attempt, endpoint, policy_timeout, fallback, .. } => {
                     if let Some(t) = &mut self.tracer {
                         t.attempt_sent(key, attempt, endpoint, policy_timeout, self.now);
                     }
@@ -122,6 +122,7 @@ impl World {
                         request: state.draws,
                         route: state.call.class(),
                         caller: if let Owner::Job(job) = state.owner { Some(job) } else { None },
+                        fallback,
                     };
                     state.reached.push(Reached::Travelling);
                     let callee = state.callee;

@@ -74,6 +74,8 @@ pub(super) enum Event {
         route: u16,
         /// The job that made the call, if a job did (for prefetching it with the answer).
         caller: Option<Key>,
+        /// Whether a refusal costs it little ([`Action::Send`](tailguard_policy::Action::Send)).
+        fallback: bool,
     },
     /// A replica (replica `replica` of service `service`, for prefetching) finished the local work
     /// of a job.
@@ -326,8 +328,10 @@ impl World {
         for event in self.events.upcoming() {
             match event {
                 Event::AttemptArrives { call, service, replica, .. } => {
-                    // Only a cancellable service's arrivals (or a tracer) read the call.
-                    if self.tracer.is_some() || self.services.get(*service as usize).is_some_and(|s| s.cancellable) {
+                    // Only a cancellable service's arrivals, an adaptive admission's (its
+                    // deadline) or a tracer read the call.
+                    let reads = |s: &ServiceModel| s.cancellable || s.reads_deadlines;
+                    if self.tracer.is_some() || self.services.get(*service as usize).is_some_and(reads) {
                         self.calls.prefetch(*call);
                     }
                     self.prefetch_replica(*service, *replica);
@@ -400,7 +404,15 @@ impl World {
                 request,
                 route,
                 caller,
-            } => self.attempt_arrives(call, attempt, service, replica, (sent, timeout, series, request, route, caller)),
+                fallback,
+            } => self.attempt_arrives(
+                call,
+                attempt,
+                service,
+                replica,
+                (sent, timeout, series, request, route, caller),
+                fallback,
+            ),
             Event::WorkDone { job, .. } => self.work_done(job),
             Event::CancelArrives { call, attempt, job } => self.cancel_arrives(call, attempt, job),
             Event::Answer { job, outcome } => self.respond(job, outcome),

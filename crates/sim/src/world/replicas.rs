@@ -9,7 +9,7 @@ use crate::service::{Job, Stage};
 use crate::slab::Key;
 use tailguard_model::replica::{child_key, Fate};
 use tailguard_model::schema::Fanout;
-use tailguard_policy::admission::Priority;
+use tailguard_policy::admission::{Arrival, Priority};
 use tailguard_policy::{Outcome, PackedTime};
 
 impl World {
@@ -20,6 +20,7 @@ impl World {
         service: u16,
         replica: u32,
         (sent, timeout, series, request, route, caller): (PackedTime, PackedTime, Option<u16>, u64, u16, Option<Key>),
+        fallback: bool,
     ) {
         let (s, r) = (service as usize, replica as usize);
         if !self.arrives_uncancelled(call, attempt, s, r) {
@@ -45,10 +46,13 @@ impl World {
             self.metrics.accepted(s, r, now);
             return refuse(self, Outcome::Unavailable);
         }
+        let reads = self.services[s].reads_deadlines;
+        let deadline = reads.then(|| self.calls.get_mut(call)?.call.deadline()).flatten();
+        let deadline = deadline.map(|d| d.saturating_sub(now));
         let svc = &mut self.services[s];
         let priority = usize::from(route).checked_sub(1).map_or(Priority::Normal, |i| svc.routes[i].priority);
         let rep = &mut svc.replicas[r];
-        if !rep.admission.admit_as(now, rep.held, priority) {
+        if !rep.admission.admit_as(now, rep.held, Arrival { priority, fallback, deadline }) {
             return refuse(self, Outcome::Rejected);
         }
         self.metrics.accepted(s, r, now);
