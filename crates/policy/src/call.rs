@@ -84,8 +84,8 @@ pub enum Action {
     /// [`Call::on_attempt_end`]. The call enforces `timeout` itself (through a wake); it is the
     /// timeout policy's value (`policy_timeout`) clamped by the request's remaining deadline.
     /// `fallback`: a refusal of it costs the request little (the call retries a refusal on
-    /// another endpoint at once, or an endpoint refused it already), which the callee's adaptive
-    /// admission needs to know ([`Arrival::fallback`](crate::admission::Arrival::fallback)).
+    /// another endpoint at once, an endpoint refused it already, or it races an attempt still
+    /// live), which the callee's adaptive admission needs to know ([`Arrival::fallback`](crate::admission::Arrival::fallback)).
     Send {
         attempt: u32,
         endpoint: EndpointId,
@@ -687,8 +687,9 @@ impl Call {
             tag: Tag::live(index, raced),
         });
         let others = policy.endpoints.saturating_sub(policy.retired.len()) > 1;
+        // A race's refusal leaves the attempt it races; a retry's follows the service's refusal.
         let refused = self.last_failed != NO_ENDPOINT && self.last_failure == Outcome::Rejected;
-        let fallback = refused || (others && policy.retry.retries_refusal(self.retries + 1));
+        let fallback = raced || refused || (others && policy.retry.retries_refusal(self.retries + 1));
         ctx.out.push(Action::Send { attempt, endpoint, timeout, policy_timeout: own, fallback });
         while let Some(probe) = policy.balancer.take_probe() {
             ctx.out.push(Action::Probe { endpoint: probe, awaited: false });

@@ -359,7 +359,7 @@ fn an_overdue_attempt_is_abandoned_after_the_policy_s_patience_only_while_anothe
     let (mut call, _) = d.start(true);
     // t=100: attempt 0 is overdue, kept until 250 ms after its start; the retry goes out.
     let out = d.at(ms(100)).wake(&mut call);
-    assert_eq!(out, vec![overdue(0, 0), send(1, 1, Some(ms(100))), Action::WakeAt(ms(200))]);
+    assert_eq!(out, vec![overdue(0, 0), send_with_fallback(1, 1, Some(ms(100))), Action::WakeAt(ms(200))]);
     // t=200: the retry is overdue too, kept until t=350; no attempts are left.
     assert_eq!(d.at(ms(200)).wake(&mut call), vec![overdue(1, 1), Action::WakeAt(ms(250))]);
     // t=250: attempt 0 has waited its patience while the retry runs: given up as lost (counted
@@ -392,13 +392,13 @@ fn a_lost_attempt_is_raced_from_the_budgets_allowance_for_lost_attempts() {
     let (mut c, _) = d.at(ms(2)).start(true);
     // t=100: a's timeout fires and its race takes the budget's one retry.
     let out = d.at(ms(100)).wake(&mut a);
-    assert_eq!(out, vec![overdue(0, 0), send(1, 1, Some(ms(100))), Action::WakeAt(ms(200))]);
+    assert_eq!(out, vec![overdue(0, 0), send_with_fallback(1, 1, Some(ms(100))), Action::WakeAt(ms(200))]);
     // t=101, t=102: b's and c's find it spent: each keeps its only attempt.
     assert_eq!(d.at(ms(101)).wake(&mut b), vec![overdue(0, 1), Action::WakeAt(ms(251))]);
     assert_eq!(d.at(ms(102)).wake(&mut c), vec![overdue(0, 2), Action::WakeAt(ms(252))]);
     // t=251: b's attempt has waited its patience unanswered, lost as far as the caller can tell
     // (a hung endpoint): kept, and raced from the allowance for lost attempts.
-    assert_eq!(d.at(ms(251)).wake(&mut b), vec![send(1, 2, Some(ms(100))), Action::WakeAt(ms(351))]);
+    assert_eq!(d.at(ms(251)).wake(&mut b), vec![send_with_fallback(1, 2, Some(ms(100))), Action::WakeAt(ms(351))]);
     // t=252: that allowance is spent too: c's attempt is only kept, until it answers or a deadline.
     assert_eq!(d.at(ms(252)).wake(&mut c), vec![]);
     assert!(c.is_waiting_for(0));
@@ -622,7 +622,7 @@ fn a_hedge_after_patience_wins_and_the_first_attempt_is_cancelled() {
     let (mut call, out) = d.start(true);
     assert_eq!(out, vec![send(0, 0, None), Action::WakeAt(ms(30))]);
     // t=30: no answer yet: the hedge goes to endpoint 1; attempts are 2 in all, so nothing else.
-    assert_eq!(d.at(ms(30)).wake(&mut call), vec![send(1, 1, None)]);
+    assert_eq!(d.at(ms(30)).wake(&mut call), vec![send_with_fallback(1, 1, None)]);
     // t=45: the hedge answers first: the first attempt is cancelled.
     let out = d.at(ms(45)).end(&mut call, 1, Feedback::success(ms(15)));
     assert_eq!(out, vec![cancel(0, 0), finish(Outcome::Success, 2)]);
@@ -724,9 +724,9 @@ fn without_a_budget_hedges_are_limited_by_their_policy_alone() {
     d.policy.retry.budget = None;
     d.class().hedge = Some(Box::new(Speculative::new(4, ms(30), None)));
     let (mut call, _) = d.start(true);
-    assert_eq!(d.at(ms(30)).wake(&mut call), vec![send(1, 1, None), Action::WakeAt(ms(60))]);
-    assert_eq!(d.at(ms(60)).wake(&mut call), vec![send(2, 2, None), Action::WakeAt(ms(90))]);
-    assert_eq!(d.at(ms(90)).wake(&mut call), vec![send(3, 3, None)]);
+    assert_eq!(d.at(ms(30)).wake(&mut call), vec![send_with_fallback(1, 1, None), Action::WakeAt(ms(60))]);
+    assert_eq!(d.at(ms(60)).wake(&mut call), vec![send_with_fallback(2, 2, None), Action::WakeAt(ms(90))]);
+    assert_eq!(d.at(ms(90)).wake(&mut call), vec![send_with_fallback(3, 3, None)]);
 }
 
 /// speculative-task.txt's Monix test, "succeed even if the first attempt fails":
@@ -856,7 +856,7 @@ fn the_percentile_hedge_spends_its_budget_on_late_attempts_only() {
     let start = ms(20);
     let (mut late, out) = d.at(start).start(true);
     assert_eq!(out, vec![send(0, 1, None), Action::WakeAt(start + due)]);
-    assert_eq!(d.at(start + due).wake(&mut late), vec![send(1, 2, None)]);
+    assert_eq!(d.at(start + due).wake(&mut late), vec![send_with_fallback(1, 2, None)]);
     let out = d.at(start + due + ms(10)).end(&mut late, 1, Feedback::success(ms(10)));
     assert_eq!(out, vec![cancel(0, 1), finish(Outcome::Success, 2)]);
 }
