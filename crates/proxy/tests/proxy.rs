@@ -416,6 +416,27 @@ async fn internal_headers_are_stripped_and_the_deadline_propagated() {
 }
 
 #[tokio::test]
+async fn an_attempt_whose_refusal_would_be_retried_elsewhere_is_marked_for_admission() {
+    let (a, b) =
+        (Backend::start("a", Mode::Ok(Duration::ZERO)).await, Backend::start("b", Mode::Ok(Duration::ZERO)).await);
+    // Two endpoints and a second attempt allowed: a refusal would be retried on the other one.
+    let retrying = egress(&[&a, &b], "{retry: {max_attempts: 2}}").await;
+    let (status, headers, _) = get(&client(), retrying.egress.unwrap(), "svc", &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers["x-seen"], "x-tailguard-fallback=1");
+    // One endpoint, or no retry: a refusal would fail the request, and the attempt says nothing.
+    let lone = egress(&[&a], "{retry: {max_attempts: 2}}").await;
+    let once = egress(&[&a, &b], "{}").await;
+    for proxy in [&lone, &once] {
+        let (status, headers, _) = get(&client(), proxy.egress.unwrap(), "svc", &[]).await;
+        assert_eq!((status, headers["x-seen"].to_str().unwrap()), (StatusCode::OK, ""));
+    }
+    for proxy in [retrying, lone, once] {
+        proxy.shutdown().await;
+    }
+}
+
+#[tokio::test]
 async fn every_value_of_a_repeated_header_reaches_each_attempt() {
     let (refusing, _ok, proxy) = refusing_and_ok().await;
     let client = client();
@@ -443,7 +464,12 @@ async fn sidecar(app: &Backend, admission: &str) -> Proxy {
 async fn the_ingress_strips_spoofed_headers_and_sets_its_chip() {
     let app = Backend::start("app", Mode::Ok(Duration::ZERO)).await;
     let server = sidecar(&app, "{kind: none}").await;
-    let spoof = [("x-tailguard-chip", "0"), ("x-tailguard-evil", "1"), ("x-tailguard-deadline-ms", "3000")];
+    let spoof = [
+        ("x-tailguard-chip", "0"),
+        ("x-tailguard-evil", "1"),
+        ("x-tailguard-fallback", "1"),
+        ("x-tailguard-deadline-ms", "3000"),
+    ];
     let (status, headers, _) = get(&client(), server.ingress.unwrap(), "app", &spoof).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(headers["x-seen"], "x-tailguard-deadline-ms=3000", "only the deadline reaches the app");

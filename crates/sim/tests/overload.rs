@@ -83,16 +83,20 @@ fn adaptive_admission_keeps_admitted_requests_fast_past_capacity_and_costs_nothi
     }
 }
 
-/// Issue #36's bound below capacity for a service of a single replica, which no caller can retry
-/// a refusal on: with adaptive admission at its ingress, success within 1 % of no admission's (all
-/// of it: the 2 s deadline is 100 services) from 50 % to 90 % of capacity, one worker or four,
-/// exponential or constant service. Such a request is refused only when it would miss its
-/// deadline on average; before that rule (2026-12-07) one worker of exponential 20 ms was refused
-/// 1.0–1.1 % of its requests at 50 %, 8.4–10.1 % at 75 % and 13.7–16.5 % at 90 % (docs/policies.md,
-/// "Below capacity, a service of one replica"). Past capacity (150 %) it answers at once some of
-/// what no admission fails at the deadline, and serves as many.
+/// Issue #36's bounds for a service of a single replica, which no caller can retry a refusal
+/// on, with adaptive admission at its ingress. Below capacity (50 % to 90 %, one worker or four,
+/// exponential or constant service): success within 1 % of no admission's (all of it: the 2 s
+/// deadline is 100 services). Before the fallback rule (2026-12-07) one worker of exponential
+/// 20 ms was refused 1.0–1.1 % of its requests at 50 %, 8.4–10.1 % at 75 % and 13.7–16.5 % at
+/// 90 % (docs/policies.md, "Below capacity, a service of one replica"). Past capacity (150 %,
+/// 200 %), once the overload is beyond doubt: goodput at least 0.95 × no admission's, which
+/// serves the capacity (0.97–1.00 × on these seeds, 0.95–1.04 × on seven held out), the
+/// successes' median a tenth of no admission's or less (128–137 ms against 1.97 s for one
+/// worker, 38–50 ms against 1.98 s for four), and few requests left to wait out the deadline.
+/// On two held-out seeds (1 and 202) the overload at 150 % is not found beyond doubt, and those
+/// runs are no admission's.
 #[test]
-fn a_lone_replica_is_refused_nothing_below_capacity_and_only_the_doomed_past_it() {
+fn a_lone_replica_is_refused_nothing_below_capacity_and_held_short_past_it() {
     let text = r#"
 name: lone-replica
 services:
@@ -129,6 +133,8 @@ scenarios:
     set: { workload.open.rate: 180, services.app.workers: 4, services.app.service_time: { dist: constant, value: 20ms } }
   - name: one-150
     set: { workload.open.rate: 75 }
+  - name: one-200
+    set: { workload.open.rate: 100 }
   - name: four-150
     set: { workload.open.rate: 300, services.app.workers: 4 }
 "#;
@@ -139,18 +145,16 @@ scenarios:
         let runs = simulate(&experiment, options, |_| {}).unwrap_or_else(|e| panic!("{e}"));
         for run in runs.runs.iter().filter(|r| r.variant == "adaptive") {
             let (at, none) = (format!("seed {seed}, {}", run.scenario), get(&runs, &run.scenario, "none"));
-            if !run.scenario.ends_with("150") {
+            if !run.scenario.ends_with("-150") && !run.scenario.ends_with("-200") {
                 assert!(run.success_rate >= none.success_rate - 0.01, "{at}: {} refused", run.rejected);
                 continue;
             }
-            // A third of the requests fail either way; fewer of them wait out the deadline.
-            assert!(
-                run.success_rate >= none.success_rate - 0.005,
-                "{at}: {} vs {}",
-                run.success_rate,
-                none.success_rate
-            );
-            assert!(run.timed_out * 4 <= none.timed_out * 3, "{at}: {} vs {} timed out", run.timed_out, none.timed_out);
+            // No admission serves the capacity there (its work on a request given up is freed).
+            let (goodput, plain) = (run.throughput_rps, none.throughput_rps);
+            assert!(goodput >= 0.95 * plain, "{at}: goodput {goodput} against {plain}");
+            let (p50, plain) = (run.latency_ms.p50, none.latency_ms.p50);
+            assert!(p50 <= 0.1 * plain, "{at}: p50 {p50} ms against {plain}");
+            assert!(run.timed_out * 20 <= none.timed_out, "{at}: {} vs {} timed out", run.timed_out, none.timed_out);
         }
     }
 }

@@ -54,7 +54,10 @@
 //!   held reaches what remains of its deadline, which it would miss anyway after taking a place
 //!   in the queue. Telling 90 % of capacity from 110 % takes a few hundred services' worth of
 //!   arrivals (docs/policies.md), and a lone replica refused on less loses requests below
-//!   capacity.
+//!   capacity. Once the arrivals of [`LONG_SERVICES`] outnumber the service beyond doubt, such a
+//!   request is held to the depth that keeps the replica busy at that overload instead
+//!   ([`IDLE_SHARE`]): deeper than the limit, which would idle a lone one-worker replica a fifth
+//!   of the time at 150 %, far shorter than the deadline.
 //!
 //! Envoy's adaptive concurrency filter, the nearest deployed peer, finds its limit from a minimum
 //! RTT it measures by pinning the limit low every few seconds, refusing requests then even when
@@ -99,6 +102,21 @@ pub const LOW_PRIORITY_QUEUED: f64 = 1.25;
 /// more held against one and a half: three services or more against two and a half), so such a
 /// replica never passes for one that serves several at once.
 const NEAR_IDLE: f64 = 1.5;
+
+/// The services' worth of arrivals a replica's overload is judged on when its requests have no
+/// fallback (the time constant of a count of arrivals, in the replica's time per answer where it
+/// queues): a hundred or so tell 150 % of capacity from 90 % beyond doubt.
+pub const LONG_SERVICES: f64 = 128.0;
+
+/// How far above what the replica serves the arrivals of [`LONG_SERVICES`] must be for an
+/// overload beyond doubt: three standard deviations of that count of Poisson arrivals (a decaying
+/// count's variance is half its mean: 3 · √64 = 24, 19 %) and of the pace's estimate (the mean of
+/// some sixty answers, each as noisy as the few services it waited: a few per cent).
+pub const OVERLOAD_MARGIN: f64 = 1.3;
+
+/// The share of time a replica whose requests have no fallback may idle when its queue is held
+/// short in an overload beyond doubt: the depth it is held to keeps its goodput at capacity.
+pub const IDLE_SHARE: f64 = 0.01;
 
 /// The counts of held requests whose answers it tracks: a limit beyond this is moot, and it
 /// bounds the memory a flood of held requests could make it take.
@@ -162,6 +180,8 @@ pub struct AdaptiveAdmission {
     /// The arrivals (admitted or refused) of about the last interval: a count that decays by
     /// `e` each interval, and when it was last counted.
     arrivals: (f64, Time),
+    /// The same over [`LONG_SERVICES`] of the replica's time per answer where it queues.
+    long_arrivals: (f64, Time),
     /// Since when the replica has held at least the limit, if it does, and how many it held
     /// when that stand began.
     full_since: Option<(Time, u32)>,
@@ -289,27 +309,54 @@ impl AdaptiveAdmission {
     }
 
     /// Whether a request finding `in_system` held would, on average, still be there when
-    /// `deadline` has passed: each one held costs the time per answer of the replica at the most
-    /// it was seen to hold ([`Self::pace_now`]).
+    /// `deadline` has passed: each one held costs the replica's time per answer where it queues
+    /// ([`Self::pace_now`]).
     fn doomed(&self, in_system: u32, deadline: Option<Duration>) -> bool {
         let (Some(pace), Some(left)) = (self.pace, deadline) else { return false };
         (f64::from(in_system) + 1.0) / pace >= nanos(left)
     }
 
-    /// The answers per nanosecond the replica gives at the most it was seen to hold (the last
-    /// pool of answers; Little's law: the requests there over their latency), if its answers
-    /// queued there ([`QUEUED`] times the quickest): its capacity, known without the base, which
-    /// a replica overloaded from its start never shows. A replica that does not queue has none,
-    /// and none of its requests is doomed.
+    /// The answers per nanosecond the replica gives where it queues, its capacity (Little's law:
+    /// the requests held over their latency): the more of two estimates, at its limit and at the
+    /// most it was seen to hold (the last pool of answers, if those queued: [`QUEUED`] times the
+    /// quickest), since a pace too low refuses below capacity and one too high only refuses
+    /// less. The limit's is too low where a base that came out low by chance put a replica of
+    /// several workers' limit at two; the last pool's too high where those answers neared their
+    /// deadline (the quicker ones the only ones back); a replica overloaded from its start has
+    /// only the latter. A replica that does not queue has none, and none of its requests is
+    /// doomed.
     fn pace_now(&self) -> Option<f64> {
         let quickest = self.quickest()?;
         let most = self.pools(0).last()?;
-        (most.latency >= QUEUED * quickest).then(|| (most.held + 1.0) / most.latency)
+        let deepest = (most.latency >= QUEUED * quickest).then(|| (most.held + 1.0) / most.latency);
+        match (self.limits.map(|l| l.rate), deepest) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The most a replica may hold and still admit a request without a fallback: none unless
+    /// the arrivals of the last [`LONG_SERVICES`] outnumber what it serves by [`OVERLOAD_MARGIN`],
+    /// and then the depth at which Poisson arrivals at that ratio `ρ` leave it idle
+    /// [`IDLE_SHARE`] of the time (M/M/1/K: `(ρ − 1) / (ρ^(K+1) − 1)`), so it serves its capacity
+    /// while the admitted wait some K services instead of the whole deadline.
+    fn overload_depth(&self) -> Option<u32> {
+        let ratio = self.long_arrivals.0 / LONG_SERVICES;
+        if self.pace.is_none() || ratio < OVERLOAD_MARGIN {
+            return None;
+        }
+        let depth = ((1.0 + (ratio - 1.0) / IDLE_SHARE).ln() / ratio.ln()).ceil() - 1.0;
+        Some((depth as u32).max(self.limits.map_or(1, |l| l.normal)))
     }
 
     /// Counts an arrival at `now` and tells whether the arrivals of about the last interval
     /// outpaced what the replica serves at its limit: only then is one refused.
     fn arrive(&mut self, now: Time) -> bool {
+        if let Some(pace) = self.pace {
+            let (count, at) = &mut self.long_arrivals;
+            *count = *count * (-nanos(now.saturating_sub(*at)) * pace / LONG_SERVICES).exp() + 1.0;
+            *at = now;
+        }
         let Some((limits, interval)) = self.limits.zip(self.interval()) else { return false };
         let (count, at) = &mut self.arrivals;
         let interval = nanos(interval);
@@ -402,7 +449,7 @@ impl Admission for AdaptiveAdmission {
             return false;
         }
         if !arrival.fallback {
-            return true;
+            return self.overload_depth().is_none_or(|depth| in_system < depth);
         }
         if self.measuring(now) {
             return in_system == 0;
@@ -637,6 +684,32 @@ mod tests {
             }
         }
         assert!(flat.admit_as(t(0), 500, Arrival { deadline: Some(101 * MS), ..lone }));
+    }
+
+    #[test]
+    fn past_capacity_beyond_doubt_a_request_without_a_fallback_is_held_to_a_depth_that_keeps_the_replica_busy() {
+        let lone = Arrival::default();
+        let t = |ms: u64| Time::from_millis(ms);
+        // One worker of 100 ms: 128 services' worth of arrivals is 12.8 s of them. At 90 % of
+        // capacity for a minute, or at capacity, nothing is refused however long the queue.
+        for gap in [111, 100] {
+            let mut a = one_worker();
+            for k in 0..600 {
+                assert!(a.admit_as(t(k * gap), 500, lone), "one every {gap} ms, arrival {k}");
+            }
+        }
+        // At twice its capacity for a minute the overload is beyond doubt (the count nears 256,
+        // twice 128): a request is admitted while fewer than six are held, where arrivals at
+        // twice the service leave the worker idle 1 % of the time (1 / (2^7 - 1) = 0.8 %).
+        let mut a = one_worker();
+        for k in 0..1200 {
+            a.admit_as(t(k * 50), 0, lone);
+        }
+        assert_eq!(a.overload_depth(), Some(6));
+        assert!(a.admit_as(t(60_000), 5, lone));
+        assert!(!a.admit_as(t(60_001), 6, lone));
+        // A quiet half minute later the doubt is back: admitted at any count.
+        assert!(a.admit_as(t(90_000), 500, lone));
     }
 
     #[test]
