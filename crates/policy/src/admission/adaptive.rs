@@ -137,7 +137,8 @@ pub struct Arrival {
     pub priority: Priority,
     /// Whether a refusal costs it little: its caller retries a refusal on another replica at
     /// once, or other replicas refused it already (the service is over capacity as a whole).
-    /// Without one, only a request that would miss its deadline is refused (module docs).
+    /// Without one it is refused only when it would miss its deadline, or past the depth that
+    /// keeps the replica busy in an overload beyond doubt (module docs).
     pub fallback: bool,
     /// What remains of its deadline, if it has one.
     pub deadline: Option<Duration>,
@@ -342,7 +343,7 @@ impl AdaptiveAdmission {
     /// while the admitted wait some K services instead of the whole deadline.
     fn overload_depth(&self) -> Option<u32> {
         let ratio = self.long_arrivals.0 / LONG_SERVICES;
-        if self.pace.is_none() || ratio < OVERLOAD_MARGIN {
+        if ratio < OVERLOAD_MARGIN {
             return None;
         }
         let depth = ((1.0 + (ratio - 1.0) / IDLE_SHARE).ln() / ratio.ln()).ceil() - 1.0;
