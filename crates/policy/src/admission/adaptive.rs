@@ -144,16 +144,6 @@ pub struct Arrival {
     pub deadline: Option<Duration>,
 }
 
-impl Arrival {
-    /// A request of normal priority whose caller retries a refusal elsewhere, without a deadline.
-    pub const WITH_FALLBACK: Arrival = Arrival { priority: Priority::Normal, fallback: true, deadline: None };
-
-    /// This request with `priority`.
-    pub fn of(self, priority: Priority) -> Arrival {
-        Arrival { priority, ..self }
-    }
-}
-
 /// A request's priority at admission: lower priorities are refused first (`priority:` on a route
 /// in experiment files, `x-tailguard-priority` at the proxy's ingress).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize)]
@@ -510,7 +500,7 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
 
     /// A request whose caller retries a refusal elsewhere: the rules apply in full.
-    const RETRIED: Arrival = Arrival::WITH_FALLBACK;
+    const RETRIED: Arrival = Arrival { priority: Priority::Normal, fallback: true, deadline: None };
 
     /// A one-worker replica of 100 ms service as its answers show it: 100 ms idle, 200 ms behind
     /// one, 300 ms behind two.
@@ -729,23 +719,23 @@ mod tests {
         assert_eq!(a.limit(Priority::Low), Some(4));
         let mut a = flooded(a);
         a.observe(Time::ZERO, 6);
-        assert!(a.admit_as(200 * MS, 6, RETRIED.of(Priority::Low)));
+        assert!(a.admit_as(200 * MS, 6, Arrival { priority: Priority::Low, ..RETRIED }));
         let later = 400 * MS;
         a.observe(later, 7);
         // Where low-priority requests arrive, the first interval of a standing queue holds them
         // alone to their limit.
         assert!(a.sheds(later, Priority::Low) && !a.sheds(later, Priority::Normal));
-        assert!(!a.admit_as(later, 4, RETRIED.of(Priority::Low)));
-        assert!(a.admit_as(later, 3, RETRIED.of(Priority::Low)));
-        assert!(a.admit_as(later, 6, RETRIED.of(Priority::Normal)));
+        assert!(!a.admit_as(later, 4, Arrival { priority: Priority::Low, ..RETRIED }));
+        assert!(a.admit_as(later, 3, Arrival { priority: Priority::Low, ..RETRIED }));
+        assert!(a.admit_as(later, 6, Arrival { priority: Priority::Normal, ..RETRIED }));
         // A second holds the others to theirs.
         a.observe(500 * MS, 6);
-        assert!(!a.admit_as(700 * MS, 6, RETRIED.of(Priority::Low)));
+        assert!(!a.admit_as(700 * MS, 6, Arrival { priority: Priority::Low, ..RETRIED }));
         let again = 900 * MS;
         a.observe(again, 7);
         assert!(a.sheds(again, Priority::Normal));
-        assert!(a.admit_as(again, 5, RETRIED.of(Priority::Normal)));
-        assert!(!a.admit_as(again, 6, RETRIED.of(Priority::Normal)));
+        assert!(a.admit_as(again, 5, Arrival { priority: Priority::Normal, ..RETRIED }));
+        assert!(!a.admit_as(again, 6, Arrival { priority: Priority::Normal, ..RETRIED }));
     }
 
     #[test]
@@ -818,9 +808,9 @@ mod tests {
         // Not measured again: the limit is enforced once its own queue stands (400 ms).
         a.observe(t(3700), 6);
         assert!(a.admit_as(t(4099), 7, RETRIED));
-        assert!(!a.admit_as(t(4100), 7, RETRIED.of(Priority::Low)));
+        assert!(!a.admit_as(t(4100), 7, Arrival { priority: Priority::Low, ..RETRIED }));
         a.observe(t(4100), 6);
-        assert!(!a.admit_as(t(4300), 6, RETRIED.of(Priority::Low)));
+        assert!(!a.admit_as(t(4300), 6, Arrival { priority: Priority::Low, ..RETRIED }));
         assert!(!a.admit_as(t(4500), 6, RETRIED));
     }
 }
