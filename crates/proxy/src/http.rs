@@ -274,11 +274,15 @@ pub fn priority(headers: &HeaderMap) -> Priority {
     }
 }
 
+/// The egress's mark on an attempt whose refusal costs the request little (`1`), which adaptive
+/// admission at the ingress reads; named once, as a `&str` name is parsed on every use.
+pub const FALLBACK: HeaderName = HeaderName::from_static(FALLBACK_HEADER);
+
 /// What admission reads of a request besides the load: its [`priority`], whether its caller's
-/// egress marked it as having a fallback ([`FALLBACK_HEADER`]`: 1`), and what remains of its
+/// egress marked it as having a fallback ([`FALLBACK`]`: 1`), and what remains of its
 /// `deadline`.
 pub fn arrival(headers: &HeaderMap, deadline: Option<Duration>) -> Arrival {
-    let fallback = headers.get(FALLBACK_HEADER).is_some_and(|v| v.as_bytes() == b"1");
+    let fallback = headers.get(FALLBACK).is_some_and(|v| v.as_bytes() == b"1");
     Arrival { priority: priority(headers), fallback, deadline }
 }
 

@@ -17,7 +17,6 @@ use hyper::{HeaderMap, Request, Response, Uri};
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
-use tailguard_policy::admission::FALLBACK_HEADER;
 use tailguard_policy::call::Call;
 use tailguard_policy::EndpointId;
 
@@ -44,7 +43,7 @@ impl pool::Error {
 
 impl Driver<'_> {
     /// Starts attempt `attempt` to `endpoint`; a `fallback` one is marked so
-    /// ([`FALLBACK_HEADER`]: its refusal costs the request little).
+    /// ([`http::FALLBACK`]: its refusal costs the request little).
     pub(super) fn send(
         &mut self,
         call: &Call,
@@ -124,7 +123,7 @@ fn origin_request(t: &Template, body: Body, own: (Option<Duration>, bool), trace
 const ATTEMPT_HEADERS: usize = 12;
 
 /// The template's method and headers on `body`, plus the deadline left (and for gRPC as
-/// `grpc-timeout`), the fallback mark ([`FALLBACK_HEADER`]) and the trace context.
+/// `grpc-timeout`), the fallback mark ([`http::FALLBACK`]) and the trace context.
 fn attempt_request(t: &Template, body: Body, own: (Option<Duration>, bool), traced: &HeaderMap) -> Request<Body> {
     let (remaining, fallback) = own;
     // Set in place: each step of `Request::builder()` moves the whole request head.
@@ -144,7 +143,7 @@ fn attempt_request(t: &Template, body: Body, own: (Option<Duration>, bool), trac
         }
     }
     if fallback {
-        headers.insert(FALLBACK_HEADER, HeaderValue::from_static("1"));
+        headers.insert(http::FALLBACK, HeaderValue::from_static("1"));
     }
     for (name, value) in traced {
         headers.insert(name, value.clone());
