@@ -138,7 +138,7 @@ fn check_deadline(headers: &HeaderMap) -> Result<Option<u64>, String> {
     match &got {
         Ok(Some(ms)) => assert!(*ms <= http::MAX_DEADLINE_MS, "{ms} ms believed"),
         Ok(None) => {}
-        Err(e) => assert!(e.starts_with(http::DEADLINE_MS), "{e:?} does not name the header"),
+        Err(e) => assert!(e.starts_with(http::DEADLINE_MS.as_str()), "{e:?} does not name the header"),
     }
     got
 }

@@ -24,17 +24,17 @@ pub type Body = BoxBody<Bytes, BoxError>;
 pub const LATE_ANSWERS_ALLOWED: Option<usize> = None;
 
 /// The header carrying a BLOC confidence chip (`1` or `0`) on responses.
-pub const CHIP: &str = "x-tailguard-chip";
+pub const CHIP: HeaderName = HeaderName::from_static("x-tailguard-chip");
 /// The header carrying a request's remaining deadline in milliseconds.
-pub const DEADLINE_MS: &str = "x-tailguard-deadline-ms";
+pub const DEADLINE_MS: HeaderName = HeaderName::from_static("x-tailguard-deadline-ms");
 /// The header that lowers a request's priority at the ingress's admission (`low`; anything else
 /// is the default): any caller may lower its own.
-pub const PRIORITY: &str = tailguard_policy::admission::PRIORITY_HEADER;
+pub const PRIORITY: HeaderName = HeaderName::from_static(tailguard_policy::admission::PRIORITY_HEADER);
 /// The header (`1`) on an ingress's own 429: its replica is over capacity, another may not be, so
 /// the caller retries elsewhere at once. A 429 without it was answered by an application, which
 /// passes on a refusal from further down: the service behind is over capacity, and the caller
 /// does not retry it ([`tailguard_policy::Outcome::Overloaded`]).
-pub const REFUSED: &str = "x-tailguard-refused";
+pub const REFUSED: HeaderName = HeaderName::from_static("x-tailguard-refused");
 /// Every tailguard header starts with this.
 pub const INTERNAL_PREFIX: &str = "x-tailguard-";
 
@@ -294,6 +294,7 @@ pub fn has_chip(headers: &HeaderMap) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tailguard_policy::admission::PRIORITY_HEADER;
 
     #[test]
     fn a_low_priority_is_forwarded_and_nothing_else_internal() {
@@ -306,15 +307,15 @@ mod tests {
             forwardable(&mut headers, found);
             headers
         };
-        let low = forwarded(&[(PRIORITY, "LOW"), (DEADLINE_MS, "5")]);
+        let low = forwarded(&[(PRIORITY_HEADER, "LOW"), ("x-tailguard-deadline-ms", "5")]);
         assert_eq!(priority(&low), Priority::Low);
         assert_eq!(low.get(PRIORITY).unwrap(), "low");
         assert!(!low.contains_key(DEADLINE_MS));
-        let other = forwarded(&[(PRIORITY, "high")]);
+        let other = forwarded(&[(PRIORITY_HEADER, "high")]);
         assert_eq!(priority(&other), Priority::Normal);
         assert!(!other.contains_key(PRIORITY));
         // A connection that names it drops it, as any hop-by-hop header.
-        let named = forwarded(&[(PRIORITY, "low"), ("connection", "x-tailguard-priority")]);
+        let named = forwarded(&[(PRIORITY_HEADER, "low"), ("connection", "x-tailguard-priority")]);
         assert_eq!(priority(&named), Priority::Normal);
     }
 

@@ -10,7 +10,7 @@
 //! reporting to it.
 
 use crate::http::{self, Body};
-use hyper::header::{HeaderMap, HeaderValue};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use std::time::Duration;
 use tailguard_policy::balance::ProbeReply;
@@ -19,7 +19,7 @@ use tailguard_policy::LoadReport;
 /// The request header that makes a request a probe.
 pub const PROBE: &str = "x-tailguard-probe";
 /// The response header carrying the load report.
-pub const LOAD: &str = "x-tailguard-load";
+pub const LOAD: HeaderName = HeaderName::from_static("x-tailguard-load");
 
 /// Whether `headers` make the request a probe.
 pub fn is_probe(headers: &HeaderMap) -> bool {
