@@ -317,9 +317,11 @@ impl AdaptiveAdmission {
     /// only the latter. A replica that does not queue has none, and none of its requests is
     /// doomed.
     fn pace_now(&self) -> Option<f64> {
-        let quickest = self.quickest()?;
-        let most = self.pools(0).last()?;
-        let deepest = (most.latency >= QUEUED * quickest).then(|| (most.held + 1.0) / most.latency);
+        // One pass over the pools: this runs at every answer.
+        let mut pools = self.pools(0);
+        let quickest = pools.next()?;
+        let most = pools.last().unwrap_or(quickest);
+        let deepest = (most.latency >= QUEUED * quickest.latency).then(|| (most.held + 1.0) / most.latency);
         match (self.limits.map(|l| l.rate), deepest) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
@@ -410,6 +412,7 @@ struct Limits {
 }
 
 /// Counts of held requests pooled until they hold enough answers to judge.
+#[derive(Clone, Copy)]
 struct Pool {
     /// The first count of the pool.
     first: u32,

@@ -71,13 +71,12 @@ impl Driver<'_> {
         if let Some(trace) = &self.trace {
             trace.inject(attempt, &mut traced);
         }
-        let own = (remaining, fallback);
-        let request = origin_request(&self.template, body, own, &traced);
+        let request = origin_request(&self.template, body, remaining, fallback, &traced);
         let rebuild = self.replayable.then(|| {
             let template = self.template.clone();
             move || {
                 let body = template.body.as_ref().map_or_else(http::empty, http::bytes);
-                origin_request(&template, body, own, &traced)
+                origin_request(&template, body, remaining, fallback, &traced)
             }
         });
         let pool = target.pool.clone();
@@ -110,10 +109,16 @@ impl Driver<'_> {
 }
 
 /// An attempt's request (origin-form URI: the pool sets `Host` if the application sent none, and
-/// over HTTP/2 makes it the `:authority`) with the attempt's own: the remaining deadline for the
-/// next hop and whether a refusal of it has a fallback; and its trace context.
-fn origin_request(t: &Template, body: Body, own: (Option<Duration>, bool), traced: &HeaderMap) -> Request<Body> {
-    let mut request = attempt_request(t, body, own, traced);
+/// over HTTP/2 makes it the `:authority`) with the remaining deadline for the next hop, the
+/// fallback mark and the attempt's trace context.
+fn origin_request(
+    t: &Template,
+    body: Body,
+    remaining: Option<Duration>,
+    fallback: bool,
+    traced: &HeaderMap,
+) -> Request<Body> {
+    let mut request = attempt_request(t, body, remaining, fallback, traced);
     *request.uri_mut() = Uri::from(t.path.clone());
     request
 }
@@ -124,8 +129,13 @@ const ATTEMPT_HEADERS: usize = 12;
 
 /// The template's method and headers on `body`, plus the deadline left (and for gRPC as
 /// `grpc-timeout`), the fallback mark ([`http::FALLBACK`]) and the trace context.
-fn attempt_request(t: &Template, body: Body, own: (Option<Duration>, bool), traced: &HeaderMap) -> Request<Body> {
-    let (remaining, fallback) = own;
+fn attempt_request(
+    t: &Template,
+    body: Body,
+    remaining: Option<Duration>,
+    fallback: bool,
+    traced: &HeaderMap,
+) -> Request<Body> {
     // Set in place: each step of `Request::builder()` moves the whole request head.
     let mut request = Request::new(body);
     *request.method_mut() = t.method.clone();

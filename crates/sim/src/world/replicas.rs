@@ -19,8 +19,15 @@ impl World {
         attempt: u32,
         service: u16,
         replica: u32,
-        (sent, timeout, series, request, route, caller): (PackedTime, PackedTime, Option<u16>, u64, u16, Option<Key>),
-        fallback: bool,
+        (sent, timeout, series, request, route, caller, fallback): (
+            PackedTime,
+            PackedTime,
+            Option<u16>,
+            u64,
+            u16,
+            Option<Key>,
+            bool,
+        ),
     ) {
         let (s, r) = (service as usize, replica as usize);
         if !self.arrives_uncancelled(call, attempt, s, r) {
