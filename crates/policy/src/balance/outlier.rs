@@ -31,8 +31,12 @@
 //!   the oldest of its slow samples was sent, over all its ejections in a row): a pause of one
 //!   process costs tens of milliseconds, not 30 s. It is judged from its first answer: a caller
 //!   among many sees a gray replica's answers rarely, and by its fifth the replica's queue is
-//!   past repair. Back in, it is judged on fresh answers only: slow still, it goes out for the
-//!   next longer interval; not slow, its interval starts over. A median over the window, against
+//!   past repair. Only answers to attempts sent since the set last changed (an endpoint out or
+//!   back) are compared: each was queued behind what the old set's balancing left, the peers of
+//!   one taken out carrying its load and one back empty, and at a high load that backlog took
+//!   the next endpoint out, then the next, each for longer (a lone caller of three four-worker
+//!   replicas at 90 % lost 11 % of its requests). Back in, it is judged on fresh answers only:
+//!   slow still, it goes out for the next longer interval; not slow, its interval starts over. A median over the window, against
 //!   the peers' median, leaves a replica alone for one slow answer among fast ones or for being a
 //!   little slower than the rest, and a whole-service slowdown moves the reference with it. A
 //!   failing endpoint takes the place of one out only for its latency when the share is full:
@@ -305,6 +309,9 @@ pub struct Outlier {
     scratch: Vec<EndpointId>,
     /// Reused room for the medians of [`Outlier::on_answer`].
     medians: Vec<Duration>,
+    /// When an endpoint last left the choice or came back to it: answers to attempts sent
+    /// before then were balanced over another set and are not compared.
+    set_changed: Time,
     /// Per class of requests (by [`ClassId`]), each endpoint's answers, by endpoint.
     answers: Vec<Vec<Answers>>,
 }
@@ -320,6 +327,7 @@ impl Outlier {
             cap: 0,
             scratch: Vec::new(),
             medians: Vec::new(),
+            set_changed: Time::ZERO,
             answers: Vec::new(),
         };
         outlier.set_cap();
@@ -369,12 +377,28 @@ impl Outlier {
         if self.ejected == 0 {
             return;
         }
+        let ejected = self.ejected;
         for e in &mut self.endpoints {
             if e.ejected_until.is_some_and(|t| t <= now) {
                 e.ejected_until = None;
                 e.probation = true;
                 e.failures = 0;
                 self.ejected -= 1;
+            }
+        }
+        if self.ejected != ejected {
+            self.change_set(now);
+        }
+    }
+
+    /// An endpoint left the choice or came back at `now`: each endpoint is judged afresh, on
+    /// attempts sent from now on.
+    fn change_set(&mut self, now: Time) {
+        self.set_changed = now;
+        for class in &mut self.answers {
+            for a in class.iter_mut() {
+                a.samples.clear();
+                a.median = None;
             }
         }
     }
@@ -452,7 +476,7 @@ impl Outlier {
                 if !due {
                     return None;
                 }
-                self.eject(endpoint, now, Reason::Failures)
+                self.eject(endpoint, now, Reason::Failures, None)
             }
             Outcome::Cancelled => None,
         }
@@ -465,7 +489,8 @@ impl Outlier {
         self.reinstate(now);
         let window = self.config.latency_samples as usize;
         let e = self.endpoints.get(endpoint).filter(|e| !e.retired)?;
-        if e.ejected_until.is_some() {
+        let sent = now.saturating_sub(rtt);
+        if e.ejected_until.is_some() || sent < self.set_changed {
             return None;
         }
         let class = usize::from(class);
@@ -478,7 +503,7 @@ impl Outlier {
         if a.samples.len() == window {
             a.samples.pop_front();
         }
-        a.samples.push_back(Sample { sent: now.saturating_sub(rtt), rtt });
+        a.samples.push_back(Sample { sent, rtt });
         self.medians.clear();
         self.medians.extend(a.samples.iter().map(|s| s.rtt));
         let own = median(&mut self.medians);
@@ -493,21 +518,23 @@ impl Outlier {
         let reference = median(&mut self.medians);
         let e = &mut self.endpoints[endpoint];
         if own.as_secs_f64() > factor * reference.as_secs_f64() {
-            if e.slow_since.is_none() {
-                e.slow_since = self.answers[class][endpoint].samples.iter().map(|s| s.sent).min();
-            }
-            self.eject(endpoint, now, Reason::Latency)
+            let evidence = self.answers[class][endpoint].samples.iter().map(|s| s.sent).min();
+            let since = e.slow_since.or(evidence);
+            self.eject(endpoint, now, Reason::Latency, since)
         } else {
             if e.reason == Reason::Latency {
                 e.start_over();
             }
+            e.slow_since = None;
             None
         }
     }
 
-    /// Ejects `endpoint` at `now` unless the ejected share is full.
-    /// An endpoint failing makes room by taking back one that is only slow: errors cost more.
-    fn eject(&mut self, endpoint: EndpointId, now: Time, reason: Reason) -> Option<Ejection> {
+    /// Ejects `endpoint` at `now` unless the ejected share is full; for latency, seen slow since
+    /// `slow_since` (kept only if it goes out: slowness seen while the share was full is not
+    /// evidence for a later ejection). An endpoint failing makes room by taking back one that is
+    /// only slow: errors cost more.
+    fn eject(&mut self, endpoint: EndpointId, now: Time, reason: Reason, slow_since: Option<Time>) -> Option<Ejection> {
         if self.ejected >= self.cap && reason == Reason::Failures {
             let slow = self.endpoints.iter().position(|e| e.ejected_until.is_some() && e.reason == Reason::Latency);
             if let Some(slow) = slow {
@@ -522,15 +549,16 @@ impl Outlier {
         let e = &mut self.endpoints[endpoint];
         e.ejections = e.ejections.saturating_add(1);
         let mut duration = self.config.base_ejection.saturating_mul(e.ejections).min(self.config.max_ejection);
-        if let (Reason::Latency, Some(since)) = (reason, e.slow_since) {
+        if let (Reason::Latency, Some(since)) = (reason, slow_since) {
             duration = duration.min(now.saturating_sub(since).mul_f64(LATENCY_EJECTION_PER_EVIDENCE));
+            e.slow_since = Some(since);
         }
         e.ejected_until = Some(now.saturating_add(duration));
         e.failures = 0;
         e.probation = false;
         e.reason = reason;
         let nth = e.ejections;
-        self.forget_answers(endpoint);
+        self.change_set(now);
         self.ejected += 1;
         Some(Ejection { endpoint, duration, nth, reason })
     }
@@ -746,6 +774,9 @@ mod tests {
         o.on_send(0);
         assert_eq!(ejected(&mut o, S(20)), [0]);
         o.on_send(0);
+        // Its peers answer attempts sent since it is back (earlier ones are not compared).
+        answer(&mut o, 1, S(21), MS(100));
+        answer(&mut o, 2, S(21), MS(100));
         // The probe answers in 1 s: still slow, out for twice as long (its success does not reset
         // the intervals as it does after failures).
         let again = answer(&mut o, 0, S(21), S(1));
@@ -753,13 +784,16 @@ mod tests {
         // Back at 41 s, the probe answers in 120 ms: not slow, so the intervals start over.
         assert_eq!(ejected(&mut o, S(41)), [] as [EndpointId; 0]);
         o.on_send(0);
-        assert_eq!(answer(&mut o, 0, S(41), MS(120)), None);
-        assert_eq!(ejected(&mut o, S(41)), [] as [EndpointId; 0]);
+        answer(&mut o, 1, S(42), MS(100));
+        answer(&mut o, 2, S(42), MS(100));
+        assert_eq!(answer(&mut o, 0, S(42), MS(120)), None);
+        assert_eq!(ejected(&mut o, S(42)), [] as [EndpointId; 0]);
         // Slow again: the median of [120 ms, 2 s] is 120 ms; of [120 ms, 2 s, 2 s], 2 s, seen
-        // since 40 s: out for 3 × 3 s, a first ejection again.
-        assert_eq!(answer(&mut o, 0, S(42), S(2)), None);
-        let third = answer(&mut o, 0, S(43), S(2));
-        assert_eq!(third, Some(Ejection { endpoint: 0, duration: S(9), nth: 1, reason: Reason::Latency }));
+        // since the 120 ms answer's attempt went (41.88 s): out for 3 × 3.12 s, a first ejection.
+        assert_eq!(answer(&mut o, 0, S(44), S(2)), None);
+        let third = answer(&mut o, 0, S(45), S(2));
+        let duration = S(9) + MS(360);
+        assert_eq!(third, Some(Ejection { endpoint: 0, duration, nth: 1, reason: Reason::Latency }));
     }
 
     #[test]
@@ -776,12 +810,61 @@ mod tests {
         assert_eq!(ejected(&mut o, t(32)), [] as [EndpointId; 0]);
         // Slow still on probation: out for three times all it has been seen slow (since 10 s),
         // twice `base_ejection` at most; then quick again, and a later slowdown starts over.
+        answer(&mut o, 1, t(34), MS(1));
+        answer(&mut o, 2, t(34), MS(1));
         o.on_send(0);
         let longer = answer(&mut o, 0, t(40), MS(8)).map(|e| (e.duration, e.nth));
         assert_eq!(longer, Some((MS(120), 2)));
+        assert_eq!(ejected(&mut o, t(160)), [] as [EndpointId; 0]);
         o.on_send(0);
+        answer(&mut o, 1, t(200), MS(1));
+        answer(&mut o, 2, t(200), MS(1));
         assert_eq!(answer(&mut o, 0, t(400), MS(1)), None);
         assert_eq!(o.endpoints[0].slow_since, None);
+    }
+
+    #[test]
+    fn a_backlog_left_by_an_ejection_is_not_compared() {
+        let mut o = by_latency(3);
+        (0..3).for_each(|e| assert_eq!(answer(&mut o, e, S(1), MS(10)), None));
+        // 0 is seen slow and goes out for 3 × 1.01 s; 1 and 2 carry its load meanwhile, and the
+        // attempts sent to them before 0 is back answer in 300 ms, 30 times 0's next answers.
+        assert_eq!(answer(&mut o, 0, S(2), S(1)), None);
+        assert!(answer(&mut o, 0, S(2), S(1)).is_some());
+        assert_eq!(ejected(&mut o, S(5)), [0]);
+        assert_eq!(ejected(&mut o, S(5) + MS(30)), [] as [EndpointId; 0], "back");
+        // 0, empty, answers quickly; the answers from 1's backlog were sent before 0 came back,
+        // under another set's balancing: they do not take 1 out.
+        assert_eq!(answer(&mut o, 0, S(5) + MS(50), MS(10)), None);
+        assert_eq!(answer(&mut o, 2, S(5) + MS(50), MS(10)), None);
+        for _ in 0..3 {
+            assert_eq!(answer(&mut o, 1, S(5) + MS(100), MS(300)), None);
+        }
+        assert!(o.answers[0][1].samples.is_empty());
+        // Sent since, a slow answer counts as before.
+        assert_eq!(answer(&mut o, 1, S(6), MS(300)).map(|e| e.endpoint), Some(1));
+    }
+
+    #[test]
+    fn slowness_seen_while_the_share_was_full_does_not_lengthen_a_later_ejection() {
+        let c = OutlierConfig { consecutive_failures: 1, max_ejected: 0.2, ..by_latency(5).config };
+        let mut o = Outlier::new(5, c);
+        (1..5).for_each(|e| assert_eq!(answer(&mut o, e, S(0), MS(100)), None));
+        assert!(o.on_outcome(0, S(0), Outcome::Error).is_some());
+        (2..5).for_each(|e| assert_eq!(answer(&mut o, e, S(1), MS(100)), None));
+        // 1 is slow at 2 s while 0 fills the share: not ejected, and no evidence is kept.
+        assert_eq!(answer(&mut o, 1, S(2), S(1)), None);
+        assert_eq!(answer(&mut o, 1, S(2), S(1)), None);
+        assert_eq!(o.endpoints[1].slow_since, None);
+        // At 20 s (0 back since 10 s) 1 is slow for a moment: out for three times the 0.5 s since
+        // its oldest answer's attempt went, not for three times the 19 s since it was first seen
+        // slow (`base_ejection`, 10 s).
+        assert_eq!(ejected(&mut o, S(10)), [] as [EndpointId; 0]);
+        (2..5).for_each(|e| assert_eq!(answer(&mut o, e, S(20), MS(100)), None));
+        assert_eq!(answer(&mut o, 1, S(20), MS(100)), None);
+        assert_eq!(answer(&mut o, 1, S(20) + MS(400), MS(400)), None);
+        let brief = answer(&mut o, 1, S(20) + MS(400), MS(400)).map(|e| e.duration);
+        assert_eq!(brief, Some(MS(1500)));
     }
 
     #[test]
@@ -809,12 +892,14 @@ mod tests {
         (2..5).for_each(|e| assert_eq!(answer(&mut o, e, S(0), MS(100)), None));
         assert_eq!(answer(&mut o, 1, S(0), S(5)), None);
         assert_eq!(ejected(&mut o, S(0)), [0]);
-        // Back at 10 s, 0 answers; 1 is slow again and goes out; then 2 fails: a failing endpoint
-        // takes the place of a slow one, which is back in at once on probation.
-        assert_eq!(answer(&mut o, 0, S(10), MS(100)), None);
-        assert_eq!(answer(&mut o, 1, S(10), S(5)).map(|e| e.reason), Some(Reason::Latency));
-        assert_eq!(o.on_outcome(2, S(11), Outcome::Error).map(|e| (e.endpoint, e.reason)), Some((2, Reason::Failures)));
-        assert_eq!(ejected(&mut o, S(11)), [2]);
+        // Back at 10 s, 0 and two more answer; 1 is slow again and goes out; then 2 fails: a
+        // failing endpoint takes the place of a slow one, which is back in at once on probation.
+        assert_eq!(ejected(&mut o, S(10)), [] as [EndpointId; 0]);
+        (2..4).for_each(|e| assert_eq!(answer(&mut o, e, S(11), MS(100)), None));
+        assert_eq!(answer(&mut o, 0, S(11), MS(100)), None);
+        assert_eq!(answer(&mut o, 1, S(16), S(5)).map(|e| e.reason), Some(Reason::Latency));
+        assert_eq!(o.on_outcome(2, S(17), Outcome::Error).map(|e| (e.endpoint, e.reason)), Some((2, Reason::Failures)));
+        assert_eq!(ejected(&mut o, S(17)), [2]);
         assert!(o.endpoints[1].probation);
     }
 
