@@ -81,6 +81,66 @@ fn latency_ejection_takes_a_gray_replica_out() {
     }
 }
 
+/// A caller alone in front of a few replicas near their capacity (issue #32's first rule: a
+/// learned number fails no request). Latency ejection took the busiest replica out, its load
+/// queued at the others, and their slow answers took the next out: three replicas of four
+/// workers at 90 % lost 10-12 % of the requests to the deadline, p99 17-19 x without ejection.
+/// An endpoint out for latency now takes the overflow once the others hold more than it did, and
+/// keeps its evidence only for an ejection that happens. Seeds 3-4 were not looked at while it
+/// was designed (1-2 were): no request lost, p99 within 1.01-1.54 x.
+#[test]
+fn latency_ejection_takes_no_capacity_from_a_lone_caller_near_capacity() {
+    let text = r#"
+name: lone-caller
+services:
+  client:
+    replicas: 1
+    workers: 0
+    calls: [ { service: app } ]
+  app:
+    replicas: 3
+    workers: 4
+    service_time: { dist: exponential, mean: 20ms }
+workload:
+  target: client
+  open: { rate: 540, arrival: poisson }
+  warmup: 5s
+  duration: 60s
+variants:
+  - name: least-request
+    edges: { workload->client: { deadline: 2s }, client->app: { balancer: { kind: least-request } } }
+  - name: least-request-eject
+    edges: { workload->client: { deadline: 2s }, client->app: { balancer: { kind: least-request }, outlier: {} } }
+  - name: peak-ewma
+    edges: { workload->client: { deadline: 2s }, client->app: { balancer: { kind: peak-ewma } } }
+  - name: peak-ewma-eject
+    edges: { workload->client: { deadline: 2s }, client->app: { balancer: { kind: peak-ewma }, outlier: {} } }
+  - name: prequal
+    edges: { workload->client: { deadline: 2s }, client->app: { balancer: { kind: prequal } } }
+  - name: prequal-eject
+    edges: { workload->client: { deadline: 2s }, client->app: { balancer: { kind: prequal }, outlier: {} } }
+scenarios:
+  - name: three-90
+  - name: five-80
+    set: { workload.open.rate: 800, services.app.replicas: 5 }
+  - name: five-90
+    set: { workload.open.rate: 900, services.app.replicas: 5 }
+  - name: five-one-worker-90
+    set: { workload.open.rate: 225, services.app.replicas: 5, services.app.workers: 1 }"#;
+    let experiment = tailguard_model::Experiment::parse(text, std::path::Path::new("lone-caller.yaml"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    for seed in [3, 4] {
+        let options = Options { seed, threads: 2, ..Options::default() };
+        let results = simulate(&experiment, options, |_| {}).unwrap_or_else(|e| panic!("{e}"));
+        for with in results.runs.iter().filter(|r| r.variant.ends_with("-eject")) {
+            let without = get(&results, &with.scenario, with.variant.trim_end_matches("-eject"));
+            let context = format!("seed {seed}: {} vs {}", show(with), show(without));
+            assert!(with.success_rate >= without.success_rate - 0.001, "{context}");
+            assert!(with.latency_ms.p99 <= 2.0 * without.latency_ms.p99, "{context}");
+        }
+    }
+}
+
 /// Prints every run's p99, p99.9 and success (`BALANCING_SEEDS=1,2,3 cargo test --profile test-release
 /// -p tailguard-sim --test sim -- balancing:: --ignored --nocapture`).
 #[test]

@@ -31,16 +31,16 @@
 //!   the oldest of its slow samples was sent, over all its ejections in a row): a pause of one
 //!   process costs tens of milliseconds, not 30 s. It is judged from its first answer: a caller
 //!   among many sees a gray replica's answers rarely, and by its fifth the replica's queue is
-//!   past repair. Only answers to attempts sent since the set last changed (an endpoint out or
-//!   back) are compared: each was queued behind what the old set's balancing left, the peers of
-//!   one taken out carrying its load and one back empty, and at a high load that backlog took
-//!   the next endpoint out, then the next, each for longer (a lone caller of three four-worker
-//!   replicas at 90 % lost 11 % of its requests). Back in, it is judged on fresh answers only:
-//!   slow still, it goes out for the next longer interval; not slow, its interval starts over. A median over the window, against
+//!   past repair. Back in, it is judged on fresh answers only: slow still, it goes out for the
+//!   next longer interval; not slow, its interval starts over. A median over the window, against
 //!   the peers' median, leaves a replica alone for one slow answer among fast ones or for being a
 //!   little slower than the rest, and a whole-service slowdown moves the reference with it. A
 //!   failing endpoint takes the place of one out only for its latency when the share is full:
 //!   errors cost more than slowness.
+//! - An endpoint out for latency is **ranked last, not abandoned**: once every endpoint in the
+//!   choice holds more of this caller's attempts than it held when it went out, the others queue
+//!   as it did, and it takes what the caller sends until one of them holds no more. A failing
+//!   endpoint stays out.
 //!
 //! [`Call`](crate::call::Call) applies it to every balancer alike: an ejected endpoint is treated as
 //! one the request has already tried, which every balancer avoids while it has another choice.
@@ -265,6 +265,11 @@ struct Endpoint {
     slow_since: Option<Time>,
     /// Taken out of the set ([`Outlier::retire`]): never ejected, no peer for latency.
     retired: bool,
+    /// This caller's attempts to it that have not ended.
+    in_flight: u32,
+    /// Out for latency: its attempts in flight when it went out. It takes what the caller sends
+    /// while every endpoint in the choice holds more than that.
+    held: u32,
 }
 
 impl Endpoint {
@@ -309,9 +314,6 @@ pub struct Outlier {
     scratch: Vec<EndpointId>,
     /// Reused room for the medians of [`Outlier::on_answer`].
     medians: Vec<Duration>,
-    /// When an endpoint last left the choice or came back to it: answers to attempts sent
-    /// before then were balanced over another set and are not compared.
-    set_changed: Time,
     /// Per class of requests (by [`ClassId`]), each endpoint's answers, by endpoint.
     answers: Vec<Vec<Answers>>,
 }
@@ -327,7 +329,6 @@ impl Outlier {
             cap: 0,
             scratch: Vec::new(),
             medians: Vec::new(),
-            set_changed: Time::ZERO,
             answers: Vec::new(),
         };
         outlier.set_cap();
@@ -377,7 +378,6 @@ impl Outlier {
         if self.ejected == 0 {
             return;
         }
-        let ejected = self.ejected;
         for e in &mut self.endpoints {
             if e.ejected_until.is_some_and(|t| t <= now) {
                 e.ejected_until = None;
@@ -386,27 +386,13 @@ impl Outlier {
                 self.ejected -= 1;
             }
         }
-        if self.ejected != ejected {
-            self.change_set(now);
-        }
-    }
-
-    /// An endpoint left the choice or came back at `now`: each endpoint is judged afresh, on
-    /// attempts sent from now on.
-    fn change_set(&mut self, now: Time) {
-        self.set_changed = now;
-        for class in &mut self.answers {
-            for a in class.iter_mut() {
-                a.samples.clear();
-                a.median = None;
-            }
-        }
     }
 
     /// An attempt was sent to `endpoint`: on probation, it is the probe, and the endpoint gets no
     /// other attempt until an attempt to it ends (Linkerd's failure accrual sends one probe).
     pub fn on_send(&mut self, endpoint: EndpointId) {
         if let Some(e) = self.endpoints.get_mut(endpoint) {
+            e.in_flight = e.in_flight.saturating_add(1);
             if e.probation && !e.probing && e.ejected_until.is_none() {
                 e.probing = true;
                 self.probing += 1;
@@ -433,7 +419,17 @@ impl Outlier {
         if self.ejected == 0 && self.probing == 0 {
             return tried;
         }
-        let ejected = |(i, e): (usize, &Endpoint)| (e.ejected_until.is_some() || e.probing).then_some(i);
+        // An endpoint out for latency is ranked last rather than abandoned: once every endpoint in
+        // the choice holds more of this caller's attempts than it did when it went out, the
+        // others queue as it did and it takes the overflow (a learned number does not take
+        // capacity away; at 90 % of three replicas' capacity, one out for a moment queued what
+        // the two left could not drain).
+        let choice = self.endpoints.iter().filter(|e| e.ejected_until.is_none() && !e.probing && !e.retired);
+        let least = choice.map(|e| e.in_flight).min().unwrap_or(u32::MAX);
+        let ejected = |(i, e): (usize, &Endpoint)| {
+            let out = e.ejected_until.is_some() && (e.reason == Reason::Failures || least <= e.held);
+            (out || e.probing).then_some(i)
+        };
         self.scratch.clear();
         self.scratch.extend(self.endpoints.iter().enumerate().filter_map(ejected));
         let scratch = &self.scratch;
@@ -454,6 +450,7 @@ impl Outlier {
         self.reinstate(now);
         self.end_probe(endpoint);
         let e = self.endpoints.get_mut(endpoint).filter(|e| !e.retired)?;
+        e.in_flight = e.in_flight.saturating_sub(1);
         match outcome {
             Outcome::Success | Outcome::Rejected | Outcome::Overloaded => {
                 e.failures = 0;
@@ -489,8 +486,7 @@ impl Outlier {
         self.reinstate(now);
         let window = self.config.latency_samples as usize;
         let e = self.endpoints.get(endpoint).filter(|e| !e.retired)?;
-        let sent = now.saturating_sub(rtt);
-        if e.ejected_until.is_some() || sent < self.set_changed {
+        if e.ejected_until.is_some() {
             return None;
         }
         let class = usize::from(class);
@@ -503,7 +499,7 @@ impl Outlier {
         if a.samples.len() == window {
             a.samples.pop_front();
         }
-        a.samples.push_back(Sample { sent, rtt });
+        a.samples.push_back(Sample { sent: now.saturating_sub(rtt), rtt });
         self.medians.clear();
         self.medians.extend(a.samples.iter().map(|s| s.rtt));
         let own = median(&mut self.medians);
@@ -554,11 +550,12 @@ impl Outlier {
             e.slow_since = Some(since);
         }
         e.ejected_until = Some(now.saturating_add(duration));
+        e.held = e.in_flight;
         e.failures = 0;
         e.probation = false;
         e.reason = reason;
         let nth = e.ejections;
-        self.change_set(now);
+        self.forget_answers(endpoint);
         self.ejected += 1;
         Some(Ejection { endpoint, duration, nth, reason })
     }
@@ -774,9 +771,6 @@ mod tests {
         o.on_send(0);
         assert_eq!(ejected(&mut o, S(20)), [0]);
         o.on_send(0);
-        // Its peers answer attempts sent since it is back (earlier ones are not compared).
-        answer(&mut o, 1, S(21), MS(100));
-        answer(&mut o, 2, S(21), MS(100));
         // The probe answers in 1 s: still slow, out for twice as long (its success does not reset
         // the intervals as it does after failures).
         let again = answer(&mut o, 0, S(21), S(1));
@@ -784,16 +778,13 @@ mod tests {
         // Back at 41 s, the probe answers in 120 ms: not slow, so the intervals start over.
         assert_eq!(ejected(&mut o, S(41)), [] as [EndpointId; 0]);
         o.on_send(0);
-        answer(&mut o, 1, S(42), MS(100));
-        answer(&mut o, 2, S(42), MS(100));
-        assert_eq!(answer(&mut o, 0, S(42), MS(120)), None);
-        assert_eq!(ejected(&mut o, S(42)), [] as [EndpointId; 0]);
+        assert_eq!(answer(&mut o, 0, S(41), MS(120)), None);
+        assert_eq!(ejected(&mut o, S(41)), [] as [EndpointId; 0]);
         // Slow again: the median of [120 ms, 2 s] is 120 ms; of [120 ms, 2 s, 2 s], 2 s, seen
-        // since the 120 ms answer's attempt went (41.88 s): out for 3 × 3.12 s, a first ejection.
-        assert_eq!(answer(&mut o, 0, S(44), S(2)), None);
-        let third = answer(&mut o, 0, S(45), S(2));
-        let duration = S(9) + MS(360);
-        assert_eq!(third, Some(Ejection { endpoint: 0, duration, nth: 1, reason: Reason::Latency }));
+        // since 40 s: out for 3 × 3 s, a first ejection again.
+        assert_eq!(answer(&mut o, 0, S(42), S(2)), None);
+        let third = answer(&mut o, 0, S(43), S(2));
+        assert_eq!(third, Some(Ejection { endpoint: 0, duration: S(9), nth: 1, reason: Reason::Latency }));
     }
 
     #[test]
@@ -810,39 +801,37 @@ mod tests {
         assert_eq!(ejected(&mut o, t(32)), [] as [EndpointId; 0]);
         // Slow still on probation: out for three times all it has been seen slow (since 10 s),
         // twice `base_ejection` at most; then quick again, and a later slowdown starts over.
-        answer(&mut o, 1, t(34), MS(1));
-        answer(&mut o, 2, t(34), MS(1));
         o.on_send(0);
         let longer = answer(&mut o, 0, t(40), MS(8)).map(|e| (e.duration, e.nth));
         assert_eq!(longer, Some((MS(120), 2)));
-        assert_eq!(ejected(&mut o, t(160)), [] as [EndpointId; 0]);
         o.on_send(0);
-        answer(&mut o, 1, t(200), MS(1));
-        answer(&mut o, 2, t(200), MS(1));
         assert_eq!(answer(&mut o, 0, t(400), MS(1)), None);
         assert_eq!(o.endpoints[0].slow_since, None);
     }
 
     #[test]
-    fn a_backlog_left_by_an_ejection_is_not_compared() {
+    fn an_endpoint_out_for_latency_takes_the_overflow_once_its_peers_hold_more_than_it_did() {
         let mut o = by_latency(3);
         (0..3).for_each(|e| assert_eq!(answer(&mut o, e, S(1), MS(10)), None));
-        // 0 is seen slow and goes out for 3 × 1.01 s; 1 and 2 carry its load meanwhile, and the
-        // attempts sent to them before 0 is back answer in 300 ms, 30 times 0's next answers.
+        // 0 holds two attempts when it is seen slow, and goes out.
+        (0..4).for_each(|_| o.on_send(0));
         assert_eq!(answer(&mut o, 0, S(2), S(1)), None);
         assert!(answer(&mut o, 0, S(2), S(1)).is_some());
-        assert_eq!(ejected(&mut o, S(5)), [0]);
-        assert_eq!(ejected(&mut o, S(5) + MS(30)), [] as [EndpointId; 0], "back");
-        // 0, empty, answers quickly; the answers from 1's backlog were sent before 0 came back,
-        // under another set's balancing: they do not take 1 out.
-        assert_eq!(answer(&mut o, 0, S(5) + MS(50), MS(10)), None);
-        assert_eq!(answer(&mut o, 2, S(5) + MS(50), MS(10)), None);
-        for _ in 0..3 {
-            assert_eq!(answer(&mut o, 1, S(5) + MS(100), MS(300)), None);
-        }
-        assert!(o.answers[0][1].samples.is_empty());
-        // Sent since, a slow answer counts as before.
-        assert_eq!(answer(&mut o, 1, S(6), MS(300)).map(|e| e.endpoint), Some(1));
+        // Its peers hold two and three: it is left out while one of them holds no more than two.
+        (0..2).for_each(|_| o.on_send(1));
+        (0..3).for_each(|_| o.on_send(2));
+        assert_eq!(ejected(&mut o, S(2)), [0]);
+        // Both hold three: they queue as it did, and it is in the choice again, last.
+        o.on_send(1);
+        assert_eq!(ejected(&mut o, S(2)), [] as [EndpointId; 0]);
+        assert_eq!(o.ejected_count(S(2)), 1, "still out, for the balancer's ranking");
+        o.on_outcome(1, S(2), Outcome::Success);
+        assert_eq!(ejected(&mut o, S(2)), [0]);
+        // An endpoint out for failures stays out whatever its peers hold.
+        let mut o = Outlier::new(3, config(1, 0.5));
+        o.on_outcome(0, S(0), Outcome::Error);
+        (1..3).for_each(|e| (0..5).for_each(|_| o.on_send(e)));
+        assert_eq!(ejected(&mut o, S(0)), [0]);
     }
 
     #[test]
@@ -856,11 +845,11 @@ mod tests {
         assert_eq!(answer(&mut o, 1, S(2), S(1)), None);
         assert_eq!(answer(&mut o, 1, S(2), S(1)), None);
         assert_eq!(o.endpoints[1].slow_since, None);
-        // At 20 s (0 back since 10 s) 1 is slow for a moment: out for three times the 0.5 s since
-        // its oldest answer's attempt went, not for three times the 19 s since it was first seen
-        // slow (`base_ejection`, 10 s).
+        // Quick again by 5 s; at 20 s (0 back since 10 s) it is slow for a moment: out for three
+        // times the 0.5 s since its oldest answer's attempt went, not for three times the 19 s
+        // since it was first seen slow (`base_ejection`, 10 s).
+        (0..3).for_each(|_| assert_eq!(answer(&mut o, 1, S(5), MS(100)), None));
         assert_eq!(ejected(&mut o, S(10)), [] as [EndpointId; 0]);
-        (2..5).for_each(|e| assert_eq!(answer(&mut o, e, S(20), MS(100)), None));
         assert_eq!(answer(&mut o, 1, S(20), MS(100)), None);
         assert_eq!(answer(&mut o, 1, S(20) + MS(400), MS(400)), None);
         let brief = answer(&mut o, 1, S(20) + MS(400), MS(400)).map(|e| e.duration);
@@ -892,14 +881,12 @@ mod tests {
         (2..5).for_each(|e| assert_eq!(answer(&mut o, e, S(0), MS(100)), None));
         assert_eq!(answer(&mut o, 1, S(0), S(5)), None);
         assert_eq!(ejected(&mut o, S(0)), [0]);
-        // Back at 10 s, 0 and two more answer; 1 is slow again and goes out; then 2 fails: a
-        // failing endpoint takes the place of a slow one, which is back in at once on probation.
-        assert_eq!(ejected(&mut o, S(10)), [] as [EndpointId; 0]);
-        (2..4).for_each(|e| assert_eq!(answer(&mut o, e, S(11), MS(100)), None));
-        assert_eq!(answer(&mut o, 0, S(11), MS(100)), None);
-        assert_eq!(answer(&mut o, 1, S(16), S(5)).map(|e| e.reason), Some(Reason::Latency));
-        assert_eq!(o.on_outcome(2, S(17), Outcome::Error).map(|e| (e.endpoint, e.reason)), Some((2, Reason::Failures)));
-        assert_eq!(ejected(&mut o, S(17)), [2]);
+        // Back at 10 s, 0 answers; 1 is slow again and goes out; then 2 fails: a failing endpoint
+        // takes the place of a slow one, which is back in at once on probation.
+        assert_eq!(answer(&mut o, 0, S(10), MS(100)), None);
+        assert_eq!(answer(&mut o, 1, S(10), S(5)).map(|e| e.reason), Some(Reason::Latency));
+        assert_eq!(o.on_outcome(2, S(11), Outcome::Error).map(|e| (e.endpoint, e.reason)), Some((2, Reason::Failures)));
+        assert_eq!(ejected(&mut o, S(11)), [2]);
         assert!(o.endpoints[1].probation);
     }
 
