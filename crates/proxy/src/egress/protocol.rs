@@ -108,28 +108,15 @@ impl Driver<'_> {
     }
 }
 
-/// An attempt's request (origin-form URI: the pool sets `Host` if the application sent none, and
-/// over HTTP/2 makes it the `:authority`) with the remaining deadline for the next hop, the
-/// fallback mark and the attempt's trace context.
-fn origin_request(
-    t: &Template,
-    body: Body,
-    remaining: Option<Duration>,
-    fallback: bool,
-    traced: &HeaderMap,
-) -> Request<Body> {
-    let mut request = attempt_request(t, body, remaining, fallback, traced);
-    *request.uri_mut() = Uri::from(t.path.clone());
-    request
-}
-
 /// Room for an attempt's headers: the application's, ours, and then (hyper reuses the map) the
 /// response's; a typical response has about ten.
 const ATTEMPT_HEADERS: usize = 12;
 
-/// The template's method and headers on `body`, plus the deadline left (and for gRPC as
-/// `grpc-timeout`), the fallback mark ([`http::FALLBACK`]) and the trace context.
-fn attempt_request(
+/// An attempt's request: the template's method, origin-form URI (the pool sets `Host` if the
+/// application sent none, and over HTTP/2 makes it the `:authority`) and headers on `body`, plus
+/// the deadline left for the next hop (and for gRPC as `grpc-timeout`), the fallback mark
+/// ([`http::FALLBACK`]) and the attempt's trace context.
+fn origin_request(
     t: &Template,
     body: Body,
     remaining: Option<Duration>,
@@ -139,6 +126,7 @@ fn attempt_request(
     // Set in place: each step of `Request::builder()` moves the whole request head.
     let mut request = Request::new(body);
     *request.method_mut() = t.method.clone();
+    *request.uri_mut() = Uri::from(t.path.clone());
     let headers = request.headers_mut();
     // Not `t.headers.clone()`: a cloned map's entries have no spare room, and hyper reuses this
     // map for the response's headers, so every request paid for regrowing it twice.
