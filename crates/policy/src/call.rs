@@ -83,15 +83,18 @@ pub enum Action {
     /// Send attempt number `attempt` of this call to `endpoint`, and report its end with
     /// [`Call::on_attempt_end`]. The call enforces `timeout` itself (through a wake); it is the
     /// timeout policy's value (`policy_timeout`) clamped by the request's remaining deadline.
-    /// `fallback`: a refusal of it costs the request little (the call retries a refusal on
-    /// another endpoint at once, an endpoint refused it already, or it races an attempt still
-    /// live), which the callee's adaptive admission needs to know ([`Arrival::fallback`](crate::admission::Arrival::fallback)).
+    /// `fallback`: a refusal of it costs the request little (the call would retry a refusal on
+    /// another endpoint at once, its budget allowing, or it races an attempt still live);
+    /// `refused_elsewhere`: it
+    /// follows another endpoint's refusal. The callee's adaptive admission reads both
+    /// ([`Arrival`](crate::admission::Arrival)).
     Send {
         attempt: u32,
         endpoint: EndpointId,
         timeout: Option<Duration>,
         policy_timeout: Option<Duration>,
         fallback: bool,
+        refused_elsewhere: bool,
     },
     /// Stop waiting for attempt number `attempt`: `reason` is `TimedOut` when its timeout fired,
     /// `Cancelled` when another attempt won, the request ended, or an overdue attempt outlived the
@@ -687,10 +690,12 @@ impl Call {
             tag: Tag::live(index, raced),
         });
         let others = policy.endpoints.saturating_sub(policy.retired.len()) > 1;
-        // A race's refusal leaves the attempt it races; a retry's follows the service's refusal.
-        let refused = self.last_failed != NO_ENDPOINT && self.last_failure == Outcome::Rejected;
-        let fallback = raced || refused || (others && policy.retry.retries_refusal(self.retries + 1));
-        ctx.out.push(Action::Send { attempt, endpoint, timeout, policy_timeout: own, fallback });
+        // A refusal's retry is promised only if the budget would pay for it now: the recommended
+        // policy's hedges spend the budget below capacity, and a refusal on a promise its caller
+        // then did not keep failed the request (2-6 % of them for a pair of replicas at 75-90 %).
+        let fallback = raced || (others && policy.retry.would_retry(now, self.retries + 1, Outcome::Rejected, false));
+        let refused_elsewhere = self.last_failed != NO_ENDPOINT && self.last_failure == Outcome::Rejected;
+        ctx.out.push(Action::Send { attempt, endpoint, timeout, policy_timeout: own, fallback, refused_elsewhere });
         while let Some(probe) = policy.balancer.take_probe() {
             ctx.out.push(Action::Probe { endpoint: probe, awaited: false });
         }

@@ -105,18 +105,35 @@ impl Driver {
 }
 
 fn send(attempt: u32, endpoint: EndpointId, timeout: Option<Duration>) -> Action {
-    Action::Send { attempt, endpoint, timeout, policy_timeout: timeout, fallback: false }
+    Action::Send { attempt, endpoint, timeout, policy_timeout: timeout, fallback: false, refused_elsewhere: false }
 }
 
 /// The same, for an attempt whose refusal would cost the request little (it is retried elsewhere,
-/// or an endpoint refused the request already).
+/// or it races a live attempt).
 fn send_with_fallback(attempt: u32, endpoint: EndpointId, timeout: Option<Duration>) -> Action {
-    Action::Send { attempt, endpoint, timeout, policy_timeout: timeout, fallback: true }
+    Action::Send { attempt, endpoint, timeout, policy_timeout: timeout, fallback: true, refused_elsewhere: false }
+}
+
+/// `send` marked as following another endpoint's refusal.
+fn after_refusal(send: Action) -> Action {
+    match send {
+        Action::Send { attempt, endpoint, timeout, policy_timeout, fallback, .. } => {
+            Action::Send { attempt, endpoint, timeout, policy_timeout, fallback, refused_elsewhere: true }
+        }
+        other => other,
+    }
 }
 
 /// An attempt whose policy timeout (`policy`) the request's deadline cut to `timeout`.
 fn send_clamped(attempt: u32, endpoint: EndpointId, timeout: Duration, policy: Option<Duration>) -> Action {
-    Action::Send { attempt, endpoint, timeout: Some(timeout), policy_timeout: policy, fallback: false }
+    Action::Send {
+        attempt,
+        endpoint,
+        timeout: Some(timeout),
+        policy_timeout: policy,
+        fallback: false,
+        refused_elsewhere: false,
+    }
 }
 
 /// The call stopped waiting because the attempt's timeout fired.
@@ -556,10 +573,10 @@ fn an_attempt_says_whether_its_refusal_would_cost_the_request_little() {
     // Its timeout sends the last attempt: nothing would retry a refusal of that one.
     let out = d.at(ms(100)).wake(&mut call);
     assert_eq!(out, vec![expire(0, 0), send(1, 1, Some(ms(100))), Action::WakeAt(ms(200))]);
-    // A last attempt after a refusal has one: the service refused the request already.
+    // A last attempt after a refusal has none, but says the service refused the request already.
     let (mut call, _) = d.at(ms(300)).start(true);
     let out = d.at(ms(301)).end(&mut call, 0, Feedback::new(Outcome::Rejected, ms(1)));
-    assert_eq!(out, vec![send_with_fallback(1, 0, Some(ms(100)))]);
+    assert_eq!(out, vec![after_refusal(send(1, 0, Some(ms(100))))]);
     // With one endpoint there is nowhere else, however many attempts are allowed.
     let mut d = Driver::new(1, Box::new(NoTimeout)).retries(3, Backoff::none());
     assert_eq!(d.start(true).1, vec![send(0, 0, None)]);
@@ -573,7 +590,7 @@ fn a_429_is_retried_at_once_elsewhere_even_when_not_idempotent() {
     assert_eq!(out, vec![send_with_fallback(0, 0, None)]);
     // t=1: endpoint 0 rejects (nothing processed): retry on endpoint 1 with no backoff.
     let out = d.at(ms(1)).end(&mut call, 0, Feedback::new(Outcome::Rejected, ms(1)));
-    assert_eq!(out, vec![send_with_fallback(1, 1, None)]);
+    assert_eq!(out, vec![after_refusal(send_with_fallback(1, 1, None))]);
     // t=2: endpoint 1 is down: endpoint 2 gets the last attempt.
     let out = d.at(ms(2)).end(&mut call, 1, Feedback::new(Outcome::Unavailable, ms(1)));
     assert_eq!(out, vec![send(2, 2, None)]);
@@ -647,7 +664,8 @@ fn the_deadline_clamps_an_attempt_timeout_and_ends_the_request() {
                 endpoint: 1,
                 timeout: Some(ms(50)),
                 policy_timeout: Some(ms(100)),
-                fallback: true
+                fallback: true,
+                refused_elsewhere: false,
             },
             Action::WakeAt(ms(150))
         ]
@@ -709,9 +727,10 @@ fn once_the_shared_budget_is_spent_neither_retries_nor_hedges_go_out() {
     let (mut third, _) = d.at(ms(2)).start(true);
     // Allowance 1: the first request's hedge.
     assert_eq!(d.at(ms(30)).wake(&mut first), vec![send_with_fallback(1, 1, None)]);
-    // Allowance 2: the second request's attempt fails and is retried.
+    // Allowance 2: the second request's attempt fails and is retried; a refusal of the retry
+    // would not be (the budget is spent), so it goes out without a fallback.
     let out = d.at(ms(31)).end(&mut second, 0, Feedback::new(Outcome::Error, ms(30)));
-    assert_eq!(out, vec![send_with_fallback(1, 2, None)]);
+    assert_eq!(out, vec![send(1, 2, None)]);
     // The third's hedge finds the budget spent, and so does its retry: the request fails.
     assert_eq!(d.at(ms(32)).wake(&mut third), vec![]);
     let out = d.at(ms(33)).end(&mut third, 0, Feedback::new(Outcome::Error, ms(31)));
@@ -827,7 +846,7 @@ fn a_refusal_with_nothing_live_sends_the_pending_hedge_at_once() {
     assert_eq!(out, vec![send(0, 0, None), Action::WakeAt(ms(800))]);
     // t=1: refused, no retry left (one attempt): the hedge due at 800 ms is due now instead.
     assert_eq!(d.at(ms(1)).end(&mut call, 0, Feedback::new(Outcome::Rejected, ms(1))), vec![Action::WakeAt(ms(1))]);
-    assert_eq!(d.wake(&mut call), vec![send_with_fallback(1, 1, None)]);
+    assert_eq!(d.wake(&mut call), vec![after_refusal(send(1, 1, None))]);
     // Refused again, no hedge left: the request ends now, not 800 ms later.
     let out = d.at(ms(2)).end(&mut call, 1, Feedback::new(Outcome::Rejected, ms(1)));
     assert_eq!(out, vec![finish(Outcome::Rejected, 2)]);
@@ -1146,7 +1165,10 @@ fn a_retry_goes_back_to_the_endpoint_that_just_failed_only_when_nothing_else_is_
     // 0 is unreachable: retried at once, on 1.
     assert_eq!(d.end(&mut call, 0, Feedback::new(Outcome::Unavailable, ms(1))), vec![send_with_fallback(1, 1, None)]);
     // 1 refuses: the pick lands on 1 again, so it is made again avoiding 1 alone, and goes to 2.
-    assert_eq!(d.end(&mut call, 1, Feedback::new(Outcome::Rejected, ms(1))), vec![send_with_fallback(2, 2, None)]);
+    assert_eq!(
+        d.end(&mut call, 1, Feedback::new(Outcome::Rejected, ms(1))),
+        vec![after_refusal(send_with_fallback(2, 2, None))]
+    );
     assert_eq!(*asked.lock().unwrap(), [vec![], vec![0], vec![0, 1], vec![1]]);
     d.end(&mut call, 2, Feedback::success(ms(1)));
 

@@ -33,7 +33,8 @@ pub const PRIORITY: HeaderName = HeaderName::from_static(tailguard_policy::admis
 /// The header (`1`) on an ingress's own 429: its replica is over capacity, another may not be, so
 /// the caller retries elsewhere at once. A 429 without it was answered by an application, which
 /// passes on a refusal from further down: the service behind is over capacity, and the caller
-/// does not retry it ([`tailguard_policy::Outcome::Overloaded`]).
+/// does not retry it ([`tailguard_policy::Outcome::Overloaded`]). On a request, an egress's mark
+/// that another endpoint's ingress refused it already ([`arrival`]).
 pub const REFUSED: HeaderName = HeaderName::from_static("x-tailguard-refused");
 /// Every tailguard header starts with this.
 pub const INTERNAL_PREFIX: &str = "x-tailguard-";
@@ -279,11 +280,17 @@ pub fn priority(headers: &HeaderMap) -> Priority {
 pub const FALLBACK: HeaderName = HeaderName::from_static(FALLBACK_HEADER);
 
 /// What admission reads of a request besides the load: its [`priority`], whether its caller's
-/// egress marked it as having a fallback ([`FALLBACK`]`: 1`), and what remains of its
-/// `deadline`.
-pub fn arrival(headers: &HeaderMap, deadline: Option<Duration>) -> Arrival {
-    let fallback = headers.get(FALLBACK).is_some_and(|v| v.as_bytes() == b"1");
-    Arrival { priority: priority(headers), fallback, deadline }
+/// egress marked it as having a fallback ([`FALLBACK`]`: 1`) or as refused by another replica
+/// already ([`REFUSED`]`: 1`, believed from a `trusted` caller only: such a request is not
+/// counted as new demand), and what remains of its `deadline`.
+pub fn arrival(headers: &HeaderMap, deadline: Option<Duration>, trusted: bool) -> Arrival {
+    let marked = |name| headers.get(name).is_some_and(|v: &HeaderValue| v.as_bytes() == b"1");
+    Arrival {
+        priority: priority(headers),
+        fallback: marked(FALLBACK),
+        refused_elsewhere: trusted && marked(REFUSED),
+        deadline,
+    }
 }
 
 /// Whether the response carries a chip (`x-tailguard-chip: 1`).
@@ -295,6 +302,21 @@ pub fn has_chip(headers: &HeaderMap) -> bool {
 mod tests {
     use super::*;
     use tailguard_policy::admission::PRIORITY_HEADER;
+
+    #[test]
+    fn admission_believes_a_refusal_elsewhere_only_from_a_trusted_caller() {
+        let mut headers = HeaderMap::new();
+        headers.insert(FALLBACK, HeaderValue::from_static("1"));
+        headers.insert(REFUSED, HeaderValue::from_static("1"));
+        let trusted = arrival(&headers, None, true);
+        assert!(trusted.fallback && trusted.refused_elsewhere);
+        // Anyone may say a refusal costs it little (that only lets it be refused sooner), but
+        // not that another replica refused it (which would let it past the limit).
+        let stranger = arrival(&headers, None, false);
+        assert!(stranger.fallback && !stranger.refused_elsewhere);
+        headers.insert(REFUSED, HeaderValue::from_static("yes"));
+        assert!(!arrival(&headers, None, true).refused_elsewhere);
+    }
 
     #[test]
     fn a_low_priority_is_forwarded_and_nothing_else_internal() {

@@ -182,7 +182,7 @@ impl Ingress {
                 "tailguard: a protocol upgrade (WebSocket) needs HTTP/1.1 to the application (ingress.protocol: http1)";
             return http::text(StatusCode::NOT_IMPLEMENTED, why);
         }
-        let Some(held) = self.admit(http::arrival(req.headers(), deadline)) else {
+        let Some(held) = self.admit(http::arrival(req.headers(), deadline, trusted)) else {
             self.metrics.ingress_rejected.inc();
             let mut response = http::text(StatusCode::TOO_MANY_REQUESTS, "tailguard: over capacity");
             response.headers_mut().insert(CHIP, HeaderValue::from_static("0"));

@@ -437,6 +437,29 @@ async fn an_attempt_whose_refusal_would_be_retried_elsewhere_is_marked_for_admis
 }
 
 #[tokio::test]
+async fn a_retry_after_a_refusal_says_so_to_the_next_ingress() {
+    // The refusing backend answers 429 as an ingress does (`x-tailguard-refused: 1`); the retry
+    // on the other one is the last attempt (no fallback) and carries the refusal's mark, which
+    // adaptive admission reads (a request refused elsewhere is held to the limit only in an
+    // overload beyond doubt).
+    let (refusing, _ok, proxy) = refusing_and_ok().await;
+    let client = client();
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let (status, headers, _) = get(&client, proxy.egress.unwrap(), "svc", &[]).await;
+        assert_eq!(status, StatusCode::OK);
+        seen.push(headers["x-seen"].to_str().unwrap().to_owned());
+    }
+    // A first try that reached the good backend says its refusal would be retried; each retry
+    // says only that another ingress refused the request.
+    let retried = seen.iter().filter(|s| *s == "x-tailguard-refused=1").count();
+    assert!(seen.iter().all(|s| s == "x-tailguard-fallback=1" || s == "x-tailguard-refused=1"), "{seen:?}");
+    assert_eq!(retried, refusing.hits());
+    assert!(retried >= 1, "round robin sent a first try to the refusing backend");
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
 async fn every_value_of_a_repeated_header_reaches_each_attempt() {
     let (refusing, _ok, proxy) = refusing_and_ok().await;
     let client = client();
@@ -468,6 +491,7 @@ async fn the_ingress_strips_spoofed_headers_and_sets_its_chip() {
         ("x-tailguard-chip", "0"),
         ("x-tailguard-evil", "1"),
         ("x-tailguard-fallback", "1"),
+        ("x-tailguard-refused", "1"),
         ("x-tailguard-deadline-ms", "3000"),
     ];
     let (status, headers, _) = get(&client(), server.ingress.unwrap(), "app", &spoof).await;

@@ -48,16 +48,19 @@
 //! - **Only where a refusal costs little** (issue #36): below capacity a queue stands at its
 //!   limit now and then by chance, and a refusal then fails a request no admission would have
 //!   served unless its caller sends it elsewhere. So the rules above refuse only a request that
-//!   has a fallback ([`Arrival::fallback`]: its caller retries a refusal on another replica, or
-//!   other replicas refused it already); one without (a service of one replica, a caller that
+//!   has a fallback ([`Arrival::fallback`]: its caller would retry a refusal on another replica
+//!   at once, its retry budget allowing); one without (a service of one replica, a caller that
 //!   does not retry) is refused only when doomed: the mean latency of a request finding as many
 //!   held reaches what remains of its deadline, which it would miss anyway after taking a place
 //!   in the queue. Telling 90 % of capacity from 110 % takes a few hundred services' worth of
 //!   arrivals (docs/policies.md), and a lone replica refused on less loses requests below
-//!   capacity. Once the arrivals of [`LONG_SERVICES`] outnumber the service beyond doubt, such a
+//!   capacity. Once the arrivals outnumber the service beyond doubt ([`OVERLOAD_WINDOWS`]), such a
 //!   request is held to the depth that keeps the replica busy at that overload instead
 //!   ([`IDLE_SHARE`]): deeper than the limit, which would idle a lone one-worker replica a fifth
-//!   of the time at 150 %, far shorter than the deadline.
+//!   of the time at 150 %, far shorter than the deadline. A request another replica refused
+//!   already ([`Arrival::refused_elsewhere`]) with no fallback left is held to the limit in such
+//!   an overload, and otherwise admitted as one without a fallback: two replicas near capacity
+//!   often stand at their limits at once by chance.
 //!
 //! Envoy's adaptive concurrency filter, the nearest deployed peer, finds its limit from a minimum
 //! RTT it measures by pinning the limit low every few seconds, refusing requests then even when
@@ -103,16 +106,22 @@ pub const LOW_PRIORITY_QUEUED: f64 = 1.25;
 /// replica never passes for one that serves several at once.
 const NEAR_IDLE: f64 = 1.5;
 
-/// The services' worth of arrivals a replica's overload is judged on when its requests have no
-/// fallback (the time constant of a count of arrivals, in the replica's time per answer where it
-/// queues): a hundred or so tell 150 % of capacity from 90 % beyond doubt.
-pub const LONG_SERVICES: f64 = 128.0;
+/// The services' worth of arrivals over which a replica's overload is judged beyond doubt (the
+/// time constants of two counts of arrivals, in the replica's time per answer where it queues):
+/// the longer tells 150 % of capacity from 90 %, the shorter twice the capacity within a few
+/// dozen services of its onset.
+pub const OVERLOAD_WINDOWS: [f64; 2] = [128.0, 16.0];
 
-/// How far above what the replica serves the arrivals of [`LONG_SERVICES`] must be for an
-/// overload beyond doubt: three standard deviations of that count of Poisson arrivals (a decaying
-/// count's variance is half its mean: 3 · √64 = 24, 19 %) and of the pace's estimate (the mean of
-/// some sixty answers, each as noisy as the few services it waited: a few per cent).
-pub const OVERLOAD_MARGIN: f64 = 1.3;
+/// The error allowed for in the pace's estimate (the mean of some sixty busy intervals).
+const PACE_ERROR: f64 = 0.1;
+
+/// How far above what the replica serves the arrivals of `services` must be for an overload
+/// beyond doubt: three standard deviations of such a count of Poisson arrivals at capacity (a
+/// decaying count's variance is half its mean: 19 % over 128 services, 53 % over 16) and the
+/// pace's error.
+fn overload_margin(services: f64) -> f64 {
+    1.0 + 3.0 / (2.0 * services).sqrt() + PACE_ERROR
+}
 
 /// The share of time a replica whose requests have no fallback may idle when its queue is held
 /// short in an overload beyond doubt: the depth it is held to keeps its goodput at capacity.
@@ -136,10 +145,15 @@ pub struct Arrival {
     /// Lower priorities are refused first.
     pub priority: Priority,
     /// Whether a refusal costs it little: its caller retries a refusal on another replica at
-    /// once, or other replicas refused it already (the service is over capacity as a whole).
-    /// Without one it is refused only when it would miss its deadline, or past the depth that
-    /// keeps the replica busy in an overload beyond doubt (module docs).
+    /// once, or it races an attempt still live. Without one it is refused only when it would
+    /// miss its deadline, or past the depth that keeps the replica busy in an overload beyond
+    /// doubt (module docs).
     pub fallback: bool,
+    /// Whether another replica refused it already. Without a fallback it is held to the limit
+    /// only in an overload beyond doubt (or a cold start in overload): two replicas refusing
+    /// one request are a service over capacity as a whole only then, and a pair below capacity
+    /// often stands at its limits at once by chance.
+    pub refused_elsewhere: bool,
     /// What remains of its deadline, if it has one.
     pub deadline: Option<Duration>,
 }
@@ -171,8 +185,9 @@ pub struct AdaptiveAdmission {
     /// The arrivals (admitted or refused) of about the last interval: a count that decays by
     /// `e` each interval, and when it was last counted.
     arrivals: (f64, Time),
-    /// The same over [`LONG_SERVICES`] of the replica's time per answer where it queues.
-    long_arrivals: (f64, Time),
+    /// The same over each of [`OVERLOAD_WINDOWS`] of the replica's time per answer where it
+    /// queues.
+    overload_arrivals: [(f64, Time); 2],
     /// Since when the replica has held at least the limit, if it does, and how many it held
     /// when that stand began.
     full_since: Option<(Time, u32)>,
@@ -184,6 +199,61 @@ pub struct AdaptiveAdmission {
     shed_until: [Option<Time>; 2],
     /// When the last low-priority request arrived.
     last_low: Option<Time>,
+    /// The time its workers were all taken and the answers given then: its pace, measured.
+    busy: Busy,
+}
+
+/// A replica's pace as measured: the mean time between answers while every worker is taken (it
+/// holds at least its limit less one, the count whose answers wait). Little's law on the answers
+/// at a count gives the pace only while nothing leaves the queue unserved: past capacity, requests
+/// whose deadline passes leave it, those behind move up faster than the replica serves, and the
+/// law gave one-worker replicas of 4 answers a second 5 to 13.
+#[derive(Clone, Copy, Debug, Default)]
+struct Busy {
+    /// Since when the workers have all been taken, if they are.
+    since: Option<Time>,
+    /// When they last ceased to be.
+    ended: Option<Time>,
+    /// Busy time (ns) since the last answer counted, ended periods only.
+    time: f64,
+    /// Answers counted, and their mean busy time apart (ns, an EWMA of [`LEVEL_MEMORY`]).
+    answers: u32,
+    mean: f64,
+}
+
+impl Busy {
+    /// The replica holds `in_system` at `now`, its workers all taken from `full` held.
+    fn follow(&mut self, now: Time, in_system: u32, full: u32) {
+        match self.since {
+            None if in_system >= full => self.since = Some(now),
+            Some(since) if in_system < full => {
+                self.time += nanos(now.saturating_sub(since));
+                self.since = None;
+                self.ended = Some(now);
+            }
+            _ => {}
+        }
+    }
+
+    /// An answer left at `now`: counted if every worker was taken until then.
+    fn answered(&mut self, now: Time) {
+        let busy = match self.since {
+            Some(since) => self.time + nanos(now.saturating_sub(since)),
+            None if self.ended == Some(now) => self.time,
+            None => return self.time = 0.0,
+        };
+        if self.since.is_some() {
+            self.since = Some(now);
+        }
+        self.time = 0.0;
+        self.answers = self.answers.saturating_add(1);
+        self.mean += (busy - self.mean) / f64::from(self.answers.min(LEVEL_MEMORY));
+    }
+
+    /// Answers per nanosecond, once [`MIN_ANSWERS`] were counted.
+    fn pace(&self) -> Option<f64> {
+        (self.answers >= MIN_ANSWERS && self.mean > 0.0).then(|| 1.0 / self.mean)
+    }
 }
 
 impl AdaptiveAdmission {
@@ -307,16 +377,19 @@ impl AdaptiveAdmission {
         (f64::from(in_system) + 1.0) / pace >= nanos(left)
     }
 
-    /// The answers per nanosecond the replica gives where it queues, its capacity (Little's law:
-    /// the requests held over their latency): the more of two estimates, at its limit and at the
-    /// most it was seen to hold (the last pool of answers, if those queued: [`QUEUED`] times the
+    /// The answers per nanosecond the replica gives where it queues, its capacity: as measured
+    /// while its workers are all taken ([`Busy`]) once it has been, else by Little's law (the
+    /// requests held over their latency), the more of two estimates, at its limit and at the most
+    /// it was seen to hold (the last pool of answers, if those queued: [`QUEUED`] times the
     /// quickest), since a pace too low refuses below capacity and one too high only refuses
     /// less. The limit's is too low where a base that came out low by chance put a replica of
-    /// several workers' limit at two; the last pool's too high where those answers neared their
-    /// deadline (the quicker ones the only ones back); a replica overloaded from its start has
-    /// only the latter. A replica that does not queue has none, and none of its requests is
-    /// doomed.
+    /// several workers' limit at two; the last pool's too high where requests left the queue
+    /// unserved; a replica overloaded from its start has only the latter. A replica that does
+    /// not queue has none, and none of its requests is doomed.
     fn pace_now(&self) -> Option<f64> {
+        if let Some(pace) = self.limits.and(self.busy.pace()) {
+            return Some(pace);
+        }
         // One pass over the pools: this runs at every answer.
         let mut pools = self.pools(0);
         let quickest = pools.next()?;
@@ -329,15 +402,18 @@ impl AdaptiveAdmission {
     }
 
     /// The most a replica may hold and still admit a request without a fallback: none unless
-    /// the arrivals of the last [`LONG_SERVICES`] outnumber what it serves by [`OVERLOAD_MARGIN`],
-    /// and then the depth at which Poisson arrivals at that ratio `ρ` leave it idle
-    /// [`IDLE_SHARE`] of the time (M/M/1/K: `(ρ − 1) / (ρ^(K+1) − 1)`), so it serves its capacity
-    /// while the admitted wait some K services instead of the whole deadline.
+    /// the arrivals of one of [`OVERLOAD_WINDOWS`] outnumber what it serves by its
+    /// [`overload_margin`], and then the depth at which Poisson arrivals at that ratio `ρ` (the
+    /// longer window's, if both) leave it idle [`IDLE_SHARE`] of the time (M/M/1/K:
+    /// `(ρ − 1) / (ρ^(K+1) − 1)`), so it serves its capacity while the admitted wait some K
+    /// services instead of the whole deadline.
     fn overload_depth(&self) -> Option<u32> {
-        let ratio = self.long_arrivals.0 / LONG_SERVICES;
-        if ratio < OVERLOAD_MARGIN {
-            return None;
-        }
+        let ratio = OVERLOAD_WINDOWS
+            .iter()
+            .zip(&self.overload_arrivals)
+            .map(|(&services, &(count, _))| (count / services, services))
+            .find(|&(ratio, services)| ratio >= overload_margin(services))?
+            .0;
         let depth = ((1.0 + (ratio - 1.0) / IDLE_SHARE).ln() / ratio.ln()).ceil() - 1.0;
         Some((depth as u32).max(self.limits.map_or(1, |l| l.normal)))
     }
@@ -346,9 +422,10 @@ impl AdaptiveAdmission {
     /// outpaced what the replica serves at its limit: only then is one refused.
     fn arrive(&mut self, now: Time) -> bool {
         if let Some(pace) = self.pace {
-            let (count, at) = &mut self.long_arrivals;
-            *count = *count * (-nanos(now.saturating_sub(*at)) * pace / LONG_SERVICES).exp() + 1.0;
-            *at = now;
+            for (services, (count, at)) in OVERLOAD_WINDOWS.iter().zip(&mut self.overload_arrivals) {
+                *count = *count * (-nanos(now.saturating_sub(*at)) * pace / services).exp() + 1.0;
+                *at = now;
+            }
         }
         let Some((limits, interval)) = self.limits.zip(self.interval()) else { return false };
         let (count, at) = &mut self.arrivals;
@@ -442,8 +519,12 @@ impl Admission for AdaptiveAdmission {
         if self.doomed(in_system, arrival.deadline) {
             return false;
         }
-        if !arrival.fallback {
-            return self.overload_depth().is_none_or(|depth| in_system < depth);
+        // One refused elsewhere already, without a fallback, is held to the limit only where the
+        // overload is beyond doubt or in a cold start in overload, which that refusal speaks for.
+        let depth = self.overload_depth();
+        let weighed = arrival.refused_elsewhere && (depth.is_some() || self.measuring(now));
+        if !arrival.fallback && !weighed {
+            return depth.is_none_or(|depth| in_system < depth);
         }
         if self.measuring(now) {
             return in_system == 0;
@@ -459,6 +540,9 @@ impl Admission for AdaptiveAdmission {
 
     fn observe(&mut self, now: Time, in_system: u32) {
         self.follow(now, in_system);
+        if let Some(limits) = self.limits {
+            self.busy.follow(now, in_system, limits.normal.saturating_sub(1).max(1));
+        }
     }
 
     fn answered(&mut self, now: Time, rif: u32, latency: Duration) {
@@ -467,6 +551,7 @@ impl Admission for AdaptiveAdmission {
             // Measuring goes on while it learns: each answer at an idle replica extends it.
             self.measuring_until = self.stand().map(|(_, interval)| now + interval);
         }
+        self.busy.answered(now);
         if k >= MOST_TRACKED {
             return;
         }
@@ -503,7 +588,8 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
 
     /// A request whose caller retries a refusal elsewhere: the rules apply in full.
-    const RETRIED: Arrival = Arrival { priority: Priority::Normal, fallback: true, deadline: None };
+    const RETRIED: Arrival =
+        Arrival { priority: Priority::Normal, fallback: true, refused_elsewhere: false, deadline: None };
 
     /// A one-worker replica of 100 ms service as its answers show it: 100 ms idle, 200 ms behind
     /// one, 300 ms behind two.
@@ -704,6 +790,74 @@ mod tests {
         assert!(!a.admit_as(t(60_001), 6, lone));
         // A quiet half minute later the doubt is back: admitted at any count.
         assert!(a.admit_as(t(90_000), 500, lone));
+    }
+
+    #[test]
+    fn twice_the_capacity_is_beyond_doubt_within_seconds_and_less_only_over_the_long_count() {
+        let lone = Arrival::default();
+        let t = |ms: u64| Time::from_millis(ms);
+        // One worker of 100 ms. At twice its capacity, four seconds (40 services) are enough: the
+        // short count (16 services) is at 1.84 times the service, over its margin of 1.63.
+        let mut a = one_worker();
+        for k in 0..80 {
+            a.admit_as(t(k * 50), 0, lone);
+        }
+        assert_eq!(a.overload_depth(), Some(7));
+        // At 1.4 times, four seconds leave it in doubt; a minute is beyond it (the long count's
+        // margin: 1.29).
+        let mut a = one_worker();
+        let gap = 71;
+        for k in 0..57 {
+            a.admit_as(t(k * gap), 0, lone);
+        }
+        assert_eq!(a.overload_depth(), None);
+        for k in 57..845 {
+            a.admit_as(t(k * gap), 0, lone);
+        }
+        assert_eq!(a.overload_depth(), Some(11));
+    }
+
+    #[test]
+    fn the_pace_is_measured_while_every_worker_is_taken() {
+        // Answers show one worker of 100 ms (Little's law at its limit: 10 a second), then it
+        // serves a request every 250 ms while it holds one or more: 4 a second.
+        let mut a = one_worker();
+        let t = |ms: u64| Time::from_millis(ms);
+        a.observe(t(0), 1);
+        for k in 1..=20 {
+            a.answered(t(k * 250), 1, 200 * MS);
+        }
+        assert_eq!(a.pace.map(|p| (p * 1e9 * 1000.0).round() / 1000.0), Some(4.0));
+        // Idle time is not service: a second idle, then a request served in 250 ms.
+        a.observe(t(5_000), 0);
+        a.observe(t(6_000), 1);
+        a.observe(t(6_250), 0);
+        a.answered(t(6_250), 0, 250 * MS);
+        assert_eq!(a.pace.map(|p| (p * 1e9 * 1000.0).round() / 1000.0), Some(4.0));
+    }
+
+    #[test]
+    fn a_request_refused_elsewhere_is_held_to_the_limit_only_in_an_overload_beyond_doubt() {
+        let t = |ms: u64| Time::from_millis(ms);
+        let follower = Arrival { refused_elsewhere: true, ..Arrival::default() };
+        // The limit enforced, as for a pair of replicas that stand at their limits at once below
+        // capacity: a request the other replica refused, with no retry left, is admitted.
+        let mut a = flooded(one_worker());
+        a.observe(t(1000), 2);
+        a.observe(t(1400), 3);
+        assert!(!a.admit_as(t(1400), 2, RETRIED));
+        assert!(a.admit_as(t(1401), 2, follower));
+        // Past capacity beyond doubt (arrivals at twice it for a minute), it is held to the
+        // limit, where one without a fallback that no replica refused is held to the deeper depth.
+        let mut a = one_worker();
+        for k in 0..1200 {
+            a.admit_as(t(60_000 + k * 50), 0, Arrival::default());
+        }
+        let a = &mut flooded(a);
+        a.observe(t(120_000), 2);
+        a.observe(t(120_400), 3);
+        assert!(!a.admit_as(t(120_400), 2, follower));
+        assert!(a.admit_as(t(120_401), 2, Arrival::default()));
     }
 
     #[test]

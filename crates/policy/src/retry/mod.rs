@@ -228,12 +228,6 @@ impl RetryPolicy {
         self.eligible(attempts_made, outcome, idempotent) && self.budget_allows(now)
     }
 
-    /// Whether a refusal of attempt number `attempts_made - 1` would be retried by the rules (the
-    /// budget aside: a budget spent under overload is no reason to spare the request).
-    pub fn retries_refusal(&self, attempts_made: u32) -> bool {
-        self.eligible(attempts_made, Outcome::Rejected, false)
-    }
-
     /// Whether the rules, the budget aside, allow a retry after `outcome`.
     fn eligible(&self, attempts_made: u32, outcome: Outcome, idempotent: bool) -> bool {
         attempts_made < self.max_attempts

@@ -41,16 +41,24 @@ impl pool::Error {
     }
 }
 
+/// What an attempt's request tells the ingress's admission ([`http::arrival`]): whether a
+/// refusal costs the request little ([`http::FALLBACK`]) and whether another endpoint refused it
+/// already ([`http::REFUSED`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Marks {
+    pub fallback: bool,
+    pub refused_elsewhere: bool,
+}
+
 impl Driver<'_> {
-    /// Starts attempt `attempt` to `endpoint`; a `fallback` one is marked so
-    /// ([`http::FALLBACK`]: its refusal costs the request little).
+    /// Starts attempt `attempt` to `endpoint`, with the `marks` its ingress's admission reads.
     pub(super) fn send(
         &mut self,
         call: &Call,
         attempt: u32,
         endpoint: EndpointId,
         policy_timeout: Option<Duration>,
-        fallback: bool,
+        marks: Marks,
     ) {
         let body = match (&self.template.body, self.streamed.take()) {
             (Some(bytes), _) => http::bytes(bytes),
@@ -71,12 +79,12 @@ impl Driver<'_> {
         if let Some(trace) = &self.trace {
             trace.inject(attempt, &mut traced);
         }
-        let request = origin_request(&self.template, body, remaining, fallback, &traced);
+        let request = origin_request(&self.template, body, remaining, marks, &traced);
         let rebuild = self.replayable.then(|| {
             let template = self.template.clone();
             move || {
                 let body = template.body.as_ref().map_or_else(http::empty, http::bytes);
-                origin_request(&template, body, remaining, fallback, &traced)
+                origin_request(&template, body, remaining, marks, &traced)
             }
         });
         let pool = target.pool.clone();
@@ -114,13 +122,13 @@ const ATTEMPT_HEADERS: usize = 12;
 
 /// An attempt's request: the template's method, origin-form URI (the pool sets `Host` if the
 /// application sent none, and over HTTP/2 makes it the `:authority`) and headers on `body`, plus
-/// the deadline left for the next hop (and for gRPC as `grpc-timeout`), the fallback mark
-/// ([`http::FALLBACK`]) and the attempt's trace context.
+/// the deadline left for the next hop (and for gRPC as `grpc-timeout`), the admission's
+/// [`Marks`] and the attempt's trace context.
 fn origin_request(
     t: &Template,
     body: Body,
     remaining: Option<Duration>,
-    fallback: bool,
+    marks: Marks,
     traced: &HeaderMap,
 ) -> Request<Body> {
     // Set in place: each step of `Request::builder()` moves the whole request head.
@@ -140,8 +148,11 @@ fn origin_request(
             headers.insert(grpc::TIMEOUT, grpc::timeout_value(r));
         }
     }
-    if fallback {
+    if marks.fallback {
         headers.insert(http::FALLBACK, HeaderValue::from_static("1"));
+    }
+    if marks.refused_elsewhere {
+        headers.insert(http::REFUSED, HeaderValue::from_static("1"));
     }
     for (name, value) in traced {
         headers.insert(name, value.clone());

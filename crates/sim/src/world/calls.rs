@@ -100,7 +100,7 @@ impl World {
             let state = self.calls.get_mut(key).expect("the call is live while it acts");
             let between_services = matches!(state.owner, Owner::Job(_));
             match action {
-                Action::Send { attempt, endpoint, policy_timeout, fallback, .. } => {
+                Action::Send { attempt, endpoint, policy_timeout, fallback, refused_elsewhere, .. } => {
                     if let Some(t) = &mut self.tracer {
                         t.attempt_sent(key, attempt, endpoint, policy_timeout, self.now);
                     }
@@ -123,6 +123,7 @@ impl World {
                         route: state.call.class(),
                         caller: if let Owner::Job(job) = state.owner { Some(job) } else { None },
                         fallback,
+                        refused_elsewhere,
                     };
                     state.reached.push(Reached::Travelling);
                     let callee = state.callee;

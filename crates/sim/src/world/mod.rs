@@ -74,8 +74,10 @@ pub(super) enum Event {
         route: u16,
         /// The job that made the call, if a job did (for prefetching it with the answer).
         caller: Option<Key>,
-        /// Whether a refusal costs it little ([`Action::Send`](tailguard_policy::Action::Send)).
+        /// Whether a refusal costs it little, and whether another replica refused it already
+        /// ([`Action::Send`](tailguard_policy::Action::Send)).
         fallback: bool,
+        refused_elsewhere: bool,
     },
     /// A replica (replica `replica` of service `service`, for prefetching) finished the local work
     /// of a job.
@@ -405,12 +407,13 @@ impl World {
                 route,
                 caller,
                 fallback,
+                refused_elsewhere,
             } => self.attempt_arrives(
                 call,
                 attempt,
                 service,
                 replica,
-                (sent, timeout, series, request, route, caller, fallback),
+                (sent, timeout, series, request, route, caller, (fallback, refused_elsewhere)),
             ),
             Event::WorkDone { job, .. } => self.work_done(job),
             Event::CancelArrives { call, attempt, job } => self.cancel_arrives(call, attempt, job),

@@ -19,14 +19,14 @@ impl World {
         attempt: u32,
         service: u16,
         replica: u32,
-        (sent, timeout, series, request, route, caller, fallback): (
+        (sent, timeout, series, request, route, caller, (fallback, refused_elsewhere)): (
             PackedTime,
             PackedTime,
             Option<u16>,
             u64,
             u16,
             Option<Key>,
-            bool,
+            (bool, bool),
         ),
     ) {
         let (s, r) = (service as usize, replica as usize);
@@ -59,7 +59,7 @@ impl World {
         let svc = &mut self.services[s];
         let priority = usize::from(route).checked_sub(1).map_or(Priority::Normal, |i| svc.routes[i].priority);
         let rep = &mut svc.replicas[r];
-        if !rep.admission.admit_as(now, rep.held, Arrival { priority, fallback, deadline }) {
+        if !rep.admission.admit_as(now, rep.held, Arrival { priority, fallback, refused_elsewhere, deadline }) {
             return refuse(self, Outcome::Rejected);
         }
         self.metrics.accepted(s, r, now);
