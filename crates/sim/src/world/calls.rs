@@ -4,7 +4,7 @@
 //! recorded as they happen.
 
 use super::cancel::Reached;
-use super::{AttemptEnd, Event, World};
+use super::{AttemptEnd, Event, Marks, World};
 use crate::slab::Key;
 use smallvec::SmallVec;
 use std::time::Duration;
@@ -122,8 +122,7 @@ impl World {
                         request: state.draws,
                         route: state.call.class(),
                         caller: if let Owner::Job(job) = state.owner { Some(job) } else { None },
-                        fallback,
-                        refused_elsewhere,
+                        marks: Marks { fallback, refused_elsewhere },
                     };
                     state.reached.push(Reached::Travelling);
                     let callee = state.callee;

@@ -53,6 +53,15 @@ const NETWORK_STREAM: u64 = 0x006E_6574_776F_726B; // "network" in ASCII
 /// The key of the calibrated hops' stream, under the run's seed.
 const HOPS_STREAM: u64 = 0x686F_7073; // "hops" in ASCII
 
+/// What an attempt tells its replica's admission besides its route and deadline
+/// ([`Action::Send`](tailguard_policy::Action::Send)): whether a refusal costs it little, and
+/// whether another replica refused it already.
+#[derive(Clone, Copy)]
+pub(super) struct Marks {
+    pub fallback: bool,
+    pub refused_elsewhere: bool,
+}
+
 pub(super) enum Event {
     /// The workload sends its next open-loop request.
     Arrival,
@@ -74,10 +83,8 @@ pub(super) enum Event {
         route: u16,
         /// The job that made the call, if a job did (for prefetching it with the answer).
         caller: Option<Key>,
-        /// Whether a refusal costs it little, and whether another replica refused it already
-        /// ([`Action::Send`](tailguard_policy::Action::Send)).
-        fallback: bool,
-        refused_elsewhere: bool,
+        /// What its replica's admission reads of it besides its route and deadline.
+        marks: Marks,
     },
     /// A replica (replica `replica` of service `service`, for prefetching) finished the local work
     /// of a job.
@@ -406,14 +413,13 @@ impl World {
                 request,
                 route,
                 caller,
-                fallback,
-                refused_elsewhere,
+                marks,
             } => self.attempt_arrives(
                 call,
                 attempt,
                 service,
                 replica,
-                (sent, timeout, series, request, route, caller, (fallback, refused_elsewhere)),
+                (sent, timeout, series, request, route, caller, marks),
             ),
             Event::WorkDone { job, .. } => self.work_done(job),
             Event::CancelArrives { call, attempt, job } => self.cancel_arrives(call, attempt, job),

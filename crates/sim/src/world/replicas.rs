@@ -4,7 +4,7 @@
 //! An `error` fault with `after` answers without a worker; a `hang` window holds the start and end
 //! of work, the next calls and the answers until it closes.
 
-use super::{AttemptEnd, Carried, Event, Owner, World};
+use super::{AttemptEnd, Carried, Event, Marks, Owner, World};
 use crate::service::{Job, Stage};
 use crate::slab::Key;
 use tailguard_model::replica::{child_key, Fate};
@@ -19,14 +19,14 @@ impl World {
         attempt: u32,
         service: u16,
         replica: u32,
-        (sent, timeout, series, request, route, caller, (fallback, refused_elsewhere)): (
+        (sent, timeout, series, request, route, caller, marks): (
             PackedTime,
             PackedTime,
             Option<u16>,
             u64,
             u16,
             Option<Key>,
-            (bool, bool),
+            Marks,
         ),
     ) {
         let (s, r) = (service as usize, replica as usize);
@@ -59,7 +59,11 @@ impl World {
         let svc = &mut self.services[s];
         let priority = usize::from(route).checked_sub(1).map_or(Priority::Normal, |i| svc.routes[i].priority);
         let rep = &mut svc.replicas[r];
-        if !rep.admission.admit_as(now, rep.held, Arrival { priority, fallback, refused_elsewhere, deadline }) {
+        if !rep.admission.admit_as(
+            now,
+            rep.held,
+            Arrival { priority, fallback: marks.fallback, refused_elsewhere: marks.refused_elsewhere, deadline },
+        ) {
             return refuse(self, Outcome::Rejected);
         }
         self.metrics.accepted(s, r, now);
