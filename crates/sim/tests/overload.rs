@@ -218,3 +218,83 @@ scenarios:
         }
     }
 }
+
+/// Adaptive admission on topologies none of its rules was made on (one caller or ten; three,
+/// five or ten replicas of one or four workers; exponential, lognormal, bimodal service; one
+/// replica twice as slow; 75-90 % of capacity, and 130 % and 150 %), behind least-request with
+/// three attempts and behind the recommended policy. Below capacity, on these seeds (held out
+/// from the two it was explored on), success is 96.7-100 % with least-request and 98.9-100 %
+/// with the recommended policy (both 100 % without admission; issue #36 asks within a point:
+/// not met with least-request's three attempts, whose retries outrun its budget); before the
+/// rules on refusals elsewhere (2026-12-07) the worst were 95.2 % and 95.7 % (93.1 % and 95.1 %
+/// on the seeds explored). Past capacity the successes' p99 is 105-146 ms where no admission's
+/// is the 2 s deadline.
+#[test]
+fn adaptive_admission_on_topologies_it_was_not_made_on() {
+    let text = r#"
+name: varied
+services:
+  client:
+    replicas: 1
+    workers: 0
+    calls: [ { service: app } ]
+  app:
+    replicas: 5
+    workers: 4
+    service_time: { dist: exponential, mean: 20ms }
+workload:
+  target: client
+  open: { rate: 800, arrival: poisson }
+  warmup: 5s
+  duration: 60s
+x-rec: &rec { balancer: { kind: prequal }, outlier: {}, timeout: { kind: adaptive }, hedge: { kind: adaptive }, retry: { max_attempts: 2 } }
+x-lr: &lr { balancer: { kind: least-request }, retry: { max_attempts: 3 } }
+variants:
+  - name: lr
+    edges: { workload->client: { deadline: 2s }, client->app: *lr }
+  - name: lr-ad
+    edges: { workload->client: { deadline: 2s }, client->app: *lr }
+    admission: { app: { kind: adaptive } }
+  - name: rec
+    edges: { workload->client: { deadline: 2s }, client->app: *rec }
+  - name: rec-ad
+    edges: { workload->client: { deadline: 2s }, client->app: *rec }
+    admission: { app: { kind: adaptive } }
+scenarios:
+  - name: r3w4-exp-75
+    set: { workload.open.rate: 450, services.app.replicas: 3 }
+  - name: r3w1-logn-80
+    set: { workload.open.rate: 100, services.app.replicas: 3, services.app.workers: 1, services.app.service_time: { dist: lognormal, median: 15ms, sigma: 0.8 } }
+  - name: r5w4-bimodal-85
+    set: { workload.open.rate: 850, services.app.service_time: { dist: bimodal, slow_fraction: 0.05, fast: { dist: exponential, mean: 10ms }, slow: { dist: constant, value: 210ms } } }
+  - name: r10w1-exp-90
+    set: { workload.open.rate: 450, services.app.replicas: 10, services.app.workers: 1 }
+  - name: c10-r5w4-exp-90
+    set: { workload.open.rate: 900, services.client.replicas: 10 }
+  - name: c10-r10w1-logn-85
+    set: { workload.open.rate: 425, services.client.replicas: 10, services.app.replicas: 10, services.app.workers: 1, services.app.service_time: { dist: lognormal, median: 15ms, sigma: 0.8 } }
+  - name: r5w4-slowrep-80
+    set: { workload.open.rate: 720, services.app.groups: { slow: { replicas: "0", service_time: { dist: exponential, mean: 40ms } } } }
+  - name: r3w4-exp-130
+    set: { workload.open.rate: 780, services.app.replicas: 3 }
+  - name: c10-r5w4-exp-150
+    set: { workload.open.rate: 1500, services.client.replicas: 10 }
+"#;
+    let experiment =
+        tailguard_model::Experiment::parse(text, std::path::Path::new("varied.yaml")).unwrap_or_else(|e| panic!("{e}"));
+    for seed in [3, 4] {
+        let options = Options { seed, threads: 2, ..Options::default() };
+        let runs = simulate(&experiment, options, |_| {}).unwrap_or_else(|e| panic!("{e}"));
+        for run in runs.runs.iter().filter(|r| r.variant.ends_with("-ad")) {
+            let plain = get(&runs, &run.scenario, run.variant.trim_end_matches("-ad"));
+            let at = format!("seed {seed}, {} / {}", run.scenario, run.variant);
+            if run.scenario.ends_with("-130") || run.scenario.ends_with("-150") {
+                let (p99, plain) = (run.latency_ms.p99, plain.latency_ms.p99);
+                assert!(p99 <= 0.1 * plain, "{at}: p99 {p99} ms against {plain}");
+                continue;
+            }
+            let allowed = if run.variant == "lr-ad" { 0.04 } else { 0.015 };
+            assert!(run.success_rate >= plain.success_rate - allowed, "{at}: {} refused", run.rejected);
+        }
+    }
+}
