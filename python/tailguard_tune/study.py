@@ -459,8 +459,10 @@ def run(settings: Settings, say: Callable[[str], None] = print) -> Outcome:
 
     try:
         # Bounded: this worker asks at most `budget` trials, fewer when others share the study.
+        # Counted through a freshly loaded study: this one's trial cache can miss a peer's trial
+        # (below), and two workers then asked for one more each (8 trials of a budget of 6).
         for _ in range(settings.budget):
-            if _charged(study) >= settings.budget:
+            if _charged(optuna.load_study(study_name=name, storage=storage)) >= settings.budget:
                 break
             trial = study.ask(distributions)
             trial.set_user_attr("host", socket.gethostname())

@@ -77,24 +77,30 @@ impl ClientPolicy {
     }
 }
 
+/// What an attempt tells the callee's adaptive admission ([`Arrival`](crate::admission::Arrival)):
+/// the proxy's egress sends them as headers, the simulator carries them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Marks {
+    /// A refusal of it costs the request little: the call would retry a refusal on another
+    /// endpoint at once, its budget allowing, or it races an attempt still live.
+    pub fallback: bool,
+    /// It follows another endpoint's refusal.
+    pub refused_elsewhere: bool,
+}
+
 /// What the driver must do for a call.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Action {
     /// Send attempt number `attempt` of this call to `endpoint`, and report its end with
     /// [`Call::on_attempt_end`]. The call enforces `timeout` itself (through a wake); it is the
     /// timeout policy's value (`policy_timeout`) clamped by the request's remaining deadline.
-    /// `fallback`: a refusal of it costs the request little (the call would retry a refusal on
-    /// another endpoint at once, its budget allowing, or it races an attempt still live);
-    /// `refused_elsewhere`: it
-    /// follows another endpoint's refusal. The callee's adaptive admission reads both
-    /// ([`Arrival`](crate::admission::Arrival)).
+    /// `marks` are what the callee's adaptive admission reads of it.
     Send {
         attempt: u32,
         endpoint: EndpointId,
         timeout: Option<Duration>,
         policy_timeout: Option<Duration>,
-        fallback: bool,
-        refused_elsewhere: bool,
+        marks: Marks,
     },
     /// Stop waiting for attempt number `attempt`: `reason` is `TimedOut` when its timeout fired,
     /// `Cancelled` when another attempt won, the request ended, or an overdue attempt outlived the
@@ -695,7 +701,8 @@ impl Call {
         // then did not keep failed the request (2-6 % of them for a pair of replicas at 75-90 %).
         let fallback = raced || (others && policy.retry.would_retry(now, self.retries + 1, Outcome::Rejected, false));
         let refused_elsewhere = self.last_failed != NO_ENDPOINT && self.last_failure == Outcome::Rejected;
-        ctx.out.push(Action::Send { attempt, endpoint, timeout, policy_timeout: own, fallback, refused_elsewhere });
+        let marks = Marks { fallback, refused_elsewhere };
+        ctx.out.push(Action::Send { attempt, endpoint, timeout, policy_timeout: own, marks });
         while let Some(probe) = policy.balancer.take_probe() {
             ctx.out.push(Action::Probe { endpoint: probe, awaited: false });
         }

@@ -104,21 +104,25 @@ impl Driver {
     }
 }
 
+/// The marks of an attempt whose refusal would be retried elsewhere.
+const FALLBACK: Marks = Marks { fallback: true, refused_elsewhere: false };
+
 fn send(attempt: u32, endpoint: EndpointId, timeout: Option<Duration>) -> Action {
-    Action::Send { attempt, endpoint, timeout, policy_timeout: timeout, fallback: false, refused_elsewhere: false }
+    Action::Send { attempt, endpoint, timeout, policy_timeout: timeout, marks: Marks::default() }
 }
 
 /// The same, for an attempt whose refusal would cost the request little (it is retried elsewhere,
 /// or it races a live attempt).
 fn send_with_fallback(attempt: u32, endpoint: EndpointId, timeout: Option<Duration>) -> Action {
-    Action::Send { attempt, endpoint, timeout, policy_timeout: timeout, fallback: true, refused_elsewhere: false }
+    Action::Send { attempt, endpoint, timeout, policy_timeout: timeout, marks: FALLBACK }
 }
 
 /// `send` marked as following another endpoint's refusal.
 fn after_refusal(send: Action) -> Action {
     match send {
-        Action::Send { attempt, endpoint, timeout, policy_timeout, fallback, .. } => {
-            Action::Send { attempt, endpoint, timeout, policy_timeout, fallback, refused_elsewhere: true }
+        Action::Send { attempt, endpoint, timeout, policy_timeout, marks } => {
+            let marks = Marks { refused_elsewhere: true, ..marks };
+            Action::Send { attempt, endpoint, timeout, policy_timeout, marks }
         }
         other => other,
     }
@@ -126,14 +130,7 @@ fn after_refusal(send: Action) -> Action {
 
 /// An attempt whose policy timeout (`policy`) the request's deadline cut to `timeout`.
 fn send_clamped(attempt: u32, endpoint: EndpointId, timeout: Duration, policy: Option<Duration>) -> Action {
-    Action::Send {
-        attempt,
-        endpoint,
-        timeout: Some(timeout),
-        policy_timeout: policy,
-        fallback: false,
-        refused_elsewhere: false,
-    }
+    Action::Send { attempt, endpoint, timeout: Some(timeout), policy_timeout: policy, marks: Marks::default() }
 }
 
 /// The call stopped waiting because the attempt's timeout fired.
@@ -664,8 +661,7 @@ fn the_deadline_clamps_an_attempt_timeout_and_ends_the_request() {
                 endpoint: 1,
                 timeout: Some(ms(50)),
                 policy_timeout: Some(ms(100)),
-                fallback: true,
-                refused_elsewhere: false,
+                marks: FALLBACK,
             },
             Action::WakeAt(ms(150))
         ]

@@ -281,8 +281,8 @@ pub const FALLBACK: HeaderName = HeaderName::from_static(FALLBACK_HEADER);
 
 /// What admission reads of a request besides the load: its [`priority`], whether its caller's
 /// egress marked it as having a fallback ([`FALLBACK`]`: 1`) or as refused by another replica
-/// already ([`REFUSED`]`: 1`, believed from a `trusted` caller only: such a request is not
-/// counted as new demand), and what remains of its `deadline`.
+/// already ([`REFUSED`]`: 1`, believed from a `trusted` caller only: it lets a request past the
+/// limit short of an overload beyond doubt), and what remains of its `deadline`.
 pub fn arrival(headers: &HeaderMap, deadline: Option<Duration>, trusted: bool) -> Arrival {
     let marked = |name| headers.get(name).is_some_and(|v: &HeaderValue| v.as_bytes() == b"1");
     Arrival {

@@ -8,7 +8,7 @@
 //! keeps (its attempts, probes, actions) has room inline for the usual counts.
 
 use super::body::{idempotent, Template};
-use super::protocol::{clean, AttemptError, Marks, ProbeFuture, ResponseFuture};
+use super::protocol::{clean, AttemptError, ProbeFuture, ResponseFuture};
 use super::routes::{Core, Upstream};
 use super::Egress;
 use crate::body::ClientBody;
@@ -227,13 +227,13 @@ impl<'a> Driver<'a> {
         let mut finished = None;
         for action in out.drain(..) {
             match action {
-                Action::Send { attempt, endpoint, policy_timeout, fallback, refused_elsewhere, .. } => {
+                Action::Send { attempt, endpoint, policy_timeout, marks, .. } => {
                     if let Some(trace) = &mut self.trace {
                         let addr = self.upstream.endpoint(endpoint).map(|e| e.addr);
                         trace.on_send(attempt, addr.as_ref(), policy_timeout, !self.attempts.is_empty());
                     }
                     self.count_send(attempt, endpoint, policy_timeout);
-                    self.send(call, attempt, endpoint, policy_timeout, Marks { fallback, refused_elsewhere });
+                    self.send(call, attempt, endpoint, policy_timeout, marks);
                 }
                 Action::Cancel { attempt, endpoint, reason } => {
                     if let Some(trace) = &mut self.trace {

@@ -17,7 +17,7 @@ use hyper::{HeaderMap, Request, Response, Uri};
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
-use tailguard_policy::call::Call;
+use tailguard_policy::call::{Call, Marks};
 use tailguard_policy::EndpointId;
 
 /// An attempt's response, when it comes.
@@ -41,17 +41,9 @@ impl pool::Error {
     }
 }
 
-/// What an attempt's request tells the ingress's admission ([`http::arrival`]): whether a
-/// refusal costs the request little ([`http::FALLBACK`]) and whether another endpoint refused it
-/// already ([`http::REFUSED`]).
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Marks {
-    pub fallback: bool,
-    pub refused_elsewhere: bool,
-}
-
 impl Driver<'_> {
-    /// Starts attempt `attempt` to `endpoint`, with the `marks` its ingress's admission reads.
+    /// Starts attempt `attempt` to `endpoint`, with the `marks` its ingress's admission reads
+    /// ([`http::FALLBACK`], [`http::REFUSED`]; [`http::arrival`]).
     pub(super) fn send(
         &mut self,
         call: &Call,

@@ -4,7 +4,7 @@
 //! recorded as they happen.
 
 use super::cancel::Reached;
-use super::{AttemptEnd, Event, Marks, World};
+use super::{AttemptEnd, Event, World};
 use crate::slab::Key;
 use smallvec::SmallVec;
 use std::time::Duration;
@@ -100,7 +100,7 @@ impl World {
             let state = self.calls.get_mut(key).expect("the call is live while it acts");
             let between_services = matches!(state.owner, Owner::Job(_));
             match action {
-                Action::Send { attempt, endpoint, policy_timeout, fallback, refused_elsewhere, .. } => {
+                Action::Send { attempt, endpoint, policy_timeout, marks, .. } => {
                     if let Some(t) = &mut self.tracer {
                         t.attempt_sent(key, attempt, endpoint, policy_timeout, self.now);
                     }
@@ -122,7 +122,7 @@ impl World {
                         request: state.draws,
                         route: state.call.class(),
                         caller: if let Owner::Job(job) = state.owner { Some(job) } else { None },
-                        marks: Marks { fallback, refused_elsewhere },
+                        marks,
                     };
                     state.reached.push(Reached::Travelling);
                     let callee = state.callee;

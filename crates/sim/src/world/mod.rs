@@ -37,7 +37,7 @@ use tailguard_model::results::{load_service, RunResult};
 use tailguard_model::schema::Network;
 use tailguard_model::{build, ArrivalSchedule, Run};
 use tailguard_policy::balance::{LoadIndex, ProbeResponder};
-use tailguard_policy::call::Action;
+use tailguard_policy::call::{Action, Marks};
 use tailguard_policy::{Outcome, PackedTime, Time};
 use tailguard_trace::Trace;
 
@@ -52,15 +52,6 @@ const PREFETCH_ABOVE_BYTES: usize = 1 << 20;
 const NETWORK_STREAM: u64 = 0x006E_6574_776F_726B; // "network" in ASCII
 /// The key of the calibrated hops' stream, under the run's seed.
 const HOPS_STREAM: u64 = 0x686F_7073; // "hops" in ASCII
-
-/// What an attempt tells its replica's admission besides its route and deadline
-/// ([`Action::Send`](tailguard_policy::Action::Send)): whether a refusal costs it little, and
-/// whether another replica refused it already.
-#[derive(Clone, Copy)]
-pub(super) struct Marks {
-    pub fallback: bool,
-    pub refused_elsewhere: bool,
-}
 
 pub(super) enum Event {
     /// The workload sends its next open-loop request.

@@ -4,12 +4,13 @@
 //! An `error` fault with `after` answers without a worker; a `hang` window holds the start and end
 //! of work, the next calls and the answers until it closes.
 
-use super::{AttemptEnd, Carried, Event, Marks, Owner, World};
+use super::{AttemptEnd, Carried, Event, Owner, World};
 use crate::service::{Job, Stage};
 use crate::slab::Key;
 use tailguard_model::replica::{child_key, Fate};
 use tailguard_model::schema::Fanout;
 use tailguard_policy::admission::{Arrival, Priority};
+use tailguard_policy::call::Marks;
 use tailguard_policy::{Outcome, PackedTime};
 
 impl World {
