@@ -199,19 +199,24 @@ impl ProbeResponder {
 
     /// The report while the replica holds `in_flight` requests.
     pub fn reply(&self, in_flight: u32) -> ProbeReply {
-        let estimate = estimate_at(Self::bucket(in_flight), |rif| self.by_rif[rif].median());
+        let estimate = estimate_at(in_flight, |rif| self.by_rif[rif].median());
         ProbeReply { in_flight, latency: estimate.map_or(Duration::ZERO, Duration::from_secs_f64) }
     }
 }
 
-/// The latency (seconds) at RIF bucket `at` from those `known` at some RIFs: its own, else the
+/// The latency (seconds) at `rif` from those `known` at some RIF buckets: its bucket's, else the
 /// nearest one below, grown in proportion to the requests ahead (one more request ahead, one
 /// more service time), so that a replica whose queue grows without answering (a hang, a stall)
 /// reports longer and longer waits instead of its last quick one; else the nearest one above.
-/// The replica's estimate ([`ProbeResponder::reply`]) and a caller alone's view of it
+/// The last bucket, shared by every RIF from it on, is grown so too: past capacity a replica
+/// holding a thousand reported the latency of its answers that found sixty-three or more, the
+/// same as one holding three hundred, and a caller alone piled its requests on it. The
+/// replica's estimate ([`ProbeResponder::reply`]) and a caller alone's view of it
 /// ([`Prequal::latency_at`]) alike.
-fn estimate_at(at: usize, known: impl Fn(usize) -> Option<f64>) -> Option<f64> {
-    let below = (0..=at).rev().find_map(|rif| known(rif).map(|l| l * (at as f64 + 1.0) / (rif as f64 + 1.0)));
+fn estimate_at(rif: u32, known: impl Fn(usize) -> Option<f64>) -> Option<f64> {
+    let at = ProbeResponder::bucket(rif);
+    let ahead = f64::from(rif) + 1.0;
+    let below = (0..=at).rev().find_map(|k| known(k).map(|l| l * ahead / (k as f64 + 1.0)));
     below.or_else(|| (at..ProbeResponder::RIFS).find_map(known))
 }
 
@@ -433,7 +438,7 @@ impl Prequal {
     fn latency_at(&self, endpoint: EndpointId, rif: u32) -> Duration {
         let reported = &self.seen[endpoint].reported_at;
         let known = |k: usize| (reported[k] != 0).then(|| f64::from(reported[k]) / 1e6);
-        estimate_at(ProbeResponder::bucket(rif), known).map_or(Duration::ZERO, Duration::from_secs_f64)
+        estimate_at(rif, known).map_or(Duration::ZERO, Duration::from_secs_f64)
     }
 
     /// Draws the shared hot threshold and the typical latency from the recent replies, if one
@@ -1339,10 +1344,11 @@ mod tests {
         assert_eq!(r.reply(0).latency, 400 * MS);
         r.on_answer(0, 100 * MS);
         assert_eq!((r.reply(0).latency, r.reply(1).latency), (100 * MS, 200 * MS));
-        // RIFs of 63 and more share their answers.
+        // RIFs of 63 and more share their answers, taken as found at 63: a replica holding 127
+        // has twice as many requests ahead.
         r.on_answer(900, 9 * SEC);
         assert_eq!(r.reply(63).latency, 9 * SEC);
-        assert_eq!(r.reply(70).latency, 9 * SEC);
+        assert_eq!(r.reply(127).latency, 18 * SEC);
     }
 
     #[test]
