@@ -1,7 +1,7 @@
 //! examples/balancing.yaml (issue 19): the balancers under open and closed loop, unlike backends,
 //! a gray failure, a lost replica and a fast-erroring one.
 
-use crate::common::{self, get};
+use crate::common::{self, get, simulate_text};
 use tailguard_sim::{simulate, Options, Results, RunResult};
 
 /// examples/balancing.yaml, or the example `BALANCING_FILE` names (to try a variant of it).
@@ -131,11 +131,8 @@ scenarios:
     set: { workload.open.rate: 900, services.app.replicas: 5 }
   - name: five-one-worker-90
     set: { workload.open.rate: 225, services.app.replicas: 5, services.app.workers: 1 }"#;
-    let experiment = tailguard_model::Experiment::parse(text, std::path::Path::new("lone-caller.yaml"))
-        .unwrap_or_else(|e| panic!("{e}"));
     for seed in [3, 4] {
-        let options = Options { seed, threads: 2, ..Options::default() };
-        let results = simulate(&experiment, options, |_| {}).unwrap_or_else(|e| panic!("{e}"));
+        let results = simulate_text(text, "lone-caller.yaml", seed);
         for with in results.runs.iter().filter(|r| r.variant.ends_with("-eject")) {
             let without = get(&results, &with.scenario, with.variant.trim_end_matches("-eject"));
             let context = format!("seed {seed}: {} vs {}", show(with), show(without));

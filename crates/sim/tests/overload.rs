@@ -3,7 +3,7 @@
 //! and goodput holds near capacity. Its constants were chosen on principle and looked at on
 //! seeds 1–2; the checks run seeds 101–102.
 
-use crate::common::{example, get};
+use crate::common::{example, get, simulate_text};
 use tailguard_sim::{simulate, Options, RunResult};
 
 /// The seeds the checks assert on.
@@ -138,11 +138,8 @@ scenarios:
   - name: four-150
     set: { workload.open.rate: 300, services.app.workers: 4 }
 "#;
-    let experiment = tailguard_model::Experiment::parse(text, std::path::Path::new("lone-replica.yaml"))
-        .unwrap_or_else(|e| panic!("{e}"));
     for seed in CHECKED {
-        let options = Options { seed, threads: 2, ..Options::default() };
-        let runs = simulate(&experiment, options, |_| {}).unwrap_or_else(|e| panic!("{e}"));
+        let runs = simulate_text(text, "lone-replica.yaml", seed);
         for run in runs.runs.iter().filter(|r| r.variant == "adaptive") {
             let (at, none) = (format!("seed {seed}, {}", run.scenario), get(&runs, &run.scenario, "none"));
             if !run.scenario.ends_with("-150") && !run.scenario.ends_with("-200") {
@@ -206,11 +203,8 @@ scenarios:
   - name: four-90
     set: { workload.open.rate: 360, services.app.workers: 4 }
 "#;
-    let experiment =
-        tailguard_model::Experiment::parse(text, std::path::Path::new("pair.yaml")).unwrap_or_else(|e| panic!("{e}"));
     for seed in [3, 4] {
-        let options = Options { seed, threads: 2, ..Options::default() };
-        let runs = simulate(&experiment, options, |_| {}).unwrap_or_else(|e| panic!("{e}"));
+        let runs = simulate_text(text, "pair.yaml", seed);
         for run in runs.runs.iter().filter(|r| r.variant.ends_with("-adaptive")) {
             let plain = get(&runs, &run.scenario, run.variant.trim_end_matches("-adaptive"));
             let at = format!("seed {seed}, {} / {}", run.scenario, run.variant);
@@ -280,11 +274,8 @@ scenarios:
   - name: c10-r5w4-exp-150
     set: { workload.open.rate: 1500, services.client.replicas: 10 }
 "#;
-    let experiment =
-        tailguard_model::Experiment::parse(text, std::path::Path::new("varied.yaml")).unwrap_or_else(|e| panic!("{e}"));
     for seed in [3, 4] {
-        let options = Options { seed, threads: 2, ..Options::default() };
-        let runs = simulate(&experiment, options, |_| {}).unwrap_or_else(|e| panic!("{e}"));
+        let runs = simulate_text(text, "varied.yaml", seed);
         for run in runs.runs.iter().filter(|r| r.variant.ends_with("-ad")) {
             let plain = get(&runs, &run.scenario, run.variant.trim_end_matches("-ad"));
             let at = format!("seed {seed}, {} / {}", run.scenario, run.variant);
@@ -336,11 +327,8 @@ scenarios:
   - name: "160"
     set: { workload.open.rate: 960 }
 "#;
-    let experiment = tailguard_model::Experiment::parse(text, std::path::Path::new("lone-overload.yaml"))
-        .unwrap_or_else(|e| panic!("{e}"));
     for seed in [3, 4] {
-        let options = Options { seed, threads: 2, ..Options::default() };
-        let runs = simulate(&experiment, options, |_| {}).unwrap_or_else(|e| panic!("{e}"));
+        let runs = simulate_text(text, "lone-overload.yaml", seed);
         for run in runs.runs.iter().filter(|r| r.variant != "least-request") {
             let plain = get(&runs, &run.scenario, "least-request").throughput_rps;
             let at = format!("seed {seed}, {} / {}", run.scenario, run.variant);

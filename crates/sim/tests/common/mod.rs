@@ -1,8 +1,8 @@
 //! What the simulator's example tests share: loading an example file and finding one run.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use tailguard_model::Experiment;
-use tailguard_sim::{Results, RunResult};
+use tailguard_sim::{simulate, Options, Results, RunResult};
 
 /// examples/`name`, as a user would load it.
 pub fn example(name: &str) -> Experiment {
@@ -17,4 +17,12 @@ pub fn get<'a>(results: &'a Results, scenario: &str, variant: &str) -> &'a RunRe
         .iter()
         .find(|r| r.scenario == scenario && r.variant == variant)
         .unwrap_or_else(|| panic!("no run {scenario}/{variant}"))
+}
+
+/// An experiment written in a test (`text`, named `name` in its errors), simulated with `seed` on
+/// two threads.
+pub fn simulate_text(text: &str, name: &str, seed: u64) -> Results {
+    let experiment = Experiment::parse(text, Path::new(name)).unwrap_or_else(|e| panic!("{e}"));
+    let options = Options { seed, threads: 2, ..Options::default() };
+    simulate(&experiment, options, |_| {}).unwrap_or_else(|e| panic!("{e}"))
 }
