@@ -17,6 +17,7 @@
 //! A request belongs to a class ([`crate::class`]): its timeout, hedge and deadline are its
 //! class's, and so is the record of whether its races win.
 
+use crate::admission::Marks;
 use crate::balance::{Balancer, Ejection, Outlier, Pick};
 use crate::class::{ClassId, Classes, POOLED};
 use crate::hedge::RequestEnd;
@@ -75,17 +76,6 @@ impl ClientPolicy {
             outlier.restore(endpoint);
         }
     }
-}
-
-/// What an attempt tells the callee's adaptive admission ([`Arrival`](crate::admission::Arrival)):
-/// the proxy's egress sends them as headers, the simulator carries them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Marks {
-    /// A refusal of it costs the request little: the call would retry a refusal on another
-    /// endpoint at once, its budget allowing, or it races an attempt still live.
-    pub fallback: bool,
-    /// It follows another endpoint's refusal.
-    pub refused_elsewhere: bool,
 }
 
 /// What the driver must do for a call.

@@ -6,7 +6,7 @@ use http_body_util::{BodyExt, Empty, Full};
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode, Version};
 use std::time::Duration;
-use tailguard_policy::admission::{Arrival, Priority, FALLBACK_HEADER};
+use tailguard_policy::admission::{Arrival, Marks, Priority, FALLBACK_HEADER};
 
 /// Any error a body may fail with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -285,12 +285,8 @@ pub const FALLBACK: HeaderName = HeaderName::from_static(FALLBACK_HEADER);
 /// limit short of an overload beyond doubt), and what remains of its `deadline`.
 pub fn arrival(headers: &HeaderMap, deadline: Option<Duration>, trusted: bool) -> Arrival {
     let marked = |name| headers.get(name).is_some_and(|v: &HeaderValue| v.as_bytes() == b"1");
-    Arrival {
-        priority: priority(headers),
-        fallback: marked(FALLBACK),
-        refused_elsewhere: trusted && marked(REFUSED),
-        deadline,
-    }
+    let marks = Marks { fallback: marked(FALLBACK), refused_elsewhere: trusted && marked(REFUSED) };
+    Arrival { priority: priority(headers), marks, deadline }
 }
 
 /// Whether the response carries a chip (`x-tailguard-chip: 1`).
@@ -309,13 +305,13 @@ mod tests {
         headers.insert(FALLBACK, HeaderValue::from_static("1"));
         headers.insert(REFUSED, HeaderValue::from_static("1"));
         let trusted = arrival(&headers, None, true);
-        assert!(trusted.fallback && trusted.refused_elsewhere);
+        assert_eq!(trusted.marks, Marks { fallback: true, refused_elsewhere: true });
         // Anyone may say a refusal costs it little (that only lets it be refused sooner), but
         // not that another replica refused it (which would let it past the limit).
         let stranger = arrival(&headers, None, false);
-        assert!(stranger.fallback && !stranger.refused_elsewhere);
+        assert_eq!(stranger.marks, Marks { fallback: true, refused_elsewhere: false });
         headers.insert(REFUSED, HeaderValue::from_static("yes"));
-        assert!(!arrival(&headers, None, true).refused_elsewhere);
+        assert!(!arrival(&headers, None, true).marks.refused_elsewhere);
     }
 
     #[test]

@@ -48,7 +48,7 @@
 //! - **Only where a refusal costs little** (issue #36): below capacity a queue stands at its
 //!   limit now and then by chance, and a refusal then fails a request no admission would have
 //!   served unless its caller sends it elsewhere. So the rules above refuse only a request that
-//!   has a fallback ([`Arrival::fallback`]: its caller would retry a refusal on another replica
+//!   has a fallback ([`Marks::fallback`]: its caller would retry a refusal on another replica
 //!   at once, its retry budget allowing); one without (a service of one replica, a caller that
 //!   does not retry) is refused only when doomed: the mean latency of a request finding as many
 //!   held reaches what remains of its deadline, which it would miss anyway after taking a place
@@ -58,7 +58,7 @@
 //!   request is held to the depth that keeps the replica busy at that overload instead
 //!   ([`IDLE_SHARE`]): deeper than the limit, which would idle a lone one-worker replica a fifth
 //!   of the time at 150 %, far shorter than the deadline. A request another replica refused
-//!   already ([`Arrival::refused_elsewhere`]) with no fallback left is held to the limit in such
+//!   already ([`Marks::refused_elsewhere`]) with no fallback left is held to the limit in such
 //!   an overload, and otherwise admitted as one without a fallback: two replicas near capacity
 //!   often stand at their limits at once by chance.
 //!
@@ -136,7 +136,7 @@ const MOST_TRACKED: usize = 1024;
 pub const PRIORITY_HEADER: &str = "x-tailguard-priority";
 
 /// The header by which a caller's egress says a refusal of this request costs it little
-/// (`x-tailguard-fallback: 1`, [`Arrival::fallback`]); the ingress reads it and strips it.
+/// (`x-tailguard-fallback: 1`, [`Marks::fallback`]); the ingress reads it and strips it.
 pub const FALLBACK_HEADER: &str = "x-tailguard-fallback";
 
 /// What admission knows of an arriving request besides what the replica holds.
@@ -144,18 +144,26 @@ pub const FALLBACK_HEADER: &str = "x-tailguard-fallback";
 pub struct Arrival {
     /// Lower priorities are refused first.
     pub priority: Priority,
-    /// Whether a refusal costs it little: its caller retries a refusal on another replica at
-    /// once, or it races an attempt still live. Without one it is refused only when it would
-    /// miss its deadline, or past the depth that keeps the replica busy in an overload beyond
-    /// doubt (module docs).
-    pub fallback: bool,
-    /// Whether another replica refused it already. Without a fallback it is held to the limit
-    /// only in an overload beyond doubt (or a cold start in overload): two replicas refusing
-    /// one request are a service over capacity as a whole only then, and a pair below capacity
-    /// often stands at its limits at once by chance.
-    pub refused_elsewhere: bool,
+    /// What its caller says of it.
+    pub marks: Marks,
     /// What remains of its deadline, if it has one.
     pub deadline: Option<Duration>,
+}
+
+/// What a caller says of an attempt to the callee's admission: the proxy's egress sends it as
+/// headers ([`FALLBACK_HEADER`], `x-tailguard-refused`), the simulator carries it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Marks {
+    /// A refusal costs the request little: its caller would retry a refusal on another replica
+    /// at once, its retry budget allowing, or it races an attempt still live. Without one it is
+    /// refused only when it would miss its deadline, or past the depth that keeps the replica
+    /// busy in an overload beyond doubt (module docs).
+    pub fallback: bool,
+    /// Another replica refused it already. Without a fallback it is held to the limit only in an
+    /// overload beyond doubt (or a cold start in overload): two replicas refusing one request
+    /// are a service over capacity as a whole only then, and a pair below capacity often stands
+    /// at its limits at once by chance.
+    pub refused_elsewhere: bool,
 }
 
 /// A request's priority at admission: lower priorities are refused first (`priority:` on a route
@@ -240,7 +248,12 @@ impl Busy {
         let busy = match self.since {
             Some(since) => self.time + nanos(now.saturating_sub(since)),
             None if self.ended == Some(now) => self.time,
-            None => return self.time = 0.0,
+            // Left after the workers were freed: the time since the last answer was not all
+            // service, and counts for nothing.
+            None => {
+                self.time = 0.0;
+                return;
+            }
         };
         if self.since.is_some() {
             self.since = Some(now);
@@ -522,8 +535,9 @@ impl Admission for AdaptiveAdmission {
         // One refused elsewhere already, without a fallback, is held to the limit only where the
         // overload is beyond doubt or in a cold start in overload, which that refusal speaks for.
         let depth = self.overload_depth();
-        let weighed = arrival.refused_elsewhere && (depth.is_some() || self.measuring(now));
-        if !arrival.fallback && !weighed {
+        let Marks { fallback, refused_elsewhere } = arrival.marks;
+        let weighed = refused_elsewhere && (depth.is_some() || self.measuring(now));
+        if !fallback && !weighed {
             return depth.is_none_or(|depth| in_system < depth);
         }
         if self.measuring(now) {
@@ -588,8 +602,11 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
 
     /// A request whose caller retries a refusal elsewhere: the rules apply in full.
-    const RETRIED: Arrival =
-        Arrival { priority: Priority::Normal, fallback: true, refused_elsewhere: false, deadline: None };
+    const RETRIED: Arrival = Arrival {
+        priority: Priority::Normal,
+        marks: Marks { fallback: true, refused_elsewhere: false },
+        deadline: None,
+    };
 
     /// A one-worker replica of 100 ms service as its answers show it: 100 ms idle, 200 ms behind
     /// one, 300 ms behind two.
@@ -839,7 +856,8 @@ mod tests {
     #[test]
     fn a_request_refused_elsewhere_is_held_to_the_limit_only_in_an_overload_beyond_doubt() {
         let t = |ms: u64| Time::from_millis(ms);
-        let follower = Arrival { refused_elsewhere: true, ..Arrival::default() };
+        let marks = Marks { fallback: false, refused_elsewhere: true };
+        let follower = Arrival { marks, ..Arrival::default() };
         // The limit enforced, as for a pair of replicas that stand at their limits at once below
         // capacity: a request the other replica refused, with no retry left, is admitted.
         let mut a = flooded(one_worker());

@@ -5,7 +5,7 @@ mod adaptive;
 mod capacity;
 mod dynamic;
 
-pub use adaptive::{AdaptiveAdmission, Arrival, Priority, FALLBACK_HEADER, PRIORITY_HEADER};
+pub use adaptive::{AdaptiveAdmission, Arrival, Marks, Priority, FALLBACK_HEADER, PRIORITY_HEADER};
 pub use capacity::FixedCapacity;
 pub use dynamic::DynamicCapacity;
 

@@ -17,7 +17,8 @@ use hyper::{HeaderMap, Request, Response, Uri};
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
-use tailguard_policy::call::{Call, Marks};
+use tailguard_policy::admission::Marks;
+use tailguard_policy::call::Call;
 use tailguard_policy::EndpointId;
 
 /// An attempt's response, when it comes.

@@ -36,8 +36,9 @@ use tailguard_model::replica::child_key;
 use tailguard_model::results::{load_service, RunResult};
 use tailguard_model::schema::Network;
 use tailguard_model::{build, ArrivalSchedule, Run};
+use tailguard_policy::admission::Marks;
 use tailguard_policy::balance::{LoadIndex, ProbeResponder};
-use tailguard_policy::call::{Action, Marks};
+use tailguard_policy::call::Action;
 use tailguard_policy::{Outcome, PackedTime, Time};
 use tailguard_trace::Trace;
 

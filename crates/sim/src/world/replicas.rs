@@ -9,8 +9,7 @@ use crate::service::{Job, Stage};
 use crate::slab::Key;
 use tailguard_model::replica::{child_key, Fate};
 use tailguard_model::schema::Fanout;
-use tailguard_policy::admission::{Arrival, Priority};
-use tailguard_policy::call::Marks;
+use tailguard_policy::admission::{Arrival, Marks, Priority};
 use tailguard_policy::{Outcome, PackedTime};
 
 impl World {
@@ -60,11 +59,7 @@ impl World {
         let svc = &mut self.services[s];
         let priority = usize::from(route).checked_sub(1).map_or(Priority::Normal, |i| svc.routes[i].priority);
         let rep = &mut svc.replicas[r];
-        if !rep.admission.admit_as(
-            now,
-            rep.held,
-            Arrival { priority, fallback: marks.fallback, refused_elsewhere: marks.refused_elsewhere, deadline },
-        ) {
+        if !rep.admission.admit_as(now, rep.held, Arrival { priority, marks, deadline }) {
             return refuse(self, Outcome::Rejected);
         }
         self.metrics.accepted(s, r, now);
