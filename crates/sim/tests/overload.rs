@@ -217,12 +217,15 @@ scenarios:
 /// five or ten replicas of one or four workers; exponential, lognormal, bimodal service; one
 /// replica twice as slow; 75-90 % of capacity, and 130 % and 150 %), behind least-request with
 /// three attempts and behind the recommended policy. Below capacity, on these seeds (held out
-/// from the two it was explored on), success is 96.7-100 % with least-request and 98.9-100 %
+/// from the two it was explored on), success is 96.7-100 % with least-request and 98.6-100 %
 /// with the recommended policy (both 100 % without admission; issue #36 asks within a point:
-/// not met with least-request's three attempts, whose retries outrun its budget); before the
-/// rules on refusals elsewhere (2026-12-07) the worst were 95.2 % and 95.7 % (93.1 % and 95.1 %
-/// on the seeds explored). Past capacity the successes' p99 is 105-146 ms where no admission's
-/// is the 2 s deadline.
+/// not met with least-request's three attempts, whose retries are refused in turn, budget or
+/// none); before the rules on refusals elsewhere (2026-12-07) the worst were 95.2 % and 95.7 %
+/// (93.1 % and 95.1 % on the seeds explored). Past capacity the successes' p99 is 105-146 ms where no admission's
+/// is the 2 s deadline, and goodput 0.92-0.99 × no admission's. Before a latency-ejected replica
+/// took the overflow while its peers refused (2026-12-07), the recommended policy's at 130 % of
+/// three replicas was 0.80-0.84 ×: one of the three, taken out for a moment, idled while the
+/// other two refused.
 #[test]
 fn adaptive_admission_on_topologies_it_was_not_made_on() {
     let text = r#"
@@ -280,8 +283,10 @@ scenarios:
             let plain = get(&runs, &run.scenario, run.variant.trim_end_matches("-ad"));
             let at = format!("seed {seed}, {} / {}", run.scenario, run.variant);
             if run.scenario.ends_with("-130") || run.scenario.ends_with("-150") {
-                let (p99, plain) = (run.latency_ms.p99, plain.latency_ms.p99);
-                assert!(p99 <= 0.1 * plain, "{at}: p99 {p99} ms against {plain}");
+                let (p99, plain_p99) = (run.latency_ms.p99, plain.latency_ms.p99);
+                assert!(p99 <= 0.1 * plain_p99, "{at}: p99 {p99} ms against {plain_p99}");
+                let (goodput, plain) = (run.throughput_rps, plain.throughput_rps);
+                assert!(goodput >= 0.9 * plain, "{at}: goodput {goodput} against {plain}");
                 continue;
             }
             let allowed = if run.variant == "lr-ad" { 0.04 } else { 0.015 };

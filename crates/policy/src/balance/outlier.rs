@@ -25,7 +25,10 @@
 //!   class of requests ([`crate::class`]: a slow route is slow on every endpoint, and its answers
 //!   are compared with its own). At each of its answers, an endpoint whose median in the answer's
 //!   class is above `latency_factor` × the median of its peers' medians in that class (the other
-//!   endpoints, not ejected, that have answered it; at least two of them) is ejected like a
+//!   endpoints, not ejected, that have answered it; at least two of them; each median of an even
+//!   count errs towards leaving the endpoint in, its own the lower middle answer and its peers'
+//!   the upper: with two peers the lower would be the quicker one, and a peer just back from an
+//!   ejection, empty, made every queued endpoint look slow) is ejected like a
 //!   failing one, within the same share and with the same growing interval, but never for more
 //!   than [`LATENCY_EJECTION_PER_EVIDENCE`] (3) times as long as it has been seen slow (since
 //!   the oldest of its slow samples was sent, over all its ejections in a row): a pause of one
@@ -38,8 +41,9 @@
 //!   failing endpoint takes the place of one out only for its latency when the share is full:
 //!   errors cost more than slowness.
 //! - An endpoint out for latency is **ranked last, not abandoned**: once every endpoint in the
-//!   choice holds more of this caller's attempts than it held when it went out, the others queue
-//!   as it did, and it takes what the caller sends until one of them holds no more. A failing
+//!   choice holds more of this caller's attempts than it held when it went out, or refused its
+//!   last one (429: full), the others queue as it did or cannot queue at all, and it takes what
+//!   the caller sends until one of them holds no more and takes requests again. A failing
 //!   endpoint stays out.
 //!
 //! [`Call`](crate::call::Call) applies it to every balancer alike: an ejected endpoint is treated as
@@ -270,6 +274,8 @@ struct Endpoint {
     /// Out for latency: its attempts in flight when it went out. It takes what the caller sends
     /// while every endpoint in the choice holds more than that.
     held: u32,
+    /// Its last answer was a refusal (429): it is full.
+    refusing: bool,
 }
 
 impl Endpoint {
@@ -420,12 +426,12 @@ impl Outlier {
             return tried;
         }
         // An endpoint out for latency is ranked last rather than abandoned: once every endpoint in
-        // the choice holds more of this caller's attempts than it did when it went out, the
-        // others queue as it did and it takes the overflow (a learned number does not take
-        // capacity away; at 90 % of three replicas' capacity, one out for a moment queued what
-        // the two left could not drain).
+        // the choice holds more of this caller's attempts than it did when it went out, or is
+        // refusing them, it takes the overflow (a learned number does not take capacity away; at
+        // 90 % of three replicas' capacity, one out for a moment queued what the two left could
+        // not drain, and behind admission control at 130 % it idled while they refused).
         let choice = self.endpoints.iter().filter(|e| e.ejected_until.is_none() && !e.probing && !e.retired);
-        let least = choice.map(|e| e.in_flight).min().unwrap_or(u32::MAX);
+        let least = choice.map(|e| if e.refusing { u32::MAX } else { e.in_flight }).min().unwrap_or(u32::MAX);
         let ejected = |(i, e): (usize, &Endpoint)| {
             let out = e.ejected_until.is_some() && (e.reason == Reason::Failures || least <= e.held);
             (out || e.probing).then_some(i)
@@ -454,6 +460,7 @@ impl Outlier {
         match outcome {
             Outcome::Success | Outcome::Rejected | Outcome::Overloaded => {
                 e.failures = 0;
+                e.refusing = outcome == Outcome::Rejected;
                 if e.probation {
                     e.probation = false;
                     // A slow endpoint answers: only fresh samples may say it is no longer slow.
@@ -502,7 +509,7 @@ impl Outlier {
         a.samples.push_back(Sample { sent: now.saturating_sub(rtt), rtt });
         self.medians.clear();
         self.medians.extend(a.samples.iter().map(|s| s.rtt));
-        let own = median(&mut self.medians);
+        let own = lower_median(&mut self.medians);
         a.median = Some(own);
         self.medians.clear();
         let peers = self.endpoints.iter().zip(answers.iter()).enumerate();
@@ -511,7 +518,7 @@ impl Outlier {
         if self.medians.len() < 2 {
             return None;
         }
-        let reference = median(&mut self.medians);
+        let reference = upper_median(&mut self.medians);
         let e = &mut self.endpoints[endpoint];
         if own.as_secs_f64() > factor * reference.as_secs_f64() {
             let evidence = self.answers[class][endpoint].samples.iter().map(|s| s.sent).min();
@@ -572,10 +579,14 @@ impl Outlier {
     }
 }
 
-/// The median of `values` (the lower one of an even count); reorders them.
-fn median(values: &mut [Duration]) -> Duration {
-    let mid = (values.len() - 1) / 2;
-    *values.select_nth_unstable(mid).1
+/// The median of `values`, the lower middle one of an even count; reorders them.
+fn lower_median(values: &mut [Duration]) -> Duration {
+    *values.select_nth_unstable((values.len() - 1) / 2).1
+}
+
+/// The median of `values`, the upper middle one of an even count; reorders them.
+fn upper_median(values: &mut [Duration]) -> Duration {
+    *values.select_nth_unstable(values.len() / 2).1
 }
 
 #[cfg(test)]
@@ -807,6 +818,42 @@ mod tests {
         o.on_send(0);
         assert_eq!(answer(&mut o, 0, t(400), MS(1)), None);
         assert_eq!(o.endpoints[0].slow_since, None);
+    }
+
+    #[test]
+    fn with_two_peers_an_endpoint_is_slow_only_against_the_slower() {
+        let mut o = by_latency(3);
+        // 1 is back from an ejection and empty (10 ms); 2 queues as 0 does (100 ms). 0's 250 ms
+        // is 25 times the quicker peer's, but not 3 times the slower's: it stays in.
+        assert_eq!(answer(&mut o, 1, S(1), MS(10)), None);
+        assert_eq!(answer(&mut o, 2, S(1), MS(100)), None);
+        assert_eq!(answer(&mut o, 0, S(1), MS(250)), None);
+        // Three times slower than both: out.
+        assert_eq!(answer(&mut o, 0, S(2), MS(400)), None);
+        assert!(answer(&mut o, 0, S(2), MS(400)).is_some());
+    }
+
+    #[test]
+    fn an_endpoint_out_for_latency_takes_the_overflow_while_every_peer_refuses() {
+        let mut o = by_latency(3);
+        (0..3).for_each(|e| assert_eq!(answer(&mut o, e, S(1), MS(10)), None));
+        // 0 goes out holding two attempts; its peers hold one each, behind admission control.
+        (0..4).for_each(|_| o.on_send(0));
+        assert_eq!(answer(&mut o, 0, S(2), S(1)), None);
+        assert!(answer(&mut o, 0, S(2), S(1)).is_some());
+        (1..3).for_each(|e| o.on_send(e));
+        assert_eq!(ejected(&mut o, S(2)), [0]);
+        // 1 refuses an attempt: 2 may still take one.
+        o.on_send(1);
+        assert_eq!(o.on_outcome(1, S(2), Outcome::Rejected), None);
+        assert_eq!(ejected(&mut o, S(2)), [0]);
+        // 2 refuses too: neither queues, and 0 takes the overflow rather than idle.
+        o.on_send(2);
+        assert_eq!(o.on_outcome(2, S(2), Outcome::Rejected), None);
+        assert_eq!(ejected(&mut o, S(2)), [] as [EndpointId; 0]);
+        // 1 answers one of its attempts: it takes requests again, and 0 is left out.
+        assert_eq!(o.on_outcome(1, S(2), Outcome::Success), None);
+        assert_eq!(ejected(&mut o, S(2)), [0]);
     }
 
     #[test]
