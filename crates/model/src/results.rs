@@ -96,6 +96,10 @@ pub struct RunResult {
     /// absent when no balancer of the run probes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probes_per_request: Option<f64>,
+    /// The simulator only: endpoints its callers' outlier detectors ejected (for failures or for
+    /// latency) while handling measured requests; absent when no caller of the run ejects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ejections: Option<u64>,
     /// Per route of the workload's target (when it has `routes`), its measured requests: the
     /// same figures as the run's, for that route's requests alone. Empty otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

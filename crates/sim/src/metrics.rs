@@ -37,6 +37,8 @@ pub(crate) struct Metrics {
     edges: Vec<EdgeSeries>,
     /// Prequal's probes sent for measured requests, when a balancer of the run probes.
     probes: Option<u64>,
+    /// Outlier ejections while handling measured requests, when a caller of the run ejects.
+    ejections: Option<u64>,
     warmup: Duration,
     /// Per route of the workload's target, its requests.
     routes: Vec<RouteRecorder>,
@@ -81,6 +83,7 @@ impl Metrics {
             names,
             edges: edges.into_iter().map(|name| EdgeSeries { name, sent: Vec::new(), answered: Vec::new() }).collect(),
             probes: None,
+            ejections: None,
             warmup,
             routes: Vec::new(),
         }
@@ -145,6 +148,18 @@ impl Metrics {
     pub(crate) fn probe(&mut self) {
         if let Some(probes) = &mut self.probes {
             *probes += 1;
+        }
+    }
+
+    /// A caller of the run ejects outliers: the results count its ejections.
+    pub(crate) fn count_ejections(&mut self) {
+        self.ejections = Some(0);
+    }
+
+    /// A measured request's call ejected an endpoint.
+    pub(crate) fn ejection(&mut self) {
+        if let Some(ejections) = &mut self.ejections {
+            *ejections += 1;
         }
     }
 
@@ -236,6 +251,7 @@ impl Metrics {
             sidecar_cpu_s_per_1k: None,
             routes: self.routes.iter().map(RouteRecorder::result).collect(),
             probes_per_request: self.probes.map(|p| round(ratio(p as f64, self.requests as f64))),
+            ejections: self.ejections,
         }
     }
 

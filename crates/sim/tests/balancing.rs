@@ -78,6 +78,10 @@ fn latency_ejection_takes_a_gray_replica_out() {
         let (without, with) = (get(&results, "gray", balancer), get(&results, "gray", &format!("{balancer}-eject")));
         let context = format!("{} vs {}", show(without), show(with));
         assert!(with.latency_ms.p99 <= 0.5 * without.latency_ms.p99, "{context}");
+        // The results count the ejections: the gray replica's, and none where only failures
+        // eject (it fails nothing).
+        assert!(with.ejections.is_some_and(|n| n > 0), "{context}: {:?}", with.ejections);
+        assert_eq!(without.ejections, Some(0), "{context}");
     }
 }
 

@@ -147,8 +147,12 @@ impl World {
                         self.metrics.attempt_timed_out();
                     }
                 }
-                // Ejections change the policy's later picks; the simulator reports no log of them.
-                Action::Eject(_) => {}
+                // Ejections change the policy's later picks; the results count them.
+                Action::Eject(_) => {
+                    if state.measured {
+                        self.metrics.ejection();
+                    }
+                }
                 Action::Probe { endpoint, awaited } => {
                     if state.measured {
                         self.metrics.probe();

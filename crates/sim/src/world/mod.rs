@@ -253,6 +253,9 @@ impl World {
         if probes {
             world.metrics.count_probes();
         }
+        if world.policies.iter().any(|p| p.policy.outlier.is_some()) {
+            world.metrics.count_ejections();
+        }
         match &w.closed {
             Some(c) => {
                 (0..c.clients).for_each(|client| world.events.push(Duration::ZERO, Event::ClientReady { client }))
