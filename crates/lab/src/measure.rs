@@ -146,6 +146,7 @@ fn between_services(
     }
     let (mut extra, mut attempts, mut timeouts) = (0.0, 0.0, 0.0);
     let (mut answered, mut answer, mut headroom, mut headroom_n) = (0.0, 0.0, 0.0, 0.0);
+    let mut ejections = 0.0;
     for i in 0..sidecars.len() {
         for (upstream, e) in &end.counts[i].egress {
             let b = base.counts[i].egress.get(upstream).cloned().unwrap_or_default();
@@ -156,9 +157,11 @@ fn between_services(
             answer += e.answer_seconds - b.answer_seconds;
             headroom += e.headroom_sum - b.headroom_sum;
             headroom_n += e.headroom_count - b.headroom_count;
+            ejections += e.ejections - b.ejections;
         }
     }
     result.attempts = attempts.max(0.0) as u64;
+    result.ejections = Some(ejections.max(0.0) as u64);
     // As the simulator counts: calls that sent no attempt (dropped by the balancer) are not load,
     // so the calls are the first attempts, and the extra load the retries and hedges per call.
     let calls = attempts - extra;
@@ -254,6 +257,8 @@ mod tests {
             answer_seconds: seconds,
             headroom_sum: 0.25 * count,
             headroom_count: count,
+            // One ejection in the warm-up, one after it.
+            ejections: if attempts < 15.0 { 1.0 } else { 2.0 },
         };
         let front = Counts { egress: [("back".to_string(), e)].into(), ..Counts::default() };
         // Each back replica also refused twice as many requests with 429: not load.
@@ -288,6 +293,7 @@ mod tests {
         assert_eq!((r.attempts, r.extra_load, r.timeouts_pct), (25, round(3.0 / 22.0), 8.0));
         // (0.6 + 0.1 − 0.1 − 0) s answered over (0.6 − 0.1) s of answering attempts.
         assert_eq!((r.time_fraction, r.closeness_pct), (round(0.6 / 0.5), 25.0));
+        assert_eq!(r.ejections, Some(1));
         let series = r.series.unwrap();
         let load = series.replica_load.unwrap();
         assert_eq!((load.service.as_str(), load.replicas.clone()), ("back", vec![vec![6, 6], vec![4, 6]]));

@@ -64,6 +64,8 @@ pub struct EgressCounts {
     /// Σ and count of (timeout − latency) / latency over successful attempts sent with a timeout.
     pub headroom_sum: f64,
     pub headroom_count: f64,
+    /// Endpoints its outlier detector ejected.
+    pub ejections: f64,
 }
 
 /// What one sidecar has counted.
@@ -109,6 +111,7 @@ impl Counts {
                 "tailguard_egress_answer_seconds_total" => e.answer_seconds += s.value,
                 "tailguard_egress_timeout_headroom_sum" => e.headroom_sum += s.value,
                 "tailguard_egress_timeout_headroom_count" => e.headroom_count += s.value,
+                "tailguard_egress_ejections_total" => e.ejections += s.value,
                 _ => {}
             }
         }
@@ -145,6 +148,7 @@ mod tests {
             tailguard_egress_answer_seconds_total{upstream=\"back\"} 1.25\n\
             tailguard_egress_timeout_headroom_sum{upstream=\"back\"} 2.5\n\
             tailguard_egress_timeout_headroom_count{upstream=\"back\"} 9\n\
+            tailguard_egress_ejections_total{upstream=\"back\"} 3\n\
             tailguard_ingress_requests_total 42\n\
             tailguard_ingress_rejected_total 4\n\
             tailguard_ingress_in_flight 7\n\
@@ -155,6 +159,7 @@ mod tests {
         assert_eq!((back.requests, back.attempts, back.timeouts, back.extra), (10.0, 12.0, 1.0, 3.0));
         assert_eq!((back.attempt_seconds, back.attempt_count, back.timeout_seconds), (0.5, 5.0, 0.025));
         assert_eq!((back.answered_seconds, back.answer_seconds), (1.5, 1.25));
+        assert_eq!(back.ejections, 3.0);
         assert_eq!((back.headroom_sum, back.headroom_count), (2.5, 9.0));
     }
 }

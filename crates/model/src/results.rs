@@ -96,8 +96,9 @@ pub struct RunResult {
     /// absent when no balancer of the run probes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probes_per_request: Option<f64>,
-    /// The simulator only: endpoints its callers' outlier detectors ejected (for failures or for
-    /// latency) while handling measured requests; absent when no caller of the run ejects.
+    /// Endpoints the callers' outlier detectors ejected (for failures or for latency) in measured
+    /// time: in the simulator by measured requests' calls (absent when no caller of the run
+    /// ejects), in the lab from the egress sidecars' counters (absent for a peer's sidecars).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ejections: Option<u64>,
     /// Per route of the workload's target (when it has `routes`), its measured requests: the
