@@ -1,7 +1,7 @@
 //! examples/balancing.yaml (issue 19): the balancers under open and closed loop, unlike backends,
 //! a gray failure, a lost replica and a fast-erroring one.
 
-use crate::common::{self, get, simulate_text};
+use crate::common::{self, get, one_caller, simulate_text};
 use tailguard_sim::{simulate, Options, Results, RunResult};
 
 /// examples/balancing.yaml, or the example `BALANCING_FILE` names (to try a variant of it).
@@ -94,22 +94,8 @@ fn latency_ejection_takes_a_gray_replica_out() {
 /// was designed (1-2 were): no request lost, p99 within 1.01-1.54 x.
 #[test]
 fn latency_ejection_takes_no_capacity_from_a_lone_caller_near_capacity() {
-    let text = r#"
-name: lone-caller
-services:
-  client:
-    replicas: 1
-    workers: 0
-    calls: [ { service: app } ]
-  app:
-    replicas: 3
-    workers: 4
-    service_time: { dist: exponential, mean: 20ms }
-workload:
-  target: client
-  open: { rate: 540, arrival: poisson }
-  warmup: 5s
-  duration: 60s
+    let text = one_caller("lone-caller", 3, 4, 540)
+        + r#"
 variants:
   - name: least-request
     edges: { workload->client: { deadline: 2s }, client->app: { balancer: { kind: least-request } } }
@@ -136,7 +122,7 @@ scenarios:
   - name: five-one-worker-90
     set: { workload.open.rate: 225, services.app.replicas: 5, services.app.workers: 1 }"#;
     for seed in [3, 4] {
-        let results = simulate_text(text, "lone-caller.yaml", seed);
+        let results = simulate_text(&text, "lone-caller.yaml", seed);
         for with in results.runs.iter().filter(|r| r.variant.ends_with("-eject")) {
             let without = get(&results, &with.scenario, with.variant.trim_end_matches("-eject"));
             let context = format!("seed {seed}: {} vs {}", show(with), show(without));

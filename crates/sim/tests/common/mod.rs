@@ -26,3 +26,27 @@ pub fn simulate_text(text: &str, name: &str, seed: u64) -> Results {
     let options = Options { seed, threads: 2, ..Options::default() };
     simulate(&experiment, options, |_| {}).unwrap_or_else(|e| panic!("{e}"))
 }
+
+/// The head of an experiment written in a test: one client calling `app`, `replicas` replicas of
+/// `workers` workers serving exponential 20 ms, Poisson arrivals at `rate` a second, 5 s of
+/// warm-up and 60 s measured. The test appends its variants and scenarios.
+pub fn one_caller(name: &str, replicas: u32, workers: u32, rate: u32) -> String {
+    format!(
+        "name: {name}
+services:
+  client:
+    replicas: 1
+    workers: 0
+    calls: [ {{ service: app }} ]
+  app:
+    replicas: {replicas}
+    workers: {workers}
+    service_time: {{ dist: exponential, mean: 20ms }}
+workload:
+  target: client
+  open: {{ rate: {rate}, arrival: poisson }}
+  warmup: 5s
+  duration: 60s
+"
+    )
+}
