@@ -691,7 +691,7 @@ impl Call {
         // then did not keep failed the request (2-6 % of them for a pair of replicas at 75-90 %).
         let fallback = raced || (others && policy.retry.would_retry(now, self.retries + 1, Outcome::Rejected, false));
         let refused_elsewhere = self.last_failed != NO_ENDPOINT && self.last_failure == Outcome::Rejected;
-        let marks = Marks { fallback, refused_elsewhere };
+        let marks = Marks { fallback, refused_elsewhere, race: raced };
         ctx.out.push(Action::Send { attempt, endpoint, timeout, policy_timeout: own, marks });
         while let Some(probe) = policy.balancer.take_probe() {
             ctx.out.push(Action::Probe { endpoint: probe, awaited: false });

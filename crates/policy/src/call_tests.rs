@@ -105,16 +105,21 @@ impl Driver {
 }
 
 /// The marks of an attempt whose refusal would be retried elsewhere.
-const FALLBACK: Marks = Marks { fallback: true, refused_elsewhere: false };
+const FALLBACK: Marks = Marks { fallback: true, refused_elsewhere: false, race: false };
 
 fn send(attempt: u32, endpoint: EndpointId, timeout: Option<Duration>) -> Action {
     Action::Send { attempt, endpoint, timeout, policy_timeout: timeout, marks: Marks::default() }
 }
 
-/// The same, for an attempt whose refusal would cost the request little (it is retried elsewhere,
-/// or it races a live attempt).
+/// The same, for an attempt whose refusal would cost the request little: it is retried elsewhere.
 fn send_with_fallback(attempt: u32, endpoint: EndpointId, timeout: Option<Duration>) -> Action {
     Action::Send { attempt, endpoint, timeout, policy_timeout: timeout, marks: FALLBACK }
+}
+
+/// The same, for an attempt that races a live one (a hedge, a retry beside an overdue attempt).
+fn send_racing(attempt: u32, endpoint: EndpointId, timeout: Option<Duration>) -> Action {
+    let marks = Marks { race: true, ..FALLBACK };
+    Action::Send { attempt, endpoint, timeout, policy_timeout: timeout, marks }
 }
 
 /// `send` marked as following another endpoint's refusal.
@@ -302,7 +307,7 @@ fn hedging_on_timeout_keeps_the_slow_attempt_and_its_late_answer_wins() {
     let (mut call, _) = d.start(true);
     // t=100: attempt 0 is overdue: it keeps running while the retry goes to endpoint 1.
     let out = d.at(ms(100)).wake(&mut call);
-    assert_eq!(out, vec![overdue(0, 0), send_with_fallback(1, 1, Some(ms(100))), Action::WakeAt(ms(200))]);
+    assert_eq!(out, vec![overdue(0, 0), send_racing(1, 1, Some(ms(100))), Action::WakeAt(ms(200))]);
     assert!(call.is_waiting_for(0) && call.is_waiting_for(1));
     // t=120: attempt 0's answer comes first: the request succeeds and the retry is cancelled.
     let out = d.at(ms(120)).end(&mut call, 0, Feedback::success(ms(120)));
@@ -373,7 +378,7 @@ fn an_overdue_attempt_is_abandoned_after_the_policy_s_patience_only_while_anothe
     let (mut call, _) = d.start(true);
     // t=100: attempt 0 is overdue, kept until 250 ms after its start; the retry goes out.
     let out = d.at(ms(100)).wake(&mut call);
-    assert_eq!(out, vec![overdue(0, 0), send_with_fallback(1, 1, Some(ms(100))), Action::WakeAt(ms(200))]);
+    assert_eq!(out, vec![overdue(0, 0), send_racing(1, 1, Some(ms(100))), Action::WakeAt(ms(200))]);
     // t=200: the retry is overdue too, kept until t=350; no attempts are left.
     assert_eq!(d.at(ms(200)).wake(&mut call), vec![overdue(1, 1), Action::WakeAt(ms(250))]);
     // t=250: attempt 0 has waited its patience while the retry runs: given up as lost (counted
@@ -406,13 +411,13 @@ fn a_lost_attempt_is_raced_from_the_budgets_allowance_for_lost_attempts() {
     let (mut c, _) = d.at(ms(2)).start(true);
     // t=100: a's timeout fires and its race takes the budget's one retry.
     let out = d.at(ms(100)).wake(&mut a);
-    assert_eq!(out, vec![overdue(0, 0), send_with_fallback(1, 1, Some(ms(100))), Action::WakeAt(ms(200))]);
+    assert_eq!(out, vec![overdue(0, 0), send_racing(1, 1, Some(ms(100))), Action::WakeAt(ms(200))]);
     // t=101, t=102: b's and c's find it spent: each keeps its only attempt.
     assert_eq!(d.at(ms(101)).wake(&mut b), vec![overdue(0, 1), Action::WakeAt(ms(251))]);
     assert_eq!(d.at(ms(102)).wake(&mut c), vec![overdue(0, 2), Action::WakeAt(ms(252))]);
     // t=251: b's attempt has waited its patience unanswered, lost as far as the caller can tell
     // (a hung endpoint): kept, and raced from the allowance for lost attempts.
-    assert_eq!(d.at(ms(251)).wake(&mut b), vec![send_with_fallback(1, 2, Some(ms(100))), Action::WakeAt(ms(351))]);
+    assert_eq!(d.at(ms(251)).wake(&mut b), vec![send_racing(1, 2, Some(ms(100))), Action::WakeAt(ms(351))]);
     // t=252: that allowance is spent too: c's attempt is only kept, until it answers or a deadline.
     assert_eq!(d.at(ms(252)).wake(&mut c), vec![]);
     assert!(c.is_waiting_for(0));
@@ -636,7 +641,7 @@ fn a_hedge_after_patience_wins_and_the_first_attempt_is_cancelled() {
     let (mut call, out) = d.start(true);
     assert_eq!(out, vec![send(0, 0, None), Action::WakeAt(ms(30))]);
     // t=30: no answer yet: the hedge goes to endpoint 1; attempts are 2 in all, so nothing else.
-    assert_eq!(d.at(ms(30)).wake(&mut call), vec![send_with_fallback(1, 1, None)]);
+    assert_eq!(d.at(ms(30)).wake(&mut call), vec![send_racing(1, 1, None)]);
     // t=45: the hedge answers first: the first attempt is cancelled.
     let out = d.at(ms(45)).end(&mut call, 1, Feedback::success(ms(15)));
     assert_eq!(out, vec![cancel(0, 0), finish(Outcome::Success, 2)]);
@@ -706,7 +711,7 @@ fn a_hedge_spends_the_budget_a_retry_then_lacks() {
     d.class().hedge = Some(Box::new(Speculative::new(2, ms(30), None)));
     let (mut call, _) = d.start(true);
     // t=30: the hedge takes the one allowance.
-    assert_eq!(d.at(ms(30)).wake(&mut call), vec![send_with_fallback(1, 1, Some(ms(100))), Action::WakeAt(ms(100))]);
+    assert_eq!(d.at(ms(30)).wake(&mut call), vec![send_racing(1, 1, Some(ms(100))), Action::WakeAt(ms(100))]);
     // t=100, t=130: both attempts time out, and neither may be retried: the budget is spent.
     assert_eq!(d.at(ms(100)).wake(&mut call), vec![expire(0, 0), Action::WakeAt(ms(130))]);
     assert_eq!(d.at(ms(130)).wake(&mut call), vec![expire(1, 1), finish(Outcome::TimedOut, 2)]);
@@ -722,7 +727,7 @@ fn once_the_shared_budget_is_spent_neither_retries_nor_hedges_go_out() {
     let (mut second, _) = d.at(ms(1)).start(true);
     let (mut third, _) = d.at(ms(2)).start(true);
     // Allowance 1: the first request's hedge.
-    assert_eq!(d.at(ms(30)).wake(&mut first), vec![send_with_fallback(1, 1, None)]);
+    assert_eq!(d.at(ms(30)).wake(&mut first), vec![send_racing(1, 1, None)]);
     // Allowance 2: the second request's attempt fails and is retried; a refusal of the retry
     // would not be (the budget is spent), so it goes out without a fallback.
     let out = d.at(ms(31)).end(&mut second, 0, Feedback::new(Outcome::Error, ms(30)));
@@ -739,9 +744,9 @@ fn without_a_budget_hedges_are_limited_by_their_policy_alone() {
     d.policy.retry.budget = None;
     d.class().hedge = Some(Box::new(Speculative::new(4, ms(30), None)));
     let (mut call, _) = d.start(true);
-    assert_eq!(d.at(ms(30)).wake(&mut call), vec![send_with_fallback(1, 1, None), Action::WakeAt(ms(60))]);
-    assert_eq!(d.at(ms(60)).wake(&mut call), vec![send_with_fallback(2, 2, None), Action::WakeAt(ms(90))]);
-    assert_eq!(d.at(ms(90)).wake(&mut call), vec![send_with_fallback(3, 3, None)]);
+    assert_eq!(d.at(ms(30)).wake(&mut call), vec![send_racing(1, 1, None), Action::WakeAt(ms(60))]);
+    assert_eq!(d.at(ms(60)).wake(&mut call), vec![send_racing(2, 2, None), Action::WakeAt(ms(90))]);
+    assert_eq!(d.at(ms(90)).wake(&mut call), vec![send_racing(3, 3, None)]);
 }
 
 /// speculative-task.txt's Monix test, "succeed even if the first attempt fails":
@@ -871,7 +876,7 @@ fn the_percentile_hedge_spends_its_budget_on_late_attempts_only() {
     let start = ms(20);
     let (mut late, out) = d.at(start).start(true);
     assert_eq!(out, vec![send(0, 1, None), Action::WakeAt(start + due)]);
-    assert_eq!(d.at(start + due).wake(&mut late), vec![send_with_fallback(1, 2, None)]);
+    assert_eq!(d.at(start + due).wake(&mut late), vec![send_racing(1, 2, None)]);
     let out = d.at(start + due + ms(10)).end(&mut late, 1, Feedback::success(ms(10)));
     assert_eq!(out, vec![cancel(0, 1), finish(Outcome::Success, 2)]);
 }

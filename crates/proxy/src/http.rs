@@ -275,17 +275,25 @@ pub fn priority(headers: &HeaderMap) -> Priority {
     }
 }
 
-/// The egress's mark on an attempt whose refusal costs the request little (`1`), which adaptive
-/// admission at the ingress reads; named once, as a `&str` name is parsed on every use.
+/// The egress's mark on an attempt whose refusal costs the request little (`1`; `race` when it
+/// races a live attempt of its request), which adaptive admission at the ingress reads; named
+/// once, as a `&str` name is parsed on every use.
 pub const FALLBACK: HeaderName = HeaderName::from_static(FALLBACK_HEADER);
 
 /// What admission reads of a request besides the load: its [`priority`], whether its caller's
-/// egress marked it as having a fallback ([`FALLBACK`]`: 1`) or as refused by another replica
-/// already ([`REFUSED`]`: 1`, believed from a `trusted` caller only: it lets a request past the
-/// limit short of an overload beyond doubt), and what remains of its `deadline`.
+/// egress marked it as having a fallback ([`FALLBACK`]`: 1`, or `race`: it races a live attempt)
+/// or as refused by another replica already ([`REFUSED`]`: 1`), and what remains of its
+/// `deadline`. A race and a refusal elsewhere are believed from a `trusted` caller only: the one
+/// lets a request past the limit short of an overload beyond doubt, the other keeps it out of
+/// the arrivals that judge one.
 pub fn arrival(headers: &HeaderMap, deadline: Option<Duration>, trusted: bool) -> Arrival {
-    let marked = |name| headers.get(name).is_some_and(|v: &HeaderValue| v.as_bytes() == b"1");
-    let marks = Marks { fallback: marked(FALLBACK), refused_elsewhere: trusted && marked(REFUSED) };
+    let value = |name| headers.get(name).map(HeaderValue::as_bytes);
+    let fallback = value(FALLBACK);
+    let marks = Marks {
+        fallback: matches!(fallback, Some(b"1" | b"race")),
+        refused_elsewhere: trusted && value(REFUSED) == Some(b"1"),
+        race: trusted && fallback == Some(b"race"),
+    };
     Arrival { priority: priority(headers), marks, deadline }
 }
 
@@ -300,18 +308,26 @@ mod tests {
     use tailguard_policy::admission::PRIORITY_HEADER;
 
     #[test]
-    fn admission_believes_a_refusal_elsewhere_only_from_a_trusted_caller() {
+    fn admission_believes_a_refusal_elsewhere_and_a_race_only_from_a_trusted_caller() {
         let mut headers = HeaderMap::new();
         headers.insert(FALLBACK, HeaderValue::from_static("1"));
         headers.insert(REFUSED, HeaderValue::from_static("1"));
         let trusted = arrival(&headers, None, true);
-        assert_eq!(trusted.marks, Marks { fallback: true, refused_elsewhere: true });
+        assert_eq!(trusted.marks, Marks { fallback: true, refused_elsewhere: true, race: false });
         // Anyone may say a refusal costs it little (that only lets it be refused sooner), but
         // not that another replica refused it (which would let it past the limit).
         let stranger = arrival(&headers, None, false);
-        assert_eq!(stranger.marks, Marks { fallback: true, refused_elsewhere: false });
+        assert_eq!(stranger.marks, Marks { fallback: true, refused_elsewhere: false, race: false });
         headers.insert(REFUSED, HeaderValue::from_static("yes"));
         assert!(!arrival(&headers, None, true).marks.refused_elsewhere);
+        // A race is a fallback from anyone, but kept out of the overload's count only when a
+        // trusted caller says so.
+        headers.insert(FALLBACK, HeaderValue::from_static("race"));
+        assert_eq!(arrival(&headers, None, true).marks, Marks { fallback: true, refused_elsewhere: false, race: true });
+        assert_eq!(
+            arrival(&headers, None, false).marks,
+            Marks { fallback: true, refused_elsewhere: false, race: false }
+        );
     }
 
     #[test]

@@ -323,17 +323,23 @@ async fn a_hedge_rescues_a_slow_backends_request() {
     let fast = Backend::start("fast", Mode::Ok(Duration::ZERO)).await;
     let proxy = egress(&[&slow, &fast], "{hedge: {kind: speculative, attempts: 2, patience: 50ms}}").await;
     let client = client();
+    let mut marked_as_races = 0.0;
     for _ in 0..4 {
         let started = Instant::now();
-        let (status, _, body) = get(&client, proxy.egress.unwrap(), "svc", &[]).await;
+        let (status, headers, body) = get(&client, proxy.egress.unwrap(), "svc", &[]).await;
         assert_eq!((status, body.as_str()), (StatusCode::OK, "fast"));
         assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+        if headers["x-seen"] == "x-tailguard-fallback=race" {
+            marked_as_races += 1.0;
+        }
     }
     let metrics = admin_metrics(&proxy).await;
     let hedges = sample(&metrics, "tailguard_egress_hedges_total{upstream=\"svc\"}");
-    // Every request won by `fast` after a first try to `slow` was won by its hedge.
+    // Every request won by `fast` after a first try to `slow` was won by its hedge, which told
+    // fast's admission that it raced a live attempt.
     let won = sample(&metrics, "tailguard_egress_hedges_won_total{upstream=\"svc\"}");
     assert!(hedges >= 1.0 && won == hedges, "{metrics}");
+    assert_eq!(marked_as_races, won, "{metrics}");
     assert_eq!(sample(&metrics, "tailguard_egress_budget_exhausted{upstream=\"svc\"}"), 0.0, "{metrics}");
     assert!(slow.hits() >= 1 && fast.hits() >= 4);
     // HTTP/1 cancels by closing: each of slow's attempts lost its race and took its connection

@@ -203,11 +203,12 @@ scenarios:
 /// five or ten replicas of one or four workers; exponential, lognormal, bimodal service; one
 /// replica twice as slow; 75-90 % of capacity, and 130 % and 150 %), behind least-request with
 /// three attempts and behind the recommended policy. Below capacity, on these seeds (held out
-/// from the two it was explored on), success is 96.7-100 % with least-request and 98.6-100 %
+/// from the two it was explored on), success is 96.7-100 % with least-request and 99.3-100 %
 /// with the recommended policy (both 100 % without admission; issue #36 asks within a point:
 /// not met with least-request's three attempts, whose retries are refused in turn, budget or
 /// none); before the rules on refusals elsewhere (2026-12-07) the worst were 95.2 % and 95.7 %
-/// (93.1 % and 95.1 % on the seeds explored). Past capacity the successes' p99 is 105-146 ms
+/// (93.1 % and 95.1 % on the seeds explored), and 98.6 % with the recommended policy until its
+/// races stopped counting towards an overload beyond doubt. Past capacity the successes' p99 is 105-146 ms
 /// where no admission's is the 2 s deadline, and goodput 0.92-0.99 × no admission's. Before a
 /// latency-ejected replica took the overflow while its peers refused (2026-12-07), the
 /// recommended policy's at 130 % of three replicas was 0.80-0.84 ×: one of the three, taken out
@@ -261,7 +262,7 @@ scenarios:
                 assert!(goodput >= 0.9 * plain, "{at}: goodput {goodput} against {plain}");
                 continue;
             }
-            let allowed = if run.variant == "lr-ad" { 0.04 } else { 0.015 };
+            let allowed = if run.variant == "lr-ad" { 0.04 } else { 0.01 };
             assert!(run.success_rate >= plain.success_rate - allowed, "{at}: {} refused", run.rejected);
         }
     }

@@ -54,7 +54,8 @@
 //!   held reaches what remains of its deadline, which it would miss anyway after taking a place
 //!   in the queue. Telling 90 % of capacity from 110 % takes a few hundred services' worth of
 //!   arrivals (docs/policies.md), and a lone replica refused on less loses requests below
-//!   capacity. Once the arrivals outnumber the service beyond doubt ([`OVERLOAD_WINDOWS`]), such a
+//!   capacity. Once the arrivals outnumber the service beyond doubt ([`OVERLOAD_WINDOWS`]; races
+//!   aside, [`Marks::race`]: a caller's hedges are work it can do without), such a
 //!   request is held to the depth that keeps the replica busy at that overload instead
 //!   ([`IDLE_SHARE`]): deeper than the limit, which would idle a lone one-worker replica a fifth
 //!   of the time at 150 %, far shorter than the deadline. A request another replica refused
@@ -164,6 +165,11 @@ pub struct Marks {
     /// are a service over capacity as a whole only then, and a pair below capacity often stands
     /// at its limits at once by chance.
     pub refused_elsewhere: bool,
+    /// It races an attempt of its request still live (a hedge, a retry beside an overdue
+    /// attempt): work its caller may do without, which the limit sheds first. Races are not
+    /// counted in the arrivals that judge an overload beyond doubt, so a caller's hedging does
+    /// not turn the rules against the requests without a fallback.
+    pub race: bool,
 }
 
 /// A request's priority at admission: lower priorities are refused first (`priority:` on a route
@@ -432,11 +438,13 @@ impl AdaptiveAdmission {
     }
 
     /// Counts an arrival at `now` and tells whether the arrivals of about the last interval
-    /// outpaced what the replica serves at its limit: only then is one refused.
-    fn arrive(&mut self, now: Time) -> bool {
+    /// outpaced what the replica serves at its limit: only then is one refused. One that is
+    /// `needed` (not a race) also counts towards an overload beyond doubt.
+    fn arrive(&mut self, now: Time, needed: bool) -> bool {
         if let Some(pace) = self.pace {
             for (services, (count, at)) in OVERLOAD_WINDOWS.iter().zip(&mut self.overload_arrivals) {
-                *count = *count * (-nanos(now.saturating_sub(*at)) * pace / services).exp() + 1.0;
+                *count =
+                    *count * (-nanos(now.saturating_sub(*at)) * pace / services).exp() + if needed { 1.0 } else { 0.0 };
                 *at = now;
             }
         }
@@ -527,7 +535,7 @@ impl Admission for AdaptiveAdmission {
         if priority == Priority::Low {
             self.last_low = Some(now);
         }
-        let outpaced = self.arrive(now);
+        let outpaced = self.arrive(now, !arrival.marks.race);
         self.follow(now, in_system);
         if self.doomed(in_system, arrival.deadline) {
             return false;
@@ -535,7 +543,7 @@ impl Admission for AdaptiveAdmission {
         // One refused elsewhere already, without a fallback, is held to the limit only where the
         // overload is beyond doubt or in a cold start in overload, which that refusal speaks for.
         let depth = self.overload_depth();
-        let Marks { fallback, refused_elsewhere } = arrival.marks;
+        let Marks { fallback, refused_elsewhere, .. } = arrival.marks;
         let weighed = refused_elsewhere && (depth.is_some() || self.measuring(now));
         if !fallback && !weighed {
             return depth.is_none_or(|depth| in_system < depth);
@@ -604,7 +612,7 @@ mod tests {
     /// A request whose caller retries a refusal elsewhere: the rules apply in full.
     const RETRIED: Arrival = Arrival {
         priority: Priority::Normal,
-        marks: Marks { fallback: true, refused_elsewhere: false },
+        marks: Marks { fallback: true, refused_elsewhere: false, race: false },
         deadline: None,
     };
 
@@ -854,9 +862,9 @@ mod tests {
     }
 
     #[test]
-    fn a_request_refused_elsewhere_is_held_to_the_limit_only_in_an_overload_beyond_doubt() {
+    fn a_request_refused_elsewhere_is_held_to_the_limit_only_in_an_overload_beyond_doubt_of_races_aside() {
         let t = |ms: u64| Time::from_millis(ms);
-        let marks = Marks { fallback: false, refused_elsewhere: true };
+        let marks = Marks { fallback: false, refused_elsewhere: true, race: false };
         let follower = Arrival { marks, ..Arrival::default() };
         // The limit enforced, as for a pair of replicas that stand at their limits at once below
         // capacity: a request the other replica refused, with no retry left, is admitted.
@@ -876,6 +884,19 @@ mod tests {
         a.observe(t(120_400), 3);
         assert!(!a.admit_as(t(120_400), 2, follower));
         assert!(a.admit_as(t(120_401), 2, Arrival::default()));
+        // The same arrivals with every other one a race (a hedge) are requests at the capacity
+        // and optional work beside them: no overload beyond doubt, and it is admitted.
+        let race =
+            Arrival { marks: Marks { fallback: true, refused_elsewhere: false, race: true }, ..Arrival::default() };
+        let mut a = one_worker();
+        for k in 0..1200 {
+            a.admit_as(t(60_000 + k * 50), 0, if k % 2 == 0 { Arrival::default() } else { race });
+        }
+        let a = &mut flooded(a);
+        a.observe(t(120_000), 2);
+        a.observe(t(120_400), 3);
+        assert!(!a.admit_as(t(120_400), 2, race));
+        assert!(a.admit_as(t(120_401), 2, follower));
     }
 
     #[test]

@@ -142,7 +142,7 @@ fn origin_request(
         }
     }
     if marks.fallback {
-        headers.insert(http::FALLBACK, HeaderValue::from_static("1"));
+        headers.insert(http::FALLBACK, HeaderValue::from_static(if marks.race { "race" } else { "1" }));
     }
     if marks.refused_elsewhere {
         headers.insert(http::REFUSED, HeaderValue::from_static("1"));
