@@ -283,7 +283,7 @@ pub const FALLBACK: HeaderName = HeaderName::from_static(FALLBACK_HEADER);
 /// What admission reads of a request besides the load: its [`priority`], whether its caller's
 /// egress marked it as having a fallback ([`FALLBACK`]`: 1`, or `race`: it races a live attempt)
 /// or as refused by another replica already ([`REFUSED`]`: 1`), and what remains of its
-/// `deadline`. A race and a refusal elsewhere are believed from a `trusted` caller only: the one
+/// `deadline`. A refusal elsewhere and a race are believed from a `trusted` caller only: the one
 /// lets a request past the limit short of an overload beyond doubt, the other keeps it out of
 /// the arrivals that judge one.
 pub fn arrival(headers: &HeaderMap, deadline: Option<Duration>, trusted: bool) -> Arrival {
