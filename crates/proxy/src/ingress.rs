@@ -182,8 +182,12 @@ impl Ingress {
                 "tailguard: a protocol upgrade (WebSocket) needs HTTP/1.1 to the application (ingress.protocol: http1)";
             return http::text(StatusCode::NOT_IMPLEMENTED, why);
         }
-        let Some(held) = self.admit(http::arrival(req.headers(), deadline, trusted)) else {
+        let arrival = http::arrival(req.headers(), deadline, trusted);
+        let Some(held) = self.admit(arrival) else {
             self.metrics.ingress_rejected.inc();
+            if !arrival.marks.fallback {
+                self.metrics.ingress_rejected_without_fallback.inc();
+            }
             let mut response = http::text(StatusCode::TOO_MANY_REQUESTS, "tailguard: over capacity");
             response.headers_mut().insert(CHIP, HeaderValue::from_static("0"));
             response.headers_mut().insert(http::REFUSED, HeaderValue::from_static("1"));

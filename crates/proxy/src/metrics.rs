@@ -155,6 +155,9 @@ pub struct Metrics {
     pub ingress_requests: Counter,
     /// Requests the ingress refused with 429.
     pub ingress_rejected: Counter,
+    /// Of those, the ones whose caller had no fallback (its last attempt, or a plain client):
+    /// the refusals that fail a request rather than move it to another replica.
+    pub ingress_rejected_without_fallback: Counter,
     /// Responses the ingress sent back by status class (its own 429, 502 and 504 included).
     pub ingress_responses: Family<ClassLabels, Counter>,
     /// Requests the local application holds through the ingress.
@@ -214,6 +217,7 @@ impl Metrics {
             timeout_headroom: Family::new_with_constructor(headroom_histogram),
             ingress_requests: Counter::default(),
             ingress_rejected: Counter::default(),
+            ingress_rejected_without_fallback: Counter::default(),
             ingress_responses: Family::default(),
             ingress_in_flight: Gauge::default(),
             ingress_admission_limit: Gauge::default(),
@@ -295,6 +299,11 @@ impl Metrics {
         );
         registry.register("ingress_requests", "Requests arriving at the ingress", m.ingress_requests.clone());
         registry.register("ingress_rejected", "Requests refused with 429", m.ingress_rejected.clone());
+        registry.register(
+            "ingress_rejected_without_fallback",
+            "Requests refused with 429 that their caller would not retry on another replica",
+            m.ingress_rejected_without_fallback.clone(),
+        );
         registry.register("ingress_responses", "Responses of the ingress by status class", m.ingress_responses.clone());
         registry.register("ingress_in_flight", "Requests held by the application", m.ingress_in_flight.clone());
         registry.register(

@@ -611,6 +611,10 @@ async fn adaptive_admission_learns_the_app_s_queue_and_refuses_while_it_stands()
     // their turn.
     let doomed = at_once_with(ingress, 10, &[("x-tailguard-deadline-ms", "10")]).await;
     assert_eq!(doomed, vec![StatusCode::TOO_MANY_REQUESTS; 10]);
+    // Those ten are the refusals that failed their requests; the others moved elsewhere.
+    let metrics = admin_metrics(&server).await;
+    assert_eq!(sample(&metrics, "tailguard_ingress_rejected_total"), (count + 10) as f64, "{metrics}");
+    assert_eq!(sample(&metrics, "tailguard_ingress_rejected_without_fallback_total"), 10.0, "{metrics}");
     assert_eq!(at_once(ingress, 10).await, vec![StatusCode::OK; 10]);
     assert_eq!(burst.await.unwrap(), vec![StatusCode::OK; 60]);
     // The queue drained and no request was refused for a while: everything is admitted again.
