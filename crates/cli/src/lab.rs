@@ -148,6 +148,8 @@ pub fn run(command: LabCommand) -> anyhow::Result<()> {
         LabCommand::Calibrate(args) => return calibrate(args),
     };
     let experiment = Experiment::load(&args.file)?;
+    // A mistyped --scenario or --variant is reported before the output folder is made.
+    experiment.select(&args.scenarios, &args.variants)?;
     let out = args.out.unwrap_or_else(|| default_out(&format!("{}-{}", experiment.file.name, timestamp())));
     let outputs = Outputs::prepare(&out, None, None)?;
     if let Some(traces) = &args.traces {

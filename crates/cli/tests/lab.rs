@@ -295,7 +295,7 @@ fn lab_run(file: &Path, args: &[&str]) -> Command {
 }
 
 #[test]
-fn an_out_holding_earlier_results_and_a_selection_with_nothing_to_run_are_refused() {
+fn an_out_holding_earlier_results_a_selection_with_nothing_to_run_and_a_mistyped_one_are_refused() {
     let out = std::env::temp_dir().join(format!("tailguard-lab-test-refused-{}", std::process::id()));
     std::fs::create_dir_all(&out).unwrap();
     std::fs::write(out.join("results.json"), "{}").unwrap();
@@ -315,6 +315,15 @@ fn an_out_holding_earlier_results_and_a_selection_with_nothing_to_run_are_refuse
         "{err}"
     );
     assert!(!err.contains("cannot write") && !fresh.join("results.json").exists(), "{err}");
+
+    // A mistyped variant is refused before the output folder is made.
+    let typo = out.join("typo");
+    let run = lab_run(&fixture("lab-two-tier.yaml"), &["--variant", "nope", "--out", typo.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success() && err.contains("no variant named \"nope\""), "{err}");
+    assert!(!typo.exists(), "{err}");
     std::fs::remove_dir_all(&out).unwrap();
 }
 
