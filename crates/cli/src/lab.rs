@@ -188,7 +188,6 @@ pub fn run(command: LabCommand) -> anyhow::Result<()> {
 /// `tailguard lab calibrate`: measures and writes the calibration, and prints its medians.
 fn calibrate(args: CalibrateArgs) -> anyhow::Result<()> {
     use tailguard_lab::calibrate::{self, CalibrateOptions};
-    crate::output::file("--out", &args.out)?;
     let installed = calibrate::installed_sidecars();
     let sidecars = if args.sidecars.is_empty() { installed.clone() } else { args.sidecars.clone() };
     if let Some(missing) = sidecars.iter().find(|s| !installed.contains(s)) {
@@ -206,6 +205,7 @@ fn calibrate(args: CalibrateArgs) -> anyhow::Result<()> {
     if let Some(bad) = rates.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
         anyhow::bail!("--rate {bad}: expected a positive number of requests per second");
     }
+    crate::output::file("--out", &args.out)?;
     let dir = args.dir.unwrap_or_else(|| default_out(&format!("calibrate-{}", timestamp())));
     let options = CalibrateOptions {
         exe: std::env::current_exe()?,

@@ -80,6 +80,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
 }
 
 fn simulate_and_report(experiment: &Experiment, args: &SimArgs, table: Table) -> anyhow::Result<()> {
+    let (scenarios, variants) = experiment.select(&args.scenarios, &args.variants)?;
     // Prepared before simulating, so a path that cannot be written does not cost the results.
     for (flag, out) in [("--json", &args.json), ("--traces", &args.traces), ("--report", &args.report)] {
         if let Some(out) = out {
@@ -88,7 +89,6 @@ fn simulate_and_report(experiment: &Experiment, args: &SimArgs, table: Table) ->
     }
     let seed = args.seed.or(experiment.seed()).unwrap_or(1);
     let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let (scenarios, variants) = experiment.select(&args.scenarios, &args.variants)?;
     let total = scenarios.len() * variants.len();
     let quick = if args.quick { ", quick" } else { "" };
     eprintln!("simulating {} ({total} runs, seed {seed}{quick})", args.file.display());

@@ -73,10 +73,13 @@ fn sim_runs_only_the_scenarios_and_variants_named() {
     // In file order, whatever the order on the command line.
     assert_eq!(runs, [("40x10", "bloc"), ("40x10", "oracle")]);
 
-    let unknown = tailguard(&["sim", &bloc, "--scenario", "4x10"]);
+    // Refused before the outputs' folders are made.
+    let unwritten = scratch("unknown").join("picked.json");
+    let unknown = tailguard(&["sim", &bloc, "--scenario", "4x10", "--json", unwritten.to_str().unwrap()]);
     assert!(!unknown.status.success());
     let err = String::from_utf8_lossy(&unknown.stderr);
     assert!(err.contains("bloc.yaml: scenarios: no scenario named \"4x10\"; expected one of: 1x10, 40x10"), "{err}");
+    assert!(!scratch("unknown").exists(), "{err}");
 }
 
 #[test]
@@ -163,6 +166,21 @@ fn a_bad_flag_is_refused_with_usage() {
     let run = tailguard(&["sim", &example("bloc.yaml"), "--seed", "many"]);
     assert_eq!(run.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&run.stderr).contains("--seed"));
+}
+
+#[test]
+fn lab_calibrate_refuses_an_unknown_sidecar_and_a_bad_rate_before_writing_anything() {
+    let out = scratch("calibrate").join("calibration.yaml");
+    let cases: [(&[&str], &str); 2] = [
+        (&["--sidecar", "nope"], "--sidecar nope: expected one of the sidecars installed here: tailguard"),
+        (&["--rate", "0"], "--rate 0: expected a positive number of requests per second"),
+    ];
+    for (flags, expected) in cases {
+        let run = tailguard(&[&["lab", "calibrate", "--out", out.to_str().unwrap()], flags].concat());
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert!(!run.status.success() && err.contains(expected), "{err}");
+        assert!(!scratch("calibrate").exists(), "{err}");
+    }
 }
 
 #[test]
