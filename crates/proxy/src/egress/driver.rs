@@ -304,7 +304,7 @@ impl<'a> Driver<'a> {
             Ok(mut response) => {
                 let found = http::scan(response.headers());
                 let chip = found.internal && http::has_chip(response.headers());
-                let load = crate::probe::report(response.headers(), found.internal);
+                let load = crate::probe::report(response.headers(), found.internal && self.upstream.reads_load);
                 clean(&mut response, found);
                 // A gRPC error sent trailers-only is judged by its status, as its HTTP kin is.
                 let status = match self.template.grpc {

@@ -46,6 +46,9 @@ pub(super) struct Upstream {
     pub(super) in_flight: Count,
     /// How connections to the endpoints speak TLS (`None`: cleartext), for those discovered later.
     tls: Option<Arc<tls::Connector>>,
+    /// Whether the balancer takes the load reports that responses carry (one that probes:
+    /// Prequal); other balancers' egresses do not parse them.
+    pub(super) reads_load: bool,
 }
 
 /// What a request needs of an endpoint, prepared once: its connections and its metrics.
@@ -165,24 +168,22 @@ impl Upstream {
         };
         let endpoints: Vec<_> = addrs.iter().map(endpoint).collect();
         let ids = addrs.iter().enumerate().map(|(id, addr)| (*addr, id)).collect();
+        let policy = {
+            let (policy, routes) = config.routed_policy();
+            build::client_policy_routed(&policy, addrs.len(), &routes)
+        };
+        let reads_load = policy.balancer.sends_probes();
         let upstream = Arc::new(Upstream {
             name: name.to_string(),
             config: config.clone(),
             metrics: metrics.upstream(name),
             endpoints: RwLock::new(endpoints),
-            core: Mutex::new(Core {
-                policy: {
-                    let (policy, routes) = config.routed_policy();
-                    build::client_policy_routed(&policy, addrs.len(), &routes)
-                },
-                rng,
-                classes: Classifier::new(&config.routes, config.classes),
-                ids,
-            }),
+            core: Mutex::new(Core { policy, rng, classes: Classifier::new(&config.routes, config.classes), ids }),
             all_metrics: metrics.clone(),
             discovered: watch::Sender::new(config.discovery.is_none()),
             in_flight: Count::default(),
             tls,
+            reads_load,
         });
         upstream.metrics.endpoints.set(addrs.len() as i64);
         if let Some(discovery) = &config.discovery {
