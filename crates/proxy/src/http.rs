@@ -125,15 +125,30 @@ fn hop_by_hop(name: &str) -> Option<usize> {
     Some(i)
 }
 
+/// Whether a `Connection` token (in any case) names a header of [`HOP_BY_HOP`].
+fn hop_by_hop_token(token: &[u8]) -> bool {
+    let mut lower = [0u8; "transfer-encoding".len()];
+    let Some(lower) = lower.get_mut(..token.len()) else { return false };
+    lower.copy_from_slice(token);
+    lower.make_ascii_lowercase();
+    std::str::from_utf8(lower).is_ok_and(|name| hop_by_hop(name).is_some())
+}
+
 /// Removes hop-by-hop headers: the standard set and every header `Connection` names (RFC 9110
 /// §7.6.1), only those present, since each removal hashes its name.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    // Split as bytes: one non-ASCII byte in the list must not hide the names beside it.
+    // Split as bytes: one non-ASCII byte in the list must not hide the names beside it. A name of
+    // the standard set (`keep-alive`, `upgrade`) is removed below with the rest of it; any other
+    // (`close`, the usual one) is made a name only if such a header is there, so an application's
+    // `Connection: keep-alive` or `close` costs no allocation.
     let named: Vec<HeaderName> = headers
         .get_all(hyper::header::CONNECTION)
         .iter()
         .flat_map(|list| list.as_bytes().split(|b| *b == b','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim_ascii()).ok())
+        .map(<[u8]>::trim_ascii)
+        .filter(|token| !hop_by_hop_token(token))
+        .filter(|token| std::str::from_utf8(token).is_ok_and(|token| headers.contains_key(token)))
+        .filter_map(|name| HeaderName::from_bytes(name).ok())
         .collect();
     for name in named {
         headers.remove(name);
@@ -384,6 +399,15 @@ mod tests {
         // A byte outside ASCII in the list does not hide the names beside it.
         headers.append("connection", HeaderValue::from_bytes(b"authorization, x-\xff").unwrap());
         headers.insert("authorization", HeaderValue::from_static("secret"));
+        strip_hop_by_hop(&mut headers);
+        assert_eq!(headers.keys().map(|k| k.as_str()).collect::<Vec<_>>(), ["x-kept"]);
+        // Names in any case; `close` names a header too when there is one.
+        headers.append("connection", HeaderValue::from_static("Close, KEEP-ALIVE"));
+        headers.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        strip_hop_by_hop(&mut headers);
+        assert_eq!(headers.keys().map(|k| k.as_str()).collect::<Vec<_>>(), ["x-kept"]);
+        headers.append("connection", HeaderValue::from_static("close"));
+        headers.insert("close", HeaderValue::from_static("1"));
         strip_hop_by_hop(&mut headers);
         assert_eq!(headers.keys().map(|k| k.as_str()).collect::<Vec<_>>(), ["x-kept"]);
     }

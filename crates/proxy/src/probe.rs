@@ -49,8 +49,16 @@ pub fn refused() -> Response<Body> {
 /// Puts `reply` on a response's headers.
 pub fn add(headers: &mut HeaderMap, reply: ProbeReply) {
     let latency_us = u64::try_from(reply.latency.as_micros()).unwrap_or(u64::MAX);
-    let text = format!("rif={}, latency_us={latency_us}", reply.in_flight);
-    headers.insert(LOAD, HeaderValue::try_from(text).expect("digits, letters and punctuation"));
+    let (mut rif, mut latency) = (itoa::Buffer::new(), itoa::Buffer::new());
+    let parts =
+        [b"rif=", rif.format(reply.in_flight).as_bytes(), b", latency_us=", latency.format(latency_us).as_bytes()];
+    // At most 4 + 10 + 13 + 20 bytes.
+    let (mut text, mut len) = ([0u8; 48], 0);
+    for part in parts {
+        text[len..len + part.len()].copy_from_slice(part);
+        len += part.len();
+    }
+    headers.insert(LOAD, HeaderValue::from_bytes(&text[..len]).expect("digits, letters and punctuation"));
 }
 
 /// The report a response carries ([`LoadReport::Missing`] when it carries none, or a malformed
@@ -104,6 +112,11 @@ mod tests {
         let mut headers = HeaderMap::new();
         add(&mut headers, reply);
         assert_eq!(report(&headers, true), LoadReport::Load(reply));
+        // The longest numbers fit.
+        let most = ProbeReply { in_flight: u32::MAX, latency: Duration::from_micros(u64::MAX) };
+        add(&mut headers, most);
+        assert_eq!(headers[LOAD], "rif=4294967295, latency_us=18446744073709551615");
+        assert_eq!(report(&headers, true), LoadReport::Load(most));
         // Fields in another order, spaces and unknown fields are fine.
         headers.insert(LOAD, HeaderValue::from_static("latency_us=5,cpu=0.3 ,  rif=2"));
         let expected = ProbeReply { in_flight: 2, latency: Duration::from_micros(5) };
