@@ -4,7 +4,8 @@
 # `round-robin`), in front of bench/proxy-overhead.sh's three endpoints (each a single-process nginx
 # serving a 3-byte file behind a tailguard ingress, not under callgrind) on 127.0.0.1; after WARMUP
 # requests the counters are zeroed, then REQUESTS closed-loop requests from CLIENTS clients are
-# counted. Prints the proxy's instructions per request (probes and hedges included).
+# counted. Prints the proxy's instructions per request (probes and hedges included). SIDE=ingress
+# measures an ingress sidecar instead, in front of one such nginx, the load sent straight to it.
 # Env: POLICY (recommended), REQUESTS (5000), WARMUP (500), CLIENTS (1), CG_OUT (a path to keep the callgrind dump at),
 # PROXY_BIN (the binary measured; target/release/tailguard, e.g. target/pgo/tailguard), CG_ARGS
 # (more callgrind options: with "--cache-sim=yes --branch-sim=yes" every event is printed per
@@ -15,8 +16,15 @@ build_tailguard; install_debian_peers
 command -v valgrind >/dev/null || { echo "valgrind is needed" >&2; exit 1; }
 
 P_TG=18181
-sidecar_endpoints 18100
-egress_file "$WORK/tg.yaml" $P_TG "${POLICY:-recommended}"
+if [ "${SIDE:-egress}" = ingress ]; then
+  # One ingress sidecar (the default config: loopback callers trusted, so every response carries
+  # its load report and chip) in front of one single-process nginx; load sent straight to it.
+  nginx_static 18110
+  printf 'ingress:\n  listen: 127.0.0.1:%s\n  app: 127.0.0.1:18110\n' $P_TG >"$WORK/tg.yaml"
+else
+  sidecar_endpoints 18100
+  egress_file "$WORK/tg.yaml" $P_TG "${POLICY:-recommended}"
+fi
 start tg valgrind --tool=callgrind ${CG_ARGS:-} --callgrind-out-file="$WORK/cg.out" "${PROXY_BIN:-$TG}" proxy --config "$WORK/tg.yaml" --workers 1
 PID_TG=$LAST_PID
 wait_port $P_TG
