@@ -311,6 +311,10 @@ impl Balancer for Bloc {
         Some(self.commit(choice, pick.now))
     }
 
+    fn takes_chips(&self) -> bool {
+        true
+    }
+
     fn grow(&mut self, endpoints: usize) {
         let old = self.endpoints.len();
         if endpoints <= old {

@@ -140,6 +140,12 @@ pub trait Balancer: Send {
         false
     }
 
+    /// Whether it reads the confidence chips responses carry ([`Feedback::chip`], [`Bloc`]): a
+    /// proxy's egress looks for them only then.
+    fn takes_chips(&self) -> bool {
+        false
+    }
+
     /// Whether its picks read [`Pick::true_loads`] ([`Oracle`]): a simulator keeps them only for
     /// the services such a balancer picks among.
     fn reads_true_loads(&self) -> bool {

@@ -303,7 +303,7 @@ impl<'a> Driver<'a> {
         let feedback = match end.result {
             Ok(mut response) => {
                 let found = http::scan(response.headers());
-                let chip = found.internal && http::has_chip(response.headers());
+                let chip = found.internal && self.upstream.reads_chips && http::has_chip(response.headers());
                 let load = crate::probe::report(response.headers(), found.internal && self.upstream.reads_load);
                 clean(&mut response, found);
                 // A gRPC error sent trailers-only is judged by its status, as its HTTP kin is.

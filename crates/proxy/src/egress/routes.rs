@@ -47,8 +47,9 @@ pub(super) struct Upstream {
     /// How connections to the endpoints speak TLS (`None`: cleartext), for those discovered later.
     tls: Option<Arc<tls::Connector>>,
     /// Whether the balancer takes the load reports that responses carry (one that probes:
-    /// Prequal); other balancers' egresses do not parse them.
+    /// Prequal) and their chips (BLOC); other balancers' egresses do not look for them.
     pub(super) reads_load: bool,
+    pub(super) reads_chips: bool,
 }
 
 /// What a request needs of an endpoint, prepared once: its connections and its metrics.
@@ -172,7 +173,7 @@ impl Upstream {
             let (policy, routes) = config.routed_policy();
             build::client_policy_routed(&policy, addrs.len(), &routes)
         };
-        let reads_load = policy.balancer.sends_probes();
+        let (reads_load, reads_chips) = (policy.balancer.sends_probes(), policy.balancer.takes_chips());
         let upstream = Arc::new(Upstream {
             name: name.to_string(),
             config: config.clone(),
@@ -184,6 +185,7 @@ impl Upstream {
             in_flight: Count::default(),
             tls,
             reads_load,
+            reads_chips,
         });
         upstream.metrics.endpoints.set(addrs.len() as i64);
         if let Some(discovery) = &config.discovery {
@@ -268,4 +270,29 @@ fn new_pool(addr: SocketAddr, config: &config::Upstream, tls: Option<Arc<tls::Co
         .with_tls(tls)
         .with_connect_timeout(config.connect_timeout.0)
         .counting(metrics.connections_opened(&addr.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_balancer_that_takes_them_has_its_reports_and_chips_read() {
+        let config = crate::Config::parse(
+            "egress:
+              listen: 127.0.0.1:1
+              upstreams:
+                p: {endpoints: [127.0.0.1:1001], policy: {balancer: {kind: prequal}}}
+                b: {endpoints: [127.0.0.1:1002], policy: {balancer: {kind: bloc}}}
+                r: {endpoints: [127.0.0.1:1003], policy: {balancer: {kind: round-robin}}}",
+            std::path::Path::new("proxy.yaml"),
+        )
+        .unwrap();
+        let routes = Routes::new(config.egress.as_ref().unwrap(), None, &Arc::new(Metrics::new()), 1).expect("no TLS");
+        let read = |name: &str| {
+            let u = routes.upstreams.iter().find(|u| u.name == name).unwrap();
+            (u.reads_load, u.reads_chips)
+        };
+        assert_eq!([read("p"), read("b"), read("r")], [(true, false), (false, true), (false, false)]);
+    }
 }
