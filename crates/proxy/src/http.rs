@@ -297,8 +297,12 @@ pub const FALLBACK: HeaderName = HeaderName::from_static(FALLBACK_HEADER);
 /// or as refused by another replica already ([`REFUSED`]`: 1`), and what remains of its
 /// `deadline`. A refusal elsewhere and a race are believed from a `trusted` caller only: the one
 /// lets a request past the limit short of an overload beyond doubt, the other keeps it out of
-/// the arrivals that judge one.
-pub fn arrival(headers: &HeaderMap, deadline: Option<Duration>, trusted: bool) -> Arrival {
+/// the arrivals that judge one. All of them are `x-tailguard-*` headers: where the request's
+/// [`scan`] (`found`) saw none, none is looked up.
+pub fn arrival(headers: &HeaderMap, found: Found, deadline: Option<Duration>, trusted: bool) -> Arrival {
+    if !found.internal {
+        return Arrival { deadline, ..Arrival::default() };
+    }
     let value = |name| headers.get(name).map(HeaderValue::as_bytes);
     let fallback = value(FALLBACK);
     let marks = Marks {
@@ -324,20 +328,23 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert(FALLBACK, HeaderValue::from_static("1"));
         headers.insert(REFUSED, HeaderValue::from_static("1"));
-        let trusted = arrival(&headers, None, true);
+        let trusted = arrival(&headers, scan(&headers), None, true);
         assert_eq!(trusted.marks, Marks { fallback: true, refused_elsewhere: true, race: false });
         // Anyone may say a refusal costs it little (that only lets it be refused sooner), but
         // not that another replica refused it (which would let it past the limit).
-        let stranger = arrival(&headers, None, false);
+        let stranger = arrival(&headers, scan(&headers), None, false);
         assert_eq!(stranger.marks, Marks { fallback: true, refused_elsewhere: false, race: false });
         headers.insert(REFUSED, HeaderValue::from_static("yes"));
-        assert!(!arrival(&headers, None, true).marks.refused_elsewhere);
+        assert!(!arrival(&headers, scan(&headers), None, true).marks.refused_elsewhere);
         // A race is a fallback from anyone, but kept out of the overload's count only when a
         // trusted caller says so.
         headers.insert(FALLBACK, HeaderValue::from_static("race"));
-        assert_eq!(arrival(&headers, None, true).marks, Marks { fallback: true, refused_elsewhere: false, race: true });
         assert_eq!(
-            arrival(&headers, None, false).marks,
+            arrival(&headers, scan(&headers), None, true).marks,
+            Marks { fallback: true, refused_elsewhere: false, race: true }
+        );
+        assert_eq!(
+            arrival(&headers, scan(&headers), None, false).marks,
             Marks { fallback: true, refused_elsewhere: false, race: false }
         );
     }

@@ -182,11 +182,7 @@ impl Ingress {
                 "tailguard: a protocol upgrade (WebSocket) needs HTTP/1.1 to the application (ingress.protocol: http1)";
             return http::text(StatusCode::NOT_IMPLEMENTED, why);
         }
-        // Its marks and priority are `x-tailguard-*` headers: none found, none to look up.
-        let arrival = match found.internal {
-            true => http::arrival(req.headers(), deadline, trusted),
-            false => Arrival { deadline, ..Arrival::default() },
-        };
+        let arrival = http::arrival(req.headers(), found, deadline, trusted);
         let Some(held) = self.admit(arrival) else {
             self.metrics.ingress_rejected.inc();
             if !arrival.marks.fallback {

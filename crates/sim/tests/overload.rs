@@ -209,8 +209,8 @@ scenarios:
 /// none); before the rules on refusals elsewhere (2026-12-07) the worst were 95.2 % and 95.7 %
 /// (93.1 % and 95.1 % on the seeds explored), and 98.6 % with the recommended policy until its
 /// races stopped counting towards an overload beyond doubt (on seeds 7-10, held out from that
-/// change, its worst is 98.8 % before and after: the point is not met on every seed). Past capacity the successes' p99 is 105-146 ms
-/// where no admission's is the 2 s deadline, and goodput 0.92-0.99 × no admission's. Before a
+/// change, its worst is 98.8 % before and after: the point is not met on every seed). Past
+/// capacity the successes' p99 is 105-146 ms where no admission's is the 2 s deadline, and goodput 0.92-0.99 × no admission's. Before a
 /// latency-ejected replica took the overflow while its peers refused (2026-12-07), the
 /// recommended policy's at 130 % of three replicas was 0.80-0.84 ×: one of the three, taken out
 /// for a moment, idled while the other two refused.

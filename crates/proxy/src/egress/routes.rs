@@ -47,8 +47,9 @@ pub(super) struct Upstream {
     /// How connections to the endpoints speak TLS (`None`: cleartext), for those discovered later.
     tls: Option<Arc<tls::Connector>>,
     /// Whether the balancer takes the load reports that responses carry (one that probes:
-    /// Prequal) and their chips (BLOC); other balancers' egresses do not look for them.
+    /// Prequal); other balancers' egresses do not look for them.
     pub(super) reads_load: bool,
+    /// Whether it takes their chips (BLOC), likewise.
     pub(super) reads_chips: bool,
 }
 
