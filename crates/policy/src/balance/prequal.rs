@@ -17,13 +17,17 @@
 //!   traffic, so none ever reaches a plain application. Nor is a replica whose last reported latency is shorter
 //!   than a probe's round trip ([`Prequal::worth_probing`]): it is ranked as the next point says.
 //! - **Replicas without a sidecar** (their answers carry no report, or a probe was answered with
-//!   anything but a probe reply), replicas not heard from yet and those not worth a probe are
-//!   ranked from what this caller sees itself: its own requests in flight there as their RIF,
-//!   and a moving average (weight [`WEIGHT`]) of its answer times from them,
-//!   times one more than those requests, as their latency (peak-EWMA's cost; 0 before the first
-//!   answer, so an unknown replica is tried and its first answer says whether it has a sidecar).
-//!   Those of a pick's draw compete in the HCL rule beside the pool. A sidecar that arrives later
-//!   shows itself on the next answer.
+//!   anything but a probe reply) and replicas not heard from yet are ranked from what this
+//!   caller sees itself ([`OwnView`]): its own requests in flight there as
+//!   their RIF, and as their latency the median of its recent answers from that replica that
+//!   found as many of its requests there when sent, learnt as a sidecar learns its replica's
+//!   latency by RIF (0 before the first answer, so an unknown replica is tried and its first
+//!   answer says whether it has a sidecar). Such a replica is hot when it holds more of this
+//!   caller's requests than the `hot_quantile` of the counts its recent requests found where
+//!   they went, scaled by how quick the replica usually is, as reports are. Those of a pick's
+//!   draw compete in the HCL rule beside the pool, and so do those whose sidecar reports but
+//!   that are not worth a probe or have one pending, ranked as [`Prequal::ranked_locally`] says.
+//!   A sidecar that arrives later shows itself on the next answer.
 //! - **The pool** holds at most `pool_size` reports, at most one per replica (a newer report
 //!   replaces an older one); a report older than `max_age`, or than the quickest nonzero latency
 //!   estimate among the last [`RECENT_RIFS`] probe replies, is stale and dropped, and a new report
@@ -214,10 +218,86 @@ impl ProbeResponder {
 /// replica's estimate ([`ProbeResponder::reply`]) and a caller alone's view of it
 /// ([`Prequal::latency_at`]) alike.
 fn estimate_at(rif: u32, known: impl Fn(usize) -> Option<f64>) -> Option<f64> {
-    let at = ProbeResponder::bucket(rif);
+    estimate_among(rif, ProbeResponder::RIFS, known)
+}
+
+/// [`estimate_at`] over `buckets` buckets of RIFs, the last shared by every RIF from it on.
+fn estimate_among(rif: u32, buckets: usize, known: impl Fn(usize) -> Option<f64>) -> Option<f64> {
+    let at = (rif as usize).min(buckets - 1);
     let ahead = f64::from(rif) + 1.0;
     let below = (0..=at).rev().find_map(|k| known(k).map(|l| l * ahead / (k as f64 + 1.0)));
-    below.or_else(|| (at..ProbeResponder::RIFS).find_map(known))
+    below.or_else(|| (at..buckets).find_map(known))
+}
+
+/// Counts of this caller's requests at a replica told apart by [`OwnView`] (0 to 6, and 7 or
+/// more): a caller among several seldom has more at one replica.
+const OWN_RIFS: usize = 8;
+
+/// Attempts in flight to one replica whose count at send [`OwnView`] keeps.
+const OWN_SENT: usize = 16;
+
+/// What a caller learns of a replica from its own requests there, where no report says more (a
+/// replica without a sidecar, or one not heard from yet): the latency of its
+/// answers by how many of this caller's requests each found there when sent, kept as the
+/// replica's sidecar keeps its latency by RIF ([`ProbeResponder`]: the median of the last
+/// answers at each count, so a slow route's answer does not move it). For a caller alone that
+/// count is the replica's RIF, and the estimate the report a sidecar would give; beside other
+/// callers, the answers at each count carry the others' load on average, so the estimate is
+/// still a latency to compare with the reports'. (A moving average of all answers times one more
+/// than the requests in flight, peak-EWMA's cost, read a replica twice as slow as its reports
+/// at the same RIF: over a set half without sidecars, those with one took 87 % of their
+/// capacity and the others 55 %, and in front of a plain application Prequal's p50 was 8 times
+/// least-request's; docs/policies.md.)
+#[derive(Clone, Copy, Debug, Default)]
+struct OwnView {
+    by_rif: [Recent; OWN_RIFS],
+    /// The count each attempt in flight found when sent, oldest first: a ring of `sent_len`
+    /// from `sent_head`. Answers of a replica that serves in order come back in order; where
+    /// they do not, an answer is credited with the count of another attempt sent about then.
+    /// Past [`OWN_SENT`] in flight the count at the answer stands in.
+    sent: [u8; OWN_SENT],
+    sent_head: u8,
+    sent_len: u8,
+}
+
+impl OwnView {
+    /// An attempt is sent, finding `in_flight` of this caller's there.
+    fn on_send(&mut self, in_flight: u32) {
+        if usize::from(self.sent_len) < OWN_SENT {
+            let at = (usize::from(self.sent_head) + usize::from(self.sent_len)) % OWN_SENT;
+            self.sent[at] = u8::try_from(in_flight).unwrap_or(u8::MAX);
+            self.sent_len += 1;
+        }
+    }
+
+    /// An attempt ended (`answered` after that long, if it was; `in_flight` of this caller's
+    /// still there): returns the count it found when sent.
+    fn on_end(&mut self, in_flight: u32, answered: Option<Duration>) -> u32 {
+        let found = if self.sent_len > 0 {
+            let found = self.sent[usize::from(self.sent_head)];
+            self.sent_head = ((usize::from(self.sent_head) + 1) % OWN_SENT) as u8;
+            self.sent_len -= 1;
+            u32::from(found)
+        } else {
+            in_flight
+        };
+        if let Some(latency) = answered {
+            self.by_rif[(found as usize).min(OWN_RIFS - 1)].push(latency);
+        }
+        found
+    }
+
+    /// The latency to expect with `in_flight` of this caller's there ([`estimate_at`]'s rule),
+    /// zero before any answer.
+    fn estimate(&self, in_flight: u32) -> Duration {
+        let known = |k: usize| self.by_rif[k].median();
+        estimate_among(in_flight, OWN_RIFS, known).map_or(Duration::ZERO, Duration::from_secs_f64)
+    }
+
+    /// How quick it usually is: the median of its answers that found none of this caller's.
+    fn usual(&self) -> Option<Duration> {
+        self.by_rif[0].median().map(Duration::from_secs_f64)
+    }
 }
 
 /// The latest [`ProbeResponder::WINDOW`] latencies (microseconds) of answers at one RIF, a ring.
@@ -251,8 +331,8 @@ impl Recent {
     }
 }
 
-/// The weight of each new answer time in a caller's own moving average of a replica's latency,
-/// where it has no report, and of a probe's round trip (1/4: recent answers count).
+/// The weight of each new answer time in a caller's own moving average of a replica's latency
+/// ([`Prequal::ranked_locally`]), and of a probe's round trip (1/4: recent ones count).
 const WEIGHT: f64 = 0.25;
 
 /// `average` moved by [`WEIGHT`] towards `sample` (seconds), or `sample` first.
@@ -290,8 +370,11 @@ struct Seen {
     sidecar: Sidecar,
     /// This caller's attempts in flight to it.
     in_flight: u32,
-    /// The moving average of this caller's answer times from it, in seconds, once answered.
-    latency: Option<f64>,
+    /// Its latency as this caller's own answers from it tell.
+    own: OwnView,
+    /// The moving average of this caller's answer times from it, in seconds, once answered: how
+    /// a replica whose sidecar reports is ranked while no report of it is in the pool.
+    average: Option<f64>,
     /// The latency estimate of its last report (zero: none yet, or it has answered nothing).
     reported: Duration,
     /// When the probe to it in flight was drawn, if one is.
@@ -319,7 +402,8 @@ impl Default for Seen {
         Seen {
             sidecar: Sidecar::Unknown,
             in_flight: 0,
-            latency: None,
+            own: OwnView::default(),
+            average: None,
             reported: Duration::ZERO,
             probe_sent: None,
             abandoned: 0,
@@ -359,6 +443,88 @@ fn quantile<T: Ord + Copy>(values: &mut [T], q: f64) -> Option<T> {
     Some(*values.select_nth_unstable(rank.max(1) - 1).1)
 }
 
+/// The last [`RECENT_RIFS`] values recorded, a ring.
+#[derive(Clone, Debug, Default)]
+struct Recents<T> {
+    values: Vec<T>,
+    next: usize,
+}
+
+impl<T: Copy + Ord + Default> Recents<T> {
+    fn push(&mut self, value: T) {
+        if self.values.len() < RECENT_RIFS {
+            self.values.push(value);
+        } else {
+            self.values[self.next] = value;
+        }
+        self.next = (self.next + 1) % RECENT_RIFS;
+    }
+
+    /// Their `q` quantile ([`quantile`]), the ring left as it is.
+    fn quantile(&self, q: f64) -> Option<T> {
+        let mut copy = [T::default(); RECENT_RIFS];
+        let copy = &mut copy[..self.values.len()];
+        copy.copy_from_slice(&self.values);
+        quantile(copy, q)
+    }
+}
+
+/// A hot threshold and a typical latency, drawn from recent RIFs and latencies.
+#[derive(Clone, Debug)]
+struct Thresholds {
+    rifs: Recents<u32>,
+    latencies: Recents<Duration>,
+    /// The `hot_quantile` quantile of `rifs` (`u32::MAX` before any): the hot threshold of a
+    /// replica of typical speed.
+    hot: u32,
+    /// The median of `latencies`: a typical replica's.
+    typical: Duration,
+    /// Values recorded since `hot` and `typical` were drawn.
+    stale: u32,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds {
+            rifs: Recents::default(),
+            latencies: Recents::default(),
+            hot: u32::MAX,
+            typical: Duration::ZERO,
+            stale: 0,
+        }
+    }
+}
+
+impl Thresholds {
+    /// Draws `hot` and `typical` again once `every` values were recorded since they were.
+    fn refresh(&mut self, hot_quantile: f64, every: u32) {
+        if self.stale < every.max(1) {
+            return;
+        }
+        self.stale = 0;
+        self.hot = self.rifs.quantile(hot_quantile).unwrap_or(u32::MAX);
+        self.typical = self.latencies.quantile(0.5).unwrap_or_default();
+    }
+
+    /// The RIF above which a replica that usually answers in `usual` is hot: the shared
+    /// threshold times how many times quicker than the typical replica it is; the shared one
+    /// without a usual latency.
+    fn hot_for(&self, usual: Option<Duration>) -> u32 {
+        match usual {
+            Some(usual) if self.hot != u32::MAX && !usual.is_zero() && !self.typical.is_zero() => {
+                let scaled = f64::from(self.hot) * self.typical.as_secs_f64() / usual.as_secs_f64();
+                scaled.round().min(f64::from(u32::MAX)) as u32
+            }
+            _ => self.hot,
+        }
+    }
+}
+
+/// How many of this caller's sends and answers at once the thresholds of its own view
+/// ([`Prequal::own_thresholds`]) are drawn again after: a pick at a time would cost a selection
+/// over the recent counts on every request.
+const OWN_REFRESH: u32 = 8;
+
 /// A candidate of a pick: a report in the pool, or an endpoint ranked from this caller's view.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Candidate {
@@ -371,18 +537,14 @@ enum Candidate {
 pub struct Prequal {
     config: PrequalConfig,
     pool: Vec<Probe>,
-    /// RIFs of the last [`RECENT_RIFS`] reports, a ring written at `recent_next`.
-    recent: Vec<u32>,
-    /// Their latency estimates, in the same ring.
-    recent_latencies: Vec<Duration>,
-    recent_next: usize,
-    /// The `hot_quantile` quantile of `recent` (`u32::MAX` before any): the hot threshold of a
-    /// replica of typical speed.
-    hot_rif: u32,
-    /// The median of `recent_latencies`: a typical replica's latency estimate.
-    typical_latency: Duration,
-    /// A probe reply came since `hot_rif` and `typical_latency` were drawn.
-    thresholds_stale: bool,
+    /// From the RIFs and latency estimates of the last [`RECENT_RIFS`] probe replies.
+    thresholds: Thresholds,
+    /// From this caller's own view, for the replicas ranked by it: the counts of its requests
+    /// that its last sends found where they went, and the answer times of its last requests
+    /// that found none of its own there. Kept only while some endpoint has shown no sidecar.
+    own_thresholds: Thresholds,
+    /// The endpoints whose last answer carried no report, or that have not answered yet.
+    unreported: usize,
     /// Draws owed: the fraction of `probes_per_request` not drawn yet.
     credit: f64,
     /// Probes asked for by the last draw and not yet taken by the driver.
@@ -408,12 +570,9 @@ impl Prequal {
         Prequal {
             config,
             pool: Vec::with_capacity(config.pool_size as usize),
-            recent: Vec::with_capacity(RECENT_RIFS),
-            recent_latencies: Vec::with_capacity(RECENT_RIFS),
-            recent_next: 0,
-            hot_rif: u32::MAX,
-            typical_latency: Duration::ZERO,
-            thresholds_stale: false,
+            thresholds: Thresholds::default(),
+            own_thresholds: Thresholds::default(),
+            unreported: endpoints,
             credit: 0.0,
             due: Vec::new(),
             locals: Vec::new(),
@@ -443,31 +602,19 @@ impl Prequal {
 
     /// Draws the shared hot threshold and the typical latency from the recent replies, if one
     /// came since they were last drawn: the `hot_quantile` quantile of their RIFs and the median
-    /// of their latency estimates. At most once a pick, and only after a probe reply.
+    /// of their latency estimates. At most once a pick, and only after a probe reply. Those of
+    /// this caller's own view likewise, every [`OWN_REFRESH`] sends and answers.
     fn refresh_thresholds(&mut self) {
-        if !std::mem::take(&mut self.thresholds_stale) {
-            return;
+        self.thresholds.refresh(self.config.hot_quantile, 1);
+        if self.unreported > 0 {
+            self.own_thresholds.refresh(self.config.hot_quantile, OWN_REFRESH);
         }
-        let mut rifs = [0u32; RECENT_RIFS];
-        let rifs = &mut rifs[..self.recent.len()];
-        rifs.copy_from_slice(&self.recent);
-        self.hot_rif = quantile(rifs, self.config.hot_quantile).unwrap_or(u32::MAX);
-        let mut latencies = [Duration::ZERO; RECENT_RIFS];
-        let latencies = &mut latencies[..self.recent_latencies.len()];
-        latencies.copy_from_slice(&self.recent_latencies);
-        self.typical_latency = quantile(latencies, 0.5).unwrap_or_default();
     }
 
     /// The RIF above which `endpoint` is hot: the shared threshold times how many times quicker
     /// than the typical replica it usually is; the shared one until it has a usual latency.
     fn hot_threshold_of(&self, endpoint: EndpointId) -> u32 {
-        match self.seen[endpoint].usual_latency {
-            Some(usual) if self.hot_rif != u32::MAX && !usual.is_zero() && !self.typical_latency.is_zero() => {
-                let scaled = f64::from(self.hot_rif) * self.typical_latency.as_secs_f64() / usual.as_secs_f64();
-                scaled.round().min(f64::from(u32::MAX)) as u32
-            }
-            _ => self.hot_rif,
-        }
+        self.thresholds.hot_for(self.seen[endpoint].usual_latency)
     }
 
     /// The HCL choice among the pool's reports and the drawn endpoints ranked locally, leaving
@@ -503,12 +650,23 @@ impl Prequal {
             .map(|(candidate, ..)| candidate)
     }
 
-    /// `endpoint` as this caller sees it: its requests in flight there as the RIF, and as the
-    /// latency its average answer time for each of them and a new one (peak-EWMA's cost).
+    /// `endpoint` as this caller sees it: its requests in flight there as the RIF. A replica
+    /// without reports ([`OwnView`]) is hot above the threshold of this caller's own view, and
+    /// its latency is what its answers at that count took. One whose sidecar reports, drawn while
+    /// its probe is pending or not worth one, stands in for a report to come: hot only above the
+    /// reports' threshold, and its latency this caller's average answer time for each of its
+    /// requests there and a new one (peak-EWMA's cost), which a slow answer raises, so that it
+    /// seldom outbids a fresh report (ranked by its own view instead, examples/overload.yaml's
+    /// recommended policy with adaptive admission lost 0.1-1.4 points of success at 90 % load).
     fn ranked_locally(&self, endpoint: EndpointId) -> (Candidate, bool, u32, Duration) {
         let seen = &self.seen[endpoint];
-        let latency = seen.latency.map_or(0.0, |l| l * f64::from(seen.in_flight + 1));
-        (Candidate::Local(endpoint), seen.in_flight > self.hot_rif, seen.in_flight, Duration::from_secs_f64(latency))
+        let (hot, latency) = if seen.sidecar == Sidecar::Reports {
+            let average = seen.average.map_or(0.0, |l| l * f64::from(seen.in_flight + 1));
+            (seen.in_flight > self.thresholds.hot, Duration::from_secs_f64(average))
+        } else {
+            (seen.in_flight > self.own_thresholds.hot_for(seen.own.usual()), seen.own.estimate(seen.in_flight))
+        };
+        (Candidate::Local(endpoint), hot, seen.in_flight, latency)
     }
 
     /// Spends one use of the report at `index`: one more request in flight there; gone when spent.
@@ -526,7 +684,7 @@ impl Prequal {
     /// How long a report stays usable: `max_age`, or less, the quickest nonzero latency estimate
     /// among the recent reports.
     fn max_age(&self) -> Duration {
-        let quickest = self.recent_latencies.iter().filter(|l| !l.is_zero()).min();
+        let quickest = self.thresholds.latencies.values.iter().filter(|l| !l.is_zero()).min();
         quickest.map_or(self.config.max_age, |q| self.config.max_age.min(*q))
     }
 
@@ -597,16 +755,10 @@ impl Prequal {
 
     /// A probe reply from `endpoint`, among the recent ones.
     fn record_probe(&mut self, endpoint: EndpointId, reply: ProbeReply) {
-        if self.recent.len() < RECENT_RIFS {
-            self.recent.push(reply.in_flight);
-            self.recent_latencies.push(reply.latency);
-        } else {
-            self.recent[self.recent_next] = reply.in_flight;
-            self.recent_latencies[self.recent_next] = reply.latency;
-        }
-        self.recent_next = (self.recent_next + 1) % RECENT_RIFS;
+        self.thresholds.rifs.push(reply.in_flight);
+        self.thresholds.latencies.push(reply.latency);
+        self.thresholds.stale = self.thresholds.stale.saturating_add(1);
         self.seen[endpoint].record_reply(reply.latency);
-        self.thresholds_stale = true;
     }
 
     /// Alone, a pick's draw needs no probe: the replies its probes would bring are this
@@ -635,12 +787,18 @@ impl Prequal {
         let reply = match report {
             LoadReport::None => return,
             LoadReport::Missing => {
+                if seen.sidecar == Sidecar::Reports {
+                    self.unreported += 1;
+                }
                 seen.sidecar = Sidecar::Missing;
                 self.pool.retain(|p| p.endpoint != endpoint);
                 return;
             }
             LoadReport::Load(reply) => reply,
         };
+        if seen.sidecar != Sidecar::Reports {
+            self.unreported -= 1;
+        }
         seen.sidecar = Sidecar::Reports;
         seen.reported = reply.latency;
         // A replica counts no more of this caller's requests than the caller does (those on the
@@ -743,6 +901,7 @@ impl Balancer for Prequal {
 
     fn grow(&mut self, endpoints: usize) {
         if endpoints > self.seen.len() {
+            self.unreported += endpoints - self.seen.len();
             self.seen.resize(endpoints, Seen::default());
         }
         self.eligible.grow(endpoints);
@@ -750,6 +909,11 @@ impl Balancer for Prequal {
 
     fn on_send(&mut self, endpoint: EndpointId, _now: Time) {
         if let Some(seen) = self.seen.get_mut(endpoint) {
+            seen.own.on_send(seen.in_flight);
+            if self.unreported > 0 {
+                self.own_thresholds.rifs.push(seen.in_flight);
+                self.own_thresholds.stale = self.own_thresholds.stale.saturating_add(1);
+            }
             seen.in_flight += 1;
         }
     }
@@ -760,8 +924,13 @@ impl Balancer for Prequal {
         if matches!(feedback.outcome, Outcome::Cancelled | Outcome::TimedOut) {
             seen.abandoned += 1;
         }
-        if matches!(feedback.outcome, Outcome::Success | Outcome::Error | Outcome::TimedOut) {
-            seen.latency = Some(moving_average(seen.latency, feedback.rtt));
+        let answered = matches!(feedback.outcome, Outcome::Success | Outcome::Error | Outcome::TimedOut);
+        if answered {
+            seen.average = Some(moving_average(seen.average, feedback.rtt));
+        }
+        if seen.own.on_end(seen.in_flight, answered.then_some(feedback.rtt)) == 0 && answered && self.unreported > 0 {
+            self.own_thresholds.latencies.push(feedback.rtt);
+            self.own_thresholds.stale = self.own_thresholds.stale.saturating_add(1);
         }
         self.on_report(endpoint, now, feedback.load, false);
         if matches!(feedback.outcome, Outcome::Rejected | Outcome::Unavailable) {
@@ -814,7 +983,7 @@ mod tests {
     /// The shared hot threshold as the next pick will draw it.
     fn hot_rif(b: &mut Prequal) -> u32 {
         b.refresh_thresholds();
-        b.hot_rif
+        b.thresholds.hot
     }
 
     /// `endpoint`'s hot threshold as the next pick will draw it.
@@ -1003,18 +1172,64 @@ mod tests {
         b.on_send(1, Time::ZERO);
         b.on_feedback(1, Time::ZERO, &Feedback::success(100 * MS).with_load(LoadReport::Missing));
         assert_eq!(b.seen[1].sidecar, Sidecar::Missing);
+        assert_eq!(b.unreported, 1, "1 has shown no sidecar: this caller keeps its own view's thresholds");
         // The first pick has drawn nothing yet: 0's report alone, and 1 becomes a candidate.
         assert_eq!(pick_at(&mut b, &mut rng, MS, &[]), Some(0));
         assert_eq!(probes(&mut b), [], "0's report is fresh, and 1 is never probed");
         // Cold both (the threshold is 2, the recent RIFs being [2]): 1's 100 ms beats 0's 300.
         assert_eq!(pick_at(&mut b, &mut rng, 2 * MS, &[]), Some(1));
-        // Both hot now: 0's report counts the pick it served (3 > 2), and so would three of this
-        // caller's requests in flight at 1; with four, 0's lower RIF wins.
-        (0..4).for_each(|_| b.on_send(1, 2 * MS));
+        // Both hot now: 0's report counts the pick it served (3 > 2), and 1 holds six of this
+        // caller's requests, above the threshold of its own view (4: the 0.84 quantile of the
+        // counts its sends to 1 found, 0, 0, 1, ..., 5); 0's lower RIF wins.
+        (0..6).for_each(|_| b.on_send(1, 2 * MS));
         assert_eq!(pick_at(&mut b, &mut rng, 3 * MS, &[]), Some(0));
-        // Its own answer times move 1's estimate: 100 + (500 - 100) / 4 = 200 ms.
-        b.on_feedback(1, 4 * MS, &Feedback::success(500 * MS).with_load(LoadReport::Missing));
-        assert_eq!(b.seen[1].latency, Some(0.2));
+        assert_eq!(b.own_thresholds.hot, 4);
+    }
+
+    #[test]
+    fn a_callers_own_view_is_its_latency_by_the_count_each_request_found_and_its_hot_threshold() {
+        let (mut b, _) = prequal(2, no_probes());
+        let plain = |ms: u32| Feedback::success(ms * MS).with_load(LoadReport::Missing);
+        // Three sent to 0 at once find 0, 1 and 2 of this caller's there, and are answered in
+        // order: each answer counts at the count its request found.
+        (0..3).for_each(|_| b.on_send(0, Time::ZERO));
+        [10, 20, 30].into_iter().for_each(|ms| b.on_feedback(0, Time::ZERO, &plain(ms)));
+        let own = b.seen[0].own;
+        assert_eq!([0, 1, 2].map(|n| own.estimate(n)), [10 * MS, 20 * MS, 30 * MS]);
+        // Past the counts seen, the nearest below grown by the requests ahead: 30 ms × 6 / 3.
+        assert_eq!(own.estimate(5), 60 * MS);
+        assert_eq!(own.usual(), Some(10 * MS));
+        assert_eq!(b.seen[1].own.estimate(0), Duration::ZERO, "never answered: tried first");
+        // A slow answer among quick ones at a count moves its median little: 10, 10, 900 → 10.
+        for ms in [10, 900] {
+            b.on_send(0, Time::ZERO);
+            b.on_feedback(0, Time::ZERO, &plain(ms));
+        }
+        assert_eq!(b.seen[0].own.estimate(0), 10 * MS);
+        // The hot threshold is the 0.84 quantile of the counts this caller's sends found (0, 1,
+        // 2, 0, 0 so far, then 0 to 4 at 1): 3, drawn once eight were recorded since the last.
+        (0..5).for_each(|_| b.on_send(1, Time::ZERO));
+        b.refresh_thresholds();
+        assert_eq!(b.own_thresholds.hot, 3);
+        // Scaled by how quick a replica usually is against the typical answer that found none
+        // (10 ms, the median of 10, 10 and 900): 0 is typical, 1 has no usual latency yet.
+        assert_eq!(b.own_thresholds.typical, 10 * MS);
+        let hot = |b: &Prequal, e: EndpointId| b.ranked_locally(e).1;
+        assert!(!hot(&b, 0) && hot(&b, 1), "1 holds 5 of this caller's, above 3");
+        // 1 answers its first in 40 ms, having found none: four times slower than the typical,
+        // its threshold is 3 / 4, and one request of this caller's there makes it hot.
+        b.on_feedback(1, Time::ZERO, &plain(40));
+        (0..7).for_each(|_| b.on_feedback(1, Time::ZERO, &Feedback::new(Outcome::Cancelled, MS)));
+        (0..OWN_REFRESH).for_each(|_| {
+            b.on_send(0, Time::ZERO);
+            b.on_feedback(0, Time::ZERO, &Feedback::new(Outcome::Cancelled, MS));
+        });
+        b.refresh_thresholds();
+        assert_eq!(b.own_thresholds.typical, 10 * MS);
+        assert_eq!(b.own_thresholds.hot_for(b.seen[1].own.usual()), 1);
+        b.on_send(1, Time::ZERO);
+        b.on_send(1, Time::ZERO);
+        assert!(hot(&b, 1));
     }
 
     #[test]
@@ -1066,7 +1281,7 @@ mod tests {
         assert_eq!(b.probe_before_pick(10 * SEC, &mut rng, &[]), None);
         assert_eq!(pick_at(&mut b, &mut rng, 10 * SEC, &[]), Some(0));
         assert_eq!(probes(&mut b), []);
-        assert_eq!(b.recent, [0, 0, 0]);
+        assert_eq!(b.thresholds.rifs.values, [0, 0, 0]);
         // Without a hot threshold (no draws), the pick goes where the replicas' last estimates
         // at this caller's counts are lowest: 0 reported 10 ms at none and at one in flight, and
         // at two and three is taken as 10 ms scaled by the requests ahead (15, 20 ms): with
