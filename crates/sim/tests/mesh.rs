@@ -110,13 +110,12 @@ fn a_lone_caller_over_a_mixed_set_is_within_a_tenth_of_an_all_sidecar_set() {
 
 /// Prequal in front of a plain application (no replica has a sidecar, the first thing a user
 /// tries): three replicas of eight workers, a quick route and a slow one, at 200 requests/s. It
-/// knows what least-request knows, its own requests, and must do as well: p50 and p99 within 5 %
-/// of least-request's; with one replica three times slower it reads that from its answers, where
-/// least-request only counts, and does better. Before its own view learnt latency by the count
-/// each request found (and held a replica hot above the counts its requests usually find),
-/// Prequal's p50 was 1.2–1.5 × least-request's with equal replicas (seeds 101–103), and on
-/// examples/routes.yaml's application without sidecars 7–9 ×. Checked on seeds not looked at
-/// while it was built.
+/// knows what least-request knows, its own requests, and must do as well: p50, p90 and p99 within
+/// 5 % of least-request's; with one replica three times slower it reads that from its answers,
+/// where least-request only counts, and does better. Before its own view learnt latency by the
+/// count each request found (and held a replica hot above the counts its requests usually find),
+/// Prequal's p90 was 1.2–1.5 × least-request's with equal replicas (seeds 101–106), and on
+/// examples/plain-app.yaml 7–9 ×. Checked on seeds not looked at while it was built.
 #[test]
 fn prequal_in_front_of_a_plain_application_does_as_well_as_least_request() {
     let text = r#"
@@ -148,13 +147,10 @@ scenarios:
             let (plain, prequal) =
                 (common::get(&results, scenario, "least-request"), common::get(&results, scenario, "prequal"));
             let (a, b) = (&prequal.latency_ms, &plain.latency_ms);
-            let show = format!(
-                "seed {seed}, {scenario}: prequal p50 {} p99 {}, least-request {} {}",
-                a.p50, a.p99, b.p50, b.p99
-            );
+            let show = format!("seed {seed}, {scenario}: prequal {a:?}, least-request {b:?}");
             assert_eq!(prequal.probes_per_request, Some(0.0), "{show}");
             let bound = if scenario == "even" { 1.05 } else { 1.0 };
-            assert!(a.p50 <= bound * b.p50 && a.p99 <= bound * b.p99, "{show}");
+            assert!(a.p50 <= bound * b.p50 && a.p90 <= bound * b.p90 && a.p99 <= bound * b.p99, "{show}");
         }
     }
 }

@@ -246,8 +246,8 @@ const OWN_SENT: usize = 16;
 /// still a latency to compare with the reports'. (A moving average of all answers times one more
 /// than the requests in flight, peak-EWMA's cost, read a replica twice as slow as its reports
 /// at the same RIF: over a set half without sidecars, those with one took 87 % of their
-/// capacity and the others 55 %, and in front of a plain application Prequal's p50 was 8 times
-/// least-request's; docs/policies.md.)
+/// capacity and the others 55 %, and in front of a plain application Prequal's p90 was 5 to 7
+/// times least-request's; docs/policies.md.)
 #[derive(Clone, Copy, Debug, Default)]
 struct OwnView {
     by_rif: [Recent; OWN_RIFS],
