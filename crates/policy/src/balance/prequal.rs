@@ -17,17 +17,17 @@
 //!   traffic, so none ever reaches a plain application. Nor is a replica whose last reported latency is shorter
 //!   than a probe's round trip ([`Prequal::worth_probing`]): it is ranked as the next point says.
 //! - **Replicas without a sidecar** (their answers carry no report, or a probe was answered with
-//!   anything but a probe reply) and replicas not heard from yet are ranked from what this
-//!   caller sees itself ([`OwnView`]): its own requests in flight there as
-//!   their RIF, and as their latency the median of its recent answers from that replica that
-//!   found as many of its requests there when sent, learnt as a sidecar learns its replica's
-//!   latency by RIF (0 before the first answer, so an unknown replica is tried and its first
-//!   answer says whether it has a sidecar). Such a replica is hot when it holds more of this
-//!   caller's requests than the `hot_quantile` of the counts its recent requests found where
-//!   they went, scaled by how quick the replica usually is, as reports are. Those of a pick's
-//!   draw compete in the HCL rule beside the pool, and so do those whose sidecar reports but
-//!   that are not worth a probe or have one pending, ranked as [`Prequal::ranked_locally`] says.
-//!   A sidecar that arrives later shows itself on the next answer.
+//!   anything but a probe reply) and replicas not heard from yet are ranked from what this caller
+//!   sees itself ([`OwnView`]): its own requests in flight there as their RIF, and as their latency
+//!   the median of its recent answers from that replica that found as many of its requests there
+//!   when sent, learnt as a sidecar learns its replica's latency by RIF (0 before the first answer,
+//!   so an unknown replica is tried and its first answer says whether it has a sidecar). Such a
+//!   replica is hot when it holds more of this caller's requests than the `hot_quantile` of the
+//!   counts its recent requests found where they went, scaled by how quick the replica usually is,
+//!   as reports are. Those of a pick's draw compete in the HCL rule beside the pool, and so do
+//!   those whose sidecar reports but that are not worth a probe or have one pending, ranked as
+//!   [`Prequal::ranked_locally`] says. A sidecar that arrives later shows itself on the next
+//!   answer.
 //! - **The pool** holds at most `pool_size` reports, at most one per replica (a newer report
 //!   replaces an older one); a report older than `max_age`, or than the quickest nonzero latency
 //!   estimate among the last [`RECENT_RIFS`] probe replies, is stale and dropped, and a new report
@@ -237,17 +237,16 @@ const OWN_RIFS: usize = 8;
 const OWN_SENT: usize = 16;
 
 /// What a caller learns of a replica from its own requests there, where no report says more (a
-/// replica without a sidecar, or one not heard from yet): the latency of its
-/// answers by how many of this caller's requests each found there when sent, kept as the
-/// replica's sidecar keeps its latency by RIF ([`ProbeResponder`]: the median of the last
-/// answers at each count, so a slow route's answer does not move it). For a caller alone that
-/// count is the replica's RIF, and the estimate the report a sidecar would give; beside other
-/// callers, the answers at each count carry the others' load on average, so the estimate is
-/// still a latency to compare with the reports'. (A moving average of all answers times one more
-/// than the requests in flight, peak-EWMA's cost, read a replica twice as slow as its reports
-/// at the same RIF: over a set half without sidecars, those with one took 87 % of their
-/// capacity and the others 55 %, and in front of a plain application Prequal's p90 was 5 to 7
-/// times least-request's; docs/policies.md.)
+/// replica without a sidecar, or one not heard from yet): the latency of its answers by how many of
+/// this caller's requests each found there when sent, kept as the replica's sidecar keeps its
+/// latency by RIF ([`ProbeResponder`]: the median of the last answers at each count, so a slow
+/// route's answer does not move it). For a caller alone that count is the replica's RIF, and the
+/// estimate the report a sidecar would give; beside other callers, the answers at each count carry
+/// the others' load on average, so the estimate is still a latency to compare with the reports'. (A
+/// moving average of all answers times one more than the requests in flight, peak-EWMA's cost, read
+/// a replica twice as slow as its reports at the same RIF: over a set half without sidecars, those
+/// with one took 87 % of their capacity and the others 55 %, and in front of a plain application
+/// Prequal's p90 was 5 to 7 times least-request's; docs/policies.md.)
 #[derive(Clone, Copy, Debug, Default)]
 struct OwnView {
     by_rif: [Recent; OWN_RIFS],
