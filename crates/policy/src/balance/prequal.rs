@@ -542,7 +542,10 @@ pub struct Prequal {
     /// that its last sends found where they went, and the answer times of its last requests
     /// that found none of its own there. Kept only while some endpoint has shown no sidecar.
     own_thresholds: Thresholds,
-    /// The endpoints whose last answer carried no report, or that have not answered yet.
+    /// The endpoints whose last answer carried no report, or that have not answered yet. While
+    /// there are none, nothing is ranked by this caller's own view, and neither it nor its
+    /// thresholds are kept (a replica whose sidecar goes later starts its view afresh, an answer
+    /// or two credited with a count from before).
     unreported: usize,
     /// Draws owed: the fraction of `probes_per_request` not drawn yet.
     credit: f64,
@@ -908,8 +911,8 @@ impl Balancer for Prequal {
 
     fn on_send(&mut self, endpoint: EndpointId, _now: Time) {
         if let Some(seen) = self.seen.get_mut(endpoint) {
-            seen.own.on_send(seen.in_flight);
             if self.unreported > 0 {
+                seen.own.on_send(seen.in_flight);
                 self.own_thresholds.rifs.push(seen.in_flight);
                 self.own_thresholds.stale = self.own_thresholds.stale.saturating_add(1);
             }
@@ -927,7 +930,7 @@ impl Balancer for Prequal {
         if answered {
             seen.average = Some(moving_average(seen.average, feedback.rtt));
         }
-        if seen.own.on_end(seen.in_flight, answered.then_some(feedback.rtt)) == 0 && answered && self.unreported > 0 {
+        if self.unreported > 0 && seen.own.on_end(seen.in_flight, answered.then_some(feedback.rtt)) == 0 && answered {
             self.own_thresholds.latencies.push(feedback.rtt);
             self.own_thresholds.stale = self.own_thresholds.stale.saturating_add(1);
         }
